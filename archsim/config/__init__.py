@@ -1,0 +1,29 @@
+"""Hardware descriptions: presets, loading, validation, overrides. No SimPy, no torch."""
+
+from archsim.config.load import (
+    DEFAULT_PRESET,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    preset_names,
+)
+from archsim.config.model import (
+    CoreConfig,
+    DmaConfig,
+    DramConfig,
+    HostLinkConfig,
+    MatrixConfig,
+    NocConfig,
+    NpuConfig,
+    ScratchpadConfig,
+    SharedSramConfig,
+    VectorConfig,
+    VectorCostsConfig,
+)
+
+__all__ = [
+    "DEFAULT_PRESET", "CoreConfig", "DmaConfig", "DramConfig", "HostLinkConfig",
+    "MatrixConfig", "NocConfig", "NpuConfig", "ScratchpadConfig", "SharedSramConfig",
+    "VectorConfig", "VectorCostsConfig", "config_from_dict", "config_to_dict",
+    "load_config", "preset_names",
+]

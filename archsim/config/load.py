@@ -1,0 +1,197 @@
+"""Loading and validating hardware descriptions.
+
+YAML (or a plain dict) goes into the frozen dataclasses of :mod:`archsim.config.model`.
+Every problem is collected — unknown keys, missing keys, wrong types, non-positive
+sizes, impossible combinations — and raised once as a :class:`ConfigError` naming each
+dotted path and value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import fields, is_dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from archsim.config.model import (
+    DATAFLOWS,
+    MATRIX_ACCUMULATOR_DTYPES,
+    MATRIX_INPUT_DTYPES,
+    NpuConfig,
+)
+from archsim.errors import ConfigError
+
+DEFAULT_PRESET = "atom"
+_PRESET_PACKAGE = "archsim.config.presets"
+
+# Integer fields that may be zero (latencies); every other number must be > 0.
+_MAY_BE_ZERO_SUFFIXES = ("latency_cycles", "shared_sram.size_bytes")
+
+
+def preset_names() -> tuple[str, ...]:
+    """Names of the presets shipped with archsim, default first."""
+    names = sorted(
+        p.name.removesuffix(".yaml")
+        for p in resources.files(_PRESET_PACKAGE).iterdir()
+        if p.name.endswith(".yaml")
+    )
+    names.remove(DEFAULT_PRESET)
+    return (DEFAULT_PRESET, *names)
+
+
+def load_config(name_or_path: str | Path = DEFAULT_PRESET) -> NpuConfig:
+    """Load a preset by name (``"atom"``, ``"tpu-v3"``...) or a YAML file by path."""
+    text, source = _read_source(name_or_path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"not valid YAML: {exc}"], source=source) from None
+    if not isinstance(data, dict):
+        raise ConfigError([f"top level must be a mapping, got {type(data).__name__}"], source)
+    return config_from_dict(data, source=source)
+
+
+def _read_source(name_or_path: str | Path) -> tuple[str, str]:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError([f"no such file: {path}"], source=str(path))
+        return path.read_text(), str(path)
+    name = str(name_or_path)
+    if name not in preset_names():
+        raise ConfigError(
+            [f"unknown preset {name!r}; presets: {', '.join(preset_names())}"], source=name
+        )
+    resource = resources.files(_PRESET_PACKAGE).joinpath(f"{name}.yaml")
+    return resource.read_text(), f"preset {name}"
+
+
+def config_from_dict(data: dict[str, Any], source: str = "config") -> NpuConfig:
+    """Build an :class:`NpuConfig` from nested dicts, or raise one ConfigError."""
+    problems: list[str] = []
+    config = _build(NpuConfig, data, "", problems)
+    if not problems:
+        _check_combinations(config, problems)
+    if problems:
+        raise ConfigError(problems, source=source)
+    return config
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """Nested plain dicts, the inverse of :func:`config_from_dict`."""
+    return dataclasses.asdict(config)
+
+
+def _build(cls: type, data: Any, path: str, problems: list[str]) -> Any:
+    where = path or "<top>"
+    if not isinstance(data, dict):
+        problems.append(f"{where}: expected a mapping, got {data!r}")
+        return None
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    for key in data:
+        if key not in known:
+            problems.append(
+                f"{_join(path, str(key))}: unknown key (known: {', '.join(known)})"
+            )
+    values: dict[str, Any] = {}
+    for name, f in known.items():
+        field_path = _join(path, name)
+        if name not in data:
+            has_default = (f.default is not dataclasses.MISSING
+                           or f.default_factory is not dataclasses.MISSING)
+            if not has_default:
+                problems.append(f"{field_path}: missing")
+            continue
+        values[name] = _convert(hints[name], data[name], field_path, problems)
+    if any(v is None for v in values.values()) or len(problems) > 0:
+        # keep collecting problems in sibling blocks, but build nothing invalid
+        return None
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
+    if is_dataclass(hint):
+        return _build(hint, value, path, problems)
+    if typing.get_origin(hint) is typing.Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            problems.append(f"{path}: {value!r} is not one of {', '.join(map(str, allowed))}")
+            return None
+        return value
+    if hint is str:
+        if not isinstance(value, str) or not value:
+            problems.append(f"{path}: expected a non-empty string, got {value!r}")
+            return None
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                problems.append(f"{path}: expected an integer, got {value!r}")
+                return None
+        return _check_number(value, path, problems)
+    if hint is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1.0e9" (no exponent sign) as a string
+            value = _float_or_none(value) if value.strip() else None
+            if value is None:
+                problems.append(f"{path}: expected a number, got {value!r}")
+                return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problems.append(f"{path}: expected a number, got {value!r}")
+            return None
+        return _check_number(float(value), path, problems)
+    raise TypeError(f"config field {path} has unsupported type {hint!r}")
+
+
+def _float_or_none(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _check_number(value: int | float, path: str, problems: list[str]) -> int | float | None:
+    may_be_zero = path.endswith(_MAY_BE_ZERO_SUFFIXES)
+    if value < 0 or (value == 0 and not may_be_zero):
+        bound = ">= 0" if may_be_zero else "> 0"
+        problems.append(f"{path}: must be {bound}, got {value!r}")
+        return None
+    return value
+
+
+def _check_combinations(config: NpuConfig, problems: list[str]) -> None:
+    matrix = config.core.matrix
+    if matrix.dataflow not in DATAFLOWS:  # Literal already checked; kept for overrides
+        problems.append(f"core.matrix.dataflow: {matrix.dataflow!r} is not one of "
+                        f"{', '.join(DATAFLOWS)}")
+    if matrix.input_dtype not in MATRIX_INPUT_DTYPES:
+        problems.append(f"core.matrix.input_dtype: {matrix.input_dtype!r} is not one of "
+                        f"{', '.join(MATRIX_INPUT_DTYPES)}")
+    if matrix.accumulator_dtype not in MATRIX_ACCUMULATOR_DTYPES:
+        problems.append(f"core.matrix.accumulator_dtype: {matrix.accumulator_dtype!r} is not "
+                        f"one of {', '.join(MATRIX_ACCUMULATOR_DTYPES)}")
+    integer_in = matrix.input_dtype == "i8"
+    integer_acc = matrix.accumulator_dtype == "i32"
+    if integer_in != integer_acc:
+        problems.append(
+            f"core.matrix.accumulator_dtype: {matrix.accumulator_dtype!r} cannot accumulate "
+            f"input_dtype {matrix.input_dtype!r} (i8 needs i32, floats need f32)"
+        )
+    pad = config.core.scratchpad
+    if pad.size_bytes % pad.banks:
+        problems.append(f"core.scratchpad.banks: {pad.banks} does not divide "
+                        f"size_bytes {pad.size_bytes}")
+    dram = config.dram
+    if dram.interleave_bytes % dram.access_granularity_bytes:
+        problems.append(f"dram.interleave_bytes: {dram.interleave_bytes} is not a multiple of "
+                        f"access_granularity_bytes {dram.access_granularity_bytes}")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key

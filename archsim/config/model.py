@@ -1,0 +1,218 @@
+"""Hardware description: frozen dataclasses, one per block, units in field names.
+
+Pure data: no SimPy, no torch. Derived figures (peak FLOP/s, DRAM bandwidth in
+bytes per cycle) are properties, so there is one source of truth per number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Dataflow = Literal["ws", "os", "is"]
+DATAFLOWS: tuple[str, ...] = ("ws", "os", "is")
+MATRIX_INPUT_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "i8")
+MATRIX_ACCUMULATOR_DTYPES: tuple[str, ...] = ("f32", "i32")
+
+
+@dataclass(frozen=True)
+class ScratchpadConfig:
+    """A core's private SRAM."""
+
+    size_bytes: int
+    banks: int
+    port_bandwidth_bytes_per_cycle: int
+    """Bandwidth of the port DMA traffic uses (all banks together)."""
+
+
+@dataclass(frozen=True)
+class DmaConfig:
+    """The DMA engines of one core (each an independent in-order queue)."""
+
+    engines: int
+    bandwidth_bytes_per_cycle: int
+    setup_latency_cycles: int
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    """Systolic arrays of one core; each array is its own engine (``coreN.mxuM``)."""
+
+    arrays: int
+    rows: int
+    cols: int
+    dataflow: Dataflow
+    input_dtype: str
+    accumulator_dtype: str
+
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.arrays * self.rows * self.cols
+
+
+@dataclass(frozen=True)
+class VectorCostsConfig:
+    """Cycles per element per lane for each vector op class."""
+
+    elementwise: int = 1
+    transcendental: int = 4
+    divide: int = 2
+    reduce: int = 1
+    cast: int = 1
+    copy: int = 1
+
+
+@dataclass(frozen=True)
+class VectorConfig:
+    lanes: int
+    pipeline_latency_cycles: int
+    costs: VectorCostsConfig = field(default_factory=VectorCostsConfig)
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    scratchpad: ScratchpadConfig
+    dma: DmaConfig
+    matrix: MatrixConfig
+    vector: VectorConfig
+
+
+@dataclass(frozen=True)
+class SharedSramConfig:
+    """On-chip SRAM shared by all cores, filled by the task DMA (``tdma``)."""
+
+    size_bytes: int
+    bandwidth_bytes_per_cycle: int
+    tdma_bandwidth_bytes_per_cycle: int
+    tdma_setup_latency_cycles: int
+
+
+@dataclass(frozen=True)
+class DramConfig:
+    kind: str
+    channels: int
+    channel_bandwidth_gb_per_s: float
+    latency_cycles: int
+    capacity_bytes: int
+    interleave_bytes: int
+    """Consecutive bytes mapped to one channel before moving to the next."""
+    access_granularity_bytes: int
+    """Smallest access; a strided transfer pays this much per contiguous run at least."""
+
+
+@dataclass(frozen=True)
+class NocConfig:
+    """Each core has one link into the network-on-chip; traffic leaving or entering
+    a core shares that link."""
+
+    latency_cycles: int
+    link_bandwidth_bytes_per_cycle: int
+
+
+@dataclass(frozen=True)
+class HostLinkConfig:
+    kind: str
+    bandwidth_gb_per_s: float
+    latency_cycles: int
+    host_flops_per_s: float
+    """Throughput assumed for work that falls back to the host CPU."""
+
+
+@dataclass(frozen=True)
+class NpuConfig:
+    name: str
+    description: str
+    clock_hz: int
+    cores: int
+    core: CoreConfig
+    shared_sram: SharedSramConfig
+    dram: DramConfig
+    noc: NocConfig
+    host_link: HostLinkConfig
+
+    # -- derived figures -----------------------------------------------------------
+    @property
+    def peak_flops(self) -> float:
+        """Matrix-engine peak, FLOP/s (a MAC counts as two FLOPs)."""
+        return 2.0 * self.cores * self.core.matrix.macs_per_cycle * self.clock_hz
+
+    @property
+    def dram_bandwidth_bytes_per_s(self) -> float:
+        return self.dram.channels * self.dram.channel_bandwidth_gb_per_s * 1e9
+
+    @property
+    def dram_channel_bytes_per_cycle(self) -> float:
+        return self.dram.channel_bandwidth_gb_per_s * 1e9 / self.clock_hz
+
+    @property
+    def dram_bytes_per_cycle(self) -> float:
+        return self.dram.channels * self.dram_channel_bytes_per_cycle
+
+    @property
+    def host_link_bytes_per_cycle(self) -> float:
+        return self.host_link.bandwidth_gb_per_s * 1e9 / self.clock_hz
+
+    @property
+    def sram_total_bytes(self) -> int:
+        return self.cores * self.core.scratchpad.size_bytes + self.shared_sram.size_bytes
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """Every engine name a program may use, in a stable display order."""
+        names: list[str] = []
+        for c in range(self.cores):
+            names += [f"core{c}.dma{d}" for d in range(self.core.dma.engines)]
+            names += [f"core{c}.mxu{m}" for m in range(self.core.matrix.arrays)]
+            names.append(f"core{c}.vpu")
+        names += ["tdma", "hdma", "host"]
+        return tuple(names)
+
+    def cycles_to_seconds(self, cycles: float) -> float:
+        return cycles / self.clock_hz
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "NpuConfig":
+        """A copy with fields replaced by dotted path, validated like a loaded file.
+
+        >>> cfg.with_overrides({"core.matrix.rows": 256, "dram.channels": 8})
+        """
+        from archsim.config.load import config_from_dict, config_to_dict
+
+        data = config_to_dict(self)
+        problems: list[str] = []
+        for path, value in overrides.items():
+            _set_dotted(data, path, value, problems)
+        if problems:
+            from archsim.errors import ConfigError
+
+            raise ConfigError(problems, source=f"overrides for {self.name!r}")
+        return config_from_dict(data, source=f"{self.name} with overrides")
+
+
+def _set_dotted(data: dict[str, Any], path: str, value: Any, problems: list[str]) -> None:
+    node: Any = data
+    parts = path.split(".")
+    for depth, key in enumerate(parts):
+        if not isinstance(node, dict) or key not in node:
+            where = ".".join(parts[:depth]) or "<top>"
+            allowed = ", ".join(sorted(node)) if isinstance(node, dict) else "none"
+            problems.append(f"{path}: no field {key!r} under {where} (fields: {allowed})")
+            return
+        if depth == len(parts) - 1:
+            if isinstance(node[key], dict):
+                problems.append(f"{path}: is a block, not a value; set one of its fields "
+                                f"({', '.join(sorted(node[key]))})")
+                return
+            node[key] = value
+        else:
+            node = node[key]
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+__all__ = [
+    "CoreConfig", "DATAFLOWS", "Dataflow", "DmaConfig", "DramConfig", "HostLinkConfig",
+    "MatrixConfig", "NocConfig", "NpuConfig", "ScratchpadConfig", "SharedSramConfig",
+    "VectorConfig", "VectorCostsConfig", "ceil_div",
+]

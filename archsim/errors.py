@@ -1,0 +1,65 @@
+"""The one exception tree of archsim.
+
+Every error a user can cause derives from :class:`ArchsimError`. Messages name the
+block, field, command or op at fault and the bad value. This module is a leaf: it
+imports nothing from the project, so the IR, the config and the simulator can all
+raise these without import cycles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class ArchsimError(Exception):
+    """Base of every error archsim raises on purpose."""
+
+
+class ConfigError(ArchsimError):
+    """A hardware description is invalid. Holds every problem found, not just the first."""
+
+    def __init__(self, problems: Sequence[str], source: str = "config") -> None:
+        self.problems = tuple(problems)
+        self.source = source
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        count = len(self.problems)
+        noun = "problem" if count == 1 else "problems"
+        super().__init__(f"{source}: {count} {noun}:\n{lines}")
+
+
+class ParseError(ArchsimError):
+    """A text program could not be parsed; names the line and column."""
+
+    def __init__(self, message: str, line: int, column: int, source: str = "<program>") -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.source = source
+        super().__init__(f"{source}:{line}:{column}: {message}")
+
+
+class VerifyError(ArchsimError):
+    """A program is not valid for a configuration. Holds every problem found."""
+
+    def __init__(self, problems: Sequence[str], program: str = "program") -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        count = len(self.problems)
+        noun = "problem" if count == 1 else "problems"
+        super().__init__(f"program {program!r} is invalid ({count} {noun}):\n{lines}")
+
+
+class CapacityError(ArchsimError):
+    """Something does not fit: SRAM, DRAM, or device memory."""
+
+
+class LoweringError(ArchsimError):
+    """The compiler could not lower an op it claims to support."""
+
+
+class UnsupportedOpError(ArchsimError):
+    """An op has no lowering and no fallback was allowed."""
+
+
+class SimulationError(ArchsimError):
+    """A simulation could not finish or failed while executing a command."""

@@ -1,0 +1,35 @@
+"""The scheduled IR: pure data, no torch. See DESIGN.md "The scheduled IR"."""
+
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import DramRef, DramTensor, Scalar, Slice, SramRef, numel, sram_space
+from compiler.ir.ops import (
+    ALL_OPS,
+    Binary,
+    BinaryKind,
+    Cast,
+    Command,
+    Copy,
+    HostOp,
+    HostTransfer,
+    Load,
+    MatMul,
+    Op,
+    Program,
+    Reduce,
+    ReduceKind,
+    Select,
+    Store,
+    Transpose,
+    Unary,
+    UnaryKind,
+    VCopy,
+    engine_core,
+    engine_kind,
+)
+
+__all__ = [
+    "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "DType", "DramRef",
+    "DramTensor", "HostOp", "HostTransfer", "Load", "MatMul", "Op", "Program", "Reduce",
+    "ReduceKind", "Scalar", "Select", "Slice", "SramRef", "Store", "Transpose", "Unary",
+    "UnaryKind", "VCopy", "engine_core", "engine_kind", "numel", "sram_space",
+]

@@ -1,0 +1,59 @@
+"""Element types of the scheduled IR.
+
+A closed set. Each dtype knows its size and the numpy dtype that stores it; bf16 has
+no numpy type and is stored as its raw 16-bit pattern (``uint16``), converted by
+:mod:`compiler.ir.bf16` when computed on.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+
+class DType(enum.Enum):
+    f32 = "f32"
+    f16 = "f16"
+    bf16 = "bf16"
+    i8 = "i8"
+    i32 = "i32"
+    i64 = "i64"
+    bool = "bool"
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE[self]
+
+    @property
+    def storage(self) -> np.dtype:
+        """The numpy dtype holding this type's bytes (raw bits for bf16)."""
+        return _STORAGE[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.f32, DType.f16, DType.bf16)
+
+    @classmethod
+    def parse(cls, text: str) -> "DType":
+        try:
+            return cls(text)
+        except ValueError:
+            known = ", ".join(d.value for d in cls)
+            raise ValueError(f"unknown dtype {text!r} (known: {known})") from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_ITEMSIZE = {
+    DType.f32: 4, DType.f16: 2, DType.bf16: 2, DType.i8: 1,
+    DType.i32: 4, DType.i64: 8, DType.bool: 1,
+}
+
+_STORAGE = {
+    DType.f32: np.dtype(np.float32), DType.f16: np.dtype(np.float16),
+    DType.bf16: np.dtype(np.uint16), DType.i8: np.dtype(np.int8),
+    DType.i32: np.dtype(np.int32), DType.i64: np.dtype(np.int64),
+    DType.bool: np.dtype(np.bool_),
+}

@@ -1,0 +1,100 @@
+"""Typed operand references of the scheduled IR: DRAM slices and SRAM regions.
+
+They carry enough to compute bytes moved and to execute a command on data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from compiler.ir.dtypes import DType
+
+Shape = tuple[int, ...]
+
+
+def numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+@dataclass(frozen=True)
+class DramTensor:
+    """A named tensor in device DRAM. ``role`` says who provides/reads it:
+    ``in`` (given by the caller), ``out`` (read back), ``inout``, or ``temp``."""
+
+    name: str
+    shape: Shape
+    dtype: DType
+    role: str = "temp"
+
+    @property
+    def nbytes(self) -> int:
+        return numel(self.shape) * self.dtype.itemsize
+
+
+ROLES: tuple[str, ...] = ("in", "out", "inout", "temp")
+
+
+@dataclass(frozen=True)
+class Slice:
+    """``start:stop:step`` along one dimension (step > 0)."""
+
+    start: int
+    stop: int
+    step: int = 1
+
+    @property
+    def length(self) -> int:
+        return max(0, -(-(self.stop - self.start) // self.step))
+
+
+@dataclass(frozen=True)
+class DramRef:
+    """A strided box of a DRAM tensor: one :class:`Slice` per dimension."""
+
+    tensor: str
+    slices: tuple[Slice, ...]
+
+    @property
+    def shape(self) -> Shape:
+        return tuple(s.length for s in self.slices)
+
+
+@dataclass(frozen=True)
+class SramRef:
+    """A dense, row-major region of an SRAM space.
+
+    ``space`` is ``sram<N>`` for core N's scratchpad or ``shared`` for the shared SRAM;
+    ``offset`` is in bytes.
+    """
+
+    space: str
+    offset: int
+    shape: Shape
+    dtype: DType
+
+    @property
+    def nbytes(self) -> int:
+        return numel(self.shape) * self.dtype.itemsize
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes
+
+    @property
+    def core(self) -> int | None:
+        """The core owning this scratchpad, or None for shared SRAM."""
+        if self.space == "shared":
+            return None
+        return int(self.space.removeprefix("sram"))
+
+
+def sram_space(core: int) -> str:
+    return f"sram{core}"
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A constant operand of a vector binary op."""
+
+    value: float

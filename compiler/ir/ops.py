@@ -1,0 +1,309 @@
+"""The closed set of operations a scheduled command performs.
+
+One frozen class per operation with typed fields; families share a base. Vector op
+kinds are small enums with named groups, one line each. Shapes and dtypes are checked
+by :mod:`compiler.ir.verify`, not here, so a bad program can still be built, printed
+and reported on.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from compiler.ir.operands import DramRef, DramTensor, Scalar, SramRef
+
+# ---------------------------------------------------------------- vector op kinds
+
+
+class UnaryKind(enum.Enum):
+    neg = "neg"
+    abs = "abs"
+    relu = "relu"
+    exp = "exp"
+    log = "log"
+    sqrt = "sqrt"
+    rsqrt = "rsqrt"
+    reciprocal = "reciprocal"
+    tanh = "tanh"
+    sigmoid = "sigmoid"
+    gelu = "gelu"            # exact (erf) GELU
+    gelu_tanh = "gelu_tanh"  # tanh approximation
+    silu = "silu"
+    sin = "sin"
+    cos = "cos"
+    erf = "erf"
+    square = "square"
+    logical_not = "logical_not"
+
+
+class BinaryKind(enum.Enum):
+    add = "add"
+    sub = "sub"
+    mul = "mul"
+    div = "div"
+    max = "max"
+    min = "min"
+    pow = "pow"
+    eq = "eq"
+    ne = "ne"
+    lt = "lt"
+    le = "le"
+    gt = "gt"
+    ge = "ge"
+    logical_and = "and"
+    logical_or = "or"
+
+
+class ReduceKind(enum.Enum):
+    sum = "sum"
+    max = "max"
+    min = "min"
+    mean = "mean"
+
+
+# Op classes used for vector-engine timing (config.core.vector.costs.<class>).
+TRANSCENDENTAL: frozenset[UnaryKind] = frozenset({
+    UnaryKind.exp, UnaryKind.log, UnaryKind.sqrt, UnaryKind.rsqrt, UnaryKind.reciprocal,
+    UnaryKind.tanh, UnaryKind.sigmoid, UnaryKind.gelu, UnaryKind.gelu_tanh, UnaryKind.silu,
+    UnaryKind.sin, UnaryKind.cos, UnaryKind.erf,
+})
+DIVIDE: frozenset[BinaryKind] = frozenset({BinaryKind.div, BinaryKind.pow})
+COMPARISON: frozenset[BinaryKind] = frozenset({
+    BinaryKind.eq, BinaryKind.ne, BinaryKind.lt, BinaryKind.le, BinaryKind.gt, BinaryKind.ge,
+    BinaryKind.logical_and, BinaryKind.logical_or,
+})
+
+
+# ---------------------------------------------------------------- operations
+
+
+@dataclass(frozen=True)
+class Op:
+    """Base of every operation."""
+
+    mnemonic = "op"
+
+
+# -- data movement (DMA engines: coreN.dmaM, tdma) --------------------------------
+
+
+@dataclass(frozen=True)
+class Load(Op):
+    """DRAM box -> SRAM region (same element count; copied in row-major order)."""
+
+    src: DramRef
+    dst: SramRef
+    mnemonic = "load"
+
+
+@dataclass(frozen=True)
+class Store(Op):
+    """SRAM region -> DRAM box (same element count; row-major order)."""
+
+    src: SramRef
+    dst: DramRef
+    mnemonic = "store"
+
+
+@dataclass(frozen=True)
+class Copy(Op):
+    """SRAM -> SRAM between spaces or within one (scratchpads, shared SRAM)."""
+
+    src: SramRef
+    dst: SramRef
+    mnemonic = "copy"
+
+
+DMA_OPS: tuple[type[Op], ...] = (Load, Store, Copy)
+
+# -- matrix engine (coreN.mxuM) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MatMul(Op):
+    """``out (+)= a @ b`` with a: [m, k], b: [k, n], out: [m, n] in the accumulator dtype."""
+
+    a: SramRef
+    b: SramRef
+    out: SramRef
+    accumulate: bool = False
+    mnemonic = "matmul"
+
+
+# -- vector engine (coreN.vpu) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unary(Op):
+    kind: UnaryKind
+    src: SramRef
+    dst: SramRef
+    mnemonic = "unary"
+
+
+@dataclass(frozen=True)
+class Binary(Op):
+    """Elementwise with numpy broadcasting; either input may be a :class:`Scalar`."""
+
+    kind: BinaryKind
+    a: SramRef | Scalar
+    b: SramRef | Scalar
+    dst: SramRef
+    mnemonic = "binary"
+
+
+@dataclass(frozen=True)
+class Select(Op):
+    """``dst = where(cond, a, b)`` with broadcasting; a or b may be a Scalar."""
+
+    cond: SramRef
+    a: SramRef | Scalar
+    b: SramRef | Scalar
+    dst: SramRef
+    mnemonic = "select"
+
+
+@dataclass(frozen=True)
+class Cast(Op):
+    """Convert ``src`` to ``dst.dtype`` (same shape)."""
+
+    src: SramRef
+    dst: SramRef
+    mnemonic = "cast"
+
+
+@dataclass(frozen=True)
+class Reduce(Op):
+    """Reduce along ``axis``; ``dst`` keeps that axis with length 1."""
+
+    kind: ReduceKind
+    src: SramRef
+    dst: SramRef
+    axis: int
+    mnemonic = "reduce"
+
+
+@dataclass(frozen=True)
+class Transpose(Op):
+    """``dst = src.transpose(perm)``."""
+
+    src: SramRef
+    dst: SramRef
+    perm: tuple[int, ...]
+    mnemonic = "transpose"
+
+
+@dataclass(frozen=True)
+class VCopy(Op):
+    """Copy within the vector engine (same element count, may reshape or broadcast
+    ``src`` to ``dst.shape``)."""
+
+    src: SramRef
+    dst: SramRef
+    mnemonic = "vcopy"
+
+
+VECTOR_OPS: tuple[type[Op], ...] = (Unary, Binary, Select, Cast, Reduce, Transpose, VCopy)
+
+# -- host link (hdma) and host (host) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostTransfer(Op):
+    """Bytes of a DRAM tensor crossing the host link. ``to_device`` is host -> DRAM.
+    Functionally a no-op: DRAM tensors already hold the caller's inputs."""
+
+    ref: DramRef
+    to_device: bool
+    mnemonic = "host_transfer"
+
+
+@dataclass(frozen=True)
+class HostOp(Op):
+    """Work the NPU cannot do, run on the host CPU for ``cycles`` device cycles.
+
+    ``name`` keys the function that computes it in functional mode (e.g. an aten op
+    name); ``inputs``/``outputs`` are whole DRAM tensors.
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    cycles: int
+    mnemonic = "host_op"
+
+
+HOST_OPS: tuple[type[Op], ...] = (HostTransfer, HostOp)
+
+ALL_OPS: tuple[type[Op], ...] = (*DMA_OPS, MatMul, *VECTOR_OPS, *HOST_OPS)
+
+
+# ---------------------------------------------------------------- commands / program
+
+
+@dataclass(frozen=True)
+class Command:
+    """One entry of an engine's in-order queue.
+
+    ``deps`` are ids of commands that must finish before this one starts; ``source``
+    names the user-level op it came from (aten op / graph node), for attribution.
+    """
+
+    id: int
+    engine: str
+    op: Op
+    deps: tuple[int, ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Program:
+    """A scheduled program: DRAM tensors and commands (queue order = list order per
+    engine)."""
+
+    name: str
+    tensors: tuple[DramTensor, ...]
+    commands: tuple[Command, ...]
+    target: str = ""
+
+    def tensor(self, name: str) -> DramTensor:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    @property
+    def tensor_map(self) -> dict[str, DramTensor]:
+        return {t.name: t for t in self.tensors}
+
+
+def engine_kind(engine: str) -> str:
+    """``"dma"``, ``"mxu"``, ``"vpu"``, ``"tdma"``, ``"hdma"`` or ``"host"``
+    (``""`` for a malformed name)."""
+    if engine in ("tdma", "hdma", "host"):
+        return engine
+    _, _, unit = engine.partition(".")
+    for kind in ("dma", "mxu", "vpu"):
+        if unit.startswith(kind):
+            return kind
+    return ""
+
+
+def engine_core(engine: str) -> int | None:
+    """The core index of ``coreN.xxx`` engines, else None."""
+    head, dot, _ = engine.partition(".")
+    if dot and head.startswith("core") and head[4:].isdigit():
+        return int(head[4:])
+    return None
+
+
+# Which operations each engine kind may run.
+ENGINE_OPS: dict[str, tuple[type[Op], ...]] = {
+    "dma": DMA_OPS,
+    "tdma": DMA_OPS,
+    "mxu": (MatMul,),
+    "vpu": VECTOR_OPS,
+    "hdma": (HostTransfer,),
+    "host": (HostOp,),
+}
