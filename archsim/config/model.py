@@ -44,6 +44,9 @@ class MatrixConfig:
     dataflow: Dataflow
     input_dtype: str
     accumulator_dtype: str
+    f32_passes: int = 3
+    """Passes an f32 matmul takes on an array whose native input is 16-bit
+    (like TPUs' bf16x3 "high" precision); 1 when the array's input_dtype is f32."""
 
     @property
     def macs_per_cycle(self) -> int:

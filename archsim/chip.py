@@ -1,0 +1,62 @@
+"""The chip: cores, shared SRAM, DRAM, NoC and host link on one flow network, and the
+table from engine names to the blocks that time their commands."""
+
+from __future__ import annotations
+
+import simpy
+
+from archsim.bandwidth import FlowNetwork
+from archsim.config.model import NpuConfig
+from archsim.core import Core
+from archsim.dma import DmaEngine
+from archsim.dram import Dram
+from archsim.host_link import Host, HostLink
+from archsim.noc import Noc
+from archsim.sram import SharedSram
+from archsim.timing import CommandTiming
+from compiler.ir.operands import DramTensor
+from compiler.ir.ops import HostOp, HostTransfer, Op
+
+
+class Chip:
+    def __init__(self, env: simpy.Environment, config: NpuConfig,
+                 tensors: dict[str, DramTensor]) -> None:
+        self.env = env
+        self.config = config
+        self.tensors = tensors
+        self.network = FlowNetwork(env)
+        self.dram = Dram(self.network, config)
+        self.noc = Noc(self.network, config)
+        self.cores = [Core(self, c) for c in range(config.cores)]
+        self.shared = (SharedSram(self.network, config.shared_sram)
+                       if config.shared_sram.size_bytes else None)
+        self.tdma = DmaEngine("tdma", self, config.shared_sram.tdma_bandwidth_bytes_per_cycle,
+                              config.shared_sram.tdma_setup_latency_cycles)
+        self.host_link = HostLink(self.network, config, self.dram)
+        self.host = Host()
+        self._engines = {e.name: e for core in self.cores for e in core.engines}
+        self._engines["tdma"] = self.tdma
+
+    def sram_path(self, space: str) -> tuple[tuple[int, ...], int]:
+        """Links and latency between the fabric and an SRAM space."""
+        if space == "shared":
+            if self.shared is None:
+                raise KeyError("shared SRAM is absent in this config")
+            return (self.shared.port,), 0
+        core = int(space.removeprefix("sram"))
+        return (self.noc.links[core], self.cores[core].scratchpad.port), self.noc.latency_cycles
+
+    def space_port(self, space: str) -> int:
+        if space == "shared":
+            if self.shared is None:
+                raise KeyError("shared SRAM is absent in this config")
+            return self.shared.port
+        return self.cores[int(space.removeprefix("sram"))].scratchpad.port
+
+    def timing(self, engine: str, op: Op) -> CommandTiming:
+        """What a command costs on its engine (decided before the run)."""
+        if isinstance(op, HostTransfer):
+            return self.host_link.timing(op, self.tensors)
+        if isinstance(op, HostOp):
+            return self.host.timing(op)
+        return self._engines[engine].timing(op)

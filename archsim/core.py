@@ -1,0 +1,33 @@
+"""A core: its scratchpad, DMA engines, systolic arrays and vector unit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from archsim.dma import DmaEngine
+from archsim.matrix import MatrixEngine
+from archsim.sram import Scratchpad
+from archsim.vector import VectorEngine
+
+if TYPE_CHECKING:
+    from archsim.chip import Chip
+
+
+class Core:
+    def __init__(self, chip: "Chip", index: int) -> None:
+        config = chip.config.core
+        self.index = index
+        self.scratchpad = Scratchpad(chip.network, index, config.scratchpad)
+        prefix = f"core{index}"
+        self.dmas = [
+            DmaEngine(f"{prefix}.dma{d}", chip, config.dma.bandwidth_bytes_per_cycle,
+                      config.dma.setup_latency_cycles)
+            for d in range(config.dma.engines)
+        ]
+        self.mxus = [MatrixEngine(f"{prefix}.mxu{m}", config.matrix)
+                     for m in range(config.matrix.arrays)]
+        self.vpu = VectorEngine(f"{prefix}.vpu", config.vector)
+
+    @property
+    def engines(self) -> list[DmaEngine | MatrixEngine | VectorEngine]:
+        return [*self.dmas, *self.mxus, self.vpu]

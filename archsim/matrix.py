@@ -1,0 +1,64 @@
+"""The matrix engine: systolic arrays timed by their fold structure.
+
+A tile ``out[m, n] (+)= a[m, k] @ b[k, n]`` is mapped onto an R x C array as SCALE-Sim
+maps a GEMM (its analytical compute-cycle model): the operand held stationary is folded
+into ceil(Sr / R) x ceil(Sc / C) folds, and each fold takes ``2R + C + T - 2`` cycles
+(R cycles to fill the stationary operand, T to stream, R + C - 2 to drain) where
+
+=========  ====  ====  ===
+dataflow    Sr    Sc    T
+=========  ====  ====  ===
+ws          k     n     m
+os          m     n     k
+is          k     m     n
+=========  ====  ====  ===
+"""
+
+from __future__ import annotations
+
+from archsim.config.model import MatrixConfig, ceil_div
+from archsim.timing import CommandTiming
+from compiler.ir.dtypes import DType
+from compiler.ir.ops import MatMul
+
+
+def fold_dims(m: int, k: int, n: int, dataflow: str) -> tuple[int, int, int]:
+    """``(Sr, Sc, T)`` for a GEMM under a dataflow."""
+    if dataflow == "ws":
+        return k, n, m
+    if dataflow == "os":
+        return m, n, k
+    if dataflow == "is":
+        return k, m, n
+    raise ValueError(f"unknown dataflow {dataflow!r}")
+
+
+def matmul_cycles(m: int, k: int, n: int, matrix: MatrixConfig,
+                  operand_dtype: DType = DType.f32) -> int:
+    """Compute cycles of one tile on one array (SCALE-Sim's closed form)."""
+    rows, cols = matrix.rows, matrix.cols
+    sr, sc, t = fold_dims(m, k, n, matrix.dataflow)
+    folds = ceil_div(sr, rows) * ceil_div(sc, cols)
+    cycles = (2 * rows + cols + t - 2) * folds
+    return cycles * passes(operand_dtype, matrix)
+
+
+def passes(operand_dtype: DType, matrix: MatrixConfig) -> int:
+    """f32 operands on a 16-bit array take ``f32_passes`` passes; all else one."""
+    if operand_dtype is DType.f32 and matrix.input_dtype != "f32":
+        return matrix.f32_passes
+    return 1
+
+
+class MatrixEngine:
+    """One systolic array of a core (engine ``coreN.mxuM``)."""
+
+    def __init__(self, name: str, config: MatrixConfig) -> None:
+        self.name = name
+        self.config = config
+
+    def timing(self, op: MatMul) -> CommandTiming:
+        m, k = op.a.shape
+        n = op.b.shape[1]
+        cycles = matmul_cycles(m, k, n, self.config, op.a.dtype)
+        return CommandTiming(fixed_cycles=cycles, flops=2 * m * k * n)

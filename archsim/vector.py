@@ -1,0 +1,72 @@
+"""The vector engine: ``lanes`` elements per cycle, scaled by each op class's cost.
+
+cycles = pipeline_latency + ceil(elements / lanes) * cost(op class)
+         (+ ceil(log2(axis length)) tree steps for a reduction)
+
+``elements`` is the larger of what the op reads and writes; the class costs come from
+``config.core.vector.costs`` (cycles per element per lane).
+"""
+
+from __future__ import annotations
+
+import math
+
+from archsim.config.model import VectorConfig, ceil_div
+from archsim.timing import CommandTiming
+from compiler.ir.operands import SramRef, numel
+from compiler.ir.ops import (
+    COMPARISON,
+    DIVIDE,
+    TRANSCENDENTAL,
+    Binary,
+    Cast,
+    Op,
+    Reduce,
+    Select,
+    Transpose,
+    Unary,
+    VCopy,
+)
+
+
+def op_class(op: Op) -> str:
+    """The cost class of a vector op: a field name of ``VectorCostsConfig``."""
+    if isinstance(op, Unary):
+        return "transcendental" if op.kind in TRANSCENDENTAL else "elementwise"
+    if isinstance(op, Binary):
+        if op.kind in DIVIDE:
+            return "divide"
+        return "elementwise"
+    if isinstance(op, Select):
+        return "elementwise"
+    if isinstance(op, Reduce):
+        return "reduce"
+    if isinstance(op, Cast):
+        return "cast"
+    if isinstance(op, (Transpose, VCopy)):
+        return "copy"
+    raise TypeError(f"not a vector op: {type(op).__name__}")
+
+
+def _refs(op: Op) -> list[SramRef]:
+    return [v for v in vars(op).values() if isinstance(v, SramRef)]
+
+
+class VectorEngine:
+    """The vector unit of a core (engine ``coreN.vpu``)."""
+
+    def __init__(self, name: str, config: VectorConfig) -> None:
+        self.name = name
+        self.config = config
+
+    def timing(self, op: Op) -> CommandTiming:
+        elements = max(numel(ref.shape) for ref in _refs(op))
+        cls = op_class(op)
+        cost = getattr(self.config.costs, cls)
+        cycles = self.config.pipeline_latency_cycles + ceil_div(elements, self.config.lanes) * cost
+        if isinstance(op, Reduce):
+            length = op.src.shape[op.axis]
+            cycles += math.ceil(math.log2(length)) if length > 1 else 0
+        flops = 0 if cls in ("cast", "copy") or (isinstance(op, Binary) and op.kind in COMPARISON) \
+            else elements
+        return CommandTiming(fixed_cycles=cycles, flops=flops)
