@@ -1,0 +1,142 @@
+"""Which memory each operation reads and writes, written down once.
+
+The verifier (hazards, roles), the simulator (bytes moved, functional execution) and
+reports all need to know which operands an op reads and which it writes. The answer
+lives in the tables below, keyed by op class, so adding an op means adding one row to
+each table rather than teaching every consumer about it.
+
+SRAM accesses are returned with the name of the field they come from, so messages can
+say ``field b``. Scalars in vector ops are not memory and are skipped. A
+:class:`~compiler.ir.ops.MatMul` with ``accumulate=True`` also *reads* ``out``.
+
+DRAM accesses are tensor names. A :class:`~compiler.ir.ops.HostTransfer` models only
+host-link traffic (DRAM already holds the caller's data), so it neither reads nor
+writes DRAM here.
+"""
+
+from __future__ import annotations
+
+from compiler.ir.operands import DramRef, SramRef
+from compiler.ir.ops import (
+    Binary,
+    Cast,
+    Copy,
+    HostOp,
+    HostTransfer,
+    Load,
+    MatMul,
+    Op,
+    Reduce,
+    Select,
+    Store,
+    Transpose,
+    Unary,
+    VCopy,
+)
+
+FieldRef = tuple[str, SramRef]
+"""An SRAM operand together with the name of the op field holding it."""
+
+# Fields whose SRAM region an op reads (Scalars in these fields are skipped).
+SRAM_READ_FIELDS: dict[type[Op], tuple[str, ...]] = {
+    Load: (),
+    Store: ("src",),
+    Copy: ("src",),
+    MatMul: ("a", "b"),          # + "out" when accumulate=True
+    Unary: ("src",),
+    Binary: ("a", "b"),
+    Select: ("cond", "a", "b"),
+    Cast: ("src",),
+    Reduce: ("src",),
+    Transpose: ("src",),
+    VCopy: ("src",),
+    HostTransfer: (),
+    HostOp: (),
+}
+
+# Fields whose SRAM region an op writes.
+SRAM_WRITE_FIELDS: dict[type[Op], tuple[str, ...]] = {
+    Load: ("dst",),
+    Store: (),
+    Copy: ("dst",),
+    MatMul: ("out",),
+    Unary: ("dst",),
+    Binary: ("dst",),
+    Select: ("dst",),
+    Cast: ("dst",),
+    Reduce: ("dst",),
+    Transpose: ("dst",),
+    VCopy: ("dst",),
+    HostTransfer: (),
+    HostOp: (),
+}
+
+# Fields holding a DramRef, with whether the op reads (False) or writes (True) it.
+DRAM_REF_FIELDS: dict[type[Op], tuple[tuple[str, bool], ...]] = {
+    Load: (("src", False),),
+    Store: (("dst", True),),
+    HostTransfer: (("ref", False),),
+}
+
+
+def _table_row(table: dict[type[Op], tuple[str, ...]], op: Op) -> tuple[str, ...]:
+    try:
+        return table[type(op)]
+    except KeyError:
+        raise TypeError(f"compiler.ir.access has no entry for op class "
+                        f"{type(op).__name__}; add it to the access tables") from None
+
+
+def sram_reads(op: Op) -> tuple[FieldRef, ...]:
+    """The SRAM regions ``op`` reads, as ``(field, ref)`` pairs."""
+    names = _table_row(SRAM_READ_FIELDS, op)
+    pairs = tuple((name, getattr(op, name)) for name in names)
+    found = tuple((name, ref) for name, ref in pairs if isinstance(ref, SramRef))
+    if isinstance(op, MatMul) and op.accumulate:
+        found += (("out", op.out),)
+    return found
+
+
+def sram_writes(op: Op) -> tuple[FieldRef, ...]:
+    """The SRAM regions ``op`` writes, as ``(field, ref)`` pairs."""
+    names = _table_row(SRAM_WRITE_FIELDS, op)
+    return tuple((name, getattr(op, name)) for name in names)
+
+
+def sram_operands(op: Op) -> tuple[FieldRef, ...]:
+    """Every SRAM operand of ``op`` once (an accumulated ``out`` is listed once)."""
+    seen: dict[str, SramRef] = dict(sram_reads(op))
+    seen.update(sram_writes(op))
+    return tuple(seen.items())
+
+
+def reads(op: Op) -> tuple[SramRef, ...]:
+    """The SRAM regions ``op`` reads."""
+    return tuple(ref for _, ref in sram_reads(op))
+
+
+def writes(op: Op) -> tuple[SramRef, ...]:
+    """The SRAM regions ``op`` writes."""
+    return tuple(ref for _, ref in sram_writes(op))
+
+
+def dram_refs(op: Op) -> tuple[tuple[str, DramRef, bool], ...]:
+    """``(field, ref, is_write)`` for each DRAM box operand of ``op``."""
+    rows = DRAM_REF_FIELDS.get(type(op), ())
+    return tuple((name, getattr(op, name), is_write) for name, is_write in rows)
+
+
+def dram_reads(op: Op) -> tuple[str, ...]:
+    """Names of the DRAM tensors ``op`` reads."""
+    if isinstance(op, HostOp):
+        return op.inputs
+    if isinstance(op, HostTransfer):
+        return ()
+    return tuple(ref.tensor for _, ref, is_write in dram_refs(op) if not is_write)
+
+
+def dram_writes(op: Op) -> tuple[str, ...]:
+    """Names of the DRAM tensors ``op`` writes."""
+    if isinstance(op, HostOp):
+        return op.outputs
+    return tuple(ref.tensor for _, ref, is_write in dram_refs(op) if is_write)
