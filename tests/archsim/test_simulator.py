@@ -1,0 +1,69 @@
+"""Simulator behaviour beyond single timelines: statistics, stuck programs."""
+
+from __future__ import annotations
+
+import pytest
+
+from archsim.config import load_config
+from archsim.errors import SimulationError
+from archsim.simulator import Simulator
+from compiler.ir import DType, HostTransfer, Load, SramRef, Store, Unary, UnaryKind
+from compiler.ir.builder import ProgramBuilder
+
+TINY = load_config("tiny")
+F32 = DType.f32
+
+
+def copy_program():
+    b = ProgramBuilder("copy")
+    b.tensor("x", (8, 8), F32, "in")
+    b.tensor("y", (8, 8), F32, "out")
+    t0, t1 = SramRef("sram0", 0, (8, 8), F32), SramRef("sram0", 256, (8, 8), F32)
+    up = b.add("hdma", HostTransfer(b.ref("x"), to_device=True), source="to_device")
+    load = b.add("core0.dma0", Load(b.ref("x"), t0), [up], source="exp")
+    exp = b.add("core0.vpu", Unary(UnaryKind.exp, t0, t1), [load], source="exp")
+    store = b.add("core0.dma0", Store(t1, b.ref("y")), [exp], source="exp")
+    b.add("hdma", HostTransfer(b.ref("y"), to_device=False), [store], source="to_host")
+    return b.build()
+
+
+def test_statistics_add_up() -> None:
+    result = Simulator(TINY).run(copy_program())
+    # host link: 100 latency + 20 DRAM latency + 256 B at 4 B/cycle = 184 each way;
+    # load/store 51 each; exp 66
+    assert [(e.engine, e.start, e.end) for e in result.trace] == [
+        ("hdma", 0, 184), ("core0.dma0", 184, 235), ("core0.vpu", 235, 301),
+        ("core0.dma0", 301, 352), ("hdma", 352, 536)]
+    assert result.total_cycles == 536
+    assert result.seconds == pytest.approx(536e-9)
+    assert result.engine_busy_cycles == {"hdma": 368, "core0.dma0": 102, "core0.vpu": 66}
+    assert result.utilization["core0.vpu"] == pytest.approx(66 / 536)
+    # DRAM: host writes 256, load reads 256, store writes 256, host reads 256
+    assert (result.dram_bytes_read, result.dram_bytes_written) == (512, 512)
+    assert result.host_link_bytes == 512
+    assert result.flops == 64
+    assert result.matmul_flops == 0
+    assert result.sram_peak_bytes == {"sram0": 512}
+    by_source = {s.source: s for s in result.by_source}
+    assert by_source["exp"].commands == 3
+    assert dict(by_source["exp"].busy_cycles) == {"dma": 102, "vpu": 66}
+    assert by_source["exp"].span_cycles == 352 - 184
+
+
+def test_a_program_that_cannot_finish_raises_naming_the_stuck_commands() -> None:
+    b = ProgramBuilder("deadlock")
+    b.tensor("x", (8, 8), F32, "in")
+    t0, t1 = SramRef("sram0", 0, (8, 8), F32), SramRef("sram0", 256, (8, 8), F32)
+    b.add("core0.dma0", Load(b.ref("x"), t0), [1])
+    b.add("core0.vpu", Unary(UnaryKind.exp, t0, t1), [0])
+    with pytest.raises(SimulationError) as info:
+        Simulator(TINY).run(b.build(), verify=False)
+    assert str(info.value) == (
+        "simulation of 'deadlock' cannot finish: 2 commands never started; "
+        "command 0 on core0.dma0 waits on 1; command 1 on core0.vpu waits on 0")
+
+
+def test_empty_program_takes_no_time() -> None:
+    result = Simulator(TINY).run(ProgramBuilder("empty").build())
+    assert result.total_cycles == 0
+    assert result.trace == ()
