@@ -1,5 +1,39 @@
-"""The "npu" PyTorch device backed by the archsim simulator (work in progress)."""
+"""The ``"npu"`` PyTorch device backed by the archsim simulator.
+
+Importing this package registers the device (idempotent). Installing the package
+also registers it at ``import torch`` through the ``torch.backends`` entry point
+(:func:`_autoload`), unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``.
+
+Modules: ``device`` (``torch.npu``), ``storage`` (device memory), ``kernels`` (the
+kernel table: :func:`torch_bridge.kernels.register_npu_kernel`), ``fallback`` (host
+execution), ``runtime`` (config and device timeline), ``autocast``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from torch_bridge._registration import is_registered, register
+
+__all__ = ["is_registered", "register"]
+
+_autoload_failure_warned = False
 
 
 def _autoload() -> None:
-    """Entry point called by ``import torch`` (group ``torch.backends``)."""
+    """Entry point called by ``import torch`` (group ``torch.backends``).
+
+    Never raises: a failure here would break ``import torch`` for every program in
+    the environment, so it is reported once as a warning instead.
+    """
+    global _autoload_failure_warned
+    try:
+        register()
+    except Exception as exc:  # noqa: BLE001 - must not break `import torch`
+        if not _autoload_failure_warned:
+            _autoload_failure_warned = True
+            warnings.warn(f"archsim npu device not registered: {type(exc).__name__}: {exc}",
+                          RuntimeWarning, stacklevel=2)
+
+
+_autoload()  # `import torch_bridge` registers too; call register() to see errors raised

@@ -1,0 +1,110 @@
+"""``torch.npu``: the device module of the simulated NPU.
+
+There is one device, ``npu:0``. Execution is synchronous on the host; the device
+clock (:func:`elapsed_cycles`) is the simulated time of everything run so far, kept
+on one timeline (:mod:`torch_bridge.runtime`). Random numbers come from the CPU
+default generator (a device generator cannot be made from Python), so seeding npu
+seeds CPU too and ``torch.manual_seed`` reproduces CPU numbers on npu.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from archsim.config import NpuConfig
+from torch_bridge import runtime, storage
+
+__all__ = [
+    "current_device", "device_count", "elapsed_cycles", "elapsed_seconds",
+    "get_amp_supported_dtype", "get_config", "is_available", "is_bf16_supported",
+    "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "memory_allocated", "reset_peak_memory_stats", "set_config", "set_device",
+    "synchronize",
+]
+
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def device_count() -> int:
+    return 1
+
+
+def current_device() -> int:
+    return 0
+
+
+def set_device(device: int | str | torch.device) -> None:
+    """Select the device; only ``0`` / ``"npu"`` / ``"npu:0"`` exist."""
+    index = torch.device(device).index if not isinstance(device, int) else device
+    if index not in (None, 0):
+        raise RuntimeError(f"npu has one device (npu:0); cannot select {device!r}")
+
+
+def synchronize(device: int | str | torch.device | None = None) -> None:
+    """A no-op: every npu op has finished when it returns."""
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the generator npu random ops use (the CPU default generator)."""
+    torch.default_generator.manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    manual_seed(seed)
+
+
+def memory_allocated(device: int | str | torch.device | None = None) -> int:
+    """Bytes of device memory held by npu storages now."""
+    return storage.allocator.in_use_bytes
+
+
+def max_memory_allocated(device: int | str | torch.device | None = None) -> int:
+    """Peak of :func:`memory_allocated` since start or :func:`reset_peak_memory_stats`."""
+    return storage.allocator.peak_bytes
+
+
+def reset_peak_memory_stats(device: int | str | torch.device | None = None) -> None:
+    storage.allocator.reset_peak()
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def set_config(config: str | Path | NpuConfig) -> NpuConfig:
+    """Simulate another NPU: a preset name (``"tpu-v3"``), a YAML path or an
+    ``NpuConfig``. Restarts the device clock; tensors on the device stay."""
+    if isinstance(config, Path):
+        config = str(config)
+    return runtime.set_config(config)
+
+
+def get_config() -> NpuConfig:
+    """The simulated hardware (preset ``atom`` unless :func:`set_config` was called)."""
+    return runtime.get_config()
+
+
+def elapsed_cycles() -> int:
+    """Device cycles of all work recorded on the timeline since it (re)started."""
+    return runtime.timeline().now_cycles
+
+
+def elapsed_seconds() -> float:
+    """:func:`elapsed_cycles` at the config's clock."""
+    return runtime.get_config().cycles_to_seconds(runtime.timeline().now_cycles)
+
+
+def _is_in_bad_fork() -> bool:
+    return False

@@ -1,0 +1,173 @@
+"""Device memory: npu storages backed by host byte buffers, and the allocator's accounting.
+
+Every npu storage is a CPU byte buffer exposed to torch with
+``torch._C._construct_storage_from_data_pointer``; the buffer is kept alive as an
+attribute of the storage's Python object (torch preserves that object for as long as
+the C++ storage lives), so npu tensors have real ``data_ptr()``s and views share bytes.
+
+Kernels work on *CPU views*: CPU tensors over the same bytes with the same sizes,
+strides and offset (:func:`cpu_view`). A CPU result can become an npu tensor without a
+copy (:func:`wrap_cpu`): its storage becomes the buffer.
+
+Allocations are counted against ``dram.capacity_bytes`` of the current config; going
+over raises ``torch.OutOfMemoryError`` before anything is allocated, so tensors already
+on the device are never lost.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+from collections.abc import Sequence
+
+import torch
+
+from torch_bridge import runtime
+
+DEVICE = torch.device("npu", 0)
+_CPU = torch.device("cpu")
+_CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_set_storage = torch.ops.aten.set_.source_Storage_storage_offset
+_make_storage = torch._C._construct_storage_from_data_pointer
+_create_empty = torch._C._acc.create_empty_tensor
+
+
+class Allocator:
+    """Counts device bytes in use and the peak since the last reset."""
+
+    def __init__(self) -> None:
+        self.in_use_bytes = 0
+        self.peak_bytes = 0
+        self._exit_wait_registered = False
+
+    def reserve(self, nbytes: int) -> None:
+        """Count ``nbytes`` as allocated, or raise ``torch.OutOfMemoryError``."""
+        config = runtime.get_config()
+        capacity = config.dram.capacity_bytes
+        if self.in_use_bytes + nbytes > capacity:
+            raise torch.OutOfMemoryError(
+                f"npu out of memory: tried to allocate {nbytes} bytes with "
+                f"{self.in_use_bytes} bytes in use of {capacity} bytes "
+                f"(dram.capacity_bytes of preset {config.name!r}); "
+                f"tensors already on the device are kept")
+        self.in_use_bytes += nbytes
+        if self.in_use_bytes > self.peak_bytes:
+            self.peak_bytes = self.in_use_bytes
+        if not self._exit_wait_registered:
+            self._exit_wait_registered = True
+            atexit.register(_wait_for_autograd_threads)
+
+    def release(self, nbytes: int) -> None:
+        self.in_use_bytes -= nbytes
+
+    def reset_peak(self) -> None:
+        self.peak_bytes = self.in_use_bytes
+
+
+allocator = Allocator()
+
+
+def _wait_for_autograd_threads() -> None:
+    """The process can abort at exit right after ``backward()`` on npu tensors (the
+    autograd device thread races interpreter shutdown); a short wait avoids it."""
+    time.sleep(0.05)
+
+
+class _Buffer:
+    """Host bytes behind one npu storage; frees its accounting when the storage dies."""
+
+    __slots__ = ("cpu", "nbytes", "__weakref__")
+
+    def __init__(self, cpu: torch.Tensor, nbytes: int) -> None:
+        self.cpu = cpu
+        self.nbytes = nbytes
+
+    def __del__(self) -> None:
+        allocator.release(self.nbytes)
+
+
+def _storage_over(cpu: torch.Tensor, nbytes: int) -> torch.UntypedStorage:
+    """An npu storage over the first ``nbytes`` of ``cpu``'s storage (already reserved)."""
+    buffer = _Buffer(cpu, nbytes)
+    storage = _make_storage(cpu.untyped_storage().data_ptr(), DEVICE, nbytes)
+    storage._npu_buffer = buffer  # keeps the bytes alive as long as the storage
+    return storage
+
+
+def allocate(nbytes: int) -> torch.UntypedStorage:
+    """A new npu storage of ``nbytes`` uninitialised bytes."""
+    allocator.reserve(nbytes)
+    try:
+        cpu = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+    except BaseException:
+        allocator.release(nbytes)
+        raise
+    return _storage_over(cpu, nbytes)
+
+
+def tensor_on(storage: torch.UntypedStorage, dtype: torch.dtype, size: Sequence[int],
+              stride: Sequence[int], offset: int = 0) -> torch.Tensor:
+    """An npu tensor viewing ``storage`` (offset in elements of ``dtype``)."""
+    tensor = _create_empty([0], dtype)
+    _set_storage.redispatch(_CPU_KEYSET, tensor, storage, offset, size, stride)
+    return tensor
+
+
+def set_geometry(tensor: torch.Tensor, storage: torch.UntypedStorage, offset: int,
+                 size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
+    """``tensor.set_(storage, offset, size, stride)`` without re-entering npu dispatch."""
+    return _set_storage.redispatch(_CPU_KEYSET, tensor, storage, offset, size, stride)
+
+
+def cpu_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """A CPU storage over the same bytes (non-owning: valid while ``storage`` lives)."""
+    return _make_storage(storage.data_ptr(), _CPU, storage.nbytes())
+
+
+def cpu_view(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor over the same bytes as npu ``tensor``, same sizes/strides/offset.
+
+    Valid only while ``tensor``'s storage lives: do not keep it beyond one kernel call.
+    """
+    view = torch.empty(0, dtype=tensor.dtype)
+    return view.set_(cpu_storage(tensor.untyped_storage()), tensor.storage_offset(),
+                     tensor.size(), tensor.stride())
+
+
+def wrap_cpu(cpu: torch.Tensor) -> torch.Tensor:
+    """An npu tensor that takes over ``cpu``'s bytes (no copy); ``cpu`` must not be used
+    by anyone else afterwards. Counted against device memory."""
+    nbytes = cpu.untyped_storage().nbytes()
+    allocator.reserve(nbytes)
+    storage = _storage_over(cpu, nbytes)
+    return tensor_on(storage, cpu.dtype, cpu.size(), cpu.stride(), cpu.storage_offset())
+
+
+def alias_like(base: torch.Tensor, cpu: torch.Tensor) -> torch.Tensor:
+    """An npu view of ``base``'s storage with the geometry of ``cpu``, a CPU view result."""
+    return tensor_on(base.untyped_storage(), cpu.dtype, cpu.size(), cpu.stride(),
+                     cpu.storage_offset())
+
+
+def empty_strided(size: Sequence[int], stride: Sequence[int],
+                  dtype: torch.dtype) -> torch.Tensor:
+    """A new npu tensor; storage sized for the given strides."""
+    extent = 1
+    for n, s in zip(size, stride):
+        if n == 0:
+            extent = 0
+            break
+        extent += (n - 1) * s
+    storage = allocate(extent * dtype.itemsize)
+    return tensor_on(storage, dtype, size, stride, 0)
+
+
+def nbytes_of(tensor: torch.Tensor) -> int:
+    """Bytes a kernel reads or writes for ``tensor`` (elements x item size)."""
+    return tensor.numel() * tensor.element_size()
+
+
+__all__ = [
+    "Allocator", "DEVICE", "alias_like", "allocate", "allocator", "cpu_storage",
+    "cpu_view", "empty_strided", "nbytes_of", "set_geometry", "tensor_on", "wrap_cpu",
+]
