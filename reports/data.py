@@ -1,0 +1,266 @@
+"""``ReportData``: everything the reports read, from a ``SimResult`` or from saved JSON.
+
+Every report function accepts either a :class:`~archsim.result.SimResult` or a
+:class:`ReportData` (see :func:`report_data`), so ``archsim report result.json`` can
+re-render the text reports without re-simulating. The per-command figures a report
+needs beyond the trace (DRAM bytes, uncontended duration, SRAM regions touched,
+operand text) are derived here once, from the program and the chip's cost tables.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Union
+
+from compiler.ir.ops import engine_core, engine_kind
+
+if TYPE_CHECKING:
+    from archsim.result import SimResult
+    from compiler.ir.ops import Command, Op
+
+DMA_KINDS: frozenset[str] = frozenset({"dma", "tdma", "hdma"})
+"""Engine kinds that move data (their commands can be slowed by contention)."""
+
+COMPUTE_KINDS: frozenset[str] = frozenset({"mxu", "vpu"})
+UNATTRIBUTED = "<unattributed>"
+
+
+@dataclass(frozen=True)
+class Region:
+    """A byte range of one SRAM space."""
+
+    space: str
+    offset: int
+    nbytes: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes
+
+
+@dataclass(frozen=True)
+class CommandRecord:
+    """One executed command with everything reports need about it."""
+
+    id: int
+    engine: str
+    op: str
+    source: str
+    deps: tuple[int, ...]
+    start: int
+    end: int
+    bytes: int
+    """Bytes the command moves (DMA/host link), as charged to the links."""
+    flops: int
+    dram_bytes: int
+    """DRAM bytes read plus written."""
+    uncontended_cycles: int
+    """Duration had the command been alone on the chip (equal to its duration for
+    compute; for transfers: fixed cycles + bytes at the slowest of its engine cap
+    and its links' capacities)."""
+    operands: str
+    """Operand text: ``src=%A[0:8, 0:8] dst=sram0[0x000000] f32[8,8]``."""
+    reads: tuple[Region, ...] = ()
+    writes: tuple[Region, ...] = ()
+
+    @property
+    def cycles(self) -> int:
+        return self.end - self.start
+
+    @property
+    def kind(self) -> str:
+        return engine_kind(self.engine)
+
+    @property
+    def core(self) -> int | None:
+        return engine_core(self.engine)
+
+    @property
+    def contention_cycles(self) -> int:
+        """Cycles beyond the uncontended duration (0 for compute)."""
+        return max(0, self.cycles - self.uncontended_cycles)
+
+    @property
+    def attributed_source(self) -> str:
+        return self.source or UNATTRIBUTED
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """A run, reduced to plain numbers and records (JSON-serializable)."""
+
+    program_name: str
+    config_name: str
+    clock_hz: int
+    cores: int
+    total_cycles: int
+    functional: bool
+    peak_flops: float
+    """Matrix-engine peak of the chip, FLOP/s."""
+    vector_peak_flops: float
+    """Vector-engine peak of the chip (one FLOP per lane per cycle), FLOP/s."""
+    dram_bandwidth_bytes_per_s: float
+    host_link_bandwidth_bytes_per_s: float
+    matmul_flops: int
+    flops: int
+    dram_bytes_read: int
+    dram_bytes_written: int
+    host_link_bytes: int
+    engines: tuple[str, ...]
+    """Every engine of the config, in display order (used or not)."""
+    sram_peak_bytes: Mapping[str, int]
+    sram_capacity_bytes: Mapping[str, int]
+    commands: tuple[CommandRecord, ...]
+    """Every command once, in program order."""
+
+    # -- time -----------------------------------------------------------------------
+    @property
+    def seconds(self) -> float:
+        return self.total_cycles / self.clock_hz
+
+    def cycles_to_us(self, cycles: float) -> float:
+        return cycles * 1e6 / self.clock_hz
+
+    # -- derived totals -------------------------------------------------------------
+    @property
+    def dram_bytes(self) -> int:
+        return self.dram_bytes_read + self.dram_bytes_written
+
+    @property
+    def dram_bandwidth_used_bytes_per_s(self) -> float:
+        return self.dram_bytes / self.seconds if self.total_cycles else 0.0
+
+    @property
+    def dram_bytes_per_cycle(self) -> float:
+        return self.dram_bandwidth_bytes_per_s / self.clock_hz
+
+    @property
+    def achieved_flops(self) -> float:
+        """Matrix-engine FLOP/s over the whole run."""
+        return self.matmul_flops / self.seconds if self.total_cycles else 0.0
+
+    @property
+    def engine_busy_cycles(self) -> Mapping[str, int]:
+        """Busy cycles per engine of the config (0 for unused ones)."""
+        busy = dict.fromkeys(self.engines, 0)
+        for c in self.commands:
+            busy[c.engine] = busy.get(c.engine, 0) + c.cycles
+        return MappingProxyType(busy)
+
+    @property
+    def utilization(self) -> Mapping[str, float]:
+        total = self.total_cycles
+        return MappingProxyType({e: (b / total if total else 0.0)
+                                 for e, b in self.engine_busy_cycles.items()})
+
+    @property
+    def used_engines(self) -> tuple[str, ...]:
+        """Engines that ran at least one command, in display order."""
+        used = {c.engine for c in self.commands}
+        ordered = [e for e in self.engines if e in used]
+        return tuple(ordered + sorted(used - set(ordered)))
+
+
+ResultLike = Union["SimResult", ReportData]
+
+
+def report_data(result: ResultLike) -> ReportData:
+    """``result`` as :class:`ReportData` (unchanged if it already is one)."""
+    if isinstance(result, ReportData):
+        return result
+    return from_sim_result(result)
+
+
+def from_sim_result(result: SimResult) -> ReportData:
+    import simpy
+
+    from archsim.chip import Chip
+
+    config = result.config
+    program = result.program
+    chip = Chip(simpy.Environment(), config, program.tensor_map)
+    capacities = chip.network.capacity
+    records = []
+    for command, start, end, nbytes, flops in zip(program.commands, result.starts, result.ends,
+                                                   result.command_bytes, result.command_flops):
+        timing = chip.timing(command.engine, command.op)
+        records.append(CommandRecord(
+            id=command.id, engine=command.engine, op=command.op.mnemonic,
+            source=command.source, deps=tuple(command.deps), start=int(start), end=int(end),
+            bytes=int(nbytes), flops=int(flops),
+            dram_bytes=int(timing.dram_read + timing.dram_written),
+            uncontended_cycles=uncontended_cycles(timing.fixed_cycles, timing.links,
+                                                  timing.nbytes, timing.cap, capacities),
+            operands=operand_text(command.op),
+            reads=_regions(command, write=False),
+            writes=_regions(command, write=True),
+        ))
+    capacity = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
+    if config.shared_sram.size_bytes:
+        capacity["shared"] = config.shared_sram.size_bytes
+    return ReportData(
+        program_name=program.name,
+        config_name=config.name,
+        clock_hz=config.clock_hz,
+        cores=config.cores,
+        total_cycles=result.total_cycles,
+        functional=result.functional,
+        peak_flops=config.peak_flops,
+        vector_peak_flops=float(config.cores * config.core.vector.lanes * config.clock_hz),
+        dram_bandwidth_bytes_per_s=config.dram_bandwidth_bytes_per_s,
+        host_link_bandwidth_bytes_per_s=config.host_link.bandwidth_gb_per_s * 1e9,
+        matmul_flops=result.matmul_flops,
+        flops=result.flops,
+        dram_bytes_read=int(result.dram_bytes_read),
+        dram_bytes_written=int(result.dram_bytes_written),
+        host_link_bytes=int(result.host_link_bytes),
+        engines=config.engines,
+        sram_peak_bytes=MappingProxyType(dict(result.sram_peak_bytes)),
+        sram_capacity_bytes=MappingProxyType(capacity),
+        commands=tuple(records),
+    )
+
+
+def uncontended_cycles(fixed_cycles: int, links: tuple[int, ...], nbytes: float, cap: float,
+                       capacities: list[float]) -> int:
+    """A command's duration alone on the chip, rounded like the flow network rounds
+    (a flow finishes at the ceiling of its exact finish time)."""
+    if not links or nbytes <= 0:
+        return int(fixed_cycles)
+    rate = min(cap, *(capacities[link] for link in links))
+    return int(fixed_cycles) + max(0, math.ceil(nbytes / rate - 1e-9))
+
+
+def operand_text(op: Op) -> str:
+    """``field=value`` for each operand of ``op`` (SRAM/DRAM refs in the IR's text form)."""
+    from compiler.ir.operands import DramRef, SramRef
+    from compiler.ir.text import format_dram_ref, format_sram_ref
+
+    parts = []
+    for name, value in vars(op).items():
+        if isinstance(value, SramRef):
+            text = format_sram_ref(value)
+        elif isinstance(value, DramRef):
+            text = format_dram_ref(value)
+        elif hasattr(value, "value"):  # enums and scalars
+            text = str(value.value)
+        else:
+            text = str(value)
+        parts.append(f"{name}={text}")
+    return " ".join(parts)
+
+
+def _regions(command: Command, write: bool) -> tuple[Region, ...]:
+    from compiler.ir.access import reads, writes
+
+    refs = writes(command.op) if write else reads(command.op)
+    return tuple(Region(r.space, r.offset, r.nbytes) for r in refs)
+
+
+__all__ = [
+    "COMPUTE_KINDS", "CommandRecord", "DMA_KINDS", "Region", "ReportData", "ResultLike",
+    "UNATTRIBUTED", "from_sim_result", "operand_text", "report_data", "uncontended_cycles",
+]
