@@ -8,7 +8,8 @@ Each function returns the Figure; :func:`save_figures` writes them as PNGs.
 **SRAM occupancy** is derived from the trace, per SRAM space: a region (the bytes a
 command writes) is live from the start of the command writing it to the end of the last
 command reading it before the region is overwritten (a later write to overlapping
-bytes ends it); a region nobody reads is live only while it is written. Live bytes
+bytes ends it, at the latest when that write starts, so an in-place update is counted
+once); a region nobody reads is live only while it is written. Live bytes
 over time are the sum of live regions. This is what a schedule keeps resident, which
 is usually well below the highest address it touches (the summary's "SRAM peak").
 """
@@ -201,7 +202,10 @@ def sram_occupancy(result: ResultLike) -> tuple[Occupancy, ...]:
             keep = []
             for region in regions:
                 if region[0] < w.end and w.offset < region[1]:
-                    closed.setdefault(w.space, []).append((region[2], region[3], region[1] - region[0]))
+                    # The bytes now hold the new value: the old one ends no later than
+                    # this write starts (also when this command read it in place).
+                    end = min(region[3], c.start)
+                    closed.setdefault(w.space, []).append((region[2], end, region[1] - region[0]))
                 else:
                     keep.append(region)
             keep.append([w.offset, w.end, c.start, c.end])
@@ -215,7 +219,7 @@ def sram_occupancy(result: ResultLike) -> tuple[Occupancy, ...]:
         for start, end, nbytes in closed[space]:
             deltas[start] = deltas.get(start, 0) + nbytes
             deltas[end] = deltas.get(end, 0) - nbytes
-        times = np.array(sorted(deltas), dtype=np.int64)
+        times = np.array(sorted(t for t, d in deltas.items() if d), dtype=np.int64)
         live_bytes = np.cumsum([deltas[t] for t in times]).astype(np.int64)
         result_spaces.append(Occupancy(space, times, live_bytes,
                                        data.sram_capacity_bytes.get(space, 0)))

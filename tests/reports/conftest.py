@@ -146,3 +146,9 @@ def all_results(mm_result: SimResult, chain_result: SimResult,
                 contention_result: SimResult) -> list[SimResult]:
     return [mm_result, chain_result, contention_result,
             run(matmul_softmax_program(host=False, tile_k=32))]
+
+
+@pytest.fixture(scope="session")
+def simulate():
+    """``simulate(program, preset="tiny") -> SimResult`` for tests that build their own."""
+    return run

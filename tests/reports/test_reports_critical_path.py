@@ -1,0 +1,110 @@
+"""Critical path and idle-reason accounting, on hand-derived tiny-preset timelines.
+
+Cycle counts (tiny preset): a DMA load/store of 256 B costs setup 10 + DRAM latency 20
++ NoC latency 5 + 256 B / 16 B per cycle = 51 cycles; a vector multiply of 64 elements
+costs pipeline 2 + 64 / 4 lanes = 18 cycles. Four concurrent 4 KiB loads share the one
+16 B/cycle DRAM channel: 35 + 16384 B / 16 = 1059 cycles each instead of 35 + 256 = 291.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from reports.critical_path import critical_path, critical_path_text, engine_times, idle_text
+from reports.data import CommandRecord, ReportData, report_data
+
+
+def test_chain_path_is_every_command(chain_result):
+    path = critical_path(chain_result)
+    assert [(s.command, s.start, s.end, s.via) for s in path.steps] == [
+        (0, 0, 51, "start"), (1, 51, 69, "dep"), (2, 69, 120, "dep")]
+    assert path.length_cycles == chain_result.total_cycles == 120
+
+
+def test_path_length_equals_latency_on_every_program(all_results):
+    for result in all_results:
+        path = critical_path(result)
+        assert path.length_cycles == result.total_cycles
+        assert path.steps[0].start == 0
+        assert path.steps[-1].end == result.total_cycles
+        for before, after in zip(path.steps, path.steps[1:]):
+            assert before.end == after.start  # segments tile [0, total]
+
+
+def test_overlapped_program_path_skips_overlapped_loads(mm_result):
+    path = critical_path(mm_result)
+    on_path = {s.command for s in path.steps}
+    # Double buffering: the scratchpad copies on dma1 hide under the matrix engine.
+    copies = {c.id for c in mm_result.program.commands if c.op.mnemonic == "copy"}
+    assert len(copies - on_path) >= len(copies) - 2
+    assert path.cycles_by("kind")["mxu"] > path.length_cycles / 2
+    assert sum(path.cycles_by("source").values()) == mm_result.total_cycles
+
+
+def _record(cid: int, engine: str, start: int, end: int, deps: tuple[int, ...] = ()) -> CommandRecord:
+    return CommandRecord(id=cid, engine=engine, op="binary", source=f"op{cid}", deps=deps,
+                         start=start, end=end, bytes=0, flops=0, dram_bytes=0,
+                         uncontended_cycles=end - start, operands="")
+
+
+def _data(template, *commands: CommandRecord) -> ReportData:
+    """``template``'s run with its commands replaced."""
+    return dataclasses.replace(report_data(template), commands=commands,
+                               total_cycles=max(c.end for c in commands))
+
+
+def test_ties_prefer_the_dependency_over_the_queue(chain_result):
+    data = _data(chain_result, _record(0, "core0.vpu", 0, 10), _record(1, "core1.vpu", 0, 10),
+                 _record(2, "core0.vpu", 10, 20, deps=(1,)))
+    assert [(s.command, s.via) for s in critical_path(data).steps] == [
+        (1, "start"), (2, "dep")]
+
+
+def test_inconsistent_trace_is_an_error_naming_the_command(chain_result):
+    data = _data(chain_result, _record(0, "core0.vpu", 0, 10), _record(1, "core0.vpu", 12, 20))
+    with pytest.raises(ValueError, match="command 1 on core0.vpu starts at cycle 12"):
+        critical_path(data)
+
+
+def test_chain_idle_reasons_hand_derived(chain_result):
+    times = {t.engine: t for t in engine_times(chain_result)}
+    assert (times["core0.dma0"].busy, times["core0.dma0"].waiting,
+            times["core0.dma0"].nothing_to_do) == (51, 0, 69)
+    assert (times["core0.vpu"].busy, times["core0.vpu"].waiting,
+            times["core0.vpu"].nothing_to_do) == (18, 51, 51)
+    assert dict(times["core0.vpu"].waiting_on) == {"dma": 51}
+    assert (times["core0.dma1"].busy, times["core0.dma1"].waiting,
+            dict(times["core0.dma1"].waiting_on)) == (51, 69, {"vpu": 69})
+
+
+def test_contention_is_duration_beyond_uncontended(contention_result):
+    for t in engine_times(contention_result):
+        assert (t.busy, t.contention, t.waiting, t.nothing_to_do) == (291, 768, 0, 0)
+
+
+def test_buckets_sum_to_each_engines_time(all_results):
+    for result in all_results:
+        times = engine_times(result, include_unused=True)
+        assert {t.engine for t in times} >= set(result.engine_busy_cycles)
+        for t in times:
+            assert t.busy + t.contention + t.waiting + t.nothing_to_do == result.total_cycles
+            assert t.idle + t.contention == result.total_cycles - t.busy
+            assert sum(t.waiting_on.values()) == t.waiting
+            assert t.busy_including_contention == result.engine_busy_cycles.get(t.engine, 0)
+
+
+def test_unused_engine_has_nothing_to_do(chain_result):
+    times = {t.engine: t for t in engine_times(chain_result, include_unused=True)}
+    assert times["core1.mxu0"].nothing_to_do == chain_result.total_cycles
+    assert "core1.mxu0" not in {t.engine for t in engine_times(chain_result)}
+
+
+def test_text_forms(mm_result):
+    text = critical_path_text(mm_result)
+    assert f"{mm_result.total_cycles:,} cycles" in text
+    assert "aten.mm" in text and "Path time by engine kind" in text
+    idle = idle_text(mm_result)
+    assert "nothing to do" in idle and "core0.mxu0" in idle
+    assert max(len(line) for line in idle.splitlines()) <= 100
