@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from archsim.config import load_config
@@ -152,3 +154,10 @@ def all_results(mm_result: SimResult, chain_result: SimResult,
 def simulate():
     """``simulate(program, preset="tiny") -> SimResult`` for tests that build their own."""
     return run
+
+
+@pytest.fixture(scope="session")
+def programs() -> SimpleNamespace:
+    """The program builders above, for tests that vary sizes or presets."""
+    return SimpleNamespace(matmul_softmax=matmul_softmax_program, chain=chain_program,
+                           contention=contention_program)

@@ -1,0 +1,94 @@
+"""The single-file HTML report and the JSON round trip."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+
+from reports.critical_path import critical_path, engine_times
+from reports.data import report_data
+from reports.figures import FIGURES
+from reports.html import SECTIONS, html_report, write_html
+from reports.json_report import from_json, read_json, to_json, write_json
+from reports.ops import op_table
+from reports.perfetto import perfetto_trace
+from reports.summary import summary
+
+
+@pytest.fixture(scope="module")
+def page(mm_result) -> str:
+    return html_report(mm_result)
+
+
+def test_html_has_every_section(page):
+    for sid, title in SECTIONS:
+        assert f'<section id="{sid}"><h2>{title}</h2>' in page
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+
+
+def test_html_embeds_every_figure_as_png(page):
+    images = re.findall(r'<figure id="figure-(\w+)"><img alt="\w+" src="data:image/png;base64,([^"]+)"', page)
+    assert sorted(name for name, _ in images) == sorted(FIGURES)
+    for _, data in images:
+        assert base64.b64decode(data)[:4] == b"\x89PNG"
+    assert "http://" not in page and "https://" not in page  # single file, no assets
+
+
+def test_html_contains_the_text_reports(page, mm_result):
+    assert "Host work: 2 commands" in page
+    assert "Ops by time" in page and "aten._softmax" in page
+    assert "Critical path:" in page and "nothing to do" in page
+
+
+def test_write_html(tmp_path, chain_result):
+    path = tmp_path / "report.html"
+    write_html(chain_result, path)
+    assert "chain on tiny" in path.read_text()
+
+
+def test_json_round_trip(mm_result):
+    document = json.loads(json.dumps(to_json(mm_result)))
+    data = from_json(document)
+    assert data == report_data(mm_result)
+    assert summary(data) == summary(mm_result)
+    assert op_table(data, sort="bytes") == op_table(mm_result, sort="bytes")
+    assert critical_path(data) == critical_path(mm_result)
+    assert perfetto_trace(data) == perfetto_trace(mm_result)
+
+
+def test_json_has_the_numbers_machines_need(mm_result):
+    document = to_json(mm_result)
+    run = document["run"]
+    assert run["total_cycles"] == mm_result.total_cycles
+    assert run["achieved_flops"] == pytest.approx(mm_result.achieved_flops)
+    assert run["dram_bytes_read"] == mm_result.dram_bytes_read
+    engines = dict(zip(document["engines"]["names"], document["engines"]["busy_cycles"]))
+    assert {e: b for e, b in engines.items() if b} == dict(mm_result.engine_busy_cycles)
+    assert document["trace"]["start"] == mm_result.starts.tolist()
+    assert document["trace"]["end"] == mm_result.ends.tolist()
+    assert [o["source"] for o in document["ops"]] == ["aten.mm", "aten._softmax",
+                                                     "input.copy_", "aten.argmax"]
+    assert document["critical_path"]["length_cycles"] == mm_result.total_cycles
+    assert len(document["engine_time"]) == len(engine_times(mm_result))
+
+
+def test_json_files(tmp_path, chain_result):
+    path = tmp_path / "result.json"
+    write_json(chain_result, path)
+    assert read_json(path) == report_data(chain_result)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(format="other"), "not an archsim report: format is 'other'"),
+    (lambda d: d.update(version=99), "archsim report version 99 is not supported"),
+    (lambda d: d["run"].pop("clock_hz"), "archsim report is missing field 'clock_hz'"),
+    (lambda d: d["trace"]["start"].pop(), "trace columns have different lengths"),
+])
+def test_from_json_rejects_bad_documents(chain_result, change, message):
+    document = json.loads(json.dumps(to_json(chain_result)))
+    change(document)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        from_json(document)

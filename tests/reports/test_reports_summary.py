@@ -1,0 +1,58 @@
+"""The text summary and the side-by-side comparison."""
+
+from __future__ import annotations
+
+import pytest
+
+from reports.compare import compare_table
+from reports.summary import summary
+
+
+def test_summary_headline(mm_result):
+    text = summary(mm_result)
+    assert text.splitlines()[0] == "mm_softmax on tiny (2 cores, 1 GHz) - performance-only"
+    assert f"{mm_result.total_cycles:,} cycles = {mm_result.total_cycles / 1000:.2f} us" in text
+    assert "of 64.0 GFLOP/s peak" in text      # tiny: 2 cores x 4x4 MACs x 2 x 1 GHz
+    assert "of 16.0 GB/s" in text               # tiny: one 16 GB/s channel
+
+
+def test_summary_lists_host_work_with_its_time(mm_result):
+    text = summary(mm_result)
+    assert "Host work: 2 commands, 2,468 cycles" in text
+    host_lines = [line for line in text.splitlines() if "aten.argmax" in line or "input.copy_" in line]
+    assert any("300" in line and "host_op" in line for line in host_lines)
+    assert any("2,168" in line and "host_transfer" in line for line in host_lines)
+
+
+def test_summary_utilization_grouped_by_core(mm_result):
+    text = summary(mm_result)
+    core0 = next(line for line in text.splitlines() if line.strip().startswith("core0 "))
+    util = mm_result.utilization
+    assert f"{100 * util['core0.mxu0']:.1f}%" in core0
+    assert "chip   tdma" in text
+    assert "sram0" in text and "64.0 KiB" in text
+
+
+def test_summary_fits_a_terminal_and_stays_compact_on_many_cores(simulate, programs):
+    result = simulate(programs.chain(), "atom")
+    text = summary(result)
+    assert "idle cores: 1-7" in text
+    assert "sram*" in text  # eight scratchpads summarized in one row
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert len(text.splitlines()) < 30
+
+
+def test_summary_says_when_there_is_no_host_work(chain_result):
+    assert "Host work: none" in summary(chain_result)
+
+
+def test_compare_table(mm_result, simulate, programs):
+    other = simulate(programs.matmul_softmax(), "atom")
+    text = compare_table([mm_result, other])
+    header, rule, *rows = text.splitlines()
+    assert header.split() == ["tiny", "atom"]
+    speedup = next(r for r in rows if r.strip().startswith("speedup vs tiny"))
+    assert speedup.split()[-2:] == ["1.00x", f"{mm_result.seconds / other.seconds:.2f}x"]
+    assert compare_table([mm_result], labels=["base"]).splitlines()[0].split() == ["base"]
+    with pytest.raises(ValueError, match="1 labels for 2 results"):
+        compare_table([mm_result, other], labels=["x"])
