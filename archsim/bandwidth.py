@@ -2,32 +2,38 @@
 
 Every shared path element (DRAM, a core's NoC link, a scratchpad port, the shared
 SRAM, the host link) is a *link* with a capacity in bytes per cycle. A transfer is a
-*flow* over a tuple of links with its own cap (its DMA engine's bandwidth). Whenever a
-flow starts or ends, the rates of all flows in flight are recomputed by water-filling
-and the next completion is rescheduled. Contention and overlap thus emerge from the
-simulation, at a cost of a few events per transfer instead of one per burst.
+*flow* over a tuple of links with its own cap (its DMA engine's bandwidth). A flow
+alone runs at its *solo* rate: the minimum of its cap and its links' capacities.
+While some link is oversubscribed (the solo rates of its flows add up to more than
+its capacity), rates are max-min fair (water-filling). Rates are recomputed whenever
+a flow starts or ends, and one wake-up is kept scheduled for the next completion, so
+contention and overlap emerge from the simulation at a few events per transfer.
 
-Time is integer cycles: a flow's completion is scheduled at the ceiling of its exact
-finish time.
+Time is integer cycles: a completion is scheduled at the ceiling of the exact time.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import simpy
 
-_DONE_EPSILON = 1e-6
+_SLACK = 1 + 1e-12
+_DONE = 1e-6
 
 
-@dataclass
 class _Flow:
-    links: tuple[int, ...]
-    cap: float
-    remaining: float
-    done: simpy.Event
-    rate: float = 0.0
+    __slots__ = ("links", "cap", "solo", "remaining", "rate", "on_done")
+
+    def __init__(self, links: tuple[int, ...], cap: float, solo: float, nbytes: float,
+                 on_done: Callable[[], None]) -> None:
+        self.links = links
+        self.cap = cap
+        self.solo = solo
+        self.remaining = nbytes
+        self.rate = solo
+        self.on_done = on_done
 
 
 class FlowNetwork:
@@ -40,7 +46,10 @@ class FlowNetwork:
         self.bytes_moved: list[float] = []
         self._index: dict[str, int] = {}
         self._flows: list[_Flow] = []
-        self._last_update = 0
+        self._demand: list[float] = []
+        self._oversubscribed = 0
+        self._updated_at = 0
+        self._wake_at = -1
         self._generation = 0
 
     def add_link(self, name: str, bytes_per_cycle: float) -> int:
@@ -51,87 +60,117 @@ class FlowNetwork:
         self.names.append(name)
         self.capacity.append(float(bytes_per_cycle))
         self.bytes_moved.append(0.0)
+        self._demand.append(0.0)
         return self._index[name]
 
     def link(self, name: str) -> int:
         return self._index[name]
 
-    def transfer(self, links: tuple[int, ...], nbytes: float, cap: float) -> simpy.Event:
-        """Start a flow of ``nbytes`` over ``links`` at most ``cap`` bytes/cycle; the
-        returned event fires when the last byte arrives."""
-        done = self.env.event()
+    def transfer(self, links: tuple[int, ...], nbytes: float, cap: float, delay: int,
+                 on_done: Callable[[], None]) -> None:
+        """Move ``nbytes`` over ``links`` at most ``cap`` bytes/cycle, starting after
+        ``delay`` cycles; ``on_done()`` is called when the last byte arrives."""
+        capacity, moved = self.capacity, self.bytes_moved
+        solo = cap
         for link in links:
-            self.bytes_moved[link] += nbytes
+            moved[link] += nbytes
+            if capacity[link] < solo:
+                solo = capacity[link]
         if nbytes <= 0:
-            done.succeed()
-            return done
-        self._advance()
-        self._flows.append(_Flow(links, cap, float(nbytes), done))
-        self._reschedule()
-        return done
+            self.env.timeout(delay).callbacks.append(lambda _e: on_done())
+            return
+        flow = _Flow(links, cap, solo, float(nbytes), on_done)
+        if delay:
+            self.env.timeout(delay).callbacks.append(lambda _e: self._start(flow))
+        else:
+            self._start(flow)
 
     # -- internals ------------------------------------------------------------------
-    def _advance(self) -> None:
-        """Drain bytes moved since the last update at the current rates."""
-        now = self.env.now
-        elapsed = now - self._last_update
-        if elapsed:
-            for flow in self._flows:
-                flow.remaining -= flow.rate * elapsed
-        self._last_update = now
-
-    def _reschedule(self) -> None:
-        self._allocate()
-        self._generation += 1
-        if not self._flows:
-            return
-        delay = min(math.ceil(f.remaining / f.rate - 1e-9) for f in self._flows)
-        wake = self.env.timeout(max(delay, 0))
-        generation = self._generation
-        wake.callbacks.append(lambda _event: self._on_wake(generation))
+    def _start(self, flow: _Flow) -> None:
+        self._advance()
+        self._flows.append(flow)
+        demand, capacity = self._demand, self.capacity
+        for link in flow.links:
+            before = demand[link] > capacity[link] * _SLACK
+            demand[link] += flow.solo
+            self._oversubscribed += (demand[link] > capacity[link] * _SLACK) - before
+        if self._oversubscribed:
+            self._water_fill()
+        self._schedule_wake()
 
     def _on_wake(self, generation: int) -> None:
         if generation != self._generation:
-            return  # superseded by a later start/finish
+            return  # superseded by a later start or finish
         self._advance()
-        finished = [f for f in self._flows if f.remaining <= _DONE_EPSILON]
-        self._flows = [f for f in self._flows if f.remaining > _DONE_EPSILON]
+        finished = [f for f in self._flows if f.remaining <= f.rate * _DONE]
+        if finished:
+            self._flows = [f for f in self._flows if f.remaining > f.rate * _DONE]
+            demand, capacity = self._demand, self.capacity
+            for flow in finished:
+                for link in flow.links:
+                    before = demand[link] > capacity[link] * _SLACK
+                    demand[link] -= flow.solo
+                    self._oversubscribed += (demand[link] > capacity[link] * _SLACK) - before
+            if self._oversubscribed:
+                self._water_fill()
+            else:
+                for f in self._flows:
+                    f.rate = f.solo
+        self._wake_at = -1
+        self._schedule_wake()
         for flow in finished:
-            flow.done.succeed()
-        self._reschedule()
+            flow.on_done()
 
-    def _allocate(self) -> None:
-        """Max-min fair rates (water-filling), each flow also limited by its cap."""
-        flows = self._flows
-        if len(flows) == 1:
-            flow = flows[0]
-            flow.rate = min(flow.cap, *(self.capacity[link] for link in flow.links))
+    def _advance(self) -> None:
+        """Drain the bytes moved since the last update at the current rates."""
+        now = self.env.now
+        elapsed = now - self._updated_at
+        if elapsed:
+            for f in self._flows:
+                f.remaining -= f.rate * elapsed
+            self._updated_at = now
+
+    def _schedule_wake(self) -> None:
+        if not self._flows:
+            self._generation += 1
+            self._wake_at = -1
             return
-        left: dict[int, float] = {}
-        users: dict[int, int] = {}
-        for f in flows:
+        now = self.env.now
+        wake_at = now + max(0, min(math.ceil(f.remaining / f.rate - 1e-9) for f in self._flows))
+        if wake_at == self._wake_at:
+            return  # the pending wake-up is still the right one
+        self._generation += 1
+        self._wake_at = wake_at
+        generation = self._generation
+        self.env.timeout(wake_at - now).callbacks.append(lambda _e: self._on_wake(generation))
+
+    def _water_fill(self) -> None:
+        """Max-min fair rates, each flow also limited by its cap."""
+        left = list(self.capacity)
+        users = [0] * len(left)
+        for f in self._flows:
             for link in f.links:
-                left[link] = self.capacity[link]
-                users[link] = users.get(link, 0) + 1
-        pending = flows
+                users[link] += 1
+        pending = self._flows
         while pending:
-            share = min(left[link] / n for link, n in users.items() if n)
+            share = min(left[link] / n for link, n in enumerate(users) if n)
             fixed = [f for f in pending if f.cap <= share]
             if fixed:
                 for f in fixed:
                     f.rate = f.cap
             else:
-                tight = {link for link, n in users.items()
-                         if n and left[link] / n <= share * (1 + 1e-12)}
-                fixed = [f for f in pending if not tight.isdisjoint(f.links)]
+                limit = share * _SLACK
+                fixed = [f for f in pending
+                         if any(left[link] / users[link] <= limit for link in f.links)]
                 for f in fixed:
                     f.rate = share
             for f in fixed:
                 for link in f.links:
                     left[link] -= f.rate
                     users[link] -= 1
-            done = set(map(id, fixed))
-            pending = [f for f in pending if id(f) not in done]
+            if len(fixed) == len(pending):
+                return
+            pending = [f for f in pending if f not in fixed]
 
 
 __all__ = ["FlowNetwork"]

@@ -36,22 +36,22 @@ class Chip:
         self.host = Host()
         self._engines = {e.name: e for core in self.cores for e in core.engines}
         self._engines["tdma"] = self.tdma
+        self._paths: dict[str, tuple[tuple[int, ...], int]] = {
+            core.scratchpad.space: ((self.noc.links[core.index], core.scratchpad.port),
+                                    self.noc.latency_cycles)
+            for core in self.cores
+        }
+        self._ports = {core.scratchpad.space: core.scratchpad.port for core in self.cores}
+        if self.shared is not None:
+            self._paths["shared"] = ((self.shared.port,), 0)
+            self._ports["shared"] = self.shared.port
 
     def sram_path(self, space: str) -> tuple[tuple[int, ...], int]:
         """Links and latency between the fabric and an SRAM space."""
-        if space == "shared":
-            if self.shared is None:
-                raise KeyError("shared SRAM is absent in this config")
-            return (self.shared.port,), 0
-        core = int(space.removeprefix("sram"))
-        return (self.noc.links[core], self.cores[core].scratchpad.port), self.noc.latency_cycles
+        return self._paths[space]
 
     def space_port(self, space: str) -> int:
-        if space == "shared":
-            if self.shared is None:
-                raise KeyError("shared SRAM is absent in this config")
-            return self.shared.port
-        return self.cores[int(space.removeprefix("sram"))].scratchpad.port
+        return self._ports[space]
 
     def timing(self, engine: str, op: Op) -> CommandTiming:
         """What a command costs on its engine (decided before the run)."""

@@ -5,20 +5,25 @@ from __future__ import annotations
 
 from archsim.bandwidth import FlowNetwork
 from archsim.config.model import NpuConfig, ceil_div
-from compiler.ir.operands import DramRef, DramTensor, numel
+from compiler.ir.operands import DramRef, DramTensor
 
 
-def contiguous_run_elements(ref: DramRef, tensor: DramTensor) -> int:
-    """Elements per contiguous run of a box in a row-major tensor."""
+def box_layout(ref: DramRef, tensor: DramTensor) -> tuple[int, int]:
+    """``(elements, elements per contiguous run)`` of a box in a row-major tensor."""
+    count = 1
     run = 1
-    for dim in range(len(ref.slices) - 1, -1, -1):
-        s = ref.slices[dim]
-        if s.step != 1:
-            break
-        run *= s.length
-        if s.length != tensor.shape[dim]:
-            break
-    return max(run, 1)
+    contiguous = True
+    for s, size in zip(reversed(ref.slices), reversed(tensor.shape)):
+        span = s.stop - s.start
+        length = (span + s.step - 1) // s.step if span > 0 else 0
+        count *= length
+        if contiguous:
+            if s.step != 1:
+                contiguous = False
+            else:
+                run *= length
+                contiguous = length == size
+    return count, max(run, 1)
 
 
 class Dram:
@@ -31,10 +36,9 @@ class Dram:
     def charged_bytes(self, ref: DramRef, tensor: DramTensor) -> int:
         """Bytes the channels actually move for a box: runs rounded up to the access
         granularity."""
-        count = numel(ref.shape)
+        count, run = box_layout(ref, tensor)
         if count == 0:
             return 0
-        run = contiguous_run_elements(ref, tensor)
         run_bytes = run * tensor.dtype.itemsize
         granule = self.config.access_granularity_bytes
         return (count // run) * ceil_div(run_bytes, granule) * granule

@@ -9,7 +9,7 @@ timeout for compute, and on the flow network for transfers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -22,6 +22,7 @@ from archsim.errors import SimulationError
 from archsim.functional import FunctionalExecutor, HostFunction, Memory
 from archsim.result import SimResult
 from archsim.timing import CommandTiming
+from compiler.ir.access import SRAM_READ_FIELDS, SRAM_WRITE_FIELDS
 from compiler.ir.operands import SramRef
 from compiler.ir.ops import Command, Op, Program
 
@@ -47,6 +48,55 @@ class Simulator:
         return _Run(self.config, program, inputs, host_functions or {}).execute()
 
 
+class _Engine:
+    """One engine's in-order queue, driven by SimPy callbacks: when the engine is free
+    it starts its next command as soon as that command's dependencies are done."""
+
+    __slots__ = ("run", "queue", "pos", "current")
+
+    def __init__(self, run: "_Run", queue: list[int]) -> None:
+        self.run = run
+        self.queue = queue
+        self.pos = 0
+        self.current = -1
+
+    def advance(self) -> None:
+        """Start the next command if it can start now; else wait on a dependency."""
+        if self.current >= 0 or self.pos >= len(self.queue):
+            return
+        run = self.run
+        i = self.queue[self.pos]
+        done = run.done
+        for d in run.deps[i]:
+            if not done[d]:
+                run.waiters.setdefault(d, []).append(self)
+                return
+        self.current = i
+        run.starts[i] = run.env.now
+        if run.executor is not None:
+            run.execute_command(i)
+        timing = run.timings[i]
+        if timing.links:
+            run.network.transfer(timing.links, timing.nbytes, timing.cap, timing.fixed_cycles,
+                                 self.finish)
+        else:
+            run.env.timeout(timing.fixed_cycles).callbacks.append(self._finish_event)
+
+    def _finish_event(self, _event: simpy.Event) -> None:
+        self.finish()
+
+    def finish(self) -> None:
+        run = self.run
+        i = self.current
+        run.ends[i] = run.env.now
+        run.done[i] = True
+        self.current = -1
+        self.pos += 1
+        self.advance()
+        for waiter in run.waiters.pop(i, ()):
+            waiter.advance()
+
+
 class _Run:
     """State of one simulation (kept off the Simulator so runs cannot leak into each
     other)."""
@@ -57,11 +107,14 @@ class _Run:
         self.program = program
         self.env = simpy.Environment()
         self.chip = Chip(self.env, config, program.tensor_map)
+        self.network = self.chip.network
         commands = program.commands
         self.n = len(commands)
-        index = {c.id: i for i, c in enumerate(commands)}
-        self.deps = [tuple(index[d] for d in c.deps) for c in commands]
-        self.ops: list[Op] = [c.op for c in commands]
+        if all(c.id == i for i, c in enumerate(commands)):
+            self.deps = [c.deps for c in commands]
+        else:
+            index = {c.id: i for i, c in enumerate(commands)}
+            self.deps = [tuple(index[d] for d in c.deps) for c in commands]
         self.timings: list[CommandTiming] = [self.chip.timing(c.engine, c.op) for c in commands]
         self.queues: dict[str, list[int]] = {}
         for i, c in enumerate(commands):
@@ -69,49 +122,24 @@ class _Run:
         self.starts = [0] * self.n
         self.ends = [0] * self.n
         self.done = [False] * self.n
-        self.waiters: dict[int, simpy.Event] = {}
+        self.waiters: dict[int, list[_Engine]] = {}
         self.executor: FunctionalExecutor | None = None
         if inputs is not None:
             memory = Memory(program.tensor_map, _space_sizes(config), inputs)
             self.executor = FunctionalExecutor(memory, host_functions)
 
     def execute(self) -> SimResult:
-        for engine, queue in self.queues.items():
-            self.env.process(self._engine(queue))
+        engines = [_Engine(self, queue) for queue in self.queues.values()]
+        for engine in engines:
+            engine.advance()
         self.env.run()
         if not all(self.done):
             raise SimulationError(self._stuck_message())
         return self._result()
 
-    def _engine(self, queue: list[int]) -> Iterator[simpy.Event]:
-        env, deps, done, waiters = self.env, self.deps, self.done, self.waiters
-        timings, starts, ends = self.timings, self.starts, self.ends
-        timeout, transfer = env.timeout, self.chip.network.transfer
-        executor = self.executor
-        for i in queue:
-            for d in deps[i]:
-                if not done[d]:
-                    event = waiters.get(d)
-                    if event is None:
-                        event = waiters[d] = env.event()
-                    yield event
-            starts[i] = env.now
-            if executor is not None:
-                self._execute(executor, i)
-            timing = timings[i]
-            if timing.fixed_cycles:
-                yield timeout(timing.fixed_cycles)
-            if timing.links:
-                yield transfer(timing.links, timing.nbytes, timing.cap)
-            ends[i] = env.now
-            done[i] = True
-            event = waiters.pop(i, None)
-            if event is not None:
-                event.succeed()
-
-    def _execute(self, executor: FunctionalExecutor, i: int) -> None:
+    def execute_command(self, i: int) -> None:
         try:
-            executor.execute(self.ops[i])
+            self.executor.execute(self.program.commands[i].op)
         except SimulationError:
             raise
         except Exception as exc:  # name the command; keep the cause chained
@@ -139,10 +167,12 @@ class _Run:
         busy: dict[str, int] = {}
         for engine, queue in self.queues.items():
             busy[engine] = int((ends[queue] - starts[queue]).sum())
-        t = self.timings
-        flops = np.fromiter((x.flops for x in t), dtype=np.int64, count=self.n)
-        nbytes = np.fromiter((int(x.nbytes) for x in t), dtype=np.int64, count=self.n)
-        matmul = sum(x.flops for x, c in zip(t, self.program.commands) if c.op.mnemonic == "matmul")
+        columns = list(zip(*self.timings)) if self.n else [()] * len(CommandTiming._fields)
+        field = dict(zip(CommandTiming._fields, columns))
+        flops = np.asarray(field["flops"], dtype=np.int64)
+        nbytes = np.asarray(field["nbytes"], dtype=np.int64)
+        matmul = sum(int(flops[queue].sum()) for engine, queue in self.queues.items()
+                     if ".mxu" in engine)
         outputs = None
         if self.executor is not None:
             outputs = MappingProxyType(self.executor.memory.output_values())
@@ -155,9 +185,9 @@ class _Run:
             command_bytes=nbytes,
             command_flops=flops,
             engine_busy_cycles=MappingProxyType(busy),
-            dram_bytes_read=sum(x.dram_read for x in t),
-            dram_bytes_written=sum(x.dram_written for x in t),
-            host_link_bytes=sum(x.host_bytes for x in t),
+            dram_bytes_read=int(sum(field["dram_read"])),
+            dram_bytes_written=int(sum(field["dram_written"])),
+            host_link_bytes=int(sum(field["host_bytes"])),
             matmul_flops=int(matmul),
             flops=int(flops.sum()),
             sram_peak_bytes=MappingProxyType(_sram_high_water(self.program.commands)),
@@ -176,8 +206,13 @@ def _sram_high_water(commands: tuple[Command, ...]) -> dict[str, int]:
     """Per SRAM space, the highest byte address any command touches: the scratchpad a
     schedule needs."""
     peak: dict[str, int] = {}
+    fields_of = {cls: SRAM_READ_FIELDS[cls] + SRAM_WRITE_FIELDS[cls] for cls in SRAM_READ_FIELDS}
     for c in commands:
-        for value in vars(c.op).values():
-            if isinstance(value, SramRef) and value.end > peak.get(value.space, 0):
-                peak[value.space] = value.end
+        op = c.op
+        for name in fields_of[type(op)]:
+            ref = getattr(op, name)
+            if isinstance(ref, SramRef):
+                end = ref.offset + ref.nbytes
+                if end > peak.get(ref.space, 0):
+                    peak[ref.space] = end
     return peak

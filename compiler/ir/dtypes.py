@@ -21,9 +21,9 @@ class DType(enum.Enum):
     i64 = "i64"
     bool = "bool"
 
-    @property
-    def itemsize(self) -> int:
-        return _ITEMSIZE[self]
+    itemsize: int
+    """Bytes per element (set below for every member; a plain attribute because it
+    sits on the simulator's hot path)."""
 
     @property
     def storage(self) -> np.dtype:
@@ -57,3 +57,6 @@ _STORAGE = {
     DType.i32: np.dtype(np.int32), DType.i64: np.dtype(np.int64),
     DType.bool: np.dtype(np.bool_),
 }
+
+for _member in DType:
+    _member.itemsize = _ITEMSIZE[_member]

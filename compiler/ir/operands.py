@@ -45,7 +45,8 @@ class Slice:
 
     @property
     def length(self) -> int:
-        return max(0, -(-(self.stop - self.start) // self.step))
+        span = self.stop - self.start
+        return (span + self.step - 1) // self.step if span > 0 else 0
 
 
 @dataclass(frozen=True)
