@@ -30,7 +30,7 @@ from reports.ops import op_rows
 from reports.perfetto import track_name
 
 _OP_COLORS = {
-    "load": "#1f77b4", "store": "#17becf", "copy": "#9edae5", "matmul": "#d62728",
+    "load": "#1f77b4", "store": "#17becf", "copy": "#aec7e8", "matmul": "#d62728",
     "unary": "#2ca02c", "binary": "#98df8a", "select": "#bcbd22", "cast": "#c7c7c7",
     "reduce": "#9467bd", "transpose": "#8c564b", "vcopy": "#c49c94",
     "host_transfer": "#ff7f0e", "host_op": "#e377c2",
@@ -78,7 +78,7 @@ def timeline_figure(result: ResultLike) -> Figure:
         ax.broken_barh(spans, (row[engine] - 0.4, 0.8), facecolors=_op_color(op),
                        edgecolor="white", linewidth=0.3)
     ax.set_yticks(range(len(engines)), [_engine_label(e) for e in engines])
-    ax.set_ylim(len(engines) - 0.5, -0.5)
+    ax.set_ylim(max(len(engines), 1) - 0.5, -0.5)
     ax.set_xlim(0, max(data.total_cycles, 1) * scale)
     ax.set_xlabel(f"time ({unit})")
     extra = f", {hidden} more engines not shown" if hidden else ""
@@ -111,7 +111,7 @@ def utilization_figure(result: ResultLike) -> Figure:
     for i, v in enumerate(values):
         ax.text(v + 1, i, f"{v:.1f}%", va="center", fontsize="small")
     ax.set_yticks(range(len(engines)), [_engine_label(e) for e in engines])
-    ax.set_ylim(len(engines) - 0.5, -0.5)
+    ax.set_ylim(max(len(engines), 1) - 0.5, -0.5)
     ax.set_xlim(0, 110)
     ax.set_xlabel("busy time (% of run)")
     unused = len(data.engines) - len(engines)
