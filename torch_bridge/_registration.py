@@ -4,33 +4,41 @@ from __future__ import annotations
 
 import torch
 
-_registered = False
+_done: set[str] = set()  # steps finished, so a retry after a failure resumes
 _libraries: list[torch.library.Library] = []  # kept alive: dropping them unregisters
 
 
 def register() -> None:
     """Rename PrivateUse1 to ``npu``, install ``torch.npu``, the kernels, the host
-    fallback and autocast. Safe to call again (does nothing)."""
-    global _registered
-    if _registered:
+    fallback and autocast. Safe to call again (does nothing once done)."""
+    if "autocast" in _done:
         return
-    if torch._C._get_privateuse1_backend_name() not in ("privateuseone", "npu"):
-        raise RuntimeError(
-            "cannot register the npu device: PrivateUse1 is already taken by "
-            f"{torch._C._get_privateuse1_backend_name()!r}")
-    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+    name = torch._C._get_privateuse1_backend_name()
+    if name not in ("privateuseone", "npu"):
+        raise RuntimeError(f"cannot register the npu device: PrivateUse1 is already "
+                           f"taken by {name!r}")
+    if "device" not in _done:
+        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-    torch.utils.rename_privateuse1_backend("npu")  # our modules name the device at import
-    from torch_bridge import autocast, device, kernels
+        torch.utils.rename_privateuse1_backend("npu")  # our modules name it at import
+        from torch_bridge import device, storage
 
-    _setup_privateuseone_for_python_backend("npu", backend_module=device)
-    aten_impl = torch.library.Library("aten", "IMPL")
-    global_impl = torch.library.Library("_", "IMPL")
-    _libraries.extend([aten_impl, global_impl])
-    kernels.install(aten_impl, global_impl)
+        _setup_privateuseone_for_python_backend("npu", backend_module=device)
+        storage.patch_storage()
+        _libraries.extend([torch.library.Library("aten", "IMPL"),
+                           torch.library.Library("_", "IMPL")])
+        _done.add("device")
+    aten_impl, global_impl = _libraries
+    if "kernels" not in _done:
+        from torch_bridge import kernels
+
+        kernels.install(aten_impl, global_impl)
+        _done.add("kernels")
+    from torch_bridge import autocast
+
     autocast.install(aten_impl, global_impl)
-    _registered = True
+    _done.add("autocast")
 
 
 def is_registered() -> bool:
-    return _registered
+    return "autocast" in _done

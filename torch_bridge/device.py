@@ -17,7 +17,7 @@ from archsim.config import NpuConfig
 from torch_bridge import runtime, storage
 
 __all__ = [
-    "current_device", "device_count", "elapsed_cycles", "elapsed_seconds",
+    "current_device", "device", "device_count", "elapsed_cycles", "elapsed_seconds",
     "get_amp_supported_dtype", "get_config", "is_available", "is_bf16_supported",
     "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "memory_allocated", "reset_peak_memory_stats", "set_config", "set_device",
@@ -46,6 +46,21 @@ def set_device(device: int | str | torch.device) -> None:
     index = torch.device(device).index if not isinstance(device, int) else device
     if index not in (None, 0):
         raise RuntimeError(f"npu has one device (npu:0); cannot select {device!r}")
+
+
+class device:
+    """Context manager selecting an npu device (only ``npu:0`` exists), as
+    ``torch.cuda.device``; ``torch.load`` uses it to place storages."""
+
+    def __init__(self, device: int | str | torch.device | None) -> None:
+        if device is not None:
+            set_device(device)
+
+    def __enter__(self) -> "device":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def synchronize(device: int | str | torch.device | None = None) -> None:
