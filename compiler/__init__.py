@@ -1,0 +1,21 @@
+"""The archsim compiler: PyTorch graphs to scheduled programs.
+
+Light on import (``compiler.ir`` must load without torch): the torch-facing API is
+imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CompileOptions", "CompiledProgram", "compile_graph", "compile_op"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CompileOptions":
+        from compiler.options import CompileOptions
+        return CompileOptions
+    if name in ("CompiledProgram", "compile_graph", "compile_op"):
+        from compiler import compile as _compile
+        return getattr(_compile, name)
+    raise AttributeError(f"module 'compiler' has no attribute {name!r}")

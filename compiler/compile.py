@@ -1,0 +1,327 @@
+"""compile_graph / compile_op: the driver from torch programs to a CompiledProgram.
+
+Pipeline: frontend (FX -> graph IR) -> dead-code elimination -> splat resolution ->
+fusion (graph -> kernels) -> materialization (which values get DRAM tensors) -> kernels
+(tiling, SRAM planning, multicore, double buffering) -> scheduled Program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from archsim.config.model import NpuConfig
+from archsim.errors import LoweringError
+from compiler import graph as g
+from compiler.emit import Emitter
+from compiler.graph import Graph, Value, base_of
+from compiler.ir.dtypes import DType
+from compiler.ir.ops import Program
+from compiler.kernels.common import Context
+from compiler.options import CompileOptions
+from compiler.plan import ANCHORS, FusionPass, Kernel
+from compiler.passes import DeadCodePass, SplatPass
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """A graph output: the DRAM tensor holding it and the shape to read it as."""
+
+    tensor: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Fill:
+    """A constant made of one value (materialized only for functional runs)."""
+
+    value: float
+    shape: tuple[int, ...]
+    dtype: DType
+
+    def array(self) -> np.ndarray:
+        from compiler.ir.dtypes import DType as D
+        np_dtype = np.float32 if self.dtype in (D.bf16, D.f16, D.f32) else self.dtype.storage
+        return np.full(self.shape, self.value, dtype=np_dtype)
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """A scheduled program plus everything needed to run it on torch tensors."""
+
+    program: Program
+    config: NpuConfig
+    options: CompileOptions
+    inputs: tuple[Any, ...]
+    """InputSpec per graph placeholder, in order (params, buffers, user inputs)."""
+    input_names: tuple[str, ...]
+    """DRAM tensor name per graph placeholder, in the same order."""
+    outputs: tuple[OutputSpec, ...]
+    output_names: tuple[str, ...]
+    host_functions: Mapping[str, Callable[..., Any]]
+    constants: Mapping[str, Any]
+    """DRAM tensor name -> numpy array or :class:`Fill` (fed automatically by ``run``)."""
+    fallbacks: tuple[str, ...]
+    """Graph nodes that run on the host (``"node: aten op"``)."""
+    kernels: tuple[str, ...]
+    bound: Mapping[str, Any] = field(default_factory=dict)
+    """Placeholder name -> tensor for parameters/buffers known at compile time."""
+
+    @property
+    def user_input_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.inputs if s.kind == "user_input")
+
+    def feed(self, *args: Any) -> dict[str, np.ndarray]:
+        """Input arrays by DRAM name: give every placeholder, or only the user inputs
+        when parameters were bound at compile time."""
+        from compiler.torch_types import to_numpy
+        import torch
+
+        names = self.input_names
+        if len(args) != len(names):
+            users = self.user_input_names
+            if len(args) != len(users) or set(self.bound) < set(names) - set(users):
+                raise LoweringError(f"{self.program.name}: expected {len(names)} inputs "
+                                    f"({', '.join(names)}) or {len(users)} user inputs, got "
+                                    f"{len(args)}")
+            given = dict(zip(users, args))
+            args = tuple(given.get(n, self.bound.get(n)) for n in names)
+        feed: dict[str, np.ndarray] = {}
+        for name, arg in zip(names, args):
+            feed[name] = to_numpy(arg) if isinstance(arg, torch.Tensor) else np.asarray(arg)
+        for name, const in self.constants.items():
+            feed[name] = const.array() if isinstance(const, Fill) else const
+        return feed
+
+    def run(self, *args: Any, simulate: bool = True, verify: bool = True) -> tuple[Any, Any]:
+        """Run functionally on tensors/arrays; returns (outputs as torch tensors, SimResult).
+        With ``simulate=False`` nothing is simulated: the outputs are computed by torch
+        eagerly is not possible here, so this raises."""
+        import torch
+
+        from archsim.simulator import Simulator
+        from compiler.torch_types import torch_dtype
+
+        if not simulate:
+            raise LoweringError("CompiledProgram.run(simulate=False) has nothing to run")
+        result = Simulator(self.config).run(self.program, self.feed(*args),
+                                            host_functions=dict(self.host_functions),
+                                            verify=verify)
+        outs = []
+        for spec in self.outputs:
+            array = np.asarray(result.outputs[spec.tensor]).reshape(spec.shape)
+            outs.append(torch.from_numpy(np.array(array)).to(torch_dtype(DType(spec.dtype))))
+        return tuple(outs), result
+
+    def simulate(self, verify: bool = True) -> Any:
+        """Performance-only simulation (no data)."""
+        from archsim.simulator import Simulator
+
+        return Simulator(self.config).run(self.program, None, verify=verify)
+
+
+# ---------------------------------------------------------------- the driver
+
+_CACHE: dict[tuple[Any, ...], CompiledProgram] = {}
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name) or "t"
+
+
+def _kernel_table() -> dict[type[g.Spec] | None, Callable[[Context, Kernel], Any]]:
+    from compiler.kernels.conv import lower_conv_kernel, lower_pool_kernel
+    from compiler.kernels.host import lower_host_kernel
+    from compiler.kernels.matmul import lower_matmul_kernel
+    from compiler.kernels.movement import lower_cat_kernel, lower_pad_kernel
+    from compiler.kernels.vector import lower_vector_kernel
+
+    return {
+        None: lower_vector_kernel,
+        g.MatMul: lower_matmul_kernel,
+        g.Conv2d: lower_conv_kernel,
+        g.Pool2d: lower_pool_kernel,
+        g.Cat: lower_cat_kernel,
+        g.Pad: lower_pad_kernel,
+        g.HostCall: lower_host_kernel,
+    }
+
+
+def _materialize(graph: Graph, kernels: list[Kernel], scalars: dict[int, float]) -> set[int]:
+    """Base value ids that need a DRAM tensor: read by another kernel or returned."""
+    owner: dict[int, Kernel] = {}
+    for kernel in kernels:
+        for node in kernel.nodes:
+            for v in node.outputs:
+                owner[v.id] = kernel
+    needed: set[int] = set()
+    for kernel in kernels:
+        for node in kernel.nodes:
+            for v in node.value_inputs():
+                if v.id in scalars:
+                    continue
+                base = base_of(v)
+                if owner.get(base.id) is not kernel or base is not v:
+                    needed.add(base.id)
+                if isinstance(kernel.anchor and kernel.anchor.spec, ANCHORS) and \
+                        node is kernel.anchor:
+                    needed.add(base.id)
+    for v in graph.outputs:
+        needed.add(base_of(v).id)
+    return needed
+
+
+def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name: str
+                  ) -> tuple[Program, dict[int, str], dict[str, Callable[..., Any]],
+                             dict[str, Any], list[Kernel]]:
+    graph = DeadCodePass().apply(graph)
+    scalars = SplatPass().apply(graph)
+    kernels = FusionPass().apply(graph, options)
+    needed = _materialize(graph, kernels, scalars)
+    em = Emitter(name, config)
+    ctx = Context(em, config, options, scalars=scalars)
+    used_names: set[str] = set()
+    constants: dict[str, Any] = {}
+    output_bases = {base_of(v).id for v in graph.outputs}
+
+    def declare(value: Value, role: str) -> None:
+        tname = _safe(value.name)
+        while tname in used_names:
+            tname += "_"
+        used_names.add(tname)
+        shape = value.shape if value.shape else (1,)
+        em.tensor(tname, shape, value.dtype, role)
+        ctx.tensors[value.id] = tname
+
+    for v in graph.inputs:
+        declare(v, "in")
+    for node in graph.nodes:
+        for v in node.outputs:
+            if v.id not in needed or v.id in ctx.tensors:
+                continue
+            if isinstance(node.spec, g.Constant):
+                declare(v, "in")
+                constants[ctx.tensors[v.id]] = graph.constants[v.id]
+            elif isinstance(node.spec, g.Splat):
+                declare(v, "in")
+                constants[ctx.tensors[v.id]] = Fill(node.spec.value, v.shape or (1,), v.dtype)
+            else:
+                declare(v, "out" if v.id in output_bases else "temp")
+    table = _kernel_table()
+    host_functions: dict[str, Callable[..., Any]] = {}
+    for kernel in kernels:
+        spec_type = type(kernel.anchor.spec) if kernel.anchor is not None else None
+        lower = table.get(spec_type)
+        if lower is None:
+            raise LoweringError(f"{kernel.name}: no kernel for {spec_type.__name__}")
+        fn_name = lower(ctx, kernel)
+        if spec_type is g.HostCall:
+            host_functions[fn_name] = kernel.anchor.spec.fn
+    return em.build(), ctx.tensors, host_functions, constants, kernels
+
+
+def _graph_key(program: Any) -> str:
+    import torch
+
+    gm = program.graph_module if isinstance(program, torch.export.ExportedProgram) else program
+    parts = [gm.code]
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            parts.append(f"{node.name}:{tuple(val.shape)}:{val.dtype}")
+    if isinstance(program, torch.export.ExportedProgram):
+        parts.append(str(program.graph_signature))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | None = None
+                  ) -> CompiledProgram:
+    """Compile an ExportedProgram (after ``run_decompositions()``) or an ATen-level
+    ``fx.GraphModule`` whose placeholders carry ``meta["val"]``. Shapes only: fake or
+    meta tensors are enough. Cached by (graph, shapes, dtypes, config, options)."""
+    import torch
+
+    from compiler import frontend
+
+    options = options or CompileOptions()
+    key = (_graph_key(program), config, options)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    graph, input_specs, fallbacks = frontend.build(program, options)
+    name = "graph_" + key[0][:8]
+    prog, tensors, host_functions, constants, kernels = build_program(graph, config, options,
+                                                                      name)
+    outputs = tuple(OutputSpec(tensors[base_of(v).id], v.shape, v.dtype.value)
+                    for v in graph.outputs)
+    bound: dict[str, Any] = {}
+    if isinstance(program, torch.export.ExportedProgram):
+        state = {**program.state_dict, **program.constants}
+        for spec in input_specs:
+            tensor = state.get(spec.target)
+            if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
+                bound[spec.name] = tensor
+    compiled = CompiledProgram(
+        program=prog, config=config, options=options, inputs=tuple(input_specs),
+        input_names=tuple(tensors[v.id] for v in graph.inputs), outputs=outputs,
+        output_names=tuple(o.tensor for o in outputs),
+        host_functions=MappingProxyType(host_functions),
+        constants=MappingProxyType(constants), fallbacks=tuple(fallbacks),
+        kernels=tuple(k.name for k in kernels), bound=MappingProxyType(bound))
+    _CACHE[key] = compiled
+    return compiled
+
+
+def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
+               config: NpuConfig, options: CompileOptions | None = None) -> CompiledProgram:
+    """Compile one aten op for eager use. ``args`` hold tensors (real, fake or meta) and
+    python scalars; tensors become the program's inputs in order of appearance."""
+    import torch
+    import torch.fx
+
+    kwargs = dict(kwargs or {})
+    fx_graph = torch.fx.Graph()
+    counter = [0]
+
+    def placeholder(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        node = fx_graph.placeholder(f"arg{counter[0]}")
+        counter[0] += 1
+        node.meta["val"] = torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
+        return node
+
+    def to_meta(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
+        return x
+
+    fx_args = torch.utils._pytree.tree_map(placeholder, args)
+    fx_kwargs = torch.utils._pytree.tree_map(placeholder, kwargs)
+    meta_out = op(*torch.utils._pytree.tree_map(to_meta, args),
+                  **torch.utils._pytree.tree_map(to_meta, kwargs))
+    call = fx_graph.call_function(op, tuple(fx_args), fx_kwargs)
+    call.meta["val"] = meta_out
+    if isinstance(meta_out, torch.Tensor):
+        fx_graph.output((call,))
+    else:
+        items = []
+        for i, t in enumerate(meta_out):
+            if isinstance(t, torch.Tensor):
+                item = fx_graph.call_function(__import__("operator").getitem, (call, i))
+                item.meta["val"] = t
+                items.append(item)
+        fx_graph.output(tuple(items))
+    gm = torch.fx.GraphModule(torch.nn.Module(), fx_graph)
+    return compile_graph(gm, config, options)
+
+
+def clear_cache() -> None:
+    _CACHE.clear()

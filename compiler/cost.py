@@ -1,0 +1,128 @@
+"""A cheap analytic cost model used to choose tilings.
+
+:class:`Cost` is a small value type that adds up: busy cycles per engine kind and DRAM
+bytes. ``estimate`` turns it into cycles assuming engines overlap (the pipelined
+schedule's goal), bounded below by DRAM bandwidth.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+
+from archsim.config.model import NpuConfig
+from archsim.errors import CapacityError
+from archsim.matrix import matmul_cycles
+from compiler.ir.dtypes import DType
+
+
+@dataclass(frozen=True)
+class Cost:
+    mxu_cycles: float = 0.0
+    vpu_cycles: float = 0.0
+    dma_cycles: float = 0.0
+    dram_bytes: float = 0.0
+    serial_cycles: float = 0.0
+    """Cycles nothing overlaps (pipeline fill, epilogue stalls)."""
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(self.mxu_cycles + other.mxu_cycles, self.vpu_cycles + other.vpu_cycles,
+                    self.dma_cycles + other.dma_cycles, self.dram_bytes + other.dram_bytes,
+                    self.serial_cycles + other.serial_cycles)
+
+    def scaled(self, factor: float) -> "Cost":
+        return Cost(self.mxu_cycles * factor, self.vpu_cycles * factor,
+                    self.dma_cycles * factor, self.dram_bytes * factor,
+                    self.serial_cycles * factor)
+
+    def estimate(self, config: NpuConfig) -> float:
+        dram = self.dram_bytes / config.dram_bytes_per_cycle
+        return max(self.mxu_cycles, self.vpu_cycles, self.dma_cycles, dram) + \
+            self.serial_cycles
+
+
+@dataclass(frozen=True)
+class MatmulTiling:
+    """Output tile ``mt x (nt * arrays)`` accumulated over ``kt`` steps."""
+
+    mt: int
+    kt: int
+    nt: int
+    """Columns per systolic array."""
+    arrays: int
+    acc_sets: int
+    cost: Cost
+
+    @property
+    def n_tile(self) -> int:
+        return self.nt * self.arrays
+
+
+def _candidates(size: int, unit: int) -> list[int]:
+    out = {size}
+    t = unit
+    while t < size:
+        out.add(t)
+        t *= 2
+    return sorted(out)
+
+
+def load_bandwidth(config: NpuConfig) -> float:
+    """Bytes per cycle one core's loads can reach."""
+    engines = max(1, config.core.dma.engines - 1)
+    return min(engines * config.core.dma.bandwidth_bytes_per_cycle,
+               config.noc.link_bandwidth_bytes_per_cycle,
+               config.core.scratchpad.port_bandwidth_bytes_per_cycle)
+
+
+@functools.lru_cache(maxsize=4096)
+def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, dtype: DType,
+                         out_dtype: DType, trans_b: bool, cores: int, arrays: int,
+                         op_sets: int, epilogue_bytes: int, capacity: int) -> MatmulTiling:
+    """The tiling with the lowest estimated time that fits the scratchpad.
+
+    ``epilogue_bytes`` is SRAM per output element the epilogue needs besides the
+    accumulator."""
+    matrix = config.core.matrix
+    item = dtype.itemsize
+    acc_item = 4
+    dma_bw = config.core.dma.bandwidth_bytes_per_cycle
+    load_bw = load_bandwidth(config)
+    setup = config.core.dma.setup_latency_cycles + config.dram.latency_cycles + \
+        config.noc.latency_cycles
+    best: MatmulTiling | None = None
+    best_key: tuple[float, int] | None = None
+    per_array_n = -(-n // arrays)
+    for mt, kt, nt in itertools.product(_candidates(m, matrix.rows), _candidates(k, matrix.rows),
+                                        _candidates(per_array_n, matrix.cols)):
+        used = min(arrays, -(-n // nt))
+        a_bytes, b_bytes = mt * kt * item, kt * nt * item
+        tmp = kt * nt * item if trans_b else 0
+        operands = op_sets * (a_bytes + used * (b_bytes + tmp))
+        for acc_sets in (2, 1):
+            acc = acc_sets * used * mt * nt * (acc_item + epilogue_bytes)
+            if operands + acc + 4096 > capacity:
+                continue
+            tiles = batch * -(-m // mt) * -(-n // (nt * used))
+            per_core = -(-tiles // cores)
+            steps = -(-k // kt)
+            mxu = steps * matmul_cycles(min(mt, m), min(kt, k), min(nt, n), matrix, dtype)
+            load_bytes = steps * (a_bytes + used * b_bytes)
+            dma = load_bytes / load_bw + steps * setup / max(1, config.core.dma.engines - 1)
+            store = used * mt * nt * out_dtype.itemsize / dma_bw + setup
+            vpu = steps * used * (kt * nt / config.core.vector.lanes if trans_b else 0) + \
+                used * mt * nt / config.core.vector.lanes
+            stall = store + vpu / max(steps, 1) if acc_sets == 1 else 0
+            cost = Cost(mxu_cycles=per_core * mxu, vpu_cycles=per_core * vpu,
+                        dma_cycles=per_core * dma,
+                        dram_bytes=tiles * (load_bytes + used * mt * nt * out_dtype.itemsize),
+                        serial_cycles=per_core * stall + setup + store)
+            key = (cost.estimate(config), tiles * steps)
+            if best_key is None or key < best_key:
+                best_key = key
+                best = MatmulTiling(mt, kt, nt, used, acc_sets, cost)
+    if best is None:
+        raise CapacityError(f"matmul {m}x{k}x{n} ({dtype}): no tiling fits {capacity} B of "
+                            f"scratchpad even at {matrix.rows}x{matrix.cols} tiles")
+    return best

@@ -1,0 +1,198 @@
+"""Emitting commands: dependencies derived from memory accesses, DRAM access through
+views, SRAM arenas.
+
+Every command goes through :meth:`Emitter.emit`, which reads the op's SRAM and DRAM
+operands (:mod:`compiler.ir.access`) and adds a dependency on every earlier command
+that touched overlapping bytes with a conflicting access (RAW, WAR, WAW). Kernels thus
+only decide *what* runs *where*; ordering is derived, so reuse of a buffer can never
+race. Dependencies on the same engine are dropped (queue order implies them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from archsim.config.model import NpuConfig
+from archsim.errors import CapacityError
+from compiler.ir import access
+from compiler.ir.builder import ProgramBuilder
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import DramRef, Slice, SramRef
+from compiler.ir.ops import HostOp, HostTransfer, Op, Program
+from compiler.views import Box, split_box
+
+Shape = tuple[int, ...]
+ALIGN_BYTES = 64
+
+
+@dataclass
+class _Record:
+    start: int
+    end: int
+    writer: int | None
+    readers: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DramView:
+    """A value's window onto a DRAM tensor: the value's shape over the tensor's storage."""
+
+    tensor: str
+    base_shape: Shape
+    shape: Shape
+    dtype: DType
+
+
+class Arena:
+    """Bump allocator over one SRAM space for the duration of a kernel."""
+
+    def __init__(self, space: str, capacity: int) -> None:
+        self.space = space
+        self.capacity = capacity
+        self.top = 0
+
+    def alloc(self, shape: Shape, dtype: DType, what: str) -> SramRef:
+        nbytes = max(1, _numel(shape)) * dtype.itemsize
+        offset = -(-self.top // ALIGN_BYTES) * ALIGN_BYTES
+        if offset + nbytes > self.capacity:
+            raise CapacityError(f"{what}: {nbytes} B at offset {offset} exceeds {self.space} "
+                                f"capacity {self.capacity} B")
+        self.top = offset + nbytes
+        return SramRef(self.space, offset, tuple(shape), dtype)
+
+
+def _numel(shape: Shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _overlap(a: tuple[Slice, ...], b: tuple[Slice, ...]) -> bool:
+    return all(x.start < y.stop and y.start < x.stop for x, y in zip(a, b))
+
+
+class Emitter:
+    def __init__(self, name: str, config: NpuConfig) -> None:
+        self.config = config
+        self.builder = ProgramBuilder(name, target=config.name)
+        self._engine_of: list[str] = []
+        self._sram: dict[str, list[_Record]] = {}
+        self._dram_writes: dict[str, list[tuple[tuple[Slice, ...], int]]] = {}
+        self._dram_reads: dict[str, list[int]] = {}
+        self._rr: dict[str, int] = {}
+
+    # -- tensors -------------------------------------------------------------------
+    def tensor(self, name: str, shape: Shape, dtype: DType, role: str) -> None:
+        self.builder.tensor(name, shape, dtype, role)
+
+    def set_role(self, name: str, role: str) -> None:
+        t = self.builder._tensors[name]
+        self.builder.tensor(name, t.shape, t.dtype, role)
+
+    # -- engines -------------------------------------------------------------------
+    def dma(self, core: int, kind: str = "any") -> str:
+        """Round-robin over a core's DMA engines. With ``kind="load"``/``"store"`` and
+        two or more engines, the last engine is kept for stores."""
+        engines = self.config.core.dma.engines
+        if kind == "store" and engines > 1:
+            return f"core{core}.dma{engines - 1}"
+        count = engines - 1 if kind == "load" and engines > 1 else engines
+        key = f"{core}.{kind}"
+        i = self._rr.get(key, 0)
+        self._rr[key] = i + 1
+        return f"core{core}.dma{i % count}"
+
+    # -- commands ------------------------------------------------------------------
+    def emit(self, engine: str, op: Op, source: str) -> int:
+        cid = len(self._engine_of)
+        deps: set[int] = set()
+        reads = access.reads(op)
+        writes = access.writes(op)
+        for ref in reads:
+            for rec in self._overlapping(ref):
+                if rec.writer is not None:
+                    deps.add(rec.writer)
+        for ref in writes:
+            for rec in self._overlapping(ref):
+                if rec.writer is not None:
+                    deps.add(rec.writer)
+                deps.update(rec.readers)
+        deps |= self._dram_deps(op)
+        deps.discard(cid)
+        ordered = tuple(sorted(d for d in deps if self._engine_of[d] != engine))
+        self.builder.add(engine, op, ordered, source)
+        self._engine_of.append(engine)
+        for ref in reads:
+            for rec in self._overlapping(ref):
+                rec.readers.append(cid)
+        for ref in writes:
+            self._record_write(ref, cid)
+        self._record_dram(op, cid)
+        return cid
+
+    def _overlapping(self, ref: SramRef) -> list[_Record]:
+        return [r for r in self._sram.get(ref.space, ()) if r.start < ref.end and
+                ref.offset < r.end]
+
+    def _record_write(self, ref: SramRef, cid: int) -> None:
+        records = self._sram.setdefault(ref.space, [])
+        kept = [r for r in records if not (ref.offset <= r.start and r.end <= ref.end)]
+        kept.append(_Record(ref.offset, ref.end, cid))
+        self._sram[ref.space] = kept
+
+    def _dram_deps(self, op: Op) -> set[int]:
+        deps: set[int] = set()
+        if isinstance(op, (HostOp, HostTransfer)):
+            names = op.inputs if isinstance(op, HostOp) else (op.ref.tensor,)
+            for name in names:
+                deps.update(cid for _, cid in self._dram_writes.get(name, ()))
+            if isinstance(op, HostOp):
+                for name in op.outputs:
+                    deps.update(self._dram_reads.get(name, ()))
+            return deps
+        for _, ref, is_write in access.dram_refs(op):
+            for box, cid in self._dram_writes.get(ref.tensor, ()):
+                if _overlap(box, ref.slices):
+                    deps.add(cid)  # RAW, and WAW for overlapping stores
+            if is_write:
+                deps.update(self._dram_reads.get(ref.tensor, ()))  # WAR after host reads
+        return deps
+
+    def _record_dram(self, op: Op, cid: int) -> None:
+        if isinstance(op, HostOp):
+            for name in op.outputs:
+                full = tuple(Slice(0, n) for n in self.builder._tensors[name].shape)
+                self._dram_writes.setdefault(name, []).append((full, cid))
+            return
+        if isinstance(op, HostTransfer):
+            if op.to_device:
+                self._dram_writes.setdefault(op.ref.tensor, []).append((op.ref.slices, cid))
+            else:
+                self._dram_reads.setdefault(op.ref.tensor, []).append(cid)
+            return
+        for _, ref, is_write in access.dram_refs(op):
+            if is_write:
+                self._dram_writes.setdefault(ref.tensor, []).append((ref.slices, cid))
+
+    # -- DRAM access through views ---------------------------------------------------------
+    def dram_pieces(self, view: DramView, box: Box, steps: tuple[int, ...] | None = None
+                    ) -> list[tuple[DramRef, int]]:
+        """DRAM refs covering ``box`` of ``view`` with their element offset into a dense
+        row-major buffer of the box. ``steps`` (per dim) only works on base-shaped views."""
+        if steps is not None and any(s != 1 for s in steps):
+            if view.shape != view.base_shape:
+                raise ValueError("strided access needs a base-shaped view")
+            slices = tuple(Slice(lo, lo + (hi - lo - 1) * s + 1, s) if hi > lo else
+                           Slice(lo, lo, 1) for (lo, hi), s in zip(box, steps))
+            return [(DramRef(view.tensor, slices), 0)]
+        out = []
+        offset = 0
+        for sub, base_box in split_box(view.shape, view.base_shape, box):
+            out.append((DramRef(view.tensor, tuple(Slice(lo, hi) for lo, hi in base_box)),
+                        offset))
+            offset += _numel(tuple(hi - lo for lo, hi in sub))
+        return out
+
+    def build(self) -> Program:
+        return self.builder.build()

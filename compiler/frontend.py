@@ -1,0 +1,265 @@
+"""FX/ATen graphs (torch.export or aot_autograd) -> the graph IR.
+
+Works from ``node.meta["val"]`` (fake/meta tensors), so no weights are needed. Ops whose
+tensor inputs are all compile-time constants are folded with torch on CPU; ops without
+a lowering become :class:`~compiler.graph.HostCall` nodes (timed on the host, visible).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+
+from archsim.errors import LoweringError, UnsupportedOpError
+from compiler import graph as g
+from compiler.graph import Graph, Value
+from compiler.graph_builder import GraphBuilder
+from compiler.lowerings import LOWERINGS
+from compiler.options import CompileOptions
+from compiler.torch_types import ir_dtype, to_numpy, to_torch, torch_dtype
+
+_IGNORED = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
+            "_assert_async"}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One graph input: the DRAM tensor that holds it and what it is."""
+
+    name: str
+    kind: str  # user_input | parameter | buffer | constant_tensor
+    target: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def _meta_tensors(val: Any) -> list[torch.Tensor | None]:
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (list, tuple)):
+        return [v if isinstance(v, torch.Tensor) else None for v in val]
+    return []
+
+
+def _static_shape(t: torch.Tensor, where: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in t.shape)
+    except (TypeError, ValueError):
+        raise LoweringError(f"{where}: dynamic shape {list(t.shape)} is not supported; "
+                            f"export with static shapes") from None
+
+
+class Frontend:
+    def __init__(self, options: CompileOptions) -> None:
+        self.options = options
+        self.graph = Graph()
+        self.builder = GraphBuilder(self.graph)
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.const: dict[int, torch.Tensor] = {}
+        self.inputs: list[InputSpec] = []
+        self.fallbacks: list[str] = []
+
+    # -- entry ---------------------------------------------------------------------
+    def run(self, gm: torch.fx.GraphModule, kinds: dict[str, tuple[str, str]]) -> Graph:
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                self._placeholder(node, *kinds.get(node.name, ("user_input", node.name)))
+            elif node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                self._output(node)
+            elif node.op == "get_attr":
+                self._get_attr(gm, node)
+            else:
+                raise LoweringError(f"node {node.name}: FX op {node.op!r} is not supported")
+        return self.graph
+
+    def _placeholder(self, node: torch.fx.Node, kind: str, target: str) -> None:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise LoweringError(f"placeholder {node.name}: needs a tensor in meta['val'], "
+                                f"got {type(val).__name__}")
+        value = Value(_static_shape(val, node.name), ir_dtype(val.dtype, node.name), node.name)
+        self.graph.inputs.append(value)
+        self.inputs.append(InputSpec(node.name, kind, target, value.shape, value.dtype.value))
+        self.env[node] = value
+
+    def _get_attr(self, gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+        tensor = getattr(gm, str(node.target))
+        self.env[node] = self._constant(tensor, node.name)
+
+    def _output(self, node: torch.fx.Node) -> None:
+        for item in _flatten(node.args[0]):
+            value = self.env.get(item) if isinstance(item, torch.fx.Node) else item
+            if not isinstance(value, Value):
+                raise LoweringError(f"graph output {item}: not a tensor ({value!r})")
+            self.graph.outputs.append(value)
+
+    # -- call_function -----------------------------------------------------------------
+    def _call(self, node: torch.fx.Node) -> None:
+        target = node.target
+        if target is operator.getitem:
+            self.env[node] = self.env[node.args[0]][node.args[1]]
+            return
+        name = getattr(target, "__name__", str(target))
+        if name.split(".")[0] in _IGNORED:
+            self.env[node] = None
+            return
+        args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
+        self.builder.source = node.name
+        metas = _meta_tensors(node.meta.get("val"))
+        if self._foldable(target, args, kwargs, metas):
+            self.env[node] = self._fold(node, target, args, kwargs)
+            return
+        fn = LOWERINGS.get(target)
+        result = None
+        if fn is not None:
+            try:
+                result = fn(self.builder, *args, **kwargs)
+            except NotImplementedError:
+                result = None
+        if result is None:
+            result = self._host(node, target, args, kwargs, metas)
+        self.env[node] = self._check(node, result, metas)
+
+    def _check(self, node: torch.fx.Node, result: Any, metas: list[torch.Tensor | None]) -> Any:
+        single = not isinstance(result, tuple)
+        results = [result] if single else list(result)
+        for i, meta in enumerate(metas[:len(results)]):
+            value = results[i]
+            if meta is None or not isinstance(value, Value):
+                continue
+            shape = _static_shape(meta, node.name)
+            if value.shape != shape:
+                raise LoweringError(f"node {node.name} ({node.target}): lowering produced shape "
+                                    f"{list(value.shape)}, torch says {list(shape)}")
+            dtype = ir_dtype(meta.dtype, node.name)
+            if value.dtype is not dtype:
+                results[i] = self.builder.cast(value, dtype)
+        return results[0] if single else tuple(results)
+
+    # -- constants ---------------------------------------------------------------------
+    def _constant(self, tensor: torch.Tensor, name: str) -> Value:
+        tensor = tensor.detach()
+        node = self.graph.add(g.Constant(), (), [(tuple(tensor.shape),
+                                                  ir_dtype(tensor.dtype, name))], name)
+        self.graph.constants[node.out.id] = to_numpy(tensor)
+        self.const[node.out.id] = tensor
+        return node.out
+
+    def _const_tensor(self, value: Value) -> torch.Tensor | None:
+        if value.id in self.const:
+            return self.const[value.id]
+        producer = value.producer
+        if producer is not None and isinstance(producer.spec, g.Splat):
+            return torch.full(value.shape, producer.spec.value, dtype=torch_dtype(value.dtype))
+        return None
+
+    def _foldable(self, target: Any, args: Any, kwargs: Any,
+                  metas: list[torch.Tensor | None]) -> bool:
+        if not self.options.constant_folding or not isinstance(target, torch._ops.OpOverload):
+            return False
+        if torch.Tag.nondeterministic_seeded in target.tags:
+            return False
+        values = [v for v in _flatten((args, kwargs)) if isinstance(v, Value)]
+        if not values and target in LOWERINGS:
+            return False
+        if any(self._const_tensor(v) is None for v in values):
+            return False
+        if not metas or any(m is None for m in metas):
+            return False
+        return sum(m.numel() for m in metas) <= self.options.fold_limit_elements
+
+    def _fold(self, node: torch.fx.Node, target: Any, args: Any, kwargs: Any) -> Any:
+        def real(x: Any) -> Any:
+            return self._const_tensor(x) if isinstance(x, Value) else x
+        args, kwargs = _map_values((args, kwargs), real)
+        kwargs = {k: (torch.device("cpu") if k == "device" else v) for k, v in kwargs.items()}
+        out = target(*args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            return self._constant(out, node.name)
+        return tuple(self._constant(t, f"{node.name}_{i}") if isinstance(t, torch.Tensor) else t
+                     for i, t in enumerate(out))
+
+    # -- host fallback --------------------------------------------------------------------
+    def _host(self, node: torch.fx.Node, target: Any, args: Any, kwargs: Any,
+              metas: list[torch.Tensor | None]) -> Any:
+        op_name = str(target)
+        if not self.options.host_fallback:
+            raise UnsupportedOpError(f"node {node.name}: no lowering for {op_name} and host "
+                                     f"fallback is off")
+        if not metas or any(m is None for m in metas):
+            raise UnsupportedOpError(f"node {node.name}: {op_name} has no lowering and its "
+                                     f"outputs are not all tensors")
+        inputs = [v for v in _flatten((args, kwargs)) if isinstance(v, Value)]
+        out_types = [(_static_shape(m, node.name), ir_dtype(m.dtype, node.name)) for m in metas]
+        fn = _host_function(target, args, kwargs, inputs)
+        elements = sum(int(np.prod(v.shape)) for v in inputs) + \
+            sum(int(np.prod(s)) for s, _ in out_types)
+        spec = g.HostCall(op_name, fn, flops=2 * elements)
+        host = self.graph.add(spec, tuple(inputs), out_types, node.name, node.name)
+        self.fallbacks.append(f"{node.name}: {op_name}")
+        if isinstance(node.meta.get("val"), torch.Tensor):
+            return host.out
+        return tuple(host.outputs)
+
+
+def _host_function(target: Any, args: Any, kwargs: Any,
+                   inputs: list[Value]) -> Callable[..., tuple[np.ndarray, ...]]:
+    index = {v.id: i for i, v in enumerate(inputs)}
+
+    def run(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        def real(x: Any) -> Any:
+            if not isinstance(x, Value):
+                return x
+            return to_torch(np.asarray(arrays[index[x.id]]).reshape(x.shape), x.dtype)
+        call_args, call_kwargs = _map_values((args, kwargs), real)
+        call_kwargs = {k: (torch.device("cpu") if k == "device" else v)
+                       for k, v in call_kwargs.items()}
+        out = target(*call_args, **call_kwargs)
+        outs = [out] if isinstance(out, torch.Tensor) else list(out)
+        return tuple(to_numpy(t) for t in outs)
+    return run
+
+
+def _flatten(tree: Any) -> list[Any]:
+    if isinstance(tree, (list, tuple)):
+        return [x for item in tree for x in _flatten(item)]
+    if isinstance(tree, dict):
+        return [x for item in tree.values() for x in _flatten(item)]
+    return [tree]
+
+
+def _map_values(tree: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(tree, tuple):
+        return tuple(_map_values(x, fn) for x in tree)
+    if isinstance(tree, list):
+        return [_map_values(x, fn) for x in tree]
+    if isinstance(tree, dict):
+        return {k: _map_values(v, fn) for k, v in tree.items()}
+    return fn(tree)
+
+
+def build(program: Any, options: CompileOptions) -> tuple[Graph, list[InputSpec], list[str]]:
+    """An ExportedProgram or GraphModule -> (graph IR, input specs, host fallbacks)."""
+    kinds: dict[str, tuple[str, str]] = {}
+    if isinstance(program, torch.export.ExportedProgram):
+        for spec in program.graph_signature.input_specs:
+            kind = spec.kind.name.lower()
+            kinds[spec.arg.name] = (kind, spec.target or spec.arg.name)
+        gm = program.graph_module
+    elif isinstance(program, torch.fx.GraphModule):
+        gm = program
+    else:
+        raise LoweringError(f"compile_graph takes an ExportedProgram or fx.GraphModule, got "
+                            f"{type(program).__name__}")
+    frontend = Frontend(options)
+    graph = frontend.run(gm, kinds)
+    return graph, frontend.inputs, frontend.fallbacks

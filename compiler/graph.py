@@ -1,0 +1,237 @@
+"""The tensor-level graph IR between the FX frontend and the kernels.
+
+A :class:`Graph` is a list of :class:`Node` in topological order. Each node applies one
+primitive (:class:`Spec` subclasses below, a closed set) to values and python scalars.
+Aten ops are lowered into these primitives by :mod:`compiler.lowerings`; kernels
+schedule them. Every value is a dense row-major tensor; a :class:`View` produces an
+alias of its input's storage (no data movement).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from compiler.ir.dtypes import DType
+from compiler.ir.ops import BinaryKind, ReduceKind, UnaryKind
+
+Shape = tuple[int, ...]
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Value:
+    """A tensor produced by a node (or a graph input / constant)."""
+
+    shape: Shape
+    dtype: DType
+    name: str
+    producer: "Node | None" = None
+    id: int = field(default_factory=lambda: next(_ids))
+
+    def __repr__(self) -> str:
+        return f"%{self.name}:{self.dtype}{list(self.shape)}"
+
+
+Operand = Any  # Value | float | int | bool
+
+
+# ---------------------------------------------------------------- primitive specs
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Base of every primitive."""
+
+
+@dataclass(frozen=True)
+class Input(Spec):
+    kind: str  # "user_input" | "parameter" | "buffer" | "constant_tensor"
+    target: str = ""
+
+
+@dataclass(frozen=True)
+class Constant(Spec):
+    """A compile-time tensor (folded mask, arange...); data kept by the graph."""
+
+
+@dataclass(frozen=True)
+class Splat(Spec):
+    """A tensor filled with one scalar (full, zeros_like, scalar_tensor)."""
+
+    value: float
+
+
+@dataclass(frozen=True)
+class Unary(Spec):
+    kind: UnaryKind
+
+
+@dataclass(frozen=True)
+class Binary(Spec):
+    """Operands may be Values or python scalars (numpy broadcasting)."""
+
+    kind: BinaryKind
+
+
+@dataclass(frozen=True)
+class Select(Spec):
+    """where(cond, a, b)."""
+
+
+@dataclass(frozen=True)
+class Cast(Spec):
+    """Convert to the output value's dtype."""
+
+
+@dataclass(frozen=True)
+class Broadcast(Spec):
+    """Copy the input broadcast to the output shape (expand, materialized)."""
+
+
+@dataclass(frozen=True)
+class Permute(Spec):
+    perm: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Slice(Spec):
+    """out = x[..., start:stop:step, ...] along ``dim``."""
+
+    dim: int
+    start: int
+    stop: int
+    step: int
+
+
+@dataclass(frozen=True)
+class Reduce(Spec):
+    """Reduce along ``axes``; the output keeps them with length 1."""
+
+    kind: ReduceKind
+    axes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class View(Spec):
+    """Alias with another shape (same element order)."""
+
+
+@dataclass(frozen=True)
+class MatMul(Spec):
+    """Batched ``a @ b`` (a: [..., M, K], b: [..., K, N] or [..., N, K] if trans_b),
+    batch dims broadcast. f32 accumulation, output in the output value's dtype."""
+
+    trans_b: bool = False
+
+
+@dataclass(frozen=True)
+class Cat(Spec):
+    dim: int
+
+
+@dataclass(frozen=True)
+class Pad(Spec):
+    """Constant padding of the last two dims: (top, bottom, left, right)."""
+
+    pads: tuple[int, int, int, int]
+    value: float
+
+
+@dataclass(frozen=True)
+class Conv2d(Spec):
+    """NCHW conv on an already padded input; weight [O, C/groups, kh, kw]."""
+
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+
+
+@dataclass(frozen=True)
+class Pool2d(Spec):
+    """max / avg (sum then scale) pooling on an already padded NCHW input."""
+
+    kind: str  # "max" | "avg"
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    divisor: float
+
+
+@dataclass(frozen=True)
+class HostCall(Spec):
+    """An aten op run on the host CPU. ``fn`` maps input arrays to output arrays."""
+
+    op_name: str
+    fn: Any = field(compare=False, hash=False)
+    flops: int = 0
+
+
+ELEMENTWISE: tuple[type[Spec], ...] = (Unary, Binary, Select, Cast, Broadcast)
+"""Specs the vector kernel fuses freely (plus Reduce, Permute, Slice as leaves)."""
+
+
+@dataclass(eq=False)
+class Node:
+    spec: Spec
+    inputs: tuple[Operand, ...]
+    outputs: tuple[Value, ...]
+    source: str = ""
+
+    @property
+    def out(self) -> Value:
+        return self.outputs[0]
+
+    def value_inputs(self) -> tuple[Value, ...]:
+        return tuple(x for x in self.inputs if isinstance(x, Value))
+
+    def __repr__(self) -> str:
+        args = ", ".join(repr(x) for x in self.inputs)
+        outs = ", ".join(repr(v) for v in self.outputs)
+        return f"{outs} = {type(self.spec).__name__}{self._attrs()}({args})  # {self.source}"
+
+    def _attrs(self) -> str:
+        fields = {k: v for k, v in vars(self.spec).items() if k != "fn"}
+        return "" if not fields else "[" + ", ".join(f"{k}={v}" for k, v in fields.items()) + "]"
+
+
+@dataclass(eq=False)
+class Graph:
+    nodes: list[Node] = field(default_factory=list)
+    inputs: list[Value] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    constants: dict[int, Any] = field(default_factory=dict)
+    """Value id -> numpy array for Constant values."""
+
+    def add(self, spec: Spec, inputs: tuple[Operand, ...], out_types: list[tuple[Shape, DType]],
+            name: str, source: str = "") -> Node:
+        outs = tuple(Value(tuple(s), d, name if i == 0 else f"{name}_{i}")
+                     for i, (s, d) in enumerate(out_types))
+        node = Node(spec, tuple(inputs), outs, source or name)
+        for v in outs:
+            v.producer = node
+        self.nodes.append(node)
+        return node
+
+    def users(self) -> dict[int, list[Node]]:
+        """Value id -> consuming nodes."""
+        result: dict[int, list[Node]] = {}
+        for node in self.nodes:
+            for v in node.value_inputs():
+                result.setdefault(v.id, []).append(node)
+        return result
+
+    def __str__(self) -> str:
+        lines = [f"inputs: {self.inputs}"]
+        lines += [repr(n) for n in self.nodes]
+        lines.append(f"outputs: {self.outputs}")
+        return "\n".join(lines)
+
+
+def base_of(value: Value) -> Value:
+    """Follow View aliases to the value owning the storage."""
+    while value.producer is not None and isinstance(value.producer.spec, View):
+        value = value.producer.inputs[0]
+    return value

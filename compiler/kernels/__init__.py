@@ -1,0 +1,1 @@
+"""Kernels: each turns one planned :class:`~compiler.plan.Kernel` into commands."""

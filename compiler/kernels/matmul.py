@@ -1,0 +1,197 @@
+"""The matmul kernel: output tiles over cores, k-loop with double-buffered operands,
+one column block per systolic array, fused elementwise epilogue.
+
+Per output tile ``[mt, nt * arrays]`` on a core: for each k step, load the A tile (shared
+by the arrays) and one B tile per array (transposed on the vector engine when the
+weight is stored [N, K]), then one matmul per array accumulates into its own f32
+accumulator. The epilogue casts to the output dtype, runs the fused group and stores.
+"""
+
+from __future__ import annotations
+
+import math
+
+from compiler.cost import choose_matmul_tiling
+from compiler.emit import Arena
+from compiler.graph import Value
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import SramRef
+from compiler.ir.ops import Cast, MatMul, Transpose
+from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
+from compiler.kernels.vector import (
+    buffer_values,
+    emit_compute,
+    emit_loads,
+    emit_stores,
+    layout,
+    load_box,
+    store_box,
+    sub,
+    tile_bytes,
+)
+from compiler.plan import Kernel, aligned
+
+
+def accumulator_dtype(dtype: DType) -> DType:
+    return DType.i32 if dtype is DType.i8 else DType.f32
+
+
+def _operand_box(value: Value, batch_index: tuple[int, ...], rows: tuple[int, int],
+                 cols: tuple[int, int]) -> Box:
+    lead = aligned(value.shape[:-2], len(batch_index))
+    box = tuple((0, 1) if n == 1 else (i, i + 1) for n, i in zip(lead, batch_index))
+    box = box[len(box) - (len(value.shape) - 2):] if len(value.shape) > 2 else ()
+    return box + (rows, cols)
+
+
+def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
+    node = kernel.anchor
+    a, b = node.inputs
+    out: Value = node.out
+    trans_b = node.spec.trans_b
+    group = kernel.group
+    batch_shape = out.shape[:-2]
+    m, n = out.shape[-2:]
+    k = a.shape[-1]
+    batch = math.prod(batch_shape)
+    acc_dtype = accumulator_dtype(a.dtype)
+    cast_needed = out.dtype is not acc_dtype
+    rank = len(out.shape)
+    unit_tile = (1,) * rank
+    epi_bytes = (out.dtype.itemsize if cast_needed else 0) + \
+        (tile_bytes(ctx, group, unit_tile, {out.id}) - 64 * len(
+            buffer_values(ctx, group, {out.id}))) if group else \
+        (out.dtype.itemsize if cast_needed else 0)
+    arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
+    tiling = choose_matmul_tiling(ctx.config, batch, m, k, n, a.dtype, out.dtype, trans_b,
+                                  ctx.cores, arrays, ctx.sets, max(0, epi_bytes), ctx.capacity)
+    mt, kt, nt, used = tiling.mt, tiling.kt, tiling.nt, tiling.arrays
+    n_tile = nt * used
+    tiles = [(bi, m0, n0) for bi in range(batch) for m0 in range(0, m, mt)
+             for n0 in range(0, n, n_tile)]
+    cores = min(ctx.cores, len(tiles))
+    per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
+    bufs = [_allocate(ctx, c, tiling, a.dtype, acc_dtype, out, cast_needed, trans_b, group,
+                      rank) for c in range(cores)]
+    step_count = [0] * cores
+    for t, (bi, m0, n0) in enumerate(tiles):
+        core = t % cores
+        q = (len([1 for x in range(t) if x % cores == core])) % tiling.acc_sets
+        batch_index = _unravel(bi, batch_shape)
+        m1 = min(m0 + mt, m)
+        cols = [(n0 + j * nt, min(n0 + (j + 1) * nt, n)) for j in range(used)
+                if n0 + j * nt < n]
+        k_steps = list(range(0, k, kt))
+        for s, k0 in enumerate(k_steps):
+            k1 = min(k0 + kt, k)
+            op_set = step_count[core] % ctx.sets
+            step_count[core] += 1
+            last = s == len(k_steps) - 1
+            per_core[core].append(TileSteps(
+                load=_loader(ctx, core, bufs[core], op_set, a, b, trans_b, batch_index,
+                             (m0, m1), (k0, k1), cols, kernel.name),
+                compute=_multiplier(ctx, core, bufs[core], op_set, q, (m1 - m0), (k1 - k0),
+                                    cols, s > 0, kernel.name),
+                store=_epilogue(ctx, core, bufs[core], q, out, group, batch_index, (m0, m1),
+                                cols, cast_needed, kernel.name) if last else (lambda: None),
+            ))
+    pipeline(per_core, ctx.sets - 1)
+
+
+def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for size in reversed(shape):
+        out.append(index % size)
+        index //= size
+    return tuple(reversed(out))
+
+
+class _Buffers:
+    def __init__(self) -> None:
+        self.a: list[SramRef] = []
+        self.b: list[list[SramRef]] = []
+        self.bt: list[list[SramRef]] = []
+        self.acc: list[list[SramRef]] = []
+        self.out: list[list[SramRef]] = []
+        self.epilogue: list[list[tuple[dict[int, SramRef], dict[int, SramRef]]]] = []
+
+
+def _allocate(ctx: Context, core: int, tiling, dtype: DType, acc_dtype: DType, out: Value,
+              cast_needed: bool, trans_b: bool, group, rank: int) -> _Buffers:
+    arena = Arena(f"sram{core}", ctx.capacity)
+    mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
+    bufs = _Buffers()
+    for _ in range(ctx.sets):
+        bufs.a.append(arena.alloc((mt, kt), dtype, "matmul A tile"))
+        bufs.b.append([arena.alloc((kt, nt), dtype, "matmul B tile")
+                       for _ in range(tiling.arrays)])
+        bufs.bt.append([arena.alloc((nt, kt), dtype, "matmul B^T tile")
+                        for _ in range(tiling.arrays)] if trans_b else [])
+    epi_tile = (1,) * (rank - 2) + (mt, nt)
+    for _ in range(tiling.acc_sets):
+        bufs.acc.append([arena.alloc((mt, nt), acc_dtype, "accumulator")
+                         for _ in range(tiling.arrays)])
+        bufs.out.append([arena.alloc((mt, nt), out.dtype, "matmul output")
+                         for _ in range(tiling.arrays)] if cast_needed else [])
+        if group is not None:
+            lays = [layout(ctx, group, epi_tile, arena, 1, {out.id})
+                    for _ in range(tiling.arrays)]
+            bufs.epilogue.append([(lay.buffers[0], lay.scratch[0]) for lay in lays])
+    return bufs
+
+
+def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a: Value, b: Value,
+            trans_b: bool, batch_index: tuple[int, ...], rows: tuple[int, int],
+            ks: tuple[int, int], cols: list[tuple[int, int]], source: str):
+    def load() -> None:
+        kk = ks[1] - ks[0]
+        a_buf = sub(bufs.a[op_set], (rows[1] - rows[0], kk))
+        load_box(ctx, a, _operand_box(a, batch_index, rows, ks), a_buf, core, source)
+        for j, (c0, c1) in enumerate(cols):
+            b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
+            if not trans_b:
+                load_box(ctx, b, _operand_box(b, batch_index, ks, (c0, c1)), b_buf, core,
+                         source)
+                continue
+            tmp = sub(bufs.bt[op_set][j], (c1 - c0, kk))
+            load_box(ctx, b, _operand_box(b, batch_index, (c0, c1), ks), tmp, core, source)
+            ctx.em.emit(f"core{core}.vpu", Transpose(tmp, b_buf, (1, 0)), source)
+    return load
+
+
+def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, q: int, mm: int,
+                kk: int, cols: list[tuple[int, int]], accumulate: bool, source: str):
+    def compute() -> None:
+        a_buf = sub(bufs.a[op_set], (mm, kk))
+        for j, (c0, c1) in enumerate(cols):
+            b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
+            acc = sub(bufs.acc[q][j], (mm, c1 - c0))
+            ctx.em.emit(f"core{core}.mxu{j}", MatMul(a_buf, b_buf, acc, accumulate), source)
+    return compute
+
+
+def _epilogue(ctx: Context, core: int, bufs: _Buffers, q: int, out: Value, group,
+              batch_index: tuple[int, ...], rows: tuple[int, int],
+              cols: list[tuple[int, int]], cast_needed: bool, source: str):
+    def store() -> None:
+        mm = rows[1] - rows[0]
+        for j, (c0, c1) in enumerate(cols):
+            acc = sub(bufs.acc[q][j], (mm, c1 - c0))
+            value_buf = acc
+            if cast_needed:
+                value_buf = sub(bufs.out[q][j], (mm, c1 - c0))
+                ctx.em.emit(f"core{core}.vpu", Cast(acc, value_buf), source)
+            box = tuple((i, i + 1) for i in batch_index) + (rows, (c0, c1))
+            if ctx.materialized(out):
+                store_box(ctx, out, box, value_buf.__class__(
+                    value_buf.space, value_buf.offset, box_shape(box), value_buf.dtype),
+                    core, source, "store")
+            if group is None:
+                continue
+            epi_bufs, scratch = bufs.epilogue[q][j]
+            merged = dict(epi_bufs)
+            merged[out.id] = value_buf
+            emit_loads(ctx, group, box, core, merged, scratch, {out.id: value_buf}, source)
+            emit_compute(ctx, group, box, core, merged, scratch, source)
+            emit_stores(ctx, group, box, core, merged, source, "store")
+    return store

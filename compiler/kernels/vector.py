@@ -1,0 +1,333 @@
+"""The vector kernel: a fused group of elementwise/reduce nodes, tile by tile.
+
+A tile is a box of the group's iteration space with reduced axes whole. Each value of
+the group gets one SRAM buffer per buffer set; external inputs are loaded (through
+views, permutes and slices), nodes run on the vector engine, and values needed outside
+the kernel are stored. :func:`emit_group_tile` is shared with matmul/conv epilogues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from archsim.errors import CapacityError, LoweringError
+from compiler import graph as g
+from compiler.emit import Arena
+from compiler.graph import Node, Value
+from compiler.ir.operands import Scalar, SramRef
+from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Store, Transpose, Unary, VCopy
+from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
+from compiler.plan import Group, Kernel, aligned
+
+MIN_TILE_BYTES = 32 * 1024
+
+
+def value_box(value: Value, space_box: Box) -> Box:
+    """The part of a value (aligned to the iteration space) a tile touches."""
+    shape = aligned(value.shape, len(space_box))
+    return tuple((0, 1) if n == 1 else r for n, r in zip(shape, space_box))
+
+
+def own_box(value: Value, space_box: Box) -> Box:
+    """``value_box`` in the value's own rank."""
+    if not value.shape:
+        return ((0, 1),)
+    box = value_box(value, space_box)
+    return box[len(box) - len(value.shape):]
+
+
+@dataclass
+class GroupLayout:
+    """Per buffer set: value id -> SRAM buffer at its largest tile shape."""
+
+    buffers: list[dict[int, SramRef]]
+    scratch: list[dict[int, SramRef]]
+
+
+def group_values(group: Group) -> tuple[list[Value], list[Value]]:
+    """(external inputs, produced values) of a group, in first-use order."""
+    external: dict[int, Value] = {}
+    for node in group.nodes:
+        for v in node.value_inputs():
+            if v.id not in group.members and v.id not in external:
+                external[v.id] = v
+    produced = [v for node in group.nodes for v in node.outputs]
+    return list(external.values()), produced
+
+
+def buffer_values(ctx: Context, group: Group, preloaded: set[int]) -> list[Value]:
+    external, produced = group_values(group)
+    leaves = [v for v in external if v.id not in ctx.scalars and v.id not in preloaded
+              and not _leaf_source(group, v)]
+    return leaves + produced
+
+
+def _leaf_source(group: Group, value: Value) -> bool:
+    """True if the value is only read by permute/slice leaves (loaded in their shape)."""
+    users = [n for n in group.nodes if value in n.value_inputs()]
+    return bool(users) and all(isinstance(n.spec, (g.Permute, g.Slice)) for n in users)
+
+
+def tile_bytes(ctx: Context, group: Group, tile: tuple[int, ...], preloaded: set[int]) -> int:
+    box = tuple((0, n) for n in tile)
+    total = 0
+    for v in buffer_values(ctx, group, preloaded):
+        total += _padded(_numel(box_shape(value_box(v, box))) * v.dtype.itemsize)
+    for node in group.nodes:
+        shape = _scratch_shape(node, box)
+        if shape is not None:
+            total += _padded(_numel(shape) * node.inputs[0].dtype.itemsize)
+    return total
+
+
+def _scratch_shape(node: Node, box: Box) -> tuple[int, ...] | None:
+    """Shape of the extra buffer a node needs (permute/slice source, reduce partials)."""
+    if isinstance(node.spec, (g.Permute, g.Slice)):
+        return box_shape(value_box(node.out, box))
+    if isinstance(node.spec, g.Reduce) and len(node.spec.axes) > 1:
+        return box_shape(value_box(node.inputs[0], box))
+    return None
+
+
+def _padded(n: int) -> int:
+    return -(-n // 64) * 64 + 64
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def layout(ctx: Context, group: Group, tile: tuple[int, ...], arena: Arena, sets: int,
+           preloaded: set[int]) -> GroupLayout:
+    box = tuple((0, n) for n in tile)
+    buffers, scratch = [], []
+    for s in range(sets):
+        bufs: dict[int, SramRef] = {}
+        for v in buffer_values(ctx, group, preloaded):
+            bufs[v.id] = arena.alloc(box_shape(value_box(v, box)), v.dtype, v.name)
+        extra: dict[int, SramRef] = {}
+        for node in group.nodes:
+            shape = _scratch_shape(node, box)
+            if shape is not None:
+                extra[node.out.id] = arena.alloc(shape, node.inputs[0].dtype,
+                                                 f"{node.out.name}.scratch")
+        buffers.append(bufs)
+        scratch.append(extra)
+    return GroupLayout(buffers, scratch)
+
+
+def sub(ref: SramRef, shape: tuple[int, ...], element_offset: int = 0) -> SramRef:
+    return SramRef(ref.space, ref.offset + element_offset * ref.dtype.itemsize, tuple(shape),
+                   ref.dtype)
+
+
+def choose_tile(space: tuple[int, ...], whole: set[int], budget: int,
+                bytes_of: Callable[[tuple[int, ...]], int], what: str) -> tuple[int, ...]:
+    """Largest leading-dims-split tile within ``budget`` bytes; whole axes never split."""
+    tile = list(space)
+    if bytes_of(tuple(tile)) <= budget:
+        return tuple(tile)
+    for d in range(len(space)):
+        if d in whole:
+            continue
+        tile[d] = 1
+        if bytes_of(tuple(tile)) <= budget:
+            lo, hi = 1, space[d]
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                tile[d] = mid
+                if bytes_of(tuple(tile)) <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            tile[d] = lo
+            return tuple(tile)
+    raise CapacityError(f"{what}: even a minimal tile {tile} needs {bytes_of(tuple(tile))} B "
+                        f"of SRAM, budget {budget} B (reduced axes {sorted(whole)} of "
+                        f"{list(space)} must fit)")
+
+
+def tiles_of(space: tuple[int, ...], tile: tuple[int, ...]) -> list[Box]:
+    boxes: list[Box] = [()]
+    for n, t in zip(space, tile):
+        boxes = [b + ((lo, min(lo + t, n)),) for b in boxes for lo in range(0, n, t)]
+    return boxes
+
+
+# ---------------------------------------------------------------- per-tile emission
+
+
+def emit_loads(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, SramRef],
+               scratch: dict[int, SramRef], preloaded: dict[int, SramRef], source: str) -> None:
+    external, _ = group_values(group)
+    for v in external:
+        if v.id in ctx.scalars or v.id in preloaded or _leaf_source(group, v):
+            continue
+        load_box(ctx, v, own_box(v, box), bufs[v.id], core, source)
+    for node in group.nodes:
+        if isinstance(node.spec, g.Permute):
+            _load_permuted(ctx, node, box, core, scratch[node.out.id], source)
+        elif isinstance(node.spec, g.Slice):
+            _load_slice(ctx, node, box, core, bufs, scratch[node.out.id], source)
+
+
+def load_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str) -> None:
+    for ref, offset in ctx.em.dram_pieces(ctx.view(value), box):
+        ctx.em.emit(ctx.em.dma(core), Load(ref, sub(buf, ref.shape, offset)), source)
+
+
+def store_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str,
+              kind: str = "any") -> None:
+    for ref, offset in ctx.em.dram_pieces(ctx.view(value), box):
+        ctx.em.emit(ctx.em.dma(core, kind), Store(sub(buf, ref.shape, offset), ref), source)
+
+
+def _load_permuted(ctx: Context, node: Node, box: Box, core: int, tmp: SramRef,
+                   source: str) -> None:
+    perm = node.spec.perm
+    out_box = own_box(node.out, box)
+    in_box = [None] * len(perm)
+    for i, p in enumerate(perm):
+        in_box[p] = out_box[i]
+    in_box_t = tuple(in_box)
+    load_box(ctx, node.inputs[0], in_box_t, tmp, core, source)
+
+
+def _load_slice(ctx: Context, node: Node, box: Box, core: int, bufs: dict[int, SramRef],
+                tmp: SramRef, source: str) -> None:
+    spec: g.Slice = node.spec
+    out_box = own_box(node.out, box)
+    lo, hi = out_box[spec.dim]
+    start = spec.start + lo * spec.step
+    in_box = list(out_box)
+    src = node.inputs[0]
+    if spec.step == 1:
+        in_box[spec.dim] = (start, start + hi - lo)
+        load_box(ctx, src, tuple(in_box), tmp, core, source)
+        return
+    view = ctx.view(src)
+    if view.shape != view.base_shape:
+        raise LoweringError(f"{node.source}: strided slice of a reshaped view")
+    steps = tuple(spec.step if d == spec.dim else 1 for d in range(len(out_box)))
+    in_box[spec.dim] = (start, start + (hi - lo))
+    for ref, offset in ctx.em.dram_pieces(view, tuple(in_box), steps):
+        ctx.em.emit(ctx.em.dma(core), Load(ref, sub(tmp, ref.shape, offset)), source)
+
+
+def operand(ctx: Context, x: object, box: Box, bufs: dict[int, SramRef]) -> SramRef | Scalar:
+    if isinstance(x, Value):
+        if x.id in ctx.scalars:
+            return Scalar(ctx.scalars[x.id])
+        return sub(bufs[x.id], box_shape(value_box(x, box)))
+    return Scalar(float(x))
+
+
+def emit_compute(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, SramRef],
+                 scratch: dict[int, SramRef], source: str) -> None:
+    vpu = f"core{core}.vpu"
+    em = ctx.em
+    for node in group.nodes:
+        spec = node.spec
+        out = sub(bufs[node.out.id], box_shape(value_box(node.out, box)))
+        src = node.source or source
+        if isinstance(spec, g.Unary):
+            em.emit(vpu, Unary(spec.kind, operand(ctx, node.inputs[0], box, bufs), out), src)
+        elif isinstance(spec, g.Binary):
+            a = operand(ctx, node.inputs[0], box, bufs)
+            b = operand(ctx, node.inputs[1], box, bufs)
+            em.emit(vpu, Binary(spec.kind, a, b, out), src)
+        elif isinstance(spec, g.Select):
+            cond, a, b = (operand(ctx, x, box, bufs) for x in node.inputs)
+            em.emit(vpu, Select(cond, a, b, out), src)
+        elif isinstance(spec, g.Cast):
+            em.emit(vpu, Cast(operand(ctx, node.inputs[0], box, bufs), out), src)
+        elif isinstance(spec, g.Broadcast):
+            em.emit(vpu, VCopy(operand(ctx, node.inputs[0], box, bufs), out), src)
+        elif isinstance(spec, g.Permute):
+            tmp = scratch[node.out.id]
+            in_shape = box_shape(own_box(node.out, box))
+            src_shape = [0] * len(spec.perm)
+            for i, p in enumerate(spec.perm):
+                src_shape[p] = in_shape[i]
+            em.emit(vpu, Transpose(sub(tmp, tuple(src_shape)),
+                                   sub(out, in_shape), spec.perm), src)
+        elif isinstance(spec, g.Slice):
+            shape = box_shape(own_box(node.out, box))
+            em.emit(vpu, VCopy(sub(scratch[node.out.id], shape), sub(out, shape)), src)
+        elif isinstance(spec, g.Reduce):
+            _emit_reduce(ctx, node, box, vpu, bufs, scratch, out, src)
+        else:
+            raise LoweringError(f"{node.source}: {type(spec).__name__} is not a vector op")
+
+
+def _emit_reduce(ctx: Context, node: Node, box: Box, vpu: str, bufs: dict[int, SramRef],
+                 scratch: dict[int, SramRef], out: SramRef, source: str) -> None:
+    spec: g.Reduce = node.spec
+    x = node.inputs[0]
+    cur = operand(ctx, x, box, bufs)
+    shape = list(box_shape(value_box(x, box)))
+    shift = len(box) - len(x.shape)
+    axes = [a + shift for a in spec.axes if shape[a + shift] > 1] or [spec.axes[-1] + shift]
+    half = _numel(tuple(shape)) // 2
+    for i, axis in enumerate(axes):
+        shape[axis] = 1
+        if i == len(axes) - 1:
+            dst = out
+        else:
+            dst = sub(scratch[node.out.id], tuple(shape), 0 if i % 2 == 0 else half)
+        ctx.em.emit(vpu, Reduce(spec.kind, cur, dst, axis), source)
+        cur = dst
+
+
+def emit_stores(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, SramRef],
+                source: str, kind: str = "any") -> None:
+    for node in group.nodes:
+        for v in node.outputs:
+            if ctx.materialized(v):
+                store_box(ctx, v, own_box(v, box), sub(bufs[v.id], box_shape(value_box(v, box))),
+                          core, source, kind)
+
+
+# ---------------------------------------------------------------- the kernel
+
+
+def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
+    group = kernel.group
+    if group is None:
+        raise LoweringError(f"{kernel.name}: vector kernel without a group")
+    space = group.shape
+    sets = ctx.sets
+    budget = ctx.capacity // sets
+    total = tile_bytes(ctx, group, space, set())
+    target = max(MIN_TILE_BYTES, total // (2 * ctx.cores)) if ctx.cores > 1 or sets > 1 \
+        else budget
+    tile = choose_tile(space, group.whole_axes, min(budget, target),
+                       lambda t: tile_bytes(ctx, group, t, set()), kernel.name)
+    boxes = tiles_of(space, tile)
+    cores = min(ctx.cores, len(boxes))
+    layouts = []
+    for c in range(cores):
+        arena = Arena(f"sram{c}", ctx.capacity)
+        layouts.append(layout(ctx, group, tile, arena, sets, set()))
+    per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
+    for i, box in enumerate(boxes):
+        core = i % cores
+        k = len(per_core[core]) % sets
+        bufs, scratch = layouts[core].buffers[k], layouts[core].scratch[k]
+        per_core[core].append(_steps(ctx, group, box, core, bufs, scratch, kernel.name))
+    pipeline(per_core, sets - 1)
+
+
+def _steps(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, SramRef],
+           scratch: dict[int, SramRef], source: str) -> TileSteps:
+    return TileSteps(
+        load=lambda: emit_loads(ctx, group, box, core, bufs, scratch, {}, source),
+        compute=lambda: emit_compute(ctx, group, box, core, bufs, scratch, source),
+        store=lambda: emit_stores(ctx, group, box, core, bufs, source),
+    )
+
+

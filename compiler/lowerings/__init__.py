@@ -1,0 +1,13 @@
+"""Per-op lowerings, one module per family; importing this package fills the table."""
+
+from compiler.lowerings import (  # noqa: F401  (imported for their registrations)
+    conv,
+    elementwise,
+    matmul,
+    movement,
+    norm,
+    reduction,
+)
+from compiler.lowerings.registry import LOWERINGS, lowering
+
+__all__ = ["LOWERINGS", "lowering"]

@@ -1,0 +1,183 @@
+"""Elementwise unary/binary ops, where, clamp, casts, fills: vector primitives with
+broadcasting and torch type promotion (in :class:`GraphBuilder`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from compiler.graph import Value
+from compiler.graph_builder import GraphBuilder
+from compiler.ir.ops import BinaryKind, UnaryKind
+from compiler.lowerings.registry import lowering
+from compiler.torch_types import ir_dtype
+
+aten = torch.ops.aten
+
+_UNARY: dict[Any, UnaryKind] = {
+    aten.neg.default: UnaryKind.neg, aten.abs.default: UnaryKind.abs,
+    aten.relu.default: UnaryKind.relu, aten.exp.default: UnaryKind.exp,
+    aten.log.default: UnaryKind.log, aten.sqrt.default: UnaryKind.sqrt,
+    aten.rsqrt.default: UnaryKind.rsqrt, aten.reciprocal.default: UnaryKind.reciprocal,
+    aten.tanh.default: UnaryKind.tanh, aten.sigmoid.default: UnaryKind.sigmoid,
+    aten.silu.default: UnaryKind.silu, aten.sin.default: UnaryKind.sin,
+    aten.cos.default: UnaryKind.cos, aten.erf.default: UnaryKind.erf,
+    aten.logical_not.default: UnaryKind.logical_not,
+}
+
+_BINARY: dict[Any, BinaryKind] = {
+    aten.mul.Tensor: BinaryKind.mul, aten.mul.Scalar: BinaryKind.mul,
+    aten.div.Tensor: BinaryKind.div, aten.div.Scalar: BinaryKind.div,
+    aten.maximum.default: BinaryKind.max, aten.minimum.default: BinaryKind.min,
+    aten.pow.Tensor_Tensor: BinaryKind.pow,
+    aten.eq.Tensor: BinaryKind.eq, aten.eq.Scalar: BinaryKind.eq,
+    aten.ne.Tensor: BinaryKind.ne, aten.ne.Scalar: BinaryKind.ne,
+    aten.lt.Tensor: BinaryKind.lt, aten.lt.Scalar: BinaryKind.lt,
+    aten.le.Tensor: BinaryKind.le, aten.le.Scalar: BinaryKind.le,
+    aten.gt.Tensor: BinaryKind.gt, aten.gt.Scalar: BinaryKind.gt,
+    aten.ge.Tensor: BinaryKind.ge, aten.ge.Scalar: BinaryKind.ge,
+    aten.logical_and.default: BinaryKind.logical_and,
+    aten.logical_or.default: BinaryKind.logical_or,
+    aten.bitwise_and.Tensor: BinaryKind.logical_and,
+    aten.bitwise_or.Tensor: BinaryKind.logical_or,
+}
+
+
+def _unary_lowering(kind: UnaryKind):
+    def lower(b: GraphBuilder, x: Value) -> Value:
+        return b.unary(kind, x)
+    return lower
+
+
+def _binary_lowering(kind: BinaryKind):
+    def lower(b: GraphBuilder, x: Any, y: Any) -> Value:
+        return b.binary(kind, x, y)
+    return lower
+
+
+for _op, _kind in _UNARY.items():
+    lowering(_op)(_unary_lowering(_kind))
+for _op, _kind in _BINARY.items():
+    lowering(_op)(_binary_lowering(_kind))
+
+
+@lowering(aten.add.Tensor, aten.add.Scalar)
+def lower_add(b: GraphBuilder, x: Any, y: Any, *, alpha: float = 1) -> Value:
+    if alpha != 1:
+        y = b.binary(BinaryKind.mul, y, alpha) if isinstance(y, Value) else y * alpha
+    if not isinstance(x, Value):
+        x, y = y, x
+    return b.binary(BinaryKind.add, x, y)
+
+
+@lowering(aten.sub.Tensor, aten.sub.Scalar)
+def lower_sub(b: GraphBuilder, x: Any, y: Any, *, alpha: float = 1) -> Value:
+    if alpha != 1:
+        y = b.binary(BinaryKind.mul, y, alpha) if isinstance(y, Value) else y * alpha
+    return b.binary(BinaryKind.sub, x, y)
+
+
+@lowering(aten.rsub.Scalar, aten.rsub.Tensor)
+def lower_rsub(b: GraphBuilder, x: Any, y: Any, *, alpha: float = 1) -> Value:
+    return lower_sub(b, y, x, alpha=alpha)
+
+
+@lowering(aten.pow.Tensor_Scalar)
+def lower_pow(b: GraphBuilder, x: Value, exponent: float) -> Value:
+    if exponent == 2:
+        return b.unary(UnaryKind.square, x)
+    if exponent == 1:
+        return x
+    if exponent == 0.5:
+        return b.unary(UnaryKind.sqrt, x)
+    if exponent == -0.5:
+        return b.unary(UnaryKind.rsqrt, x)
+    if exponent == -1:
+        return b.unary(UnaryKind.reciprocal, x)
+    return b.binary(BinaryKind.pow, x, float(exponent))
+
+
+@lowering(aten.gelu.default)
+def lower_gelu(b: GraphBuilder, x: Value, *, approximate: str = "none") -> Value:
+    return b.unary(UnaryKind.gelu_tanh if approximate == "tanh" else UnaryKind.gelu, x)
+
+
+@lowering(aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar)
+def lower_where(b: GraphBuilder, cond: Value, x: Any, y: Any) -> Value:
+    return b.select(cond, x, y)
+
+
+@lowering(aten.clamp.default, aten.clamp.Tensor, aten.hardtanh.default)
+def lower_clamp(b: GraphBuilder, x: Value, min: Any = None, max: Any = None) -> Value:
+    out = x
+    if min is not None:
+        out = b.binary(BinaryKind.max, out, min)
+    if max is not None:
+        out = b.binary(BinaryKind.min, out, max)
+    return out
+
+
+@lowering(aten.clamp_min.default, aten.clamp_min.Tensor)
+def lower_clamp_min(b: GraphBuilder, x: Value, min: Any) -> Value:
+    return b.binary(BinaryKind.max, x, min)
+
+
+@lowering(aten.clamp_max.default, aten.clamp_max.Tensor)
+def lower_clamp_max(b: GraphBuilder, x: Value, max: Any) -> Value:
+    return b.binary(BinaryKind.min, x, max)
+
+
+@lowering(aten._to_copy.default, aten.to.dtype)
+def lower_to_copy(b: GraphBuilder, x: Value, dtype: torch.dtype | None = None,
+                  **kwargs: Any) -> Value:
+    if dtype is None:
+        return x
+    return b.cast(x, ir_dtype(dtype, b.source))
+
+
+@lowering(aten.hardswish.default)
+def lower_hardswish(b: GraphBuilder, x: Value) -> Value:
+    gate = b.binary(BinaryKind.min, b.binary(BinaryKind.max, b.binary(BinaryKind.add, x, 3.0),
+                                             0.0), 6.0)
+    return b.binary(BinaryKind.div, b.binary(BinaryKind.mul, x, gate), 6.0)
+
+
+@lowering(aten.leaky_relu.default)
+def lower_leaky_relu(b: GraphBuilder, x: Value, negative_slope: float = 0.01) -> Value:
+    return b.select(b.binary(BinaryKind.gt, x, 0.0), x,
+                    b.binary(BinaryKind.mul, x, float(negative_slope)))
+
+
+@lowering(aten.full.default)
+def lower_full(b: GraphBuilder, size: list[int], fill_value: float, *,
+               dtype: torch.dtype | None = None, **kwargs: Any) -> Value:
+    ir = ir_dtype(dtype, b.source) if dtype is not None else \
+        ir_dtype(torch.tensor(fill_value).dtype if not isinstance(fill_value, float)
+                 else torch.get_default_dtype(), b.source)
+    return b.splat(fill_value, tuple(size), ir)
+
+
+@lowering(aten.scalar_tensor.default)
+def lower_scalar_tensor(b: GraphBuilder, value: float, *, dtype: torch.dtype | None = None,
+                        **kwargs: Any) -> Value:
+    ir = ir_dtype(dtype or torch.get_default_dtype(), b.source)
+    return b.splat(value, (), ir)
+
+
+@lowering(aten.full_like.default)
+def lower_full_like(b: GraphBuilder, x: Value, fill_value: float, *,
+                    dtype: torch.dtype | None = None, **kwargs: Any) -> Value:
+    return b.splat(fill_value, x.shape, ir_dtype(dtype, b.source) if dtype else x.dtype)
+
+
+def _fill_like(value: float):
+    def lower(b: GraphBuilder, x: Value, *, dtype: torch.dtype | None = None,
+              **kwargs: Any) -> Value:
+        return b.splat(value, x.shape, ir_dtype(dtype, b.source) if dtype else x.dtype)
+    return lower
+
+
+lowering(aten.zeros_like.default)(_fill_like(0.0))
+lowering(aten.ones_like.default)(_fill_like(1.0))
+

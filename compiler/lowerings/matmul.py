@@ -1,0 +1,74 @@
+"""mm, addmm, bmm, baddbmm, linear, matmul: all become one batched MatMul primitive
+(plus elementwise epilogues the fusion pass folds into the matmul tiles)."""
+
+from __future__ import annotations
+
+import torch
+
+from compiler import graph as g
+from compiler.graph import Value
+from compiler.graph_builder import GraphBuilder
+from compiler.ir.ops import BinaryKind
+from compiler.lowerings.registry import lowering
+
+aten = torch.ops.aten
+
+
+def _transposed_source(b: Value) -> Value | None:
+    """If ``b`` is a 2-D permute [1, 0] of a weight, the weight (load it transposed)."""
+    node = b.producer
+    if node is not None and isinstance(node.spec, g.Permute) and len(b.shape) == 2:
+        return node.inputs[0]
+    return None
+
+
+def _mm(b: GraphBuilder, x: Value, w: Value) -> Value:
+    source = _transposed_source(w)
+    if source is not None:
+        return b.matmul(x, source, trans_b=True)
+    return b.matmul(x, w)
+
+
+def _scaled(b: GraphBuilder, x: Value, alpha: float) -> Value:
+    return x if alpha == 1 else b.binary(BinaryKind.mul, x, alpha)
+
+
+@lowering(aten.mm.default, aten.bmm.default)
+def lower_mm(b: GraphBuilder, x: Value, w: Value) -> Value:
+    return _mm(b, x, w)
+
+
+@lowering(aten.addmm.default, aten.baddbmm.default)
+def lower_addmm(b: GraphBuilder, bias: Value, x: Value, w: Value, *, beta: float = 1,
+                alpha: float = 1) -> Value:
+    product = _scaled(b, _mm(b, x, w), alpha)
+    if beta == 0:
+        return product
+    return b.binary(BinaryKind.add, product, _scaled(b, bias, beta))
+
+
+@lowering(aten.linear.default)
+def lower_linear(b: GraphBuilder, x: Value, w: Value, bias: Value | None = None) -> Value:
+    lead = x.shape[:-1]
+    flat = b.view(x, (-1, x.shape[-1]))
+    out = b.matmul(flat, w, trans_b=True)
+    if bias is not None:
+        out = b.binary(BinaryKind.add, out, bias)
+    return b.view(out, (*lead, w.shape[0]))
+
+
+@lowering(aten.matmul.default)
+def lower_matmul(b: GraphBuilder, x: Value, w: Value) -> Value:
+    if len(x.shape) == 1 and len(w.shape) == 1:
+        return b.view(b.matmul(b.view(x, (1, -1)), b.view(w, (-1, 1))), ())
+    if len(w.shape) == 1:
+        out = b.matmul(x, b.view(w, (-1, 1)))
+        return b.view(out, out.shape[:-1])
+    if len(x.shape) == 1:
+        out = b.matmul(b.view(x, (1, -1)), w)
+        return b.view(out, (*out.shape[:-2], out.shape[-1]))
+    if len(w.shape) == 2 and len(x.shape) > 2:
+        lead = x.shape[:-1]
+        out = b.matmul(b.view(x, (-1, x.shape[-1])), w)
+        return b.view(out, (*lead, w.shape[-1]))
+    return b.matmul(x, w)

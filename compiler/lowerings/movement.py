@@ -1,0 +1,136 @@
+"""Data movement: views are free aliases when contiguous; permute, slice, expand, cat and
+pad are DMA/vector copies scheduled by the kernels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from compiler import graph as g
+from compiler.graph import Value
+from compiler.graph_builder import GraphBuilder, normalize_dim
+from compiler.lowerings.registry import lowering
+
+aten = torch.ops.aten
+
+
+@lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def lower_view(b: GraphBuilder, x: Value, shape: list[int]) -> Value:
+    return b.view(x, tuple(shape))
+
+
+@lowering(aten.alias.default, aten.detach.default, aten.clone.default,
+          aten.contiguous.default, aten.lift_fresh_copy.default)
+def lower_identity(b: GraphBuilder, x: Value, *args: Any, **kwargs: Any) -> Value:
+    return x
+
+
+@lowering(aten.unsqueeze.default)
+def lower_unsqueeze(b: GraphBuilder, x: Value, dim: int) -> Value:
+    dim = normalize_dim(dim, len(x.shape) + 1, b.source)
+    return b.view(x, x.shape[:dim] + (1,) + x.shape[dim:])
+
+
+@lowering(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def lower_squeeze(b: GraphBuilder, x: Value, dims: Any = None) -> Value:
+    rank = len(x.shape)
+    if dims is None:
+        dims = range(rank)
+    elif isinstance(dims, int):
+        dims = [dims]
+    drop = {normalize_dim(d, rank, b.source) for d in dims}
+    return b.view(x, tuple(n for i, n in enumerate(x.shape) if not (i in drop and n == 1)))
+
+
+@lowering(aten.permute.default)
+def lower_permute(b: GraphBuilder, x: Value, perm: list[int]) -> Value:
+    return b.permute(x, perm)
+
+
+@lowering(aten.t.default)
+def lower_t(b: GraphBuilder, x: Value) -> Value:
+    return b.permute(x, (1, 0)) if len(x.shape) == 2 else x
+
+
+@lowering(aten.transpose.int)
+def lower_transpose(b: GraphBuilder, x: Value, dim0: int, dim1: int) -> Value:
+    rank = len(x.shape)
+    perm = list(range(rank))
+    d0, d1 = normalize_dim(dim0, rank, b.source), normalize_dim(dim1, rank, b.source)
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return b.permute(x, perm)
+
+
+@lowering(aten.expand.default)
+def lower_expand(b: GraphBuilder, x: Value, size: list[int], *, implicit: bool = False) -> Value:
+    rank = len(size)
+    padded = (1,) * (rank - len(x.shape)) + x.shape
+    shape = tuple(p if s == -1 else s for s, p in zip(size, padded))
+    if shape == padded:
+        return b.view(x, shape)
+    return b.broadcast(x, shape)
+
+
+@lowering(aten.slice.Tensor)
+def lower_slice(b: GraphBuilder, x: Value, dim: int = 0, start: int | None = None,
+                end: int | None = None, step: int = 1) -> Value:
+    size = x.shape[normalize_dim(dim, len(x.shape), b.source)]
+    start = 0 if start is None else start
+    end = size if end is None else min(end, size)
+    return b.slice(x, dim, start, end, step)
+
+
+@lowering(aten.select.int)
+def lower_select(b: GraphBuilder, x: Value, dim: int, index: int) -> Value:
+    dim = normalize_dim(dim, len(x.shape), b.source)
+    index = index % x.shape[dim]
+    sliced = b.slice(x, dim, index, index + 1)
+    return b.view(sliced, x.shape[:dim] + x.shape[dim + 1:])
+
+
+@lowering(aten.split_with_sizes.default)
+def lower_split_with_sizes(b: GraphBuilder, x: Value, sizes: list[int],
+                           dim: int = 0) -> tuple[Value, ...]:
+    out, start = [], 0
+    for size in sizes:
+        out.append(b.slice(x, dim, start, start + size))
+        start += size
+    return tuple(out)
+
+
+@lowering(aten.split.Tensor)
+def lower_split(b: GraphBuilder, x: Value, split_size: int, dim: int = 0) -> tuple[Value, ...]:
+    total = x.shape[normalize_dim(dim, len(x.shape), b.source)]
+    sizes = [min(split_size, total - s) for s in range(0, total, split_size)]
+    return lower_split_with_sizes(b, x, sizes, dim)
+
+
+@lowering(aten.cat.default)
+def lower_cat(b: GraphBuilder, tensors: list[Value], dim: int = 0) -> Value:
+    parts = [t for t in tensors if isinstance(t, Value) and t.shape != (0,)]
+    if len(parts) == 1:
+        return parts[0]
+    dim = normalize_dim(dim, len(parts[0].shape), b.source)
+    dtype = parts[0].dtype
+    parts = [b.cast(p, dtype) for p in parts]
+    shape = list(parts[0].shape)
+    shape[dim] = sum(p.shape[dim] for p in parts)
+    return b.add(g.Cat(dim), parts, tuple(shape), dtype, "cat")
+
+
+@lowering(aten.constant_pad_nd.default)
+def lower_constant_pad(b: GraphBuilder, x: Value, pad: list[int], value: float = 0.0) -> Value:
+    pad = list(pad) + [0] * (4 - len(pad))
+    if len(pad) > 4 or any(p < 0 for p in pad) or len(x.shape) < 2:
+        raise NotImplementedError("constant_pad_nd beyond the last two dims or negative")
+    left, right, top, bottom = pad[:4]
+    return pad2d(b, x, (top, bottom, left, right), value)
+
+
+def pad2d(b: GraphBuilder, x: Value, pads: tuple[int, int, int, int], value: float) -> Value:
+    if not any(pads):
+        return x
+    top, bottom, left, right = pads
+    shape = x.shape[:-2] + (x.shape[-2] + top + bottom, x.shape[-1] + left + right)
+    return b.add(g.Pad(pads, float(value)), (x,), shape, x.dtype, "pad")

@@ -1,0 +1,75 @@
+"""layer_norm, batch_norm in inference. (RMS norm arrives as pow + mean + rsqrt + mul and
+needs no lowering of its own.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from compiler.graph import Value
+from compiler.graph_builder import GraphBuilder
+from compiler.ir.dtypes import DType
+from compiler.ir.ops import BinaryKind, ReduceKind, UnaryKind
+from compiler.lowerings.registry import lowering
+
+aten = torch.ops.aten
+
+
+@lowering(aten.native_layer_norm.default)
+def lower_native_layer_norm(b: GraphBuilder, x: Value, normalized_shape: list[int],
+                            weight: Value | None, bias: Value | None,
+                            eps: float) -> tuple[Value, Value, Value]:
+    rank = len(x.shape)
+    axes = tuple(range(rank - len(normalized_shape), rank))
+    xf = b.cast(x, DType.f32)
+    mean = b.reduce(ReduceKind.mean, xf, axes, True)
+    centered = b.binary(BinaryKind.sub, xf, mean)
+    var = b.reduce(ReduceKind.mean, b.unary(UnaryKind.square, centered), axes, True)
+    rstd = b.unary(UnaryKind.rsqrt, b.binary(BinaryKind.add, var, float(eps)))
+    out = b.binary(BinaryKind.mul, centered, rstd)
+    if weight is not None:
+        out = b.binary(BinaryKind.mul, out, b.cast(weight, DType.f32))
+    if bias is not None:
+        out = b.binary(BinaryKind.add, out, b.cast(bias, DType.f32))
+    return b.cast(out, x.dtype), mean, rstd
+
+
+@lowering(aten.layer_norm.default)
+def lower_layer_norm(b: GraphBuilder, x: Value, normalized_shape: list[int],
+                     weight: Value | None = None, bias: Value | None = None,
+                     eps: float = 1e-5, cudnn_enable: bool = True) -> Value:
+    return lower_native_layer_norm(b, x, normalized_shape, weight, bias, eps)[0]
+
+
+def _per_channel(b: GraphBuilder, v: Value, rank: int) -> Value:
+    return b.view(b.cast(v, DType.f32), (v.shape[0],) + (1,) * (rank - 2))
+
+
+@lowering(aten._native_batch_norm_legit_no_training.default)
+def lower_batch_norm_inference(b: GraphBuilder, x: Value, weight: Value | None,
+                               bias: Value | None, running_mean: Value, running_var: Value,
+                               momentum: float, eps: float) -> tuple[Value, Value, Value]:
+    rank = len(x.shape)
+    xf = b.cast(x, DType.f32)
+    mean = _per_channel(b, running_mean, rank)
+    rstd = b.unary(UnaryKind.rsqrt, b.binary(BinaryKind.add, _per_channel(b, running_var, rank),
+                                              float(eps)))
+    out = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, xf, mean), rstd)
+    if weight is not None:
+        out = b.binary(BinaryKind.mul, out, _per_channel(b, weight, rank))
+    if bias is not None:
+        out = b.binary(BinaryKind.add, out, _per_channel(b, bias, rank))
+    empty = b.splat(0.0, (0,), DType.f32)
+    return b.cast(out, x.dtype), empty, empty
+
+
+@lowering(aten.batch_norm.default)
+def lower_batch_norm(b: GraphBuilder, x: Value, weight: Value | None, bias: Value | None,
+                     running_mean: Value, running_var: Value, training: bool,
+                     momentum: float, eps: float, cudnn_enabled: bool = True) -> Value:
+    return lower_batch_norm_inference(b, x, weight, bias, running_mean, running_var,
+                                      momentum, eps)[0]
+
+
+

@@ -1,0 +1,105 @@
+"""Reductions along any axes (sum, mean, amax, amin, any, var), softmax, log_softmax."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from compiler.graph import Value
+from compiler.graph_builder import GraphBuilder, normalize_dim
+from compiler.ir.dtypes import DType
+from compiler.ir.ops import BinaryKind, ReduceKind, UnaryKind
+from compiler.lowerings.registry import lowering
+from compiler.torch_types import ir_dtype
+
+aten = torch.ops.aten
+
+
+def _axes(dims: Any, rank: int) -> tuple[int, ...]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return tuple(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return tuple(dims)
+
+
+@lowering(aten.sum.dim_IntList, aten.sum.default)
+def lower_sum(b: GraphBuilder, x: Value, dim: Any = None, keepdim: bool = False, *,
+              dtype: torch.dtype | None = None) -> Value:
+    ir = ir_dtype(dtype, b.source) if dtype is not None else None
+    return b.reduce(ReduceKind.sum, x, _axes(dim, len(x.shape)), keepdim, ir)
+
+
+@lowering(aten.mean.dim, aten.mean.default)
+def lower_mean(b: GraphBuilder, x: Value, dim: Any = None, keepdim: bool = False, *,
+               dtype: torch.dtype | None = None) -> Value:
+    ir = ir_dtype(dtype, b.source) if dtype is not None else None
+    return b.reduce(ReduceKind.mean, x, _axes(dim, len(x.shape)), keepdim, ir)
+
+
+@lowering(aten.amax.default)
+def lower_amax(b: GraphBuilder, x: Value, dim: Any = (), keepdim: bool = False) -> Value:
+    return b.reduce(ReduceKind.max, x, _axes(dim, len(x.shape)), keepdim)
+
+
+@lowering(aten.amin.default)
+def lower_amin(b: GraphBuilder, x: Value, dim: Any = (), keepdim: bool = False) -> Value:
+    return b.reduce(ReduceKind.min, x, _axes(dim, len(x.shape)), keepdim)
+
+
+@lowering(aten.any.dim, aten.any.dims, aten.any.default)
+def lower_any(b: GraphBuilder, x: Value, dim: Any = None, keepdim: bool = False) -> Value:
+    return b.reduce(ReduceKind.max, b.cast(x, DType.bool), _axes(dim, len(x.shape)), keepdim)
+
+
+@lowering(aten.var.correction, aten.var.dim)
+def lower_var(b: GraphBuilder, x: Value, dim: Any = None, *args: Any, correction: float = 1,
+              keepdim: bool = False, unbiased: bool | None = None) -> Value:
+    if args:  # var.dim(x, dim, unbiased, keepdim)
+        unbiased = args[0]
+        keepdim = args[1] if len(args) > 1 else keepdim
+    if unbiased is not None:
+        correction = 1 if unbiased else 0
+    axes = _axes(dim, len(x.shape))
+    count = 1
+    for a in axes:
+        count *= x.shape[normalize_dim(a, len(x.shape), b.source)]
+    xf = b.cast(x, DType.f32) if x.dtype is not DType.f32 else x
+    mean = b.reduce(ReduceKind.mean, xf, axes, True)
+    centered = b.binary(BinaryKind.sub, xf, mean)
+    var = b.reduce(ReduceKind.mean, b.unary(UnaryKind.square, centered), axes, keepdim)
+    scale = count / max(count - correction, 1e-30) if count > correction else float("nan")
+    if scale != 1:
+        var = b.binary(BinaryKind.mul, var, scale)
+    return b.cast(var, x.dtype)
+
+
+def softmax(b: GraphBuilder, x: Value, dim: int, log: bool, out_dtype: DType) -> Value:
+    xf = b.cast(x, DType.f32)
+    peak = b.reduce(ReduceKind.max, xf, (dim,), True)
+    shifted = b.binary(BinaryKind.sub, xf, peak)
+    exps = b.unary(UnaryKind.exp, shifted)
+    total = b.reduce(ReduceKind.sum, exps, (dim,), True)
+    if log:
+        out = b.binary(BinaryKind.sub, shifted, b.unary(UnaryKind.log, total))
+    else:
+        out = b.binary(BinaryKind.div, exps, total)
+    return b.cast(out, out_dtype)
+
+
+@lowering(aten._softmax.default)
+def lower_softmax(b: GraphBuilder, x: Value, dim: int, half_to_float: bool = False) -> Value:
+    return softmax(b, x, dim, False, DType.f32 if half_to_float else x.dtype)
+
+
+@lowering(aten._log_softmax.default)
+def lower_log_softmax(b: GraphBuilder, x: Value, dim: int,
+                      half_to_float: bool = False) -> Value:
+    return softmax(b, x, dim, True, DType.f32 if half_to_float else x.dtype)
+
+
+@lowering(aten.softmax.int)
+def lower_softmax_int(b: GraphBuilder, x: Value, dim: int,
+                      dtype: torch.dtype | None = None) -> Value:
+    return softmax(b, x, dim, False, ir_dtype(dtype, b.source) if dtype else x.dtype)

@@ -1,0 +1,162 @@
+"""Planning: the graph becomes a list of kernels (the unit the scheduler tiles).
+
+:class:`FusionPass` groups consecutive vector nodes into one :class:`Group` (one pass
+over SRAM per tile) and attaches elementwise groups that consume a matmul/conv/pool
+result to it as an epilogue. With fusion off, every vector node is its own group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler import graph as g
+from compiler.graph import Graph, Node, Shape, Value, base_of
+from compiler.options import CompileOptions
+
+VECTOR_SPECS: tuple[type[g.Spec], ...] = (g.Unary, g.Binary, g.Select, g.Cast, g.Broadcast,
+                                          g.Reduce, g.Permute, g.Slice)
+LEAF_ONLY: tuple[type[g.Spec], ...] = (g.Permute, g.Slice)
+ANCHORS: tuple[type[g.Spec], ...] = (g.MatMul, g.Conv2d, g.Pool2d)
+NO_CODE: tuple[type[g.Spec], ...] = (g.View, g.Splat, g.Constant, g.Input)
+
+
+@dataclass(eq=False)
+class Group:
+    """Vector nodes computed tile by tile over one iteration space ``shape``."""
+
+    nodes: list[Node] = field(default_factory=list)
+    shape: Shape = ()
+    members: set[int] = field(default_factory=set)
+    whole_axes: set[int] = field(default_factory=set)
+    """Axes of ``shape`` a tile must not split (reduced axes)."""
+
+
+@dataclass(eq=False)
+class Kernel:
+    """One schedulable unit: an anchor node (matmul/conv/pool/cat/pad/host) with an
+    optional epilogue group, or a vector group alone."""
+
+    anchor: Node | None
+    group: Group | None
+
+    @property
+    def nodes(self) -> list[Node]:
+        return ([self.anchor] if self.anchor else []) + (self.group.nodes if self.group else [])
+
+    @property
+    def name(self) -> str:
+        first = self.anchor or (self.group.nodes[0] if self.group else None)
+        return first.source if first else "kernel"
+
+
+def aligned(shape: Shape, rank: int) -> Shape:
+    return (1,) * (rank - len(shape)) + tuple(shape)
+
+
+def _fits(shape: Shape, space: Shape) -> Shape | None:
+    """The iteration space grown to cover ``shape``, or None if incompatible."""
+    if len(shape) > len(space):
+        if any(n != 1 for n in shape[:len(shape) - len(space)]) or space:
+            return None
+    rank = max(len(shape), len(space))
+    a, b = aligned(shape, rank), aligned(space, rank)
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class FusionPass:
+    name: str = "fusion"
+
+    def apply(self, graph: Graph, options: CompileOptions) -> list[Kernel]:
+        kernels: list[Kernel] = []
+        current: Kernel | None = None
+        owner: dict[int, Kernel] = {}
+        for node in graph.nodes:
+            spec = node.spec
+            if isinstance(spec, NO_CODE):
+                continue
+            if isinstance(spec, VECTOR_SPECS):
+                joined = options.fusion and current is not None and \
+                    _try_join(current, node, owner)
+                if not joined:
+                    current = Kernel(None, _new_group(node))
+                    kernels.append(current)
+                for v in node.outputs:
+                    owner[v.id] = current
+                if not options.fusion:
+                    current = None
+                continue
+            current = Kernel(node, None)
+            kernels.append(current)
+            for v in node.outputs:
+                owner[v.id] = current
+            if not isinstance(spec, ANCHORS):
+                current = None
+        return kernels
+
+
+def _new_group(node: Node) -> Group:
+    group = Group()
+    _add(group, node, _space_of(node))
+    return group
+
+
+def _space_of(node: Node) -> Shape:
+    if isinstance(node.spec, g.Reduce):
+        return node.inputs[0].shape
+    return node.out.shape
+
+
+def _add(group: Group, node: Node, space: Shape) -> None:
+    shift = len(space) - len(group.shape)
+    group.whole_axes = {a + shift for a in group.whole_axes}
+    group.shape = space
+    if isinstance(node.spec, g.Reduce):
+        src = node.inputs[0]
+        off = len(space) - len(src.shape)
+        group.whole_axes |= {a + off for a in node.spec.axes if src.shape[a] != 1}
+    group.nodes.append(node)
+    group.members |= {v.id for v in node.outputs}
+
+
+def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
+    group = kernel.group
+    anchor = kernel.anchor
+    inputs = node.value_inputs()
+    internal = [v for v in inputs if group is not None and v.id in group.members
+                or anchor is not None and v.producer is anchor]
+    if not internal:
+        return False
+    for v in inputs:
+        base = base_of(v)
+        if base is not v and owner.get(base.id) is kernel:
+            return False  # a view of a value this kernel is still producing
+    if isinstance(node.spec, LEAF_ONLY):
+        return False
+    if anchor is not None:
+        if isinstance(node.spec, (g.Reduce,) + LEAF_ONLY):
+            return False
+        if anchor.out.dtype.value == "bool":
+            return False
+        space = anchor.out.shape
+        if _fits(_space_of(node), space) != space:
+            return False
+        if group is None:
+            kernel.group = Group(shape=space)
+            group = kernel.group
+        _add(group, node, space)
+        return True
+    assert group is not None
+    space = _fits(_space_of(node), group.shape)
+    if space is None or len(space) != len(group.shape) and group.whole_axes:
+        return False
+    if isinstance(node.spec, g.Reduce) and space != node.inputs[0].shape:
+        if aligned(node.inputs[0].shape, len(space)) != space:
+            return False
+    _add(group, node, space)
+    return True
