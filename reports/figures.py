@@ -28,6 +28,7 @@ from matplotlib.patches import Patch
 from reports.data import ReportData, ResultLike, report_data
 from reports.ops import op_rows
 from reports.perfetto import track_name
+from reports.text import format_si
 
 _OP_COLORS = {
     "load": "#1f77b4", "store": "#17becf", "copy": "#aec7e8", "matmul": "#d62728",
@@ -144,10 +145,10 @@ def roofline_figure(result: ResultLike) -> Figure:
     high = max([ridge * 100, *intensities]) * 2
     x = np.geomspace(low, high, 200)
     ax.loglog(x, np.minimum(data.peak_flops, x * data.dram_bandwidth_bytes_per_s), "k-",
-              linewidth=2, label=f"matrix peak {data.peak_flops / 1e12:.3g} TFLOP/s, "
-                                 f"DRAM {data.dram_bandwidth_bytes_per_s / 1e9:.3g} GB/s")
+              linewidth=2, label=f"matrix peak {format_si(data.peak_flops, 'FLOP/s')}, "
+                                 f"DRAM {format_si(data.dram_bandwidth_bytes_per_s, 'B/s')}")
     ax.loglog(x, np.minimum(data.vector_peak_flops, x * data.dram_bandwidth_bytes_per_s),
-              "k--", linewidth=1, label=f"vector peak {data.vector_peak_flops / 1e12:.3g} TFLOP/s")
+              "k--", linewidth=1, label=f"vector peak {format_si(data.vector_peak_flops, 'FLOP/s')}")
     ax.axvline(ridge, color="grey", linestyle=":", linewidth=1,
                label=f"ridge {ridge:.3g} FLOP/B")
     markers = {"compute": "o", "memory": "s", "latency": "^", "host": "D"}
@@ -245,8 +246,9 @@ def sram_occupancy_figure(result: ResultLike, max_lines: int = 8) -> Figure:
     ax = fig.add_subplot()
     for group in shown:
         occ = group[0]
-        times = np.append(occ.cycles, data.total_cycles) * scale
-        values = np.append(occ.live_bytes, occ.live_bytes[-1] if len(occ.live_bytes) else 0)
+        # From cycle 0 (nothing live yet) to the end of the run.
+        times = np.concatenate(([0], occ.cycles, [data.total_cycles])) * scale
+        values = np.concatenate(([0], occ.live_bytes, occ.live_bytes[-1:]))
         name = occ.space if len(group) == 1 else f"{occ.space} (and {len(group) - 1} identical)"
         ax.step(times, values / 1024, where="post", linewidth=1.5,
                 label=f"{name}: peak {occ.peak_bytes / 1024:.1f} of "
