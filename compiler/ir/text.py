@@ -65,6 +65,7 @@ configuration (engines, capacities, shapes, ordering) is left to
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -106,16 +107,49 @@ __all__ = [
 
 _WORD = r"[\w.]+(?:[-+][\w.]+)*"
 _STRING = r'"(?:[^"\\]|\\.)*"'
-# One token: a string, a trailing comment, an arrow, a %tensor, a (signed) word, or any
-# other single non-blank character. Blanks between tokens are skipped by findall.
+_DTYPE_ALT = "|".join(sorted((d.value for d in DType), key=len, reverse=True))
+_DIMS = r"(?:[0-9]+(?:\s*,\s*[0-9]+)*)?"
+_SLICE = r"[-+]?[0-9]+:[-+]?[0-9]+(?::[-+]?[0-9]+)?"
+
+
+def _capture(pattern: str) -> str:
+    return f"({pattern})"
+
+
+def _group(pattern: str) -> str:
+    return f"(?:{pattern})"
+
+
+def _sram_token(group: Callable[[str], str]) -> str:
+    """``sram0[0x000100] f32[4,8]``; ``group`` decides whether the parts are captured."""
+    return (rf"{group('sram[0-9]+|shared')}\[{group('0x[0-9a-fA-F]+|[0-9]+')}\] ?"
+            rf"{group(_DTYPE_ALT)}\[{group(_DIMS)}\]")
+
+
+def _dram_token(group: Callable[[str], str]) -> str:
+    """``%A[0:128, 0:64:2]`` with a bare tensor name."""
+    return rf"%{group(_WORD)}\[{group(rf'(?:{_SLICE}(?:, ?{_SLICE})*)?')}\]"
+
+
+# Compound tokens: a well-formed SRAM region or DRAM box is lexed in one piece, which
+# keeps the common path fast. Anything else (extra blanks, quoted tensor names, typos)
+# falls through to the small tokens and is parsed piece by piece, with the same
+# result or a precise error.
+_SRAM_TOKEN_RE = re.compile(_sram_token(_capture))
+_DRAM_TOKEN_RE = re.compile(_dram_token(_capture))
+# Blanks, then one token (group 1): a compound token, a string, a trailing comment,
+# an arrow, a %tensor, a (signed) word, or any other single non-blank character.
+# Eating the blanks in the pattern is twice as fast as letting findall skip them.
 _TOKEN_RE = re.compile(
-    rf"{_STRING}|#.*|->|%(?:{_WORD}|{_STRING})?|[-+]?{_WORD}|[^\s\w]"
+    rf"\s*({_sram_token(_group)}|{_dram_token(_group)}"
+    rf"|{_STRING}|#.*|->|%(?:{_WORD}|{_STRING})?|[-+]?{_WORD}|[^\s\w])"
 )
 _NAME_RE = re.compile(_WORD)
 _WORD_TOKEN_RE = re.compile(rf"[-+]?{_WORD}")
 _INT_RE = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|[0-9]+)")
 _ENGINE_RE = re.compile(r"core[0-9]+\.(?:dma[0-9]+|mxu[0-9]+|vpu[0-9]*)|tdma|hdma|host")
 _SPACE_RE = re.compile(r"sram[0-9]+|shared")
+_HEAD_RE = re.compile(rf"%?{_WORD}|%?{_STRING}|.+")
 
 _T = TypeVar("_T")
 
@@ -269,29 +303,34 @@ def save_program(program: Program, path: str | os.PathLike[str]) -> None:
 class _Line:
     """The tokens of one line and a cursor over them; builds positioned errors.
 
-    Token positions are only computed when an error is raised, which keeps the
-    common path a single ``findall`` per line.
+    ``tokens`` ends with an empty sentinel, so looking at the current token never
+    needs a bounds check; ``count`` is the number of real tokens. Token positions are
+    only computed when an error is raised, which keeps the common path a single
+    ``findall`` per line.
     """
 
-    __slots__ = ("text", "number", "source", "tokens", "pos", "comment")
+    __slots__ = ("text", "number", "source", "tokens", "count", "pos", "comment")
 
     def __init__(self, text: str, number: int, source: str) -> None:
         self.text = text
         self.number = number
         self.source = source
-        self.tokens: list[str] = _TOKEN_RE.findall(text)
-        self.pos = 0
+        tokens: list[str] = _TOKEN_RE.findall(text)
         self.comment: str | None = None
-        if self.tokens and self.tokens[-1].startswith("#"):
-            self.comment = self.tokens.pop()[1:].strip()
+        if tokens and tokens[-1][0] == "#":
+            self.comment = tokens.pop()[1:].strip()
+        self.count = len(tokens)
+        tokens.append("")
+        self.tokens = tokens
+        self.pos = 0
 
     # -- errors -------------------------------------------------------------------
     def column(self, index: int) -> int:
         """1-based column of token ``index`` (just past the last token at the end)."""
-        spans = [m.span() for m in _TOKEN_RE.finditer(self.text)]
-        if index < len(self.tokens):
+        spans = [m.span(1) for m in _TOKEN_RE.finditer(self.text)]
+        if index < self.count:
             return spans[index][0] + 1
-        if index > 0 and spans:
+        if index > 0:
             return spans[index - 1][1] + 1
         return len(self.text) - len(self.text.lstrip()) + 1
 
@@ -299,11 +338,11 @@ class _Line:
         where = self.pos if index is None else index
         return ParseError(message, self.number, self.column(where), self.source)
 
-    def got(self, index: int | None = None) -> str:
-        where = self.pos if index is None else index
-        if where >= len(self.tokens):
+    def got(self) -> str:
+        """The current token for messages (only the head of a compound token)."""
+        if self.pos >= self.count:
             return "end of line"
-        return repr(self.tokens[where])
+        return repr(_HEAD_RE.match(self.tokens[self.pos]).group())  # type: ignore[union-attr]
 
     def fail(self, expected: str) -> ParseError:
         """``expected <what>, got <token>`` at the current token."""
@@ -311,38 +350,41 @@ class _Line:
 
     # -- cursor -------------------------------------------------------------------
     def peek(self) -> str:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else ""
+        return self.tokens[self.pos]
 
     def take(self) -> str:
-        token = self.peek()
+        token = self.tokens[self.pos]
         self.pos += 1
         return token
 
     def accept(self, literal: str) -> bool:
-        if self.peek() == literal:
+        if self.tokens[self.pos] == literal:
             self.pos += 1
             return True
         return False
 
     def expect(self, literal: str, context: str) -> None:
-        if self.peek() != literal:
+        if self.tokens[self.pos] != literal:
             raise self.fail(f"{literal!r} {context}")
         self.pos += 1
 
     def expect_end(self, context: str) -> None:
-        if self.pos < len(self.tokens):
+        if self.pos < self.count:
             raise self.error(f"unexpected {self.got()} {context}")
 
     # -- terminals ----------------------------------------------------------------
     def integer(self, what: str) -> int:
-        token = self.peek()
+        token = self.tokens[self.pos]
+        if token.isascii() and token.isdigit():
+            self.pos += 1
+            return int(token)
         if not _INT_RE.fullmatch(token):
             raise self.fail(what)
         self.pos += 1
         return int(token, 16 if "x" in token or "X" in token else 10)
 
     def name(self, what: str) -> str:
-        token = self.peek()
+        token = self.tokens[self.pos]
         if token.startswith('"'):
             self.pos += 1
             return self._string(token, self.pos - 1)
@@ -352,17 +394,17 @@ class _Line:
         return token
 
     def tensor_name(self, what: str) -> str:
-        token = self.peek()
-        if not token.startswith("%") or len(token) == 1:
+        token = self.tokens[self.pos]
+        if not token.startswith("%") or len(token) == 1 or token.endswith("]"):
             raise self.fail(what)
         self.pos += 1
         body = token[1:]
         return self._string(body, self.pos - 1) if body.startswith('"') else body
 
     def choice(self, table: dict[str, _T], what: str) -> _T:
-        token = self.peek()
+        token = self.tokens[self.pos]
         if token not in table:
-            raise self.error(f"expected {what} ({_choices(list(table))}), got {self.got()}")
+            raise self.fail(f"{what} ({_choices(list(table))})")
         self.pos += 1
         return table[token]
 
@@ -400,8 +442,29 @@ def _parse_type(line: _Line, what: str) -> tuple[DType, Shape]:
     return dtype, _parse_shape(line, what)
 
 
+def _dims(text: str) -> Shape:
+    """``"4, 8"`` -> ``(4, 8)``; the text was validated by the token regex."""
+    return tuple(int(d) for d in text.split(",")) if text else ()
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _sram_from_token(token: str) -> SramRef | None:
+    """The region of a compound SRAM token, else None. Cached: schedules reuse a few
+    buffers many times, and equal refs may share one immutable object."""
+    match = _SRAM_TOKEN_RE.fullmatch(token)
+    if match is None:
+        return None
+    space, offset, dtype, dims = match.groups()
+    return SramRef(space, int(offset, 16 if "x" in offset or "X" in offset else 10),
+                   _dims(dims), _DTYPES[dtype])
+
+
 def _parse_sram(line: _Line, what: str) -> SramRef:
     space = line.peek()
+    ref = _sram_from_token(space)
+    if ref is not None:
+        line.pos += 1
+        return ref
     if not _SPACE_RE.fullmatch(space):
         raise line.fail(f"SRAM space (sram<N> or shared) for {what}")
     line.pos += 1
@@ -421,7 +484,27 @@ def _parse_slice(line: _Line, what: str) -> Slice:
     return Slice(start, stop, line.integer(f"slice step in {what}"))
 
 
+def _slices(text: str) -> tuple[Slice, ...]:
+    """``"0:128, 0:64:2"`` -> slices; the text was validated by the token regex."""
+    if not text:
+        return ()
+    return tuple(Slice(*(int(n) for n in part.split(":"))) for part in text.split(","))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _dram_from_token(token: str) -> DramRef | None:
+    """The box of a compound DRAM token, else None (cached like SRAM regions)."""
+    match = _DRAM_TOKEN_RE.fullmatch(token)
+    if match is None:
+        return None
+    return DramRef(match.group(1), _slices(match.group(2)))
+
+
 def _parse_dram(line: _Line, what: str) -> DramRef:
+    ref = _dram_from_token(line.peek())
+    if ref is not None:
+        line.pos += 1
+        return ref
     tensor = line.tensor_name(f"DRAM tensor (%name) for {what}")
     line.expect("[", f"to open the slices of {what}")
     slices: list[Slice] = []
@@ -436,7 +519,7 @@ def _parse_dram(line: _Line, what: str) -> DramRef:
 
 def _parse_value(line: _Line, what: str) -> SramRef | Scalar:
     token = line.peek()
-    if _SPACE_RE.fullmatch(token):
+    if _SPACE_RE.match(token):
         return _parse_sram(line, what)
     try:
         value = float(token)
@@ -645,7 +728,9 @@ def _parse_command(line: _Line) -> Command:
     mnemonic = line.take()
     op = parser(line)
     deps = _parse_deps(line)
-    line.expect_end(f"after {mnemonic} command (expected 'after', '#' or end of line)")
+    if line.pos < line.count:
+        raise line.error(f"unexpected {line.got()} after {mnemonic} command "
+                         f"(expected 'after', '#' or end of line)")
     return Command(cid, engine, op, deps, _parse_source(line))
 
 
@@ -663,7 +748,7 @@ class _ProgramParser:
         number = 0
         for number, raw in enumerate(text.split("\n"), start=1):
             line = _Line(raw.removesuffix("\r"), number, self.source)
-            if line.tokens:
+            if line.count:
                 self._line(line)
         if self.header is None:
             raise ParseError("expected 'program <name>' header, got end of input",

@@ -1,0 +1,780 @@
+"""The verifier: is a scheduled program valid for a hardware configuration?
+
+``verify(program, config)`` returns quietly or raises one
+:class:`~archsim.errors.VerifyError` holding *every* problem found. Each problem names
+the command and the field at fault, e.g.::
+
+    command 5 (core0.mxu0 matmul): field b: shape f32[64,32] does not match a's k=48
+
+What is checked, in the order problems are listed:
+
+1. DRAM tensors: unique names, known roles, non-negative dimensions.
+2. Each command: its engine exists on the NPU and may run the op; its deps name
+   other, existing commands; its SRAM operands lie in an existing space, inside its
+   capacity, aligned to the dtype, and in a space the engine can reach (a core's
+   matrix and vector engines only their own scratchpad; ``tdma`` only shared SRAM;
+   a core's DMA engines any scratchpad over the NoC, and shared SRAM); its DRAM boxes
+   fit their tensors and do not write ``in`` tensors; shapes and dtypes agree as the
+   op requires (table ``_OP_CHECKS``).
+3. Command ids are unique. If they are not, the ordering checks below are skipped:
+   deps would be ambiguous.
+4. Deadlock: engines run their queues in order, so a command waits for its deps *and*
+   for the command ahead of it on its engine. A cycle in that wait-for graph can never
+   run; each cycle found is reported with the commands on it.
+5. SRAM races: two commands touching overlapping SRAM bytes, at least one writing,
+   must be ordered by happens-before (deps and queue order, transitively). Commands
+   are visited in a topological order with per-command vector clocks over engines;
+   each SRAM space keeps, per byte interval, the last writer and the latest reader
+   per engine since that write (enough, because one engine's reads are ordered).
+   Skipped when the program deadlocks (there is no order to check).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import re
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from archsim.config.model import NpuConfig
+from archsim.errors import VerifyError
+from compiler.ir.access import (
+    SRAM_READ_FIELDS,
+    dram_refs,
+    sram_operands,
+    sram_reads,
+    sram_writes,
+)
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import ROLES, DramRef, DramTensor, Scalar, Shape, SramRef, numel
+from compiler.ir.ops import (
+    ALL_OPS,
+    COMPARISON,
+    ENGINE_OPS,
+    Binary,
+    Cast,
+    Command,
+    Copy,
+    HostOp,
+    HostTransfer,
+    Load,
+    MatMul,
+    Op,
+    Program,
+    Reduce,
+    Select,
+    Store,
+    Transpose,
+    Unary,
+    VCopy,
+    engine_core,
+    engine_kind,
+)
+from compiler.ir.text import format_dram_ref, format_shape, format_type
+
+__all__ = ["find_problems", "verify"]
+
+
+def verify(program: Program, config: NpuConfig) -> None:
+    """Raise :class:`VerifyError` listing every problem of ``program`` on ``config``."""
+    problems = find_problems(program, config)
+    if problems:
+        raise VerifyError(problems, program.name)
+
+
+def find_problems(program: Program, config: NpuConfig) -> list[str]:
+    """Every problem of ``program`` on ``config``, as messages (empty if valid)."""
+    machine = _Machine.from_config(config)
+    tensors = program.tensor_map
+    problems = _tensor_problems(program.tensors)
+    ids = {cmd.id for cmd in program.commands}
+    for cmd in program.commands:
+        prefix = _describe(cmd)
+        problems += [f"{prefix}: {p}" for p in _command_problems(cmd, machine, tensors, ids)]
+    duplicates = _duplicate_id_problems(program.commands)
+    if duplicates:
+        return problems + duplicates
+    graph = _WaitGraph.build(program.commands)
+    order, cycles = graph.topological_order()
+    if cycles:
+        return problems + [graph.describe_cycle(cycle) for cycle in cycles]
+    return problems + _race_problems(program.commands, graph, order)
+
+
+@functools.lru_cache(maxsize=1024)
+def _engine_info(engine: str) -> tuple[str, int | None]:
+    """``(engine_kind, engine_core)``, cached: a program names few engines many times."""
+    return engine_kind(engine), engine_core(engine)
+
+
+def _describe(cmd: Command) -> str:
+    return f"command {cmd.id} ({cmd.engine} {getattr(cmd.op, 'mnemonic', '?')})"
+
+
+# ---------------------------------------------------------------- the machine
+
+
+_SRAM_SPACE_RE = re.compile(r"sram([0-9]+)")
+
+
+@dataclass(frozen=True, eq=False)
+class _Machine:
+    """The facts of a configuration that the checks need."""
+
+    name: str
+    engines: frozenset[str]
+    cores: int
+    dma_engines: int
+    matrix_arrays: int
+    scratchpad_bytes: int
+    shared_bytes: int
+    matrix_input: str
+    accumulator: str
+    spaces: dict[str, int]
+    """Capacity in bytes of each SRAM space that exists."""
+
+    @classmethod
+    def from_config(cls, config: NpuConfig) -> "_Machine":
+        spaces = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
+        if config.shared_sram.size_bytes > 0:
+            spaces["shared"] = config.shared_sram.size_bytes
+        return cls(
+            name=config.name,
+            engines=frozenset(config.engines),
+            cores=config.cores,
+            dma_engines=config.core.dma.engines,
+            matrix_arrays=config.core.matrix.arrays,
+            scratchpad_bytes=config.core.scratchpad.size_bytes,
+            shared_bytes=config.shared_sram.size_bytes,
+            matrix_input=config.core.matrix.input_dtype,
+            accumulator=config.core.matrix.accumulator_dtype,
+            spaces=spaces,
+        )
+
+    def describe_engines(self) -> str:
+        """``core0..core1 each with dma0..dma1, mxu0, vpu; tdma, hdma, host``."""
+        per_core = [_range_text("dma", self.dma_engines),
+                    _range_text("mxu", self.matrix_arrays), "vpu"]
+        return (f"{_range_text('core', self.cores)} each with {', '.join(per_core)}; "
+                f"tdma, hdma, host")
+
+    def capacity(self, space: str) -> int | None:
+        """Bytes of an existing SRAM space, else None."""
+        return self.spaces.get(space)
+
+
+def _range_text(prefix: str, count: int) -> str:
+    if count == 1:
+        return f"{prefix}0"
+    return f"{prefix}0..{prefix}{count - 1}"
+
+
+# ---------------------------------------------------------------- tensors and ids
+
+
+def _tensor_problems(tensors: Sequence[DramTensor]) -> list[str]:
+    problems: list[str] = []
+    seen: set[str] = set()
+    for t in tensors:
+        if t.name in seen:
+            problems.append(f"tensor %{t.name}: declared more than once")
+        seen.add(t.name)
+        if t.role not in ROLES:
+            problems.append(f"tensor %{t.name}: unknown role {t.role!r} "
+                            f"(expected one of {', '.join(ROLES)})")
+        if any(n < 0 for n in t.shape):
+            problems.append(f"tensor %{t.name}: negative dimension in shape "
+                            f"{format_shape(t.shape)}")
+    return problems
+
+
+def _duplicate_id_problems(commands: Sequence[Command]) -> list[str]:
+    positions: dict[int, list[int]] = {}
+    for position, cmd in enumerate(commands):
+        positions.setdefault(cmd.id, []).append(position)
+    return [
+        f"command {cid}: id used by {len(where)} commands (at positions "
+        f"{', '.join(str(p) for p in where)}); ordering checks skipped until ids are unique"
+        for cid, where in positions.items() if len(where) > 1
+    ]
+
+
+# ---------------------------------------------------------------- one command
+
+
+def _command_problems(cmd: Command, machine: _Machine, tensors: dict[str, DramTensor],
+                      ids: set[int]) -> Iterator[str]:
+    """Problems of one command, each starting with the field at fault."""
+    op = cmd.op
+    if type(op) not in ALL_OPS:
+        yield f"op: unknown op class {type(op).__name__}"
+        return
+    yield from _engine_problems(cmd.engine, op, machine)
+    yield from _dep_problems(cmd, ids)
+    for field, ref in sram_operands(op):
+        yield from (f"field {field}: {p}" for p in _sram_problems(ref, cmd.engine, machine))
+    for field, ref, is_write in dram_refs(op):
+        yield from (f"field {field}: {p}" for p in _dram_problems(ref, is_write, tensors))
+    yield from _OP_CHECKS[type(op)](op, machine, tensors)
+
+
+def _engine_problems(engine: str, op: Op, machine: _Machine) -> Iterator[str]:
+    if engine not in machine.engines:
+        yield (f"engine: unknown engine {engine!r} "
+               f"({machine.name} has {machine.describe_engines()})")
+    kind, _ = _engine_info(engine)
+    allowed = ENGINE_OPS.get(kind, ())
+    if kind and type(op) not in allowed:
+        names = ", ".join(o.mnemonic for o in allowed)
+        yield f"op: {op.mnemonic} cannot run on a {kind} engine ({kind} engines run {names})"
+
+
+def _dep_problems(cmd: Command, ids: set[int]) -> Iterator[str]:
+    for dep in cmd.deps:
+        if dep == cmd.id:
+            yield "deps: depends on itself"
+        elif dep not in ids:
+            yield f"deps: depends on unknown command {dep}"
+
+
+def _format_region(space: str, start: int, end: int) -> str:
+    return f"{space}[0x{start:06x}:0x{end:06x}]"
+
+
+def _sram_problems(ref: SramRef, engine: str, machine: _Machine) -> Iterator[str]:
+    yield from _reach_problems(ref.space, engine)
+    capacity = machine.capacity(ref.space)
+    if capacity is None:
+        yield _missing_space(ref.space, machine)
+        return
+    if any(n < 0 for n in ref.shape):
+        yield f"negative dimension in shape {format_type(ref.dtype, ref.shape)}"
+        return
+    offset, itemsize = ref.offset, ref.dtype.itemsize
+    if offset < 0:
+        yield f"negative offset {offset} in {ref.space}"
+        return
+    nbytes = math.prod(ref.shape) * itemsize
+    if offset + nbytes > capacity:
+        yield (f"region {_format_region(ref.space, offset, offset + nbytes)} ({nbytes} bytes) "
+               f"exceeds {ref.space} capacity of {capacity} bytes")
+    if offset % itemsize:
+        yield (f"offset 0x{offset:06x} is not aligned to the {itemsize}-byte "
+               f"size of {ref.dtype}")
+
+
+def _missing_space(space: str, machine: _Machine) -> str:
+    if space == "shared":
+        return "shared SRAM does not exist on this NPU (shared_sram.size_bytes is 0)"
+    if _SRAM_SPACE_RE.fullmatch(space):
+        return (f"SRAM space {space} does not exist ({machine.name} has "
+                f"{_range_text('sram', machine.cores)})")
+    return f"unknown SRAM space {space!r} (expected sram<N> or shared)"
+
+
+def _reach_problems(space: str, engine: str) -> Iterator[str]:
+    """Which engine may touch which SRAM space (core DMA engines reach everything)."""
+    kind, core = _engine_info(engine)
+    if kind in ("mxu", "vpu"):
+        own = f"sram{core}"
+        if space != own:
+            yield f"{engine} can only access its own core's scratchpad {own}, not {space}"
+    elif kind == "tdma" and space != "shared":
+        yield f"tdma moves data only between DRAM and shared SRAM, not {space}"
+
+
+def _dram_problems(ref: DramRef, is_write: bool, tensors: dict[str, DramTensor]
+                   ) -> Iterator[str]:
+    tensor = tensors.get(ref.tensor)
+    if tensor is None:
+        yield f"unknown DRAM tensor %{ref.tensor}"
+        return
+    if is_write and tensor.role == "in":
+        yield _write_to_input(tensor.name)
+    if len(ref.slices) != len(tensor.shape):
+        yield (f"{format_dram_ref(ref)} has {len(ref.slices)} slices but %{tensor.name} "
+               f"has rank {len(tensor.shape)}")
+        return
+    for dim, (s, size) in enumerate(zip(ref.slices, tensor.shape)):
+        if s.step <= 0:
+            yield f"slice {dim} of {format_dram_ref(ref)} has step {s.step}; steps must be > 0"
+        elif not 0 <= s.start <= s.stop <= size:
+            yield (f"slice {dim} of {format_dram_ref(ref)} is out of bounds for "
+                   f"%{tensor.name} dim {dim} of size {size}")
+
+
+def _write_to_input(name: str) -> str:
+    return (f"writes %{name}, whose role is 'in' (inputs are read-only; "
+            f"declare it 'inout' to update it)")
+
+
+# ---------------------------------------------------------------- per-op shape checks
+
+_OpCheck = Callable[[Op, _Machine, dict[str, DramTensor]], Iterator[str]]
+_OP_CHECKS: dict[type[Op], _OpCheck] = {}
+
+
+def _checks(op_type: type[Op]) -> Callable[[_OpCheck], _OpCheck]:
+    def register(check: _OpCheck) -> _OpCheck:
+        _OP_CHECKS[op_type] = check
+        return check
+    return register
+
+
+def _typed(ref: SramRef) -> str:
+    return format_type(ref.dtype, ref.shape)
+
+
+def _broadcasts_to(src: Shape, dst: Shape) -> bool:
+    """numpy broadcasting of ``src`` to exactly ``dst``."""
+    if len(src) > len(dst):
+        return False
+    return all(s == d or s == 1 for s, d in zip(reversed(src), reversed(dst)))
+
+
+def _same_dtype(field: str, ref: SramRef, other: str, dtype: DType) -> Iterator[str]:
+    if ref.dtype != dtype:
+        yield f"field {field}: dtype {ref.dtype} does not match {other}'s {dtype}"
+
+
+def _dram_side(ref: DramRef, tensors: dict[str, DramTensor]) -> DramTensor | None:
+    """The tensor of a well-formed box, else None (its problems are reported already)."""
+    tensor = tensors.get(ref.tensor)
+    if tensor is None or len(ref.slices) != len(tensor.shape):
+        return None
+    return tensor
+
+
+def _transfer_problems(field: str, sram: SramRef, other: str, other_shape: Shape,
+                       other_dtype: DType) -> Iterator[str]:
+    """Load/Store/Copy: equal element counts, no conversion."""
+    if numel(sram.shape) != numel(other_shape):
+        yield (f"field {field}: {_typed(sram)} has {numel(sram.shape)} elements but "
+               f"{other} has {numel(other_shape)}")
+    if sram.dtype != other_dtype:
+        yield (f"field {field}: dtype {sram.dtype} does not match {other}'s {other_dtype} "
+               f"(DMA does not convert; use a cast)")
+
+
+@_checks(Load)
+def _check_load(op: Load, machine: _Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
+    tensor = _dram_side(op.src, tensors)
+    if tensor is not None:
+        yield from _transfer_problems("dst", op.dst, f"source {format_dram_ref(op.src)}",
+                                      op.src.shape, tensor.dtype)
+
+
+@_checks(Store)
+def _check_store(op: Store, machine: _Machine, tensors: dict[str, DramTensor]
+                 ) -> Iterator[str]:
+    tensor = _dram_side(op.dst, tensors)
+    if tensor is not None:
+        yield from _transfer_problems("src", op.src, f"destination {format_dram_ref(op.dst)}",
+                                      op.dst.shape, tensor.dtype)
+
+
+@_checks(Copy)
+def _check_copy(op: Copy, machine: _Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
+    yield from _transfer_problems("dst", op.dst, f"src {_typed(op.src)}", op.src.shape,
+                                  op.src.dtype)
+
+
+@_checks(MatMul)
+def _check_matmul(op: MatMul, machine: _Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    flat = [(name, ref) for name, ref in (("a", op.a), ("b", op.b), ("out", op.out))
+            if len(ref.shape) != 2]
+    for name, ref in flat:
+        yield f"field {name}: matmul operands must be 2-D, got {_typed(ref)}"
+    if flat:
+        return
+    yield from _same_dtype("b", op.b, "a", op.a.dtype)
+    yield from _matmul_dtype_problems(op.a.dtype, machine)
+    (m, k), (k_b, n) = op.a.shape, op.b.shape
+    if k_b != k:
+        yield f"field b: shape {_typed(op.b)} does not match a's k={k}"
+    if op.out.shape != (m, n):
+        yield f"field out: shape {_typed(op.out)} does not match [m,n]=[{m},{n}]"
+    if op.out.dtype.value != machine.accumulator:
+        yield (f"field out: dtype {op.out.dtype} is not the matrix array's accumulator "
+               f"dtype {machine.accumulator}")
+
+
+def _matmul_dtype_problems(dtype: DType, machine: _Machine) -> Iterator[str]:
+    integer_array = machine.matrix_input == "i8"
+    if not dtype.is_float and dtype != DType.i8:
+        yield f"field a: matmul inputs must be floating point or i8, got {dtype}"
+    elif dtype.is_float and integer_array:
+        yield f"field a: float matmul ({dtype}) on an i8 matrix array"
+    elif dtype == DType.i8 and not integer_array:
+        yield f"field a: integer matmul (i8) on a {machine.matrix_input} matrix array"
+
+
+def _same_shape(field: str, ref: SramRef, other: str, shape: Shape) -> Iterator[str]:
+    if ref.shape != shape:
+        yield f"field {field}: shape {_typed(ref)} does not match {other}'s {format_shape(shape)}"
+
+
+@_checks(Unary)
+def _check_unary(op: Unary, machine: _Machine, tensors: dict[str, DramTensor]
+                 ) -> Iterator[str]:
+    yield from _same_shape("dst", op.dst, "src", op.src.shape)
+    yield from _same_dtype("dst", op.dst, "src", op.src.dtype)
+
+
+@_checks(Cast)
+def _check_cast(op: Cast, machine: _Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
+    yield from _same_shape("dst", op.dst, "src", op.src.shape)
+
+
+def _broadcast_problems(field: str, value: SramRef | Scalar, dst: SramRef) -> Iterator[str]:
+    if isinstance(value, SramRef) and not _broadcasts_to(value.shape, dst.shape):
+        yield (f"field {field}: shape {_typed(value)} does not broadcast to dst's "
+               f"{format_shape(dst.shape)}")
+
+
+@_checks(Binary)
+def _check_binary(op: Binary, machine: _Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    yield from _broadcast_problems("a", op.a, op.dst)
+    yield from _broadcast_problems("b", op.b, op.dst)
+    if op.kind in COMPARISON:
+        if op.dst.dtype != DType.bool:
+            yield f"field dst: {op.kind.value} produces bool, got {op.dst.dtype}"
+        if isinstance(op.a, SramRef) and isinstance(op.b, SramRef):
+            yield from _same_dtype("b", op.b, "a", op.a.dtype)
+        return
+    for name, value in (("a", op.a), ("b", op.b)):
+        if isinstance(value, SramRef):
+            yield from _same_dtype(name, value, "dst", op.dst.dtype)
+
+
+@_checks(Select)
+def _check_select(op: Select, machine: _Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    yield from _broadcast_problems("cond", op.cond, op.dst)
+    if op.cond.dtype != DType.bool:
+        yield f"field cond: a select condition must be bool, got {op.cond.dtype}"
+    for name, value in (("a", op.a), ("b", op.b)):
+        yield from _broadcast_problems(name, value, op.dst)
+        if isinstance(value, SramRef):
+            yield from _same_dtype(name, value, "dst", op.dst.dtype)
+
+
+@_checks(Reduce)
+def _check_reduce(op: Reduce, machine: _Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    rank = len(op.src.shape)
+    if not 0 <= op.axis < rank:
+        yield f"field axis: {op.axis} is out of range for src {_typed(op.src)} (rank {rank})"
+        return
+    expected = op.src.shape[:op.axis] + (1,) + op.src.shape[op.axis + 1:]
+    if op.dst.shape != expected:
+        yield (f"field dst: shape {_typed(op.dst)} should be {format_shape(expected)} "
+               f"(src {format_shape(op.src.shape)} reduced along axis {op.axis})")
+    yield from _same_dtype("dst", op.dst, "src", op.src.dtype)
+
+
+@_checks(Transpose)
+def _check_transpose(op: Transpose, machine: _Machine, tensors: dict[str, DramTensor]
+                     ) -> Iterator[str]:
+    rank = len(op.src.shape)
+    if sorted(op.perm) != list(range(rank)):
+        perm = ",".join(str(p) for p in op.perm)
+        yield f"field perm: ({perm}) is not a permutation of the {rank} axes of src"
+        return
+    expected = tuple(op.src.shape[p] for p in op.perm)
+    if op.dst.shape != expected:
+        yield (f"field dst: shape {_typed(op.dst)} should be {format_shape(expected)} "
+               f"(src {format_shape(op.src.shape)} transposed)")
+    yield from _same_dtype("dst", op.dst, "src", op.src.dtype)
+
+
+@_checks(VCopy)
+def _check_vcopy(op: VCopy, machine: _Machine, tensors: dict[str, DramTensor]
+                 ) -> Iterator[str]:
+    same_count = numel(op.src.shape) == numel(op.dst.shape)
+    if not same_count and not _broadcasts_to(op.src.shape, op.dst.shape):
+        yield (f"field dst: shape {_typed(op.dst)} neither has the {numel(op.src.shape)} "
+               f"elements of src {_typed(op.src)} nor is a broadcast of it")
+    yield from _same_dtype("dst", op.dst, "src", op.src.dtype)
+
+
+@_checks(HostTransfer)
+def _check_host_transfer(op: HostTransfer, machine: _Machine,
+                         tensors: dict[str, DramTensor]) -> Iterator[str]:
+    return iter(())  # the DRAM box is checked with every other DRAM operand
+
+
+@_checks(HostOp)
+def _check_host_op(op: HostOp, machine: _Machine, tensors: dict[str, DramTensor]
+                   ) -> Iterator[str]:
+    for field, names in (("inputs", op.inputs), ("outputs", op.outputs)):
+        for name in names:
+            tensor = tensors.get(name)
+            if tensor is None:
+                yield f"field {field}: unknown DRAM tensor %{name}"
+            elif field == "outputs" and tensor.role == "in":
+                yield f"field outputs: {_write_to_input(name)}"
+    if op.cycles < 0:
+        yield f"field cycles: must be >= 0, got {op.cycles}"
+
+
+# ---------------------------------------------------------------- ordering
+
+
+@dataclass(frozen=True)
+class _WaitGraph:
+    """Who waits for whom, by command position: deps plus the queue predecessor."""
+
+    commands: Sequence[Command]
+    engine_index: list[int]
+    """Index of each command's engine among the engines the program uses."""
+    queue_pos: list[int]
+    """Position of each command in its engine's queue."""
+    deps: list[tuple[int, ...]]
+    """Positions of each command's known deps (self-deps and unknown ids dropped)."""
+    queue_prev: list[int | None]
+    """Position of the command ahead in the same queue."""
+
+    @classmethod
+    def build(cls, commands: Sequence[Command]) -> "_WaitGraph":
+        position = {cmd.id: p for p, cmd in enumerate(commands)}
+        engines: dict[str, int] = {}
+        last_on_engine: dict[str, int] = {}
+        engine_index, queue_pos, deps, queue_prev = [], [], [], []
+        for p, cmd in enumerate(commands):
+            engine_index.append(engines.setdefault(cmd.engine, len(engines)))
+            queue_prev.append(last_on_engine.get(cmd.engine))
+            queue_pos.append(0 if queue_prev[-1] is None else queue_pos[queue_prev[-1]] + 1)
+            last_on_engine[cmd.engine] = p
+            known = (position[d] for d in cmd.deps if d in position and d != cmd.id)
+            deps.append(tuple(dict.fromkeys(known)))
+        return cls(commands, engine_index, queue_pos, deps, queue_prev)
+
+    @property
+    def engine_count(self) -> int:
+        return max(self.engine_index, default=-1) + 1
+
+    def waits_for(self, p: int) -> tuple[int, ...]:
+        prev = self.queue_prev[p]
+        if prev is None or prev in self.deps[p]:
+            return self.deps[p]
+        return (*self.deps[p], prev)
+
+    def topological_order(self) -> tuple[list[int], list[list[int]]]:
+        """Kahn's algorithm. Returns the order of every runnable command and, if some
+        cannot run, the wait-for cycles among them (each listed once)."""
+        n = len(self.commands)
+        waiting = [len(self.waits_for(p)) for p in range(n)]
+        unblocks: list[list[int]] = [[] for _ in range(n)]
+        for p in range(n):
+            for q in self.waits_for(p):
+                unblocks[q].append(p)
+        ready = deque(p for p in range(n) if waiting[p] == 0)
+        order: list[int] = []
+        while ready:
+            p = ready.popleft()
+            order.append(p)
+            for s in unblocks[p]:
+                waiting[s] -= 1
+                if waiting[s] == 0:
+                    ready.append(s)
+        if len(order) == n:
+            return order, []
+        return order, self._cycles(stuck={p for p in range(n) if waiting[p] > 0})
+
+    def _cycles(self, stuck: set[int]) -> list[list[int]]:
+        """Cycles among commands that never became ready. Every stuck command waits for
+        another stuck one, so walking wait-for edges inside ``stuck`` must loop."""
+        walked: set[int] = set()
+        cycles: list[list[int]] = []
+        for start in sorted(stuck):
+            path: dict[int, int] = {}
+            p = start
+            while p not in path and p not in walked:
+                path[p] = len(path)
+                p = next(q for q in self.waits_for(p) if q in stuck)
+            walked.update(path)
+            if p in path:
+                cycle = list(path)[path[p]:]
+                first = cycle.index(min(cycle))
+                cycles.append(cycle[first:] + cycle[:first])
+        return cycles
+
+    def describe_cycle(self, cycle: list[int]) -> str:
+        """``deadlock: command 3 (core0.dma0) waits on command 7 (core0.mxu0), which is
+        queued on core0.mxu0 behind command 5, which waits on command 3``."""
+        head = self.commands[cycle[0]]
+        parts = [f"deadlock: command {head.id} ({head.engine})"]
+        for here, there in zip(cycle, cycle[1:] + cycle[:1]):
+            target = self.commands[there]
+            if there in self.deps[here]:
+                step = f"waits on command {target.id}"
+                if there != cycle[0]:
+                    step += f" ({target.engine})"
+            else:
+                step = f"is queued on {target.engine} behind command {target.id}"
+            parts.append(step)
+        return parts[0] + " " + ", which ".join(parts[1:])
+
+
+# ---------------------------------------------------------------- SRAM races
+
+
+def _vector_clocks(graph: _WaitGraph, order: list[int]) -> np.ndarray:
+    """``done[p, e]``: the highest queue position on engine ``e`` known to have finished
+    when command ``p`` finishes (-1: none). Filled in topological order."""
+    done = np.full((len(order), max(graph.engine_count, 1)), -1, dtype=np.int64)
+    for p in order:
+        waits = graph.waits_for(p)
+        if len(waits) == 1:
+            done[p] = done[waits[0]]
+        elif waits:
+            done[p] = done[list(waits)].max(axis=0)
+        done[p, graph.engine_index[p]] = graph.queue_pos[p]
+    return done
+
+
+Access = tuple[int, str]
+"""A command position and the op field through which it touches SRAM."""
+
+History = tuple[Access | None, tuple[Access, ...]]
+"""Of a byte interval: the last writer, and the latest reader per engine since then."""
+
+_UNTOUCHED: History = (None, ())
+
+
+class _SpaceHistory:
+    """Disjoint, sorted byte intervals of one SRAM space with their :data:`History`."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.histories: list[History] = []
+
+    def update(self, start: int, end: int, change: Callable[[History], History]
+               ) -> list[History]:
+        """Replace the history of every byte in ``[start, end)`` by ``change(old)``;
+        returns the distinct old histories seen there (untouched gaps included).
+        Neighbours that end up equal are merged, so a write leaves one interval."""
+        lo = bisect.bisect_right(self.ends, start)
+        hi = bisect.bisect_left(self.starts, end)
+        starts, ends, histories = self.starts, self.ends, self.histories
+        old: list[History] = []
+        pieces: list[tuple[int, int, History]] = []
+        if lo < hi and starts[lo] < start:
+            pieces.append((starts[lo], start, histories[lo]))
+        cursor = start
+        for k in range(lo, hi):
+            s, e, h = max(starts[k], start), min(ends[k], end), histories[k]
+            if cursor < s:
+                old.append(_UNTOUCHED)
+                _append_merged(pieces, cursor, s, change(_UNTOUCHED))
+            old.append(h)
+            _append_merged(pieces, s, e, change(h))
+            cursor = e
+        if cursor < end:
+            old.append(_UNTOUCHED)
+            _append_merged(pieces, cursor, end, change(_UNTOUCHED))
+        if lo < hi and ends[hi - 1] > end:
+            pieces.append((end, ends[hi - 1], histories[hi - 1]))
+        starts[lo:hi] = [p[0] for p in pieces]
+        ends[lo:hi] = [p[1] for p in pieces]
+        histories[lo:hi] = [p[2] for p in pieces]
+        return old
+
+
+def _append_merged(pieces: list[tuple[int, int, History]], start: int, end: int,
+                   history: History) -> None:
+    if pieces and pieces[-1][1] == start and pieces[-1][2] == history:
+        pieces[-1] = (pieces[-1][0], end, history)
+    else:
+        pieces.append((start, end, history))
+
+
+class _RaceFinder:
+    """Replays SRAM accesses in a topological order and reports unordered conflicts."""
+
+    def __init__(self, commands: Sequence[Command], graph: _WaitGraph,
+                 done: np.ndarray) -> None:
+        self.commands = commands
+        self.graph = graph
+        self.done = done
+        self.spaces: dict[str, _SpaceHistory] = {}
+        self.reported: set[tuple[int, int]] = set()
+        self.problems: list[str] = []
+
+    def ordered(self, first: int, then: int) -> bool:
+        """Does command ``first`` finish before command ``then`` starts?"""
+        g = self.graph
+        engine = g.engine_index[first]
+        if engine == g.engine_index[then]:
+            return g.queue_pos[first] < g.queue_pos[then]
+        return bool(self.done[then, engine] >= g.queue_pos[first])
+
+    def visit(self, p: int) -> None:
+        op = self.commands[p].op
+        if type(op) not in SRAM_READ_FIELDS:
+            return  # an unknown op class, reported with its command
+        for field, ref in sram_reads(op):
+            self._access(p, field, ref, write=False)
+        for field, ref in sram_writes(op):
+            self._access(p, field, ref, write=True)
+
+    def _access(self, p: int, field: str, ref: SramRef, write: bool) -> None:
+        nbytes = math.prod(ref.shape) * ref.dtype.itemsize
+        if nbytes <= 0:
+            return
+        space = self.spaces.get(ref.space)
+        if space is None:
+            space = self.spaces[ref.space] = _SpaceHistory()
+        me: Access = (p, field)
+        if write:
+            written: History = (me, ())
+            old = space.update(ref.offset, ref.offset + nbytes, lambda _: written)
+        else:
+            engine = self.graph.engine_index[p]
+            old = space.update(ref.offset, ref.offset + nbytes,
+                               lambda h: self._with_reader(h, me, engine))
+        for writer, readers in dict.fromkeys(old):
+            if writer is not None:
+                self._conflict(writer, "writes", me, ref, write)
+            if write:
+                for reader in readers:
+                    self._conflict(reader, "reads", me, ref, write)
+
+    def _with_reader(self, history: History, reader: Access, engine: int) -> History:
+        engine_of = self.graph.engine_index
+        writer, readers = history
+        others = tuple(r for r in readers if engine_of[r[0]] != engine)
+        return (writer, (*others, reader))
+
+    def _conflict(self, earlier: Access, how: str, me: Access, ref: SramRef,
+                  write: bool) -> None:
+        first, then = earlier[0], me[0]
+        if first == then or (first, then) in self.reported or self.ordered(first, then):
+            return
+        self.reported.add((first, then))
+        other_cmd = self.commands[first]
+        other_ref: SramRef = getattr(other_cmd.op, earlier[1])
+        start, end = max(ref.offset, other_ref.offset), min(ref.end, other_ref.end)
+        verb = "writes" if write else "reads"
+        self.problems.append(
+            f"{_describe(self.commands[then])}: field {me[1]}: {verb} "
+            f"{_format_region(ref.space, start, end)}, which {_describe(other_cmd)} "
+            f"{how} (field {earlier[1]}), but neither command waits for the other "
+            f"(add a dependency)")
+
+
+def _race_problems(commands: Sequence[Command], graph: _WaitGraph,
+                   order: list[int]) -> list[str]:
+    finder = _RaceFinder(commands, graph, _vector_clocks(graph, order))
+    for p in order:
+        finder.visit(p)
+    return finder.problems
