@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Union
 
@@ -19,7 +20,7 @@ from compiler.ir.ops import engine_core, engine_kind
 
 if TYPE_CHECKING:
     from archsim.result import SimResult
-    from compiler.ir.ops import Command, Op
+    from compiler.ir.ops import Op
 
 DMA_KINDS: frozenset[str] = frozenset({"dma", "tdma", "hdma"})
 """Engine kinds that move data (their commands can be slowed by contention)."""
@@ -142,7 +143,7 @@ class ReportData:
         """Matrix-engine FLOP/s over the whole run."""
         return self.matmul_flops / self.seconds if self.total_cycles else 0.0
 
-    @property
+    @cached_property
     def engine_busy_cycles(self) -> Mapping[str, int]:
         """Busy cycles per engine of the config (0 for unused ones)."""
         busy = dict.fromkeys(self.engines, 0)
@@ -150,13 +151,13 @@ class ReportData:
             busy[c.engine] = busy.get(c.engine, 0) + c.cycles
         return MappingProxyType(busy)
 
-    @property
+    @cached_property
     def utilization(self) -> Mapping[str, float]:
         total = self.total_cycles
         return MappingProxyType({e: (b / total if total else 0.0)
                                  for e, b in self.engine_busy_cycles.items()})
 
-    @property
+    @cached_property
     def used_engines(self) -> tuple[str, ...]:
         """Engines that ran at least one command, in display order."""
         used = {c.engine for c in self.commands}
@@ -184,9 +185,17 @@ def from_sim_result(result: SimResult) -> ReportData:
     chip = Chip(simpy.Environment(), config, program.tensor_map)
     capacities = chip.network.capacity
     records = []
+    # Tiled programs repeat the same ops (same buffers) many times: describe each once.
+    described: dict[Op, tuple[str, tuple[Region, ...], tuple[Region, ...]]] = {}
     for command, start, end, nbytes, flops in zip(program.commands, result.starts, result.ends,
                                                    result.command_bytes, result.command_flops):
         timing = chip.timing(command.engine, command.op)
+        description = described.get(command.op)
+        if description is None:
+            description = described[command.op] = (
+                operand_text(command.op), _regions(command.op, write=False),
+                _regions(command.op, write=True))
+        operands, reads, writes = description
         records.append(CommandRecord(
             id=command.id, engine=command.engine, op=command.op.mnemonic,
             source=command.source, deps=tuple(command.deps), start=int(start), end=int(end),
@@ -194,9 +203,7 @@ def from_sim_result(result: SimResult) -> ReportData:
             dram_bytes=int(timing.dram_read + timing.dram_written),
             uncontended_cycles=uncontended_cycles(timing.fixed_cycles, timing.links,
                                                   timing.nbytes, timing.cap, capacities),
-            operands=operand_text(command.op),
-            reads=_regions(command, write=False),
-            writes=_regions(command, write=True),
+            operands=operands, reads=reads, writes=writes,
         ))
     capacity = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
     if config.shared_sram.size_bytes:
@@ -253,10 +260,10 @@ def operand_text(op: Op) -> str:
     return " ".join(parts)
 
 
-def _regions(command: Command, write: bool) -> tuple[Region, ...]:
+def _regions(op: Op, write: bool) -> tuple[Region, ...]:
     from compiler.ir.access import reads, writes
 
-    refs = writes(command.op) if write else reads(command.op)
+    refs = writes(op) if write else reads(op)
     return tuple(Region(r.space, r.offset, r.nbytes) for r in refs)
 
 
