@@ -1,0 +1,197 @@
+"""The subcommands of ``archsim``. Each takes parsed arguments and returns an exit code;
+errors are raised as :class:`~archsim.errors.ArchsimError` and printed by ``main``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from archsim.config import NpuConfig, load_config, preset_names
+from archsim.errors import ArchsimError, ConfigError
+
+
+def resolve_config(name: str, overrides: list[str]) -> NpuConfig:
+    """A preset or YAML file with ``PATH=VALUE`` overrides applied."""
+    config = load_config(name)
+    if not overrides:
+        return config
+    parsed: dict[str, Any] = {}
+    problems = []
+    for item in overrides:
+        path, eq, text = item.partition("=")
+        if not eq or not path:
+            problems.append(f"--set {item!r}: expected PATH=VALUE, e.g. core.matrix.rows=256")
+            continue
+        parsed[path.strip()] = yaml.safe_load(text)
+    if problems:
+        raise ConfigError(problems, source="command line")
+    return config.with_overrides(parsed)
+
+
+class Progress:
+    """One line per step on stderr, with its time; silent with --quiet."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def step(self, text: str):
+        return _Step(text, self.quiet)
+
+
+class _Step:
+    def __init__(self, text: str, quiet: bool) -> None:
+        self.text = text
+        self.quiet = quiet
+
+    def __enter__(self) -> "_Step":
+        self.start = time.perf_counter()
+        if not self.quiet:
+            print(f"{self.text} ...", end="", file=sys.stderr, flush=True)
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if not self.quiet:
+            outcome = "failed" if kind else f"{time.perf_counter() - self.start:.2f} s"
+            print(f" {outcome}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- run / compare
+
+
+def run(args: argparse.Namespace) -> int:
+    from archsim.cli.workloads import simulate_model
+
+    config = resolve_config(args.config, args.overrides)
+    result = simulate_model(args, config, Progress(args.quiet))
+    import reports
+
+    if args.quiet:
+        print(_one_line(result))
+    else:
+        print(reports.summary(result))
+        print()
+        print(reports.op_table(result, top=args.top))
+        print()
+        print(reports.critical_path_text(result, max_rows=12))
+    if args.json:
+        reports.write_json(result, args.json)
+    if args.out:
+        write_outputs(result, Path(args.out), Progress(args.quiet))
+    return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    from archsim.cli.workloads import simulate_model
+
+    import reports
+
+    progress = Progress(args.quiet)
+    results = [simulate_model(args, resolve_config(name, args.overrides), progress)
+               for name in args.config]
+    print(reports.compare_table(results, labels=args.config))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        figure = reports.pareto_figure(results)
+        figure.savefig(out / "pareto.png", dpi=110, bbox_inches="tight")
+        for label, result in zip(args.config, results):
+            reports.write_json(result, out / f"result-{Path(label).stem}.json")
+        print(f"\nwrote {out}/pareto.png and one result-<config>.json per config")
+    return 0
+
+
+def write_outputs(result, out: Path, progress: Progress) -> None:
+    import reports
+
+    out.mkdir(parents=True, exist_ok=True)
+    with progress.step(f"writing reports to {out}"):
+        (out / "summary.txt").write_text(reports.summary(result) + "\n")
+        reports.export_perfetto(result, out / "trace.json")
+        reports.write_json(result, out / "result.json")
+        reports.write_html(result, out / "report.html")
+        reports.save_figures(result, out)
+    if not progress.quiet:
+        print(f"\nwrote {out}/: summary.txt, trace.json (open in ui.perfetto.dev), "
+              f"result.json, report.html, figures (*.png)")
+
+
+def _one_line(result) -> str:
+    return (f"{result.program.name} on {result.config.name}: {result.total_cycles} cycles, "
+            f"{result.seconds * 1e6:.3f} us, matrix {result.matrix_utilization:.1%} of peak, "
+            f"DRAM {result.dram_bandwidth_utilization:.1%} of peak")
+
+
+# ---------------------------------------------------------------- configs / workloads
+
+
+def configs(args: argparse.Namespace) -> int:
+    from reports.text import format_table
+
+    rows = []
+    for name in preset_names():
+        c = load_config(name)
+        rows.append([
+            name + (" (default)" if name == preset_names()[0] else ""),
+            str(c.cores),
+            f"{c.core.matrix.arrays}x {c.core.matrix.rows}x{c.core.matrix.cols} "
+            f"{c.core.matrix.dataflow} {c.core.matrix.input_dtype}",
+            f"{c.clock_hz / 1e9:g} GHz",
+            f"{c.peak_flops / 1e12:.2f}",
+            f"{c.dram_bandwidth_bytes_per_s / 1e9:g} {c.dram.kind}",
+            f"{c.core.scratchpad.size_bytes / 2**20:g} MiB",
+            f"{c.shared_sram.size_bytes / 2**20:g} MiB",
+        ])
+    print(format_table(["preset", "cores", "matrix per core", "clock", "peak TFLOP/s",
+                        "DRAM GB/s", "SRAM/core", "shared"], rows))
+    print("\nOverride any field with --set PATH=VALUE; a YAML file works as --config too.")
+    return 0
+
+
+def workloads(args: argparse.Namespace) -> int:
+    from archsim.cli.workloads import WORKLOADS
+
+    width = max(map(len, WORKLOADS))
+    for name, workload in WORKLOADS.items():
+        print(f"{name:<{width}}  {workload.description}")
+    return 0
+
+
+# ---------------------------------------------------------------- show / report
+
+
+def show(args: argparse.Namespace) -> int:
+    from compiler.ir.text import load_program, print_program
+    from compiler.ir.verify import verify
+
+    program = load_program(args.program)
+    config = resolve_config(args.config, args.overrides)
+    print(print_program(program), end="")
+    verify(program, config)
+    engines = sorted({c.engine for c in program.commands})
+    print(f"\n# {len(program.commands)} commands on {len(engines)} engines, "
+          f"{len(program.tensors)} DRAM tensors; valid for {config.name}")
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    import reports
+
+    path = Path(args.result)
+    if not path.is_file():
+        raise ArchsimError(f"no such result file: {path}")
+    data = reports.read_json(path)
+    print(reports.summary(data))
+    print()
+    print(reports.op_table(data, top=args.top))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        reports.write_html(data, out / "report.html")
+        reports.save_figures(data, out)
+        print(f"\nwrote {out}/report.html and figures")
+    return 0

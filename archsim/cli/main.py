@@ -1,0 +1,110 @@
+"""Argument parsing and dispatch for ``archsim``; each subcommand lives in
+:mod:`archsim.cli.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from archsim.errors import ArchsimError
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from archsim.cli import commands
+    from archsim.config import DEFAULT_PRESET
+
+    parser = argparse.ArgumentParser(
+        prog="archsim",
+        description="Cycle-approximate NPU simulator: run models and scheduled programs on "
+                    "configurable NPUs and see latency, utilization and what limited them.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def config_args(p: argparse.ArgumentParser, many: bool = False) -> None:
+        if many:
+            p.add_argument("--config", "-c", action="append", required=True, metavar="NAME",
+                           help="preset name or YAML file; repeat to compare")
+        else:
+            p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
+                           help=f"preset name or YAML file (default: {DEFAULT_PRESET}; "
+                                f"see 'archsim configs')")
+        p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                       dest="overrides",
+                       help="override a config field by dotted path, e.g. "
+                            "core.matrix.rows=256 (repeatable)")
+
+    def workload_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("model", metavar="MODEL",
+                       help="built-in workload (see --list), a .py file, or a .rbln program")
+        p.add_argument("--batch", type=int, default=None, help="batch size (built-in models)")
+        p.add_argument("--seq", type=int, default=None,
+                       help="sequence length (built-in language models)")
+        p.add_argument("--layers", type=int, default=None,
+                       help="number of layers (built-in transformer models)")
+        p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
+                       help="model dtype (built-in models; default f32, or bf16 for "
+                            "performance-only runs of large models)")
+        p.add_argument("--perf-only", action="store_true",
+                       help="performance-only: shapes only, no data (automatic for large "
+                            "models)")
+        p.add_argument("--quiet", "-q", action="store_true",
+                       help="print only the summary line (for scripts)")
+
+    run = sub.add_parser("run", help="simulate a model or program and print the report",
+                         description="Simulate MODEL on one NPU config and print a summary, "
+                                     "the top ops and the critical path.")
+    workload_args(run)
+    config_args(run)
+    run.add_argument("--top", type=int, default=10, help="ops to list (default 10)")
+    run.add_argument("--out", metavar="DIR",
+                     help="also write summary.txt, trace.json (Perfetto), result.json, "
+                          "report.html and figures to DIR")
+    run.add_argument("--json", metavar="FILE", help="write the result as JSON to FILE")
+    run.add_argument("--list", action="store_true", help=argparse.SUPPRESS)
+    run.set_defaults(handler=commands.run)
+
+    compare = sub.add_parser("compare", help="simulate one model on several configs",
+                             description="Simulate MODEL on each --config and print a "
+                                         "side-by-side table.")
+    workload_args(compare)
+    config_args(compare, many=True)
+    compare.add_argument("--out", metavar="DIR", help="write a Pareto plot and per-config "
+                                                      "results to DIR")
+    compare.set_defaults(handler=commands.compare)
+
+    configs = sub.add_parser("configs", help="list hardware presets with their peak numbers")
+    configs.set_defaults(handler=commands.configs)
+
+    workloads = sub.add_parser("workloads", help="list the built-in workloads")
+    workloads.set_defaults(handler=commands.workloads)
+
+    show = sub.add_parser("show", help="print and verify a saved .rbln program")
+    show.add_argument("program", metavar="PROGRAM.rbln")
+    config_args(show)
+    show.set_defaults(handler=commands.show)
+
+    report = sub.add_parser("report", help="re-render the report of a saved result.json")
+    report.add_argument("result", metavar="RESULT.json")
+    report.add_argument("--top", type=int, default=10, help="ops to list (default 10)")
+    report.add_argument("--out", metavar="DIR", help="write HTML and figures to DIR")
+    report.set_defaults(handler=commands.report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except ArchsimError as exc:
+        print(f"archsim: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("archsim: interrupted", file=sys.stderr)
+        return 130

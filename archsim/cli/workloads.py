@@ -1,0 +1,241 @@
+"""What ``archsim run MODEL`` can run: built-in workloads, a user's Python file, or a
+saved ``.rbln`` program — and the one function that compiles and simulates any of them.
+
+Large models run performance-only automatically: they are built on the ``meta``
+device (shapes, no weights), so a 7B-parameter estimate allocates nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from archsim.config import NpuConfig
+from archsim.errors import ArchsimError
+
+FUNCTIONAL_PARAMETER_LIMIT = 30_000_000
+"""Models with more parameters than this run performance-only unless asked otherwise."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    description: str
+    build: Callable[[argparse.Namespace, Any], tuple[Any, tuple[Any, ...]]]
+    """(args, torch dtype) -> (module, example inputs); called under the target device."""
+    batch: int = 1
+    seq: int = 128
+    layers: int = 0
+
+
+def _ids(args: argparse.Namespace, vocab: int) -> Any:
+    import torch
+
+    return torch.randint(0, vocab, (args.batch, args.seq))
+
+
+def _gpt2(args, dtype):
+    from archsim.cli.models import GPT2
+
+    return GPT2(layers=args.layers).to(dtype), (_ids(args, 50257),)
+
+
+def _bert(args, dtype):
+    from archsim.cli.models import Bert
+
+    return Bert(layers=args.layers).to(dtype), (_ids(args, 30522),)
+
+
+def _llama(args, dtype):
+    import torch
+
+    from archsim.cli.models import Llama
+
+    model = Llama(layers=args.layers).to(dtype)
+    return model, (torch.randn(args.batch, args.seq, 4096, dtype=dtype),)
+
+
+def _llama_small(args, dtype):
+    import torch
+
+    from archsim.cli.models import Llama
+
+    model = Llama(layers=args.layers, hidden=512, heads=8, kv_heads=2,
+                  intermediate=1376).to(dtype)
+    return model, (torch.randn(args.batch, args.seq, 512, dtype=dtype),)
+
+
+def _resnet(blocks: tuple[int, ...], bottleneck: bool):
+    def build(args, dtype):
+        import torch
+
+        from archsim.cli.models import ResNet
+
+        model = ResNet(blocks, bottleneck).to(dtype)
+        return model, (torch.randn(args.batch, 3, 224, 224, dtype=dtype),)
+    return build
+
+
+def _gemm(args, dtype):
+    import torch
+
+    from archsim.cli.models import Gemm
+
+    n = args.seq
+    return Gemm(), (torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype))
+
+
+def _conv(args, dtype):
+    import torch
+
+    from archsim.cli.models import Conv
+
+    return Conv(64, 64, 3).to(dtype), (torch.randn(args.batch, 64, 56, 56, dtype=dtype),)
+
+
+def _attention(args, dtype):
+    import torch
+
+    from archsim.cli.models import SDPA
+
+    shape = (args.batch, 12, args.seq, 64)
+    return SDPA(), tuple(torch.randn(shape, dtype=dtype) for _ in range(3))
+
+
+WORKLOADS: dict[str, Workload] = {
+    "gpt2": Workload("GPT-2 small (hidden 768, 12 heads), --layers (12), --seq (128)",
+                     _gpt2, layers=12),
+    "bert-base": Workload("BERT-base encoder (hidden 768, 12 heads), --layers (12), --seq (128)",
+                          _bert, layers=12),
+    "llama-7b": Workload("Llama-7B-shaped decoder layers (hidden 4096, SwiGLU 11008), "
+                         "--layers (2), --seq (2048); performance-only", _llama, seq=2048,
+                         layers=2),
+    "llama-small": Workload("small Llama-style decoder (hidden 512, GQA 8/2 heads), "
+                            "--layers (2)", _llama_small, layers=2),
+    "resnet-18": Workload("ResNet-18 on 224x224 images, --batch (1)", _resnet((2, 2, 2, 2), False)),
+    "resnet-50": Workload("ResNet-50 on 224x224 images, --batch (1)", _resnet((3, 4, 6, 3), True)),
+    "gemm": Workload("square GEMM, --seq gives the size (default 1024)", _gemm, seq=1024),
+    "conv": Workload("3x3 conv, 64->64 channels on 56x56, --batch (1)", _conv),
+    "attention": Workload("causal scaled-dot-product attention, 12 heads x 64, --seq (128)",
+                          _attention),
+}
+
+
+# ---------------------------------------------------------------- simulate anything
+
+
+def simulate_model(args: argparse.Namespace, config: NpuConfig, progress) -> Any:
+    """Compile (if needed) and simulate MODEL on ``config``; returns a SimResult."""
+    model = args.model
+    if model.endswith(".rbln"):
+        return _simulate_program(Path(model), config, progress)
+    if model.endswith(".py"):
+        module, inputs = _from_python_file(Path(model))
+        return _simulate_torch(Path(model).stem, module, inputs, args, config, progress)
+    workload = WORKLOADS.get(model)
+    if workload is None:
+        raise ArchsimError(f"unknown model {model!r}: give a built-in workload "
+                           f"({', '.join(WORKLOADS)}), a .py file or a .rbln program")
+    return _simulate_builtin(model, workload, args, config, progress)
+
+
+def _simulate_program(path: Path, config: NpuConfig, progress) -> Any:
+    from archsim.simulator import Simulator
+    from compiler.ir.text import load_program
+
+    if not path.is_file():
+        raise ArchsimError(f"no such program file: {path}")
+    with progress.step(f"parsing {path}"):
+        program = load_program(path)
+    with progress.step(f"simulating {len(program.commands)} commands on {config.name}"):
+        return Simulator(config).run(program)
+
+
+def _from_python_file(path: Path) -> tuple[Any, tuple[Any, ...]]:
+    if not path.is_file():
+        raise ArchsimError(f"no such model file: {path}")
+    namespace = runpy.run_path(str(path))
+    model = namespace.get("model")
+    inputs = namespace.get("example_inputs")
+    if model is None and callable(namespace.get("get_model")):
+        model = namespace["get_model"]()
+    if inputs is None and callable(namespace.get("get_inputs")):
+        inputs = namespace["get_inputs"]()
+    if model is None or inputs is None:
+        raise ArchsimError(f"{path}: define 'model' (an nn.Module) and 'example_inputs' (a "
+                           f"tuple of tensors), or functions get_model() and get_inputs()")
+    return model, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+
+def _simulate_builtin(name: str, workload: Workload, args: argparse.Namespace,
+                      config: NpuConfig, progress) -> Any:
+    import torch
+
+    args.batch = args.batch or workload.batch
+    args.seq = args.seq or workload.seq
+    args.layers = args.layers or workload.layers
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        module, _ = workload.build(args, _dtype(args.dtype or "f32"))
+    parameters = sum(p.numel() for p in module.parameters())
+    perf_only = args.perf_only or parameters > FUNCTIONAL_PARAMETER_LIMIT or name == "llama-7b"
+    dtype = _dtype(args.dtype or ("bf16" if perf_only and name == "llama-7b" else "f32"))
+    device = "meta" if perf_only else "cpu"
+    with torch.device(device):
+        module, inputs = workload.build(args, dtype)
+    if not perf_only and not args.quiet:
+        print(f"{name}: {parameters / 1e6:.1f}M parameters, functional run (numbers checked "
+              f"against torch on CPU)", file=sys.stderr)
+    elif not args.quiet:
+        print(f"{name}: {parameters / 1e6:.1f}M parameters, performance-only (shapes only; "
+              f"--perf-only or > {FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M parameters)",
+              file=sys.stderr)
+    label = f"{name} b{args.batch}" + (f" s{args.seq}" if name not in ("resnet-18", "resnet-50",
+                                                                       "conv") else "")
+    return _run_module(label, module.eval(), inputs, perf_only, config, args.quiet, progress)
+
+
+def _simulate_torch(name: str, module: Any, inputs: tuple[Any, ...], args: argparse.Namespace,
+                    config: NpuConfig, progress) -> Any:
+    perf_only = args.perf_only or any(getattr(t, "is_meta", False) for t in inputs)
+    return _run_module(name, module.eval(), inputs, perf_only, config, args.quiet, progress)
+
+
+def _run_module(name: str, module: Any, inputs: tuple[Any, ...], perf_only: bool,
+                config: NpuConfig, quiet: bool, progress) -> Any:
+    import dataclasses
+
+    import torch
+
+    import compiler
+
+    with progress.step("exporting with torch.export"):
+        exported = torch.export.export(module, inputs)
+    with progress.step(f"compiling for {config.name}"):
+        compiled = compiler.compile_graph(exported, config)
+    program = dataclasses.replace(compiled.program, name=name)
+    compiled = dataclasses.replace(compiled, program=program)
+    steps = f"simulating {len(program.commands)} commands"
+    if perf_only:
+        with progress.step(steps + " (performance-only)"):
+            return compiled.simulate()
+    with progress.step(steps + " (functional)"):
+        outputs, result = compiled.run(*inputs)
+    with torch.no_grad():
+        expected = module(*inputs)
+    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    worst = max(float((o.float() - e.float()).abs().max()) for o, e in zip(outputs, expected))
+    if not quiet:
+        print(f"numerics: max |npu - torch cpu| = {worst:.3g} over {len(outputs)} output(s)",
+              file=sys.stderr)
+    return result
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[name]
