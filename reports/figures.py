@@ -74,7 +74,7 @@ def timeline_figure(result: ResultLike) -> Figure:
     bars: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for c in data.commands:
         if c.engine in row:
-            bars.setdefault((c.engine, c.op), []).append((c.start * scale, max(c.cycles, 0) * scale))
+            bars.setdefault((c.engine, c.op), []).append((c.start * scale, c.cycles * scale))
     for (engine, op), spans in bars.items():
         ax.broken_barh(spans, (row[engine] - 0.4, 0.8), facecolors=_op_color(op),
                        edgecolor="white", linewidth=0.3)
@@ -148,7 +148,8 @@ def roofline_figure(result: ResultLike) -> Figure:
               linewidth=2, label=f"matrix peak {format_si(data.peak_flops, 'FLOP/s')}, "
                                  f"DRAM {format_si(data.dram_bandwidth_bytes_per_s, 'B/s')}")
     ax.loglog(x, np.minimum(data.vector_peak_flops, x * data.dram_bandwidth_bytes_per_s),
-              "k--", linewidth=1, label=f"vector peak {format_si(data.vector_peak_flops, 'FLOP/s')}")
+              "k--", linewidth=1,
+              label=f"vector peak {format_si(data.vector_peak_flops, 'FLOP/s')}")
     ax.axvline(ridge, color="grey", linestyle=":", linewidth=1,
                label=f"ridge {ridge:.3g} FLOP/B")
     markers = {"compute": "o", "memory": "s", "latency": "^", "host": "D"}
@@ -239,7 +240,8 @@ def sram_occupancy_figure(result: ResultLike, max_lines: int = 8) -> Figure:
     for occ in sram_occupancy(data):
         groups.setdefault((occ.cycles.tobytes(), occ.live_bytes.tobytes()), []).append(occ)
     # Shared SRAM first: it is one space for the whole chip.
-    lines = sorted(groups.values(), key=lambda g: (g[0].space != "shared", _space_order(g[0].space)))
+    lines = sorted(groups.values(),
+                   key=lambda g: (g[0].space != "shared", _space_order(g[0].space)))
     shown = lines[:max_lines]
     scale, unit = _time_scale(data)
     fig = Figure(figsize=(11, 5), layout="constrained")

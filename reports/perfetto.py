@@ -1,8 +1,8 @@
 """Chrome trace-event JSON of a run, for ui.perfetto.dev (or chrome://tracing).
 
 Layout: one process per core (``core N``) plus ``chip`` for the task DMA, host DMA and
-host; one thread (track) per engine that ran a command, named like a vendor profiler (``neural engine
-mxu0``, ``neural engine vector``, ``neural DMA 0``, ``task DMA``, ``host DMA``,
+host; one thread (track) per engine that ran a command, named like a vendor profiler
+(``neural engine mxu0``, ``neural engine vector``, ``neural DMA 0``, ``task DMA``, ``host DMA``,
 ``host``). Each command is one complete event (``ph: X``) with ``ts``/``dur`` in
 microseconds converted from cycles at the chip clock; its ``args`` hold the command id,
 op, source, operands (shapes) and bytes. Dependencies between different engines are

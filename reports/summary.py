@@ -48,10 +48,10 @@ def _headline(data: ReportData) -> str:
                                           f"{format_si(data.vector_peak_flops, 'FLOP/s')} peak "
                                           f"({percent(achieved, data.vector_peak_flops)}); "
                                           f"{format_si(vector_flops, 'FLOP')}"))
+    used, available = data.dram_bandwidth_used_bytes_per_s, data.dram_bandwidth_bytes_per_s
     lines.append(_kv("DRAM bandwidth",
-                     f"{format_si(data.dram_bandwidth_used_bytes_per_s, 'B/s')} of "
-                     f"{format_si(data.dram_bandwidth_bytes_per_s, 'B/s')} "
-                     f"({percent(data.dram_bandwidth_used_bytes_per_s, data.dram_bandwidth_bytes_per_s)}); "
+                     f"{format_si(used, 'B/s')} of {format_si(available, 'B/s')} "
+                     f"({percent(used, available)}); "
                      f"read {format_bytes(data.dram_bytes_read)}, "
                      f"written {format_bytes(data.dram_bytes_written)}"))
     if data.host_link_bytes:

@@ -118,9 +118,8 @@ def contention_program() -> Program:
     for core in range(2):
         for dma in range(2):
             rows = (32 * core + 16 * dma, 32 * core + 16 * dma + 16)
-            b.add(f"core{core}.dma{dma}",
-                  Load(b.ref("x", rows, (0, 64)), SramRef(f"sram{core}", dma * 4096, (16, 64), F32)),
-                  source="load")
+            tile = SramRef(f"sram{core}", dma * 4096, (16, 64), F32)
+            b.add(f"core{core}.dma{dma}", Load(b.ref("x", rows, (0, 64)), tile), source="load")
     return b.build()
 
 

@@ -43,7 +43,8 @@ def test_overlapped_program_path_skips_overlapped_loads(mm_result):
     assert sum(path.cycles_by("source").values()) == mm_result.total_cycles
 
 
-def _record(cid: int, engine: str, start: int, end: int, deps: tuple[int, ...] = ()) -> CommandRecord:
+def _record(cid: int, engine: str, start: int, end: int,
+            deps: tuple[int, ...] = ()) -> CommandRecord:
     return CommandRecord(id=cid, engine=engine, op="binary", source=f"op{cid}", deps=deps,
                          start=start, end=end, bytes=0, flops=0, dram_bytes=0,
                          uncontended_cycles=end - start, operands="")

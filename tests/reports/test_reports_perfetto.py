@@ -82,7 +82,8 @@ def test_tracks_are_named_like_a_profiler(mm_result):
             ("core 1", "neural engine mxu0"), ("core 1", "neural engine vector"),
             ("chip", "task DMA"), ("chip", "host DMA"), ("chip", "host")} <= threads
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    thread_of = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    thread_of = {(e["pid"], e["tid"]): e["args"]["name"]
+                 for e in meta if e["name"] == "thread_name"}
     for e in slices:
         assert thread_of[(e["pid"], e["tid"])] == track_name(e["args"]["engine"])
 

@@ -19,7 +19,8 @@ def test_summary_headline(mm_result):
 def test_summary_lists_host_work_with_its_time(mm_result):
     text = summary(mm_result)
     assert "Host work: 2 commands, 2,468 cycles" in text
-    host_lines = [line for line in text.splitlines() if "aten.argmax" in line or "input.copy_" in line]
+    host_lines = [line for line in text.splitlines()
+                  if "aten.argmax" in line or "input.copy_" in line]
     assert any("300" in line and "host_op" in line for line in host_lines)
     assert any("2,168" in line and "host_transfer" in line for line in host_lines)
 
