@@ -326,9 +326,9 @@ class _Line:
 
     # -- errors -------------------------------------------------------------------
     def column(self, index: int) -> int:
-        """1-based column of token ``index`` (just past the last token at the end)."""
+        """1-based column of token ``index``; past the last token, just after it."""
         spans = [m.span(1) for m in _TOKEN_RE.finditer(self.text)]
-        if index < self.count:
+        if index < len(spans):  # a real token, or the trailing comment
             return spans[index][0] + 1
         if index > 0:
             return spans[index - 1][1] + 1
@@ -708,9 +708,9 @@ def _parse_source(line: _Line) -> str:
     try:
         value = json.loads(comment)
     except json.JSONDecodeError as exc:
-        raise line.error(f"bad quoted source comment: {exc.msg}", len(line.tokens)) from None
+        raise line.error(f"bad quoted source comment: {exc.msg}", line.count) from None
     if not isinstance(value, str):
-        raise line.error("quoted source comment must be a string", len(line.tokens))
+        raise line.error("quoted source comment must be a string", line.count)
     return value
 
 
