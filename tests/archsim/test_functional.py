@@ -46,7 +46,7 @@ def tiled_matmul(m: int, k: int, n: int, tile: int = 4, dtype: DType = F32) -> P
     def region(shape: tuple[int, int], dt: DType) -> SramRef:
         nonlocal offset
         ref = SramRef("sram0", offset, shape, dt)
-        offset += ref.nbytes
+        offset += -(-ref.nbytes // 64) * 64  # keep every region 64-byte aligned
         return ref
 
     for i in range(0, m, tile):
