@@ -347,6 +347,8 @@ def _dram_side(ref: DramRef, tensors: dict[str, DramTensor]) -> DramTensor | Non
     tensor = tensors.get(ref.tensor)
     if tensor is None or len(ref.slices) != len(tensor.shape):
         return None
+    if any(s.step <= 0 for s in ref.slices):
+        return None  # its shape is undefined
     return tensor
 
 
