@@ -94,8 +94,10 @@ class CompiledProgram:
             given = dict(zip(users, args))
             args = tuple(given.get(n, self.bound.get(n)) for n in names)
         feed: dict[str, np.ndarray] = {}
+        shapes = {t.name: t.shape for t in self.program.tensors}
         for name, arg in zip(names, args):
-            feed[name] = to_numpy(arg) if isinstance(arg, torch.Tensor) else np.asarray(arg)
+            array = to_numpy(arg) if isinstance(arg, torch.Tensor) else np.asarray(arg)
+            feed[name] = array.reshape(shapes[name]) if array.shape != shapes[name] else array
         for name, const in self.constants.items():
             feed[name] = const.array() if isinstance(const, Fill) else const
         return feed

@@ -17,6 +17,11 @@ from archsim.matrix import matmul_cycles
 from compiler.ir.dtypes import DType
 
 
+DRAM_EFFICIENCY = 0.85
+"""Fraction of DRAM peak a schedule sustains once latencies and contention bite; a tiling
+that needs more is DRAM-bound."""
+
+
 @dataclass(frozen=True)
 class Cost:
     mxu_cycles: float = 0.0
@@ -37,7 +42,7 @@ class Cost:
                     self.serial_cycles * factor)
 
     def estimate(self, config: NpuConfig) -> float:
-        dram = self.dram_bytes / config.dram_bytes_per_cycle
+        dram = self.dram_bytes / (config.dram_bytes_per_cycle * DRAM_EFFICIENCY)
         return max(self.mxu_cycles, self.vpu_cycles, self.dma_cycles, dram) + \
             self.serial_cycles
 

@@ -72,13 +72,47 @@ def _overlap(a: tuple[Slice, ...], b: tuple[Slice, ...]) -> bool:
     return all(x.start < y.stop and y.start < x.stop for x, y in zip(a, b))
 
 
+class _BoxIndex:
+    """Boxes of one DRAM tensor with the command that wrote each, bucketed along the
+    tensor's first non-unit dim so lookups stay cheap for thousands of tiles."""
+
+    BUCKETS = 64
+
+    def __init__(self, shape: Shape) -> None:
+        self.dim = next((d for d, n in enumerate(shape) if n > 1), 0)
+        size = shape[self.dim] if shape else 1
+        self.width = max(1, -(-size // self.BUCKETS))
+        self.buckets: dict[int, list[tuple[tuple[Slice, ...], int]]] = {}
+
+    def _span(self, slices: tuple[Slice, ...]) -> range:
+        if not slices:
+            return range(0, 1)
+        s = slices[self.dim]
+        return range(s.start // self.width, max(s.start, s.stop - 1) // self.width + 1)
+
+    def add(self, slices: tuple[Slice, ...], cid: int) -> None:
+        for b in self._span(slices):
+            self.buckets.setdefault(b, []).append((slices, cid))
+
+    def overlapping(self, slices: tuple[Slice, ...]) -> set[int]:
+        found: set[int] = set()
+        for b in self._span(slices):
+            for box, cid in self.buckets.get(b, ()):
+                if cid not in found and _overlap(box, slices):
+                    found.add(cid)
+        return found
+
+    def all(self) -> set[int]:
+        return {cid for entries in self.buckets.values() for _, cid in entries}
+
+
 class Emitter:
     def __init__(self, name: str, config: NpuConfig) -> None:
         self.config = config
         self.builder = ProgramBuilder(name, target=config.name)
         self._engine_of: list[str] = []
         self._sram: dict[str, list[_Record]] = {}
-        self._dram_writes: dict[str, list[tuple[tuple[Slice, ...], int]]] = {}
+        self._dram_writes: dict[str, _BoxIndex] = {}
         self._dram_reads: dict[str, list[int]] = {}
         self._rr: dict[str, int] = {}
 
@@ -146,15 +180,16 @@ class Emitter:
         if isinstance(op, (HostOp, HostTransfer)):
             names = op.inputs if isinstance(op, HostOp) else (op.ref.tensor,)
             for name in names:
-                deps.update(cid for _, cid in self._dram_writes.get(name, ()))
+                if name in self._dram_writes:
+                    deps.update(self._dram_writes[name].all())
             if isinstance(op, HostOp):
                 for name in op.outputs:
                     deps.update(self._dram_reads.get(name, ()))
             return deps
         for _, ref, is_write in access.dram_refs(op):
-            for box, cid in self._dram_writes.get(ref.tensor, ()):
-                if _overlap(box, ref.slices):
-                    deps.add(cid)  # RAW, and WAW for overlapping stores
+            index = self._dram_writes.get(ref.tensor)
+            if index is not None:
+                deps |= index.overlapping(ref.slices)  # RAW, and WAW for overlapping stores
             if is_write:
                 deps.update(self._dram_reads.get(ref.tensor, ()))  # WAR after host reads
         return deps
@@ -163,17 +198,23 @@ class Emitter:
         if isinstance(op, HostOp):
             for name in op.outputs:
                 full = tuple(Slice(0, n) for n in self.builder._tensors[name].shape)
-                self._dram_writes.setdefault(name, []).append((full, cid))
+                self._writes(name).add(full, cid)
             return
         if isinstance(op, HostTransfer):
             if op.to_device:
-                self._dram_writes.setdefault(op.ref.tensor, []).append((op.ref.slices, cid))
+                self._writes(op.ref.tensor).add(op.ref.slices, cid)
             else:
                 self._dram_reads.setdefault(op.ref.tensor, []).append(cid)
             return
         for _, ref, is_write in access.dram_refs(op):
             if is_write:
-                self._dram_writes.setdefault(ref.tensor, []).append((ref.slices, cid))
+                self._writes(ref.tensor).add(ref.slices, cid)
+
+    def _writes(self, name: str) -> _BoxIndex:
+        index = self._dram_writes.get(name)
+        if index is None:
+            index = self._dram_writes[name] = _BoxIndex(self.builder._tensors[name].shape)
+        return index
 
     # -- DRAM access through views ---------------------------------------------------------
     def dram_pieces(self, view: DramView, box: Box, steps: tuple[int, ...] | None = None

@@ -146,15 +146,16 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a: Value, b: V
     def load() -> None:
         kk = ks[1] - ks[0]
         a_buf = sub(bufs.a[op_set], (rows[1] - rows[0], kk))
-        load_box(ctx, a, _operand_box(a, batch_index, rows, ks), a_buf, core, source)
+        load_box(ctx, a, _operand_box(a, batch_index, rows, ks), a_buf, core, source, "load")
         for j, (c0, c1) in enumerate(cols):
             b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
             if not trans_b:
                 load_box(ctx, b, _operand_box(b, batch_index, ks, (c0, c1)), b_buf, core,
-                         source)
+                         source, "load")
                 continue
             tmp = sub(bufs.bt[op_set][j], (c1 - c0, kk))
-            load_box(ctx, b, _operand_box(b, batch_index, (c0, c1), ks), tmp, core, source)
+            load_box(ctx, b, _operand_box(b, batch_index, (c0, c1), ks), tmp, core, source,
+                     "load")
             ctx.em.emit(f"core{core}.vpu", Transpose(tmp, b_buf, (1, 0)), source)
     return load
 

@@ -15,7 +15,7 @@ from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
 from compiler.graph import Node, Value
-from compiler.ir.operands import Scalar, SramRef
+from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Store, Transpose, Unary, VCopy
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.plan import Group, Kernel, aligned
@@ -175,14 +175,54 @@ def emit_loads(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, 
             _load_slice(ctx, node, box, core, bufs, scratch[node.out.id], source)
 
 
-def load_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str) -> None:
+SPLIT_BYTES = 64 * 1024
+"""Transfers larger than this are split over a core's DMA engines."""
+
+
+def _split_ref(ref: DramRef, parts: int) -> list[tuple[DramRef, int]]:
+    """Cut a box along its first non-unit dim into up to ``parts`` pieces, with each
+    piece's element offset in the row-major buffer of the whole box."""
+    shape = ref.shape
+    dim = next((d for d, n in enumerate(shape) if n > 1), None)
+    if dim is None or parts <= 1:
+        return [(ref, 0)]
+    inner = 1
+    for n in shape[dim + 1:]:
+        inner *= n
+    s = ref.slices[dim]
+    length = shape[dim]
+    chunk = -(-length // min(parts, length))
+    out = []
+    for lo in range(0, length, chunk):
+        hi = min(lo + chunk, length)
+        piece = Slice(s.start + lo * s.step, s.start + (hi - 1) * s.step + 1, s.step)
+        out.append((DramRef(ref.tensor, ref.slices[:dim] + (piece,) + ref.slices[dim + 1:]),
+                    lo * inner))
+    return out
+
+
+def _transfers(ctx: Context, value: Value, box: Box, kind: str) -> list[tuple[DramRef, int]]:
+    engines = ctx.config.core.dma.engines
+    usable = engines - 1 if kind in ("load", "store") and engines > 1 else engines
+    if kind == "store":
+        usable = 1
+    out = []
     for ref, offset in ctx.em.dram_pieces(ctx.view(value), box):
-        ctx.em.emit(ctx.em.dma(core), Load(ref, sub(buf, ref.shape, offset)), source)
+        nbytes = _numel(ref.shape) * value.dtype.itemsize
+        parts = min(usable, -(-nbytes // SPLIT_BYTES))
+        out += [(piece, offset + extra) for piece, extra in _split_ref(ref, parts)]
+    return out
+
+
+def load_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str,
+             kind: str = "any") -> None:
+    for ref, offset in _transfers(ctx, value, box, kind):
+        ctx.em.emit(ctx.em.dma(core, kind), Load(ref, sub(buf, ref.shape, offset)), source)
 
 
 def store_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str,
               kind: str = "any") -> None:
-    for ref, offset in ctx.em.dram_pieces(ctx.view(value), box):
+    for ref, offset in _transfers(ctx, value, box, kind):
         ctx.em.emit(ctx.em.dma(core, kind), Store(sub(buf, ref.shape, offset), ref), source)
 
 
