@@ -194,9 +194,9 @@ def zero_(self: torch.Tensor) -> torch.Tensor:
 def copy_between(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     """``dst.copy_(src)`` where either side may be on npu; timed as a host-link transfer
     when crossing devices, as a DRAM copy when both are on npu."""
-    dst_npu = dst.device.type == "npu"
-    src_npu = src.device.type == "npu"
-    if src.device.type not in ("npu", "cpu") or dst.device.type not in ("npu", "cpu"):
+    dst_npu = not dst.is_cpu  # (`.device.type` costs ~1 us)
+    src_npu = not src.is_cpu
+    if (dst_npu and dst.device.type != "npu") or (src_npu and src.device.type != "npu"):
         raise RuntimeError(f"npu copies go to or from cpu; got {src.device} -> {dst.device}")
     (storage.cpu_view(dst) if dst_npu else dst).copy_(
         storage.cpu_view(src) if src_npu else src)

@@ -27,7 +27,7 @@ from torch_bridge import runtime
 DEVICE = torch.device("npu", 0)
 _CPU = torch.device("cpu")
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-_set_storage = torch.ops.aten.set_.source_Storage_storage_offset
+_set_storage = torch.ops.aten.set_.source_Storage_storage_offset._handle  # skip a Python frame
 _make_storage = torch._C._construct_storage_from_data_pointer
 _create_empty = torch._C._acc.create_empty_tensor
 
@@ -109,14 +109,14 @@ def tensor_on(storage: torch.UntypedStorage, dtype: torch.dtype, size: Sequence[
               stride: Sequence[int], offset: int = 0) -> torch.Tensor:
     """An npu tensor viewing ``storage`` (offset in elements of ``dtype``)."""
     tensor = _create_empty([0], dtype)
-    _set_storage.redispatch(_CPU_KEYSET, tensor, storage, offset, size, stride)
+    _set_storage.redispatch_boxed(_CPU_KEYSET, tensor, storage, offset, size, stride)
     return tensor
 
 
 def set_geometry(tensor: torch.Tensor, storage: torch.UntypedStorage, offset: int,
                  size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
     """``tensor.set_(storage, offset, size, stride)`` without re-entering npu dispatch."""
-    return _set_storage.redispatch(_CPU_KEYSET, tensor, storage, offset, size, stride)
+    return _set_storage.redispatch_boxed(_CPU_KEYSET, tensor, storage, offset, size, stride)
 
 
 def cpu_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:

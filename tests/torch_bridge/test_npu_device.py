@@ -318,6 +318,19 @@ class TestAutograd:
         assert npu == cpu
         assert npu[2] < npu[0]
 
+    def test_exit_right_after_backward(self) -> None:
+        code = ("import torch\n"
+                "w = torch.randn(64, 64, device='npu', requires_grad=True)\n"
+                "(w @ w).sum().backward()\n")
+        for _ in range(3):
+            proc = run_python(code)
+            assert proc.returncode == 0, proc.stderr
+
+    def test_compile_backend_entry_point(self) -> None:
+        x = torch.randn(3, 4)
+        fn = torch.compile(lambda t: (t * 2).relu().sum(0), backend="archsim")
+        assert_close(fn(x.npu()).cpu(), (x * 2).relu().sum(0))
+
     def test_module_to_npu(self) -> None:
         model = torch.nn.Linear(4, 2).to("npu")
         assert all(p.device == NPU for p in model.parameters())
