@@ -7,6 +7,7 @@ import random
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,8 @@ from archsim.config import NpuConfig
 from archsim.errors import ParseError, VerifyError
 from compiler.ir.access import reads, sram_reads, sram_writes, writes
 from compiler.ir.dtypes import DType
-from compiler.ir.operands import SramRef
-from compiler.ir.ops import Command, MatMul, Program, Unary, UnaryKind
+from compiler.ir.operands import DramTensor, SramRef
+from compiler.ir.ops import Command, Copy, MatMul, Op, Program, Unary, UnaryKind
 from compiler.ir.text import load_program, parse_program
 from compiler.ir.verify import find_problems, verify
 
@@ -241,8 +242,6 @@ class TestCommandChecks:
 
 class TestProgramChecks:
     def test_tensor_problems(self, tiny: NpuConfig) -> None:
-        from compiler.ir.operands import DramTensor
-
         program = Program("p", (DramTensor("a", (2,), DType.f32, "in"),
                                 DramTensor("a", (-1,), DType.f32, "input")), ())
         assert find_problems(program, tiny) == [
@@ -252,10 +251,6 @@ class TestProgramChecks:
         ]
 
     def test_unknown_op_class(self, tiny: NpuConfig) -> None:
-        from dataclasses import dataclass
-
-        from compiler.ir.ops import Op
-
         @dataclass(frozen=True)
         class Fancy(Op):
             mnemonic = "fancy"
@@ -341,9 +336,6 @@ class TestRaces:
         assert bool(reported) == bool(expected)
 
 
-_ENGINES = ("core0.dma0", "core0.dma1", "core0.vpu", "core0.mxu0")
-
-
 def random_sram_program(rng: random.Random) -> Program:
     """Vector ops and copies on sram0 with random deps on earlier commands."""
     commands = []
@@ -351,11 +343,7 @@ def random_sram_program(rng: random.Random) -> Program:
         src = SramRef("sram0", 4 * rng.randint(0, 12), (rng.randint(1, 4),), DType.f32)
         dst = SramRef("sram0", 4 * rng.randint(0, 12), src.shape, DType.f32)
         engine = rng.choice(("core0.vpu", "core0.dma0", "core0.dma1"))
-        if engine == "core0.vpu":
-            op = Unary(UnaryKind.neg, src, dst)
-        else:
-            from compiler.ir.ops import Copy
-            op = Copy(src, dst)
+        op = Unary(UnaryKind.neg, src, dst) if engine == "core0.vpu" else Copy(src, dst)
         deps = tuple(sorted(rng.sample(range(i), rng.randint(0, min(i, 2)))))
         commands.append(Command(i, engine, op, deps))
     return Program("races", (), tuple(commands))
@@ -383,11 +371,14 @@ def brute_force_races(program: Program) -> set[frozenset[int]]:
     return races
 
 
-def conflicts(a: object, b: object) -> bool:
-    def overlap(x: SramRef, y: SramRef) -> bool:
-        return x.space == y.space and x.offset < y.end and y.offset < x.end
-    return any(overlap(x, y) for x in writes(a) for y in reads(b) + writes(b)) or \
-        any(overlap(x, y) for x in reads(a) for y in writes(b))
+def overlap(x: SramRef, y: SramRef) -> bool:
+    return x.space == y.space and x.offset < y.end and y.offset < x.end
+
+
+def conflicts(a: Op, b: Op) -> bool:
+    """Do ``a`` and ``b`` touch a common SRAM byte, at least one writing it?"""
+    a_writes = any(overlap(x, y) for x in writes(a) for y in reads(b) + writes(b))
+    return a_writes or any(overlap(x, y) for x in reads(a) for y in writes(b))
 
 
 class TestAccessTable:
