@@ -46,7 +46,9 @@ class Slice:
     @property
     def length(self) -> int:
         span = self.stop - self.start
-        return (span + self.step - 1) // self.step if span > 0 else 0
+        if span <= 0 or self.step <= 0:  # the verifier reports a bad step
+            return 0
+        return (span + self.step - 1) // self.step
 
 
 @dataclass(frozen=True)
@@ -84,10 +86,10 @@ class SramRef:
 
     @property
     def core(self) -> int | None:
-        """The core owning this scratchpad, or None for shared SRAM."""
-        if self.space == "shared":
-            return None
-        return int(self.space.removeprefix("sram"))
+        """The core owning this scratchpad; None for shared SRAM (or a malformed
+        space name, which the verifier reports)."""
+        digits = self.space.removeprefix("sram")
+        return int(digits) if digits != self.space and digits.isdigit() else None
 
 
 def sram_space(core: int) -> str:

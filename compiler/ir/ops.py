@@ -9,7 +9,9 @@ and reported on.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 from compiler.ir.operands import DramRef, DramTensor, Scalar, SramRef
 
@@ -273,29 +275,32 @@ class Program:
                 return t
         raise KeyError(name)
 
-    @property
+    @cached_property
     def tensor_map(self) -> dict[str, DramTensor]:
+        """Tensors by name (computed once; do not mutate)."""
         return {t.name: t for t in self.tensors}
 
 
+ENGINE_PATTERN = re.compile(r"core([0-9]+)\.(?:(dma|mxu)[0-9]+|(vpu)[0-9]*)|(tdma|hdma|host)")
+"""Well-formed engine names: ``coreN.dmaM``, ``coreN.mxuM``, ``coreN.vpu``, ``tdma``,
+``hdma``, ``host``. Whether an engine exists on a given NPU is the verifier's call."""
+
+
+@lru_cache(maxsize=4096)
 def engine_kind(engine: str) -> str:
     """``"dma"``, ``"mxu"``, ``"vpu"``, ``"tdma"``, ``"hdma"`` or ``"host"``
     (``""`` for a malformed name)."""
-    if engine in ("tdma", "hdma", "host"):
-        return engine
-    _, _, unit = engine.partition(".")
-    for kind in ("dma", "mxu", "vpu"):
-        if unit.startswith(kind):
-            return kind
-    return ""
+    match = ENGINE_PATTERN.fullmatch(engine)
+    if match is None:
+        return ""
+    return match.group(2) or match.group(3) or match.group(4)
 
 
+@lru_cache(maxsize=4096)
 def engine_core(engine: str) -> int | None:
     """The core index of ``coreN.xxx`` engines, else None."""
-    head, dot, _ = engine.partition(".")
-    if dot and head.startswith("core") and head[4:].isdigit():
-        return int(head[4:])
-    return None
+    match = ENGINE_PATTERN.fullmatch(engine)
+    return int(match.group(1)) if match and match.group(1) else None
 
 
 # Which operations each engine kind may run.

@@ -77,6 +77,7 @@ from archsim.errors import ParseError
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import ROLES, DramRef, DramTensor, Scalar, Shape, Slice, SramRef
 from compiler.ir.ops import (
+    ENGINE_PATTERN,
     Binary,
     BinaryKind,
     Cast,
@@ -147,7 +148,7 @@ _TOKEN_RE = re.compile(
 _NAME_RE = re.compile(_WORD)
 _WORD_TOKEN_RE = re.compile(rf"[-+]?{_WORD}")
 _INT_RE = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|[0-9]+)")
-_ENGINE_RE = re.compile(r"core[0-9]+\.(?:dma[0-9]+|mxu[0-9]+|vpu[0-9]*)|tdma|hdma|host")
+_ENGINE_RE = ENGINE_PATTERN
 _SPACE_RE = re.compile(r"sram[0-9]+|shared")
 _HEAD_RE = re.compile(rf"%?{_WORD}|%?{_STRING}|.+")
 
