@@ -47,7 +47,8 @@ class FlowNetwork:
         self._index: dict[str, int] = {}
         self._flows: list[_Flow] = []
         self._demand: list[float] = []
-        self._oversubscribed = 0
+        self._oversubscribed: set[int] = set()
+        """Links whose flows' solo rates add up to more than their capacity."""
         self._updated_at = 0
         self._wake_at = -1
         self._generation = 0
@@ -89,13 +90,9 @@ class FlowNetwork:
     def _start(self, flow: _Flow) -> None:
         self._advance()
         self._flows.append(flow)
-        demand, capacity = self._demand, self.capacity
-        for link in flow.links:
-            before = demand[link] > capacity[link] * _SLACK
-            demand[link] += flow.solo
-            self._oversubscribed += (demand[link] > capacity[link] * _SLACK) - before
+        self._add_demand(flow, flow.solo)
         if self._oversubscribed:
-            self._water_fill()
+            self._share()
         self._schedule_wake()
 
     def _on_wake(self, generation: int) -> None:
@@ -105,14 +102,10 @@ class FlowNetwork:
         finished = [f for f in self._flows if f.remaining <= f.rate * _DONE]
         if finished:
             self._flows = [f for f in self._flows if f.remaining > f.rate * _DONE]
-            demand, capacity = self._demand, self.capacity
             for flow in finished:
-                for link in flow.links:
-                    before = demand[link] > capacity[link] * _SLACK
-                    demand[link] -= flow.solo
-                    self._oversubscribed += (demand[link] > capacity[link] * _SLACK) - before
+                self._add_demand(flow, -flow.solo)
             if self._oversubscribed:
-                self._water_fill()
+                self._share()
             else:
                 for f in self._flows:
                     f.rate = f.solo
@@ -120,6 +113,42 @@ class FlowNetwork:
         self._schedule_wake()
         for flow in finished:
             flow.on_done()
+
+    def _add_demand(self, flow: _Flow, amount: float) -> None:
+        demand, capacity, over = self._demand, self.capacity, self._oversubscribed
+        for link in flow.links:
+            demand[link] += amount
+            if demand[link] > capacity[link] * _SLACK:
+                over.add(link)
+            else:
+                over.discard(link)
+
+    def _share(self) -> None:
+        """Max-min fair rates. With one oversubscribed link (the common case: DRAM),
+        only its flows are throttled and one sorted pass fills it; otherwise general
+        water-filling."""
+        if len(self._oversubscribed) > 1:
+            self._water_fill()
+            return
+        (link,) = self._oversubscribed
+        sharing = []
+        for f in self._flows:
+            if link in f.links:
+                sharing.append(f)
+            else:
+                f.rate = f.solo
+        sharing.sort(key=_solo)
+        left = self.capacity[link]
+        count = len(sharing)
+        for k, f in enumerate(sharing):
+            share = left / (count - k)
+            if f.solo <= share:
+                f.rate = f.solo
+                left -= f.solo
+                continue
+            for g in sharing[k:]:
+                g.rate = share
+            return
 
     def _advance(self) -> None:
         """Drain the bytes moved since the last update at the current rates."""
@@ -151,9 +180,10 @@ class FlowNetwork:
         for f in self._flows:
             for link in f.links:
                 users[link] += 1
+        used = [link for link, n in enumerate(users) if n]
         pending = self._flows
         while pending:
-            share = min(left[link] / n for link, n in enumerate(users) if n)
+            share = min(left[link] / users[link] for link in used if users[link])
             fixed = [f for f in pending if f.cap <= share]
             if fixed:
                 for f in fixed:
@@ -171,6 +201,10 @@ class FlowNetwork:
             if len(fixed) == len(pending):
                 return
             pending = [f for f in pending if f not in fixed]
+
+
+def _solo(flow: _Flow) -> float:
+    return flow.solo
 
 
 __all__ = ["FlowNetwork"]

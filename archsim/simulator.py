@@ -9,7 +9,9 @@ timeout for compute, and on the flow network for transfers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -49,52 +51,17 @@ class Simulator:
 
 
 class _Engine:
-    """One engine's in-order queue, driven by SimPy callbacks: when the engine is free
-    it starts its next command as soon as that command's dependencies are done."""
+    """One engine's in-order queue."""
 
-    __slots__ = ("run", "queue", "pos", "current")
+    __slots__ = ("queue", "pos", "free_at", "busy")
 
-    def __init__(self, run: "_Run", queue: list[int]) -> None:
-        self.run = run
+    def __init__(self, queue: list[int]) -> None:
         self.queue = queue
         self.pos = 0
-        self.current = -1
-
-    def advance(self) -> None:
-        """Start the next command if it can start now; else wait on a dependency."""
-        if self.current >= 0 or self.pos >= len(self.queue):
-            return
-        run = self.run
-        i = self.queue[self.pos]
-        done = run.done
-        for d in run.deps[i]:
-            if not done[d]:
-                run.waiters.setdefault(d, []).append(self)
-                return
-        self.current = i
-        run.starts[i] = run.env.now
-        if run.executor is not None:
-            run.execute_command(i)
-        timing = run.timings[i]
-        if timing.links:
-            run.network.transfer(timing.links, timing.nbytes, timing.cap, timing.fixed_cycles,
-                                 self.finish)
-        else:
-            run.env.timeout(timing.fixed_cycles).callbacks.append(self._finish_event)
-
-    def _finish_event(self, _event: simpy.Event) -> None:
-        self.finish()
-
-    def finish(self) -> None:
-        run = self.run
-        i = self.current
-        run.ends[i] = run.env.now
-        run.done[i] = True
-        self.current = -1
-        self.pos += 1
-        self.advance()
-        for waiter in run.waiters.pop(i, ()):
-            waiter.advance()
+        self.free_at = 0
+        """Cycle at which the last resolved command ends."""
+        self.busy = False
+        """A transfer is in flight (its end is not known yet)."""
 
 
 class _Run:
@@ -123,19 +90,73 @@ class _Run:
         self.ends = [0] * self.n
         self.done = [False] * self.n
         self.waiters: dict[int, list[_Engine]] = {}
+        self.engines: list[_Engine] = []
+        self.ready: list[_Engine] = []
         self.executor: FunctionalExecutor | None = None
         if inputs is not None:
             memory = Memory(program.tensor_map, _space_sizes(config), inputs)
             self.executor = FunctionalExecutor(memory, host_functions)
 
     def execute(self) -> SimResult:
-        engines = [_Engine(self, queue) for queue in self.queues.values()]
-        for engine in engines:
-            engine.advance()
+        self.engines = [_Engine(queue) for queue in self.queues.values()]
+        self.ready: list[_Engine] = list(self.engines)
+        self._drain()
         self.env.run()
         if not all(self.done):
             raise SimulationError(self._stuck_message())
         return self._result()
+
+    # A command's start is max(its engine's previous end, its dependencies' ends).
+    # Compute (matrix, vector, host) has a fixed duration and shares nothing, so its
+    # end is known as soon as its start is: it is resolved on the spot, without an
+    # event. Transfers share links, so their end comes from the flow network.
+
+    def _drain(self) -> None:
+        ready = self.ready
+        while ready:
+            self._advance(ready.pop())
+
+    def _advance(self, engine: _Engine) -> None:
+        deps, done, ends, timings = self.deps, self.done, self.ends, self.timings
+        queue = engine.queue
+        while engine.pos < len(queue) and not engine.busy:
+            i = queue[engine.pos]
+            start = engine.free_at
+            for d in deps[i]:
+                if not done[d]:
+                    self.waiters.setdefault(d, []).append(engine)
+                    return
+                if ends[d] > start:
+                    start = ends[d]
+            self.starts[i] = start
+            if self.executor is not None:
+                self.execute_command(i)
+            timing = timings[i]
+            if timing.links:
+                engine.busy = True
+                delay = start - self.env.now + timing.fixed_cycles
+                self.network.transfer(timing.links, timing.nbytes, timing.cap, delay,
+                                      lambda i=i, engine=engine: self._transferred(i, engine))
+                return
+            end = start + timing.fixed_cycles
+            engine.free_at = end
+            engine.pos += 1
+            self._resolved(i, end)
+
+    def _transferred(self, i: int, engine: _Engine) -> None:
+        engine.busy = False
+        engine.free_at = self.env.now
+        engine.pos += 1
+        self._resolved(i, self.env.now)
+        self.ready.append(engine)
+        self._drain()
+
+    def _resolved(self, i: int, end: int) -> None:
+        self.ends[i] = end
+        self.done[i] = True
+        waiting = self.waiters.pop(i, None)
+        if waiting:
+            self.ready.extend(waiting)
 
     def execute_command(self, i: int) -> None:
         try:
@@ -167,10 +188,10 @@ class _Run:
         busy: dict[str, int] = {}
         for engine, queue in self.queues.items():
             busy[engine] = int((ends[queue] - starts[queue]).sum())
-        columns = list(zip(*self.timings)) if self.n else [()] * len(CommandTiming._fields)
-        field = dict(zip(CommandTiming._fields, columns))
-        flops = np.asarray(field["flops"], dtype=np.int64)
-        nbytes = np.asarray(field["nbytes"], dtype=np.int64)
+        field = {name: np.fromiter(map(attrgetter(name), self.timings), np.float64, self.n)
+                 for name in ("flops", "nbytes", "dram_read", "dram_written", "host_bytes")}
+        flops = field["flops"].astype(np.int64)
+        nbytes = field["nbytes"].astype(np.int64)
         matmul = sum(int(flops[queue].sum()) for engine, queue in self.queues.items()
                      if ".mxu" in engine)
         outputs = None
@@ -185,9 +206,9 @@ class _Run:
             command_bytes=nbytes,
             command_flops=flops,
             engine_busy_cycles=MappingProxyType(busy),
-            dram_bytes_read=int(sum(field["dram_read"])),
-            dram_bytes_written=int(sum(field["dram_written"])),
-            host_link_bytes=int(sum(field["host_bytes"])),
+            dram_bytes_read=int(field["dram_read"].sum()),
+            dram_bytes_written=int(field["dram_written"].sum()),
+            host_link_bytes=int(field["host_bytes"].sum()),
             matmul_flops=int(matmul),
             flops=int(flops.sum()),
             sram_peak_bytes=MappingProxyType(_sram_high_water(self.program.commands)),
@@ -207,12 +228,14 @@ def _sram_high_water(commands: tuple[Command, ...]) -> dict[str, int]:
     schedule needs."""
     peak: dict[str, int] = {}
     fields_of = {cls: SRAM_READ_FIELDS[cls] + SRAM_WRITE_FIELDS[cls] for cls in SRAM_READ_FIELDS}
+    seen: set[int] = set()
     for c in commands:
         op = c.op
         for name in fields_of[type(op)]:
             ref = getattr(op, name)
-            if isinstance(ref, SramRef):
-                end = ref.offset + ref.nbytes
+            if type(ref) is SramRef and id(ref) not in seen:
+                seen.add(id(ref))  # regions are often shared between commands
+                end = ref.offset + ref.dtype.itemsize * math.prod(ref.shape)
                 if end > peak.get(ref.space, 0):
                     peak[ref.space] = end
     return peak
