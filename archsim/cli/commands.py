@@ -130,7 +130,7 @@ def _one_line(result) -> str:
 
 
 def configs(args: argparse.Namespace) -> int:
-    from reports.text import format_table
+    from reports.text import format_bytes, format_table
 
     rows = []
     for name in preset_names():
@@ -143,8 +143,8 @@ def configs(args: argparse.Namespace) -> int:
             f"{c.clock_hz / 1e9:g} GHz",
             f"{c.peak_flops / 1e12:.2f}",
             f"{c.dram_bandwidth_bytes_per_s / 1e9:g} {c.dram.kind}",
-            f"{c.core.scratchpad.size_bytes / 2**20:g} MiB",
-            f"{c.shared_sram.size_bytes / 2**20:g} MiB",
+            format_bytes(c.core.scratchpad.size_bytes),
+            format_bytes(c.shared_sram.size_bytes) if c.shared_sram.size_bytes else "-",
         ])
     print(format_table(["preset", "cores", "matrix per core", "clock", "peak TFLOP/s",
                         "DRAM GB/s", "SRAM/core", "shared"], rows))

@@ -1,0 +1,175 @@
+"""The archsim command line: every subcommand, and bad arguments with pinned messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from archsim.cli.main import main
+from compiler.ir import DType, Load, SramRef, Store, Unary, UnaryKind
+from compiler.ir.builder import ProgramBuilder
+from compiler.ir.text import save_program
+
+
+@pytest.fixture
+def program_file(tmp_path: Path) -> Path:
+    b = ProgramBuilder("exp8")
+    b.tensor("x", (8, 8), DType.f32, "in")
+    b.tensor("y", (8, 8), DType.f32, "out")
+    t0, t1 = SramRef("sram0", 0, (8, 8), DType.f32), SramRef("sram0", 256, (8, 8), DType.f32)
+    load = b.add("core0.dma0", Load(b.ref("x"), t0), source="aten.exp")
+    exp = b.add("core0.vpu", Unary(UnaryKind.exp, t0, t1), [load], source="aten.exp")
+    b.add("core0.dma0", Store(t1, b.ref("y")), [exp], source="aten.exp")
+    path = tmp_path / "exp8.rbln"
+    save_program(b.build(), path)
+    return path
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+class TestConfigs:
+    def test_lists_every_preset_with_peaks(self, capsys) -> None:
+        code, out, _ = run_cli(capsys, "configs")
+        assert code == 0
+        assert "atom (default)" in out
+        assert "61.60" in out  # tpu-v3 peak TFLOP/s
+        for name in ("tpu-v4", "ascend-910b", "edge", "tiny"):
+            assert name in out
+
+
+class TestShow:
+    def test_prints_and_verifies(self, capsys, program_file: Path) -> None:
+        code, out, _ = run_cli(capsys, "show", str(program_file), "--config", "tiny")
+        assert code == 0
+        assert out.startswith("program exp8")
+        assert "# 3 commands on 2 engines, 2 DRAM tensors; valid for tiny" in out
+
+    def test_invalid_program_is_reported(self, capsys, program_file: Path) -> None:
+        text = program_file.read_text().replace("core0.vpu", "core9.vpu")
+        program_file.write_text(text)
+        code, _, err = run_cli(capsys, "show", str(program_file), "--config", "tiny")
+        assert code == 1
+        assert "archsim: error: program 'exp8' is invalid" in err
+        assert "unknown engine 'core9.vpu'" in err
+
+
+class TestRun:
+    def test_rbln_program_report(self, capsys, program_file: Path) -> None:
+        code, out, _ = run_cli(capsys, "run", str(program_file), "--config", "tiny")
+        assert code == 0
+        # load 51 + exp 2 + 16*4 + store 51 (hand-derived in tests/archsim/test_timing.py)
+        assert "168 cycles" in out
+        assert "Critical path" in out
+        assert "aten.exp" in out
+
+    def test_quiet_prints_one_line(self, capsys, program_file: Path) -> None:
+        code, out, err = run_cli(capsys, "run", str(program_file), "--config", "tiny", "-q")
+        assert code == 0
+        assert out.strip().startswith("exp8 on tiny: 168 cycles")
+        assert len(out.strip().splitlines()) == 1
+        assert err == ""
+
+    def test_out_dir_and_json_then_report(self, capsys, tmp_path: Path,
+                                          program_file: Path) -> None:
+        out_dir = tmp_path / "out"
+        code, _, _ = run_cli(capsys, "run", str(program_file), "--config", "tiny", "-q",
+                             "--out", str(out_dir), "--json", str(tmp_path / "r.json"))
+        assert code == 0
+        for name in ("summary.txt", "trace.json", "result.json", "report.html"):
+            assert (out_dir / name).is_file(), name
+        assert list(out_dir.glob("*.png"))
+        trace = json.loads((out_dir / "trace.json").read_text())
+        assert sum(1 for e in trace["traceEvents"] if e.get("ph") == "X") == 3
+        code, out, _ = run_cli(capsys, "report", str(tmp_path / "r.json"))
+        assert code == 0
+        assert "168 cycles" in out
+
+    def test_overrides_change_the_machine(self, capsys, program_file: Path) -> None:
+        code, out, _ = run_cli(capsys, "run", str(program_file), "--config", "tiny", "-q",
+                               "--set", "core.vector.lanes=8")
+        assert code == 0
+        # exp now takes 2 + 8*4 = 34 cycles instead of 66
+        assert "136 cycles" in out
+
+    def test_builtin_model_runs_functionally(self, capsys) -> None:
+        code, out, err = run_cli(capsys, "run", "gemm", "--seq", "32", "--config", "tiny")
+        assert code == 0
+        assert "functional run" in err
+        assert "numerics: max |npu - torch cpu|" in err
+        assert "functional" in out
+
+
+class TestCompare:
+    def test_side_by_side(self, capsys, program_file: Path) -> None:
+        code, out, _ = run_cli(capsys, "compare", str(program_file), "-q",
+                               "--config", "tiny", "--config", "atom")
+        assert code == 0
+        assert "tiny" in out and "atom" in out
+
+
+class TestWorkloads:
+    def test_lists_builtins(self, capsys) -> None:
+        code, out, _ = run_cli(capsys, "workloads")
+        assert code == 0
+        for name in ("gpt2", "bert-base", "llama-7b", "resnet-18", "resnet-50", "gemm", "conv",
+                     "attention"):
+            assert name in out
+
+
+class TestBadArguments:
+    def test_unknown_preset_lists_presets(self, capsys, program_file: Path) -> None:
+        code, _, err = run_cli(capsys, "run", str(program_file), "--config", "tpu-v9")
+        assert code == 1
+        assert err.strip() == ("archsim: error: tpu-v9: 1 problem:\n  - unknown preset "
+                               "'tpu-v9'; presets: atom, ascend-910b, edge, tiny, tpu-v3, tpu-v4")
+
+    def test_bad_override_path_names_the_fields(self, capsys, program_file: Path) -> None:
+        code, _, err = run_cli(capsys, "run", str(program_file), "--set", "core.matrx.rows=8")
+        assert code == 1
+        assert ("core.matrx.rows: no field 'matrx' under core (fields: dma, matrix, "
+                "scratchpad, vector)") in err
+
+    def test_bad_override_value_names_the_allowed_values(self, capsys,
+                                                         program_file: Path) -> None:
+        code, _, err = run_cli(capsys, "run", str(program_file), "--set",
+                               "core.matrix.dataflow=xs")
+        assert code == 1
+        assert "core.matrix.dataflow: 'xs' is not one of ws, os, is" in err
+
+    def test_override_without_equals(self, capsys, program_file: Path) -> None:
+        code, _, err = run_cli(capsys, "run", str(program_file), "--set", "core.matrix.rows")
+        assert code == 1
+        assert "--set 'core.matrix.rows': expected PATH=VALUE, e.g. core.matrix.rows=256" in err
+
+    def test_unknown_model(self, capsys) -> None:
+        code, _, err = run_cli(capsys, "run", "gpt5")
+        assert code == 1
+        assert err.startswith("archsim: error: unknown model 'gpt5': give a built-in workload "
+                              "(gpt2, bert-base, ")
+
+    def test_missing_files(self, capsys, tmp_path: Path) -> None:
+        code, _, err = run_cli(capsys, "run", str(tmp_path / "nope.rbln"))
+        assert (code, err.strip()) == (1, f"archsim: error: no such program file: "
+                                          f"{tmp_path / 'nope.rbln'}")
+        code, _, err = run_cli(capsys, "report", str(tmp_path / "nope.json"))
+        assert (code, err.strip()) == (1, f"archsim: error: no such result file: "
+                                          f"{tmp_path / 'nope.json'}")
+
+    def test_parse_error_names_line_and_column(self, capsys, tmp_path: Path) -> None:
+        bad = tmp_path / "bad.rbln"
+        bad.write_text("program p\n0: core0.dma0 load %x[0:8] sram0[0x0] f32[8]\n")
+        code, _, err = run_cli(capsys, "run", str(bad), "--config", "tiny")
+        assert code == 1
+        assert f"{bad}:2:" in err
+
+    def test_usage_errors_exit_2(self, capsys) -> None:
+        with pytest.raises(SystemExit) as info:
+            main(["run"])
+        assert info.value.code == 2
+        assert "the following arguments are required: MODEL" in capsys.readouterr().err
