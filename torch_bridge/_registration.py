@@ -9,8 +9,8 @@ _libraries: list[torch.library.Library] = []  # kept alive: dropping them unregi
 
 
 def register() -> None:
-    """Rename PrivateUse1 to ``npu``, install ``torch.npu``, the kernels, the host
-    fallback and autocast. Safe to call again (does nothing once done)."""
+    """Rename PrivateUse1 to ``npu``, install ``torch.npu``, the kernels (compiled
+    eager ops first), the host fallback and autocast. Safe to call again (does nothing once done)."""
     if "autocast" in _done:
         return
     name = torch._C._get_privateuse1_backend_name()
@@ -30,9 +30,10 @@ def register() -> None:
         _done.add("device")
     aten_impl, global_impl = _libraries
     if "kernels" not in _done:
-        from torch_bridge import kernels
+        from torch_bridge import eager, kernels
 
         kernels.install(aten_impl, global_impl)
+        eager.install()  # ops the compiler lowers run on the simulator by default
         _done.add("kernels")
     from torch_bridge import autocast
 

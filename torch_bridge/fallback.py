@@ -153,9 +153,10 @@ def _nbytes_out(value: Any) -> int:
 
 
 def run_on_host(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any],
-                host_op: Callable[..., Any] | None = None) -> Any:
+                host_op: Callable[..., Any] | None = None, note: str = "") -> Any:
     """Run ``op`` (or ``host_op``, a CPU stand-in with the same arguments) on CPU views
-    and return npu results; records the call as host work on the device timeline."""
+    and return npu results; records the call as host work on the device timeline, with
+    ``note`` saying why it ran on the host when that is not simply "no npu kernel"."""
     info = op_info(op)
     call = _Call()
     cpu_args = tuple(call.to_host(a) for a in args)
@@ -176,7 +177,7 @@ def run_on_host(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[s
         _resync_written(info, args, kwargs, cpu_args, cpu_kwargs, before)
     flops = info.flops(cpu_args, out) if info.flops is not None else _numel_out(out)
     result = _results(info, out, call, args, kwargs)
-    runtime.record_host_op(info.name, flops, call.bytes_in, _nbytes_out(out))
+    runtime.record_host_op(info.name, flops, call.bytes_in, _nbytes_out(out), note)
     return result
 
 

@@ -2,8 +2,10 @@
 
 Dispatch for an aten op on npu tensors, in order:
 
-1. the **kernel table** filled by :func:`register_npu_kernel` (where the compiler plugs
-   in: a kernel may return ``NotImplemented`` to decline a call),
+1. the **kernel table** filled by :func:`register_npu_kernel` (a kernel may return
+   ``NotImplemented`` to decline a call); ops the compiler lowers have a *default*
+   kernel there (:mod:`torch_bridge.eager`), which a user kernel replaces and
+   :func:`unregister_npu_kernel` restores,
 2. the bridge's **builtin** kernels in this module (factories, copies, views, ``set_``,
    ``resize_``, memsets, convolution),
 3. the **host fallback** (:func:`torch_bridge.fallback.run_on_host`).
@@ -29,6 +31,7 @@ Kernel = Callable[..., Any]
 F = TypeVar("F", bound=Kernel)
 
 _TABLE: dict[torch._ops.OpOverload, Kernel] = {}
+_DEFAULT: dict[torch._ops.OpOverload, Kernel] = {}
 _BUILTIN: dict[torch._ops.OpOverload, Kernel] = {}
 _ENTRIES: set[torch._ops.OpOverload] = set()
 _library: torch.library.Library | None = None
@@ -61,12 +64,29 @@ def register_npu_kernel(op: torch._ops.OpOverload) -> Callable[[F], F]:
 
 
 def unregister_npu_kernel(op: torch._ops.OpOverload) -> None:
-    """Remove ``op`` from the kernel table (its calls go back to builtin / host)."""
-    _TABLE.pop(op, None)
+    """Remove a user kernel for ``op``: its calls go back to the default kernel (the
+    compiler) if there is one, else to the builtin kernel / host."""
+    default = _DEFAULT.get(op)
+    if default is None:
+        _TABLE.pop(op, None)
+    else:
+        _TABLE[op] = default
+
+
+def set_default_kernel(op: torch._ops.OpOverload, fn: Kernel | None) -> None:
+    """Make ``fn`` the kernel ``op`` runs when no user kernel is registered (``None``
+    removes it). Replaces a user kernel too: call this before registering your own."""
+    if fn is None:
+        if _TABLE.get(op) is _DEFAULT.pop(op, None):
+            _TABLE.pop(op, None)
+        return
+    _DEFAULT[op] = fn
+    _TABLE[op] = fn
+    _ensure_entry(op)
 
 
 def registered_kernels() -> dict[torch._ops.OpOverload, Kernel]:
-    """A copy of the kernel table."""
+    """A copy of the kernel table (user kernels and the defaults they did not replace)."""
     return dict(_TABLE)
 
 
@@ -328,5 +348,5 @@ def convolution_backward_overrideable(*args: Any) -> Any:
 
 __all__ = [
     "HOST_HOT_OPS", "copy_between", "dispatch", "install", "register_npu_kernel",
-    "registered_kernels", "resize_npu", "unregister_npu_kernel",
+    "registered_kernels", "resize_npu", "set_default_kernel", "unregister_npu_kernel",
 ]

@@ -12,16 +12,25 @@ Three kinds of work are recorded:
   host-link transfers of their inputs and outputs (host work is never free),
 - ``"transfer"``: host<->device copies over the host link.
 
+Listeners (:func:`add_listener`; the profiler is one) see every event as it is recorded,
+together with the ``SimResult`` of the simulated run behind it, if any. The timeline
+itself keeps only cycles, so a long training loop does not hold every run's trace.
+
 This module does not import torch, so the timeline can be read and tested alone.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from archsim.config import DEFAULT_PRESET, NpuConfig, load_config
+
+if TYPE_CHECKING:
+    from archsim.result import SimResult
 
 EventKind = Literal["device", "host", "transfer"]
 EVENT_KINDS: tuple[str, ...] = ("device", "host", "transfer")
@@ -37,6 +46,10 @@ class Event:
     end_cycle: int
     bytes: int
     """Bytes moved by this event (over the host link for host work and transfers)."""
+    flops: int = 0
+    """Arithmetic done (estimated for host work; from the schedule for simulated runs)."""
+    note: str = ""
+    """Why the work ran where it did, e.g. why an op fell back to the host."""
 
     @property
     def cycles(self) -> int:
@@ -50,14 +63,15 @@ class Timeline:
     events: list[Event] = field(default_factory=list)
     now_cycles: int = 0
 
-    def record(self, op: str, kind: EventKind, cycles: int, nbytes: int = 0) -> Event:
+    def record(self, op: str, kind: EventKind, cycles: int, nbytes: int = 0,
+               flops: int = 0, note: str = "") -> Event:
         """Append ``cycles`` of work at the current device time and advance the clock."""
         if kind not in EVENT_KINDS:
             raise ValueError(f'"kind" must be one of {EVENT_KINDS}, got {kind!r}')
         if cycles < 0:
             raise ValueError(f'"cycles" must be >= 0, got {cycles} for op {op!r}')
         start = self.now_cycles
-        event = Event(op, kind, start, start + cycles, nbytes)
+        event = Event(op, kind, start, start + cycles, nbytes, flops, note)
         self.events.append(event)
         self.now_cycles = event.end_cycle
         return event
@@ -147,6 +161,42 @@ def reset_timeline() -> Timeline:
     return _state.timeline
 
 
+@contextmanager
+def use_config(config: NpuConfig | str) -> Iterator[NpuConfig]:
+    """Simulate ``config`` inside the block (on a fresh timeline), then go back to the
+    previous config *and* its timeline, so the device clock outside is untouched."""
+    previous, previous_timeline = _state.config, _state.timeline
+    new = set_config(config)
+    try:
+        yield new
+    finally:
+        _state.set_config(previous)
+        _state.timeline = previous_timeline
+
+
+Listener = Callable[[Event, "SimResult | None"], None]
+_listeners: list[Listener] = []
+
+
+def add_listener(listener: Listener) -> None:
+    """Call ``listener(event, result)`` for every event recorded from now on; ``result``
+    is the ``SimResult`` of a simulated run, ``None`` for estimated work."""
+    _listeners.append(listener)
+
+
+def remove_listener(listener: Listener) -> None:
+    """Stop calling ``listener``; raises ``ValueError`` if it was not added."""
+    _listeners.remove(listener)
+
+
+def _record(op: str, kind: EventKind, cycles: int, nbytes: int, flops: int = 0,
+            note: str = "", result: SimResult | None = None) -> Event:
+    event = _state.timeline.record(op, kind, cycles, nbytes, flops, note)
+    for listener in _listeners:
+        listener(event, result)
+    return event
+
+
 def _costs() -> _Costs:
     if _state.costs is None:
         _state.config  # loads the default preset
@@ -161,17 +211,24 @@ def transfer_cycles(nbytes: int) -> int:
 
 def record_transfer(op: str, nbytes: int) -> Event:
     """Record a host<->device copy of ``nbytes`` over the host link."""
-    return _state.timeline.record(op, "transfer", transfer_cycles(nbytes), nbytes)
+    return _record(op, "transfer", transfer_cycles(nbytes), nbytes)
 
 
-def record_host_op(op: str, flops: float, bytes_to_host: int, bytes_to_device: int) -> Event:
-    """Record an op that ran on the host: inputs go up the link, the host computes at
+def host_op_cycles(flops: float, bytes_to_host: int, bytes_to_device: int) -> int:
+    """Cycles of host work: inputs up the host link, the host computes at
     ``host_link.host_flops_per_s``, outputs come back down the link."""
     costs = _costs()
     compute = math.ceil(flops / costs.host_flops_per_cycle)
-    link = transfer_cycles(bytes_to_host) + transfer_cycles(bytes_to_device)
+    return compute + transfer_cycles(bytes_to_host) + transfer_cycles(bytes_to_device)
+
+
+def record_host_op(op: str, flops: float, bytes_to_host: int, bytes_to_device: int,
+                   note: str = "") -> Event:
+    """Record an op that ran on the host (see :func:`host_op_cycles`); ``note`` says why
+    it did not run on the device, when there is more to say than "no npu kernel"."""
+    cycles = host_op_cycles(flops, bytes_to_host, bytes_to_device)
     moved = bytes_to_host + bytes_to_device
-    return _state.timeline.record(op, "host", compute + link, moved)
+    return _record(op, "host", cycles, moved, int(flops), note)
 
 
 def record_device_memory_op(op: str, nbytes_read: int, nbytes_written: int) -> Event:
@@ -179,12 +236,14 @@ def record_device_memory_op(op: str, nbytes_read: int, nbytes_written: int) -> E
     DRAM bandwidth. An estimate until the compiler lowers these ops."""
     costs = _costs()
     cycles = math.ceil((nbytes_read + nbytes_written) / costs.dram_bytes_per_cycle)
-    return _state.timeline.record(op, "device", cycles, nbytes_read + nbytes_written)
+    return _record(op, "device", cycles, nbytes_read + nbytes_written)
 
 
-def record_device(op: str, cycles: int, nbytes: int = 0) -> Event:
-    """Record device work whose cycles someone else computed (e.g. a simulated schedule)."""
-    return _state.timeline.record(op, "device", cycles, nbytes)
+def record_device(op: str, cycles: int, nbytes: int = 0, *, flops: int = 0, note: str = "",
+                  result: SimResult | None = None) -> Event:
+    """Record device work whose cycles someone else computed, e.g. a simulated schedule
+    (pass its ``result`` so listeners such as the profiler can keep it)."""
+    return _record(op, "device", cycles, nbytes, flops, note, result)
 
 
 def memory_in_use() -> int:
@@ -195,7 +254,8 @@ def memory_in_use() -> int:
 
 
 __all__ = [
-    "EVENT_KINDS", "Event", "EventKind", "Timeline", "get_config", "memory_in_use",
-    "record_device", "record_device_memory_op", "record_host_op", "record_transfer",
-    "reset_timeline", "set_config", "timeline", "transfer_cycles",
+    "EVENT_KINDS", "Event", "EventKind", "Listener", "Timeline", "add_listener",
+    "get_config", "host_op_cycles", "memory_in_use", "record_device",
+    "record_device_memory_op", "record_host_op", "record_transfer", "remove_listener",
+    "reset_timeline", "set_config", "timeline", "transfer_cycles", "use_config",
 ]

@@ -1,0 +1,318 @@
+"""Eager npu ops through the compiler: one compiled, simulated program per op call.
+
+The ops in :data:`COMPILED_OPS` get a default kernel (:func:`torch_bridge.kernels.
+set_default_kernel`) that compiles the call with ``compiler.compile_op``, runs the
+schedule on the simulator in functional mode and hands back the numbers it computed as
+npu tensors. The run's cycles go on the device timeline as ``"device"`` work and its
+``SimResult`` goes to the timeline's listeners (the profiler).
+
+Per call the cost is: a signature (shapes, dtypes, scalar arguments) looked up in this
+module's cache of compiled programs, one simulator run, and wrapping the outputs. Python
+numbers in tensor positions (``x * 2.5``) are fed as 0-dim tensors, so a new scalar
+value does not compile a new program.
+
+If an op cannot be compiled for some arguments (a dtype the device lacks such as float64,
+the compiler raises, or it would run the op as a host node) or its run fails, the call
+runs on the host through :func:`torch_bridge.fallback.run_on_host`: timed as host work,
+with the reason in the event's ``note``, listed by the profiler and kept in
+:func:`compile_failures`. Compiler and simulator errors also issue a
+:class:`CompileFallbackWarning`, once per op and reason.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torch_bridge import kernels, runtime, storage
+from torch_bridge.fallback import op_info, run_on_host
+
+if TYPE_CHECKING:
+    from compiler.compile import CompiledProgram
+
+aten = torch.ops.aten
+OpOverload = torch._ops.OpOverload
+
+MATMUL: tuple[OpOverload, ...] = (
+    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+)
+"""Matrix products (``nn.Linear`` arrives as ``t`` + ``addmm`` / ``mm``)."""
+
+UNARY: tuple[OpOverload, ...] = (
+    aten.neg.default, aten.abs.default, aten.relu.default, aten.exp.default,
+    aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten.reciprocal.default,
+    aten.tanh.default, aten.sigmoid.default, aten.silu.default, aten.sin.default,
+    aten.cos.default, aten.erf.default, aten.gelu.default, aten.hardtanh.default,
+    aten.leaky_relu.default, aten.hardswish.default, aten.logical_not.default,
+    aten.pow.Tensor_Scalar, aten.clamp.default, aten.clamp_min.default,
+    aten.clamp_max.default,
+)
+"""Elementwise ops of one tensor (scalar arguments are compiled into the program)."""
+
+BINARY: tuple[OpOverload, ...] = (
+    aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor,
+    aten.maximum.default, aten.minimum.default, aten.pow.Tensor_Tensor,
+    aten.where.self, aten.eq.Tensor, aten.ne.Tensor, aten.lt.Tensor, aten.le.Tensor,
+    aten.gt.Tensor, aten.ge.Tensor, aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar,
+    aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar, aten.logical_and.default,
+    aten.logical_or.default,
+)
+"""Elementwise ops of several tensors, with broadcasting and type promotion."""
+
+SOFTMAX: tuple[OpOverload, ...] = (aten._softmax.default, aten._log_softmax.default)
+NORM: tuple[OpOverload, ...] = (aten.native_layer_norm.default,)
+REDUCTION: tuple[OpOverload, ...] = (
+    aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.amax.default,
+    aten.amin.default,
+)
+
+IN_PLACE: dict[OpOverload, OpOverload] = {
+    aten.add_.Tensor: aten.add.Tensor, aten.sub_.Tensor: aten.sub.Tensor,
+    aten.mul_.Tensor: aten.mul.Tensor, aten.div_.Tensor: aten.div.Tensor,
+}
+"""In-place ops run as their functional op with the result stored into ``self`` (the
+schedule stores its output where ``self`` lives; no extra copy is timed)."""
+
+COMPILE_AS: dict[OpOverload, OpOverload] = {
+    aten.convolution_overrideable.default: aten.convolution.default,
+}
+"""Ops that reach the device under another name than the one the compiler lowers."""
+
+COMPILED_OPS: tuple[OpOverload, ...] = (
+    *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *IN_PLACE, *COMPILE_AS,
+)
+"""Every op whose eager calls on npu go through the compiler and the simulator."""
+
+
+class CompileFallbackWarning(UserWarning):
+    """An op that has a lowering ran on the host instead (see the event's ``note``)."""
+
+
+@dataclass(frozen=True)
+class CompileFailure:
+    """Why one op signature runs on the host instead of the device."""
+
+    op: str
+    signature: str
+    reason: str
+
+
+@dataclass
+class _Entry:
+    """A cached compiled program, and whether its schedule was verified yet."""
+
+    program: CompiledProgram
+    verified: bool = False
+
+
+class _Cache:
+    """Compiled programs per (op, signature) for one config; emptied when it changes."""
+
+    def __init__(self) -> None:
+        self.config: object = None
+        self.entries: dict[Hashable, _Entry | CompileFailure] = {}
+
+    def for_config(self, config: object) -> dict[Hashable, _Entry | CompileFailure]:
+        if config is not self.config:
+            self.config, self.entries = config, {}
+        return self.entries
+
+
+_cache = _Cache()
+_failures: dict[tuple[str, str], CompileFailure] = {}
+_warned: set[tuple[str, str]] = set()
+
+
+def compile_failures() -> tuple[CompileFailure, ...]:
+    """Every (op, signature) that fell back to the host since start, once each."""
+    return tuple(_failures.values())
+
+
+def clear_cache() -> None:
+    """Forget compiled programs and cached failures (they are recompiled on next use)."""
+    _cache.entries = {}
+
+
+def _tensor_positions(op: OpOverload) -> frozenset[int | str]:
+    """Argument positions (or keyword names) the schema types as ``Tensor``."""
+    positions: set[int | str] = set()
+    for index, arg in enumerate(op._schema.arguments):
+        if isinstance(arg.type, torch.TensorType):
+            positions.add(arg.name if arg.kwarg_only else index)
+    return frozenset(positions)
+
+
+def _scalar_tensor(value: bool | int | float) -> torch.Tensor:
+    """A Python number in a tensor position as the 0-dim tensor that promotes like it
+    (floats at the default dtype: a wrapped number never widens a tensor's dtype)."""
+    if isinstance(value, bool):
+        return torch.tensor(value)
+    if isinstance(value, int):
+        return torch.tensor(value, dtype=torch.int64)
+    return torch.tensor(value, dtype=torch.get_default_dtype())
+
+
+def _host_value(value: Any, tensor_position: bool) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value if value.is_cpu else storage.cpu_view(value)
+    if tensor_position and isinstance(value, (bool, int, float)):
+        return _scalar_tensor(value)
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+        return type(value)(_host_value(v, False) for v in value)
+    return value
+
+
+def _key_of(value: Any) -> Hashable:
+    if isinstance(value, torch.Tensor):
+        return (value.shape, value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_key_of(v) for v in value)
+    return (type(value), value)
+
+
+def _tensors(values: Iterable[Any]) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(_tensors(value))
+    return out
+
+
+def _describe(key: Hashable) -> str:
+    return str(key[1:]).replace("torch.Size", "")
+
+
+class CompiledOpKernel:
+    """The default npu kernel of one op: compile (cached), simulate, return npu tensors."""
+
+    __slots__ = ("op", "target", "name", "tensor_positions", "in_place", "host_op")
+
+    def __init__(self, op: OpOverload) -> None:
+        self.op = op
+        self.in_place = op in IN_PLACE
+        self.target = IN_PLACE.get(op) or COMPILE_AS.get(op) or op
+        """The op the compiler lowers."""
+        self.host_op = COMPILE_AS.get(op)
+        """The CPU op that runs a call on the host (``None``: ``op`` itself)."""
+        self.name = op_info(op).name
+        self.tensor_positions = _tensor_positions(op)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        positions = self.tensor_positions
+        host_args = tuple(_host_value(a, i in positions) for i, a in enumerate(args))
+        host_kwargs = {k: _host_value(v, k in positions) for k, v in kwargs.items()}
+        key = (self.op, _key_of(host_args), _key_of(tuple(sorted(host_kwargs.items()))))
+        entries = _cache.for_config(runtime.get_config())
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = self._compile(host_args, host_kwargs, key)
+        if isinstance(entry, CompileFailure):
+            return self._on_host(args, kwargs, entry)
+        tensors = _tensors((*host_args, *host_kwargs.values()))
+        try:
+            outputs, result = entry.program.run(*tensors, verify=not entry.verified)
+        except Exception as exc:  # noqa: BLE001 - reported: cached, warned, on the event
+            failure = entries[key] = self._failure(key, f"simulation failed: {_reason(exc)}")
+            return self._on_host(args, kwargs, failure)
+        entry.verified = True
+        runtime.record_device(self.name, result.total_cycles, result.dram_bytes,
+                              flops=result.flops, result=result)
+        if self.in_place:
+            self_arg = args[0]
+            storage.cpu_view(self_arg).copy_(outputs[0])
+            return self_arg
+        wrapped = tuple(storage.wrap_cpu(t) for t in outputs)
+        return wrapped[0] if len(wrapped) == 1 else wrapped
+
+    def _compile(self, host_args: tuple[Any, ...], host_kwargs: dict[str, Any],
+                 key: Hashable) -> _Entry | CompileFailure:
+        import compiler
+        from compiler.torch_types import TORCH_TO_IR
+
+        for tensor in _tensors((*host_args, *host_kwargs.values())):
+            if tensor.dtype not in TORCH_TO_IR:  # a device limit, not a compiler failure
+                return self._failure(key, f"dtype {tensor.dtype} is not supported by the "
+                                          f"device", warn=False)
+        try:
+            program = compiler.compile_op(self.target, host_args, host_kwargs,
+                                          runtime.get_config())
+        except Exception as exc:  # noqa: BLE001 - reported: cached, warned, on the event
+            return self._failure(key, f"compile failed: {_reason(exc)}")
+        if program.fallbacks:
+            return self._failure(key, f"no device lowering for these arguments "
+                                      f"({', '.join(program.fallbacks)})")
+        if self.in_place:
+            spec, target = program.outputs[0], host_args[0]
+            if tuple(spec.shape) != tuple(target.shape) or not torch.can_cast(
+                    _out_dtype(spec.dtype), target.dtype):
+                return self._failure(key, f"result {list(spec.shape)} {spec.dtype} cannot be "
+                                          f"stored in place into {list(target.shape)} "
+                                          f"{target.dtype}")
+        return _Entry(program)
+
+    def _failure(self, key: Hashable, reason: str, warn: bool = True) -> CompileFailure:
+        failure = CompileFailure(self.name, _describe(key), reason)
+        _failures[(self.name, failure.signature)] = failure
+        if warn and (self.name, reason) not in _warned:
+            _warned.add((self.name, reason))
+            warnings.warn(f"{self.name} runs on the host: {reason}", CompileFallbackWarning,
+                          stacklevel=3)
+        return failure
+
+    def _on_host(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 failure: CompileFailure) -> Any:
+        return run_on_host(self.op, args, kwargs, host_op=self.host_op, note=failure.reason)
+
+
+def _out_dtype(name: str) -> torch.dtype:
+    from compiler.ir.dtypes import DType
+    from compiler.torch_types import torch_dtype
+
+    return torch_dtype(DType(name))
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+_installed: dict[OpOverload, CompiledOpKernel] = {}
+
+
+def install(ops: Iterable[OpOverload] = COMPILED_OPS) -> None:
+    """Make the compiler the default kernel of ``ops`` (idempotent)."""
+    for op in ops:
+        if op not in _installed:
+            _installed[op] = CompiledOpKernel(op)
+        kernels.set_default_kernel(op, _installed[op])
+
+
+def uninstall(ops: Iterable[OpOverload] = COMPILED_OPS) -> None:
+    """Run ``ops`` on the host again (e.g. to compare host and device timing)."""
+    for op in ops:
+        kernels.set_default_kernel(op, None)
+
+
+@contextmanager
+def on_host(*ops: OpOverload) -> Iterator[None]:
+    """Run ``ops`` (default: every compiled op) on the host inside the block."""
+    chosen = ops or COMPILED_OPS
+    uninstall(chosen)
+    try:
+        yield
+    finally:
+        install([op for op in chosen if op in _installed])
+
+
+__all__ = [
+    "BINARY", "COMPILED_OPS", "COMPILE_AS", "CompileFailure", "CompileFallbackWarning",
+    "CompiledOpKernel", "IN_PLACE", "MATMUL", "NORM", "REDUCTION", "SOFTMAX", "UNARY",
+    "clear_cache", "compile_failures", "install", "on_host", "uninstall",
+]
