@@ -10,6 +10,7 @@ timeout for compute, and on the flow network for transfers.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping
 from operator import attrgetter
 from types import MappingProxyType
@@ -44,10 +45,29 @@ class Simulator:
             host_functions: Mapping[str, HostFunction] | None = None,
             verify: bool = True) -> SimResult:
         if verify:
-            from compiler.ir.verify import verify as verify_program
-
-            verify_program(program, self.config)
+            _verify_once(program, self.config)
         return _Run(self.config, program, inputs, host_functions or {}).execute()
+
+
+_VERIFIED: dict[int, tuple[weakref.ref, set[NpuConfig]]] = {}
+"""Programs already verified, by object identity (hashing a program hashes every
+command); entries go away with their program."""
+
+
+def _verify_once(program: Program, config: NpuConfig) -> None:
+    """Verify a program for a config unless this very object passed already: compiled
+    programs are cached and run many times."""
+    from compiler.ir.verify import verify as verify_program
+
+    key = id(program)
+    entry = _VERIFIED.get(key)
+    if entry is not None and entry[0]() is program and config in entry[1]:
+        return
+    verify_program(program, config)
+    if entry is None or entry[0]() is not program:
+        entry = (weakref.ref(program, lambda _ref, key=key: _VERIFIED.pop(key, None)), set())
+        _VERIFIED[key] = entry
+    entry[1].add(config)
 
 
 class _Engine:

@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--layers", type=int, default=None,
                        help="number of layers (built-in transformer models)")
         p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
-                       help="model dtype (built-in models; default f32, or bf16 for "
-                            "performance-only runs of large models)")
+                       help="model dtype (built-in models; default f32 for functional "
+                            "runs, the matrix engine's native dtype for performance-only)")
         p.add_argument("--perf-only", action="store_true",
                        help="performance-only: shapes only, no data (automatic for large "
                             "models)")

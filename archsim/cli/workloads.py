@@ -183,17 +183,21 @@ def _simulate_builtin(name: str, workload: Workload, args: argparse.Namespace,
         module, _ = workload.build(args, _dtype(args.dtype or "f32"))
     parameters = sum(p.numel() for p in module.parameters())
     perf_only = args.perf_only or parameters > FUNCTIONAL_PARAMETER_LIMIT or name == "llama-7b"
-    dtype = _dtype(args.dtype or ("bf16" if perf_only and name == "llama-7b" else "f32"))
+    # Functional runs default to f32 so numbers compare with torch exactly; estimates
+    # default to the matrix engine's native precision, as a deployment would use.
+    native = config.core.matrix.input_dtype if config.core.matrix.input_dtype != "i8" else "f16"
+    dtype_name = args.dtype or (native if perf_only else "f32")
+    dtype = _dtype(dtype_name)
     device = "meta" if perf_only else "cpu"
     with torch.device(device):
         module, inputs = workload.build(args, dtype)
     if not perf_only and not args.quiet:
-        print(f"{name}: {parameters / 1e6:.1f}M parameters, functional run (numbers checked "
-              f"against torch on CPU)", file=sys.stderr)
+        print(f"{name}: {parameters / 1e6:.1f}M parameters, {dtype_name}, functional run "
+              f"(numbers checked against torch on CPU)", file=sys.stderr)
     elif not args.quiet:
-        print(f"{name}: {parameters / 1e6:.1f}M parameters, performance-only (shapes only; "
-              f"--perf-only or > {FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M parameters)",
-              file=sys.stderr)
+        print(f"{name}: {parameters / 1e6:.1f}M parameters, {dtype_name}, performance-only "
+              f"(shapes only; --perf-only or > {FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M "
+              f"parameters)", file=sys.stderr)
     label = f"{name} b{args.batch}" + (f" s{args.seq}" if name not in ("resnet-18", "resnet-50",
                                                                        "conv") else "")
     return _run_module(label, module.eval(), inputs, perf_only, config, args.quiet, progress)

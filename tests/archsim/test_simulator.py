@@ -67,3 +67,19 @@ def test_empty_program_takes_no_time() -> None:
     result = Simulator(TINY).run(ProgramBuilder("empty").build())
     assert result.total_cycles == 0
     assert result.trace == ()
+
+
+def test_a_program_is_verified_once_per_config(monkeypatch) -> None:
+    import compiler.ir.verify as verify_module
+
+    calls = []
+    real = verify_module.verify
+    monkeypatch.setattr(verify_module, "verify", lambda p, c: (calls.append(c.name), real(p, c)))
+    program = copy_program()
+    Simulator(TINY).run(program)
+    Simulator(TINY).run(program)
+    assert calls == ["tiny"]
+    Simulator(TINY.with_overrides({"core.vector.lanes": 8})).run(program)
+    assert calls == ["tiny", "tiny"]
+    Simulator(TINY).run(copy_program())  # an equal but different object is verified again
+    assert calls == ["tiny", "tiny", "tiny"]
