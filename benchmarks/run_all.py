@@ -1,0 +1,35 @@
+"""Run every benchmark and print its tables: ``python benchmarks/run_all.py``.
+
+Figures go into BENCHMARKS.md by hand, with the machine and the date.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+BENCHMARKS = [
+    ["sim_throughput.py", "--config", "atom"],
+    ["sim_throughput.py", "--config", "tiny"],
+    ["compiler_bench.py"],
+    ["bridge_bench.py"],
+]
+
+
+def main() -> int:
+    failed = 0
+    for argv in BENCHMARKS:
+        script = HERE / argv[0]
+        print(f"\n## {' '.join(argv)}\n", flush=True)
+        if not script.exists():
+            print(f"(missing: {script.name})")
+            failed += 1
+            continue
+        failed += subprocess.call([sys.executable, str(script), *argv[1:]]) != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
