@@ -1,22 +1,212 @@
 """The ``torch.compile`` backend named ``archsim`` (entry point ``torch_dynamo_backends``).
 
-Placeholder until ``compiler.compile_graph`` exists: the captured FX graph runs
-eagerly, so npu inputs go through the npu kernels and host fallback op by op (and are
-recorded on the device timeline); CPU inputs run on CPU.
+Dynamo's graph goes through ``aot_autograd`` with the core-ATen decompositions, so the
+compiler sees ATen graphs whose nodes carry ``meta["val"]`` (forward, and backward when
+training). Each graph becomes a :class:`GraphRunner`: on every call it compiles the
+graph for the current config (``compiler.compile_graph`` caches), runs the schedule on
+the simulator in functional mode and returns its outputs on the device the graph
+expects (npu outputs for npu inputs, CPU for CPU). The run is recorded on the device
+timeline as ``"device"`` work named ``compiled forward 0`` etc., with its ``SimResult``
+for the profiler; ops the compiler put on the host inside the graph are in that result.
+
+A graph that does not compile runs eagerly instead — op by op on the npu (where each op
+is itself recorded) or on CPU (recorded as host work, FLOPs counted) — and every such
+call is recorded with the reason in the event's ``note``, plus one
+:class:`GraphFallbackWarning` per graph. CPU inputs are taken to be in device memory
+already: no host-link transfer is timed for them.
 """
 
 from __future__ import annotations
 
+import itertools
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.fx
+
+from torch_bridge import runtime, storage
+
+if TYPE_CHECKING:
+    from compiler.compile import CompiledProgram
+
+
+class GraphFallbackWarning(UserWarning):
+    """A captured graph did not compile and runs eagerly (see the event's ``note``)."""
+
+
+@dataclass(frozen=True)
+class _Output:
+    """Where one graph output comes from: the compiled program's ``index``-th output
+    (placed on ``device``), or a non-tensor ``value`` returned as is."""
+
+    index: int | None
+    device: torch.device | None
+    value: Any = None
+
+
+def _tensor_outputs_only(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule,
+                                                            tuple[_Output, ...]]:
+    """A copy of ``gm`` returning only its tensor outputs, and how to rebuild the full
+    output list (backward graphs return ``None`` for inputs without gradients)."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    layout: list[_Output] = []
+    kept: list[torch.fx.Node] = []
+    for node in gm.graph.nodes:
+        if node.op != "output":
+            env[node] = graph.node_copy(node, lambda n: env[n])
+            continue
+        for item in _flat(node.args[0]):
+            val = item.meta.get("val") if isinstance(item, torch.fx.Node) else None
+            if isinstance(val, torch.Tensor):
+                layout.append(_Output(len(kept), val.device))
+                kept.append(env[item])
+            elif isinstance(item, torch.fx.Node):
+                raise NotImplementedError(f"graph output {item.name} is not a tensor "
+                                          f"({type(val).__name__})")
+            else:
+                layout.append(_Output(None, None, item))
+        graph.output(tuple(kept))
+    return torch.fx.GraphModule(gm, graph), tuple(layout)
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flat(v)]
+    return [value]
+
+
+def _host(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and not value.is_cpu:
+        return storage.cpu_view(value)
+    return value
+
+
+def _place(tensor: torch.Tensor, device: torch.device | None) -> torch.Tensor:
+    if device is not None and device.type == "npu":
+        return storage.wrap_cpu(tensor)
+    return tensor
+
+
+class GraphRunner:
+    """One ATen graph: compiled per config on first call, then simulated on each call.
+
+    Called with a list of inputs (the boxed convention of ``aot_autograd``), which it
+    clears as ``aot_autograd`` expects; returns the outputs as a list.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, label: str) -> None:
+        self._boxed_call = True  # an instance attribute: dynamo's wrappers copy __dict__
+        self.gm = gm
+        self.label = label
+        self.sources = {n.name: _op_name(n.target) for n in gm.graph.nodes
+                        if n.op == "call_function"}
+        """Graph node name -> aten op, to attribute a run's cycles to ops."""
+        self._config: object = None
+        self._program: CompiledProgram | None = None
+        self._layout: tuple[_Output, ...] = ()
+        self._verified = False
+        self.failure: str | None = None
+        """Why the graph runs eagerly (``None`` while it compiles)."""
+
+    @property
+    def program(self) -> CompiledProgram | None:
+        """The compiled program of the last config used (``None`` before the first call
+        or when the graph did not compile)."""
+        return self._program
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        inputs = list(args)
+        args.clear()  # let aot_autograd free inputs it no longer needs
+        config = runtime.get_config()
+        if config is not self._config:
+            self._compile(config)
+        if self._program is None:
+            return self._run_eagerly(inputs)
+        return self._run_compiled(inputs)
+
+    def _compile(self, config: Any) -> None:
+        import compiler
+
+        self._config, self._program, self._verified = config, None, False
+        try:
+            gm, self._layout = _tensor_outputs_only(self.gm)
+            self._program = compiler.compile_graph(gm, config)
+            self.failure = None
+        except Exception as exc:  # noqa: BLE001 - reported: warned, noted on every run
+            self.failure = f"compile failed: {type(exc).__name__}: {_first_line(exc)}"
+            warnings.warn(f"{self.label} runs eagerly: {self.failure}", GraphFallbackWarning,
+                          stacklevel=4)
+
+    def _run_compiled(self, inputs: list[Any]) -> list[Any]:
+        program = self._program
+        assert program is not None
+        outputs, result = program.run(*(_host(a) for a in inputs), verify=not self._verified)
+        self._verified = True
+        note = f"{len(program.fallbacks)} ops on the host" if program.fallbacks else ""
+        runtime.record_device(self.label, result.total_cycles, result.dram_bytes,
+                              flops=result.flops, note=note, result=result,
+                              sources=self.sources)
+        return [_place(outputs[o.index], o.device) if o.index is not None else o.value
+                for o in self._layout]
+
+    def _run_eagerly(self, inputs: list[Any]) -> list[Any]:
+        on_npu = any(isinstance(a, torch.Tensor) and a.device.type == "npu" for a in inputs)
+        if on_npu:  # each op records itself on the timeline
+            runtime.record_host_op(self.label, 0, 0, 0, note=f"{self.failure}; ran op by op")
+            return list(self.gm(*inputs))
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            outputs = list(self.gm(*inputs))
+        elements = sum(o.numel() for o in outputs if isinstance(o, torch.Tensor))
+        runtime.record_host_op(self.label, max(counter.get_total_flops(), elements), 0, 0,
+                               note=f"{self.failure}; ran on CPU")
+        return outputs
+
+
+def _op_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        name = f"{target.namespace}.{target._opname}"
+        return name if target._overloadname == "default" else f"{name}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+_counter = itertools.count()
+
+
+def _compiler(role: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], GraphRunner]:
+    def compile_aten_graph(gm: torch.fx.GraphModule,
+                           example_inputs: Sequence[Any]) -> GraphRunner:
+        return GraphRunner(gm, f"compiled {role} {next(_counter)}")
+
+    return compile_aten_graph
+
+
+_backend: Callable[..., Any] | None = None
 
 
 def archsim_backend(gm: torch.fx.GraphModule,
-                    example_inputs: Sequence[Any]) -> Callable[..., Any]:
-    """Return a callable running ``gm``; for now its own eager ``forward``."""
-    return gm.forward
+                    example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
+    """The dynamo backend: ``aot_autograd`` (core-ATen decompositions) with every
+    forward / backward graph compiled and simulated by archsim."""
+    global _backend
+    if _backend is None:
+        from torch._decomp import core_aten_decompositions
+        from torch._dynamo.backends.common import aot_autograd
+
+        _backend = aot_autograd(fw_compiler=_compiler("forward"),
+                                bw_compiler=_compiler("backward"),
+                                decompositions=core_aten_decompositions())
+    return _backend(gm, example_inputs, **kwargs)
 
 
-__all__ = ["archsim_backend"]
+__all__ = ["GraphFallbackWarning", "GraphRunner", "archsim_backend"]

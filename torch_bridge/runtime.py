@@ -13,7 +13,7 @@ Three kinds of work are recorded:
 - ``"transfer"``: host<->device copies over the host link.
 
 Listeners (:func:`add_listener`; the profiler is one) see every event as it is recorded,
-together with the ``SimResult`` of the simulated run behind it, if any. The timeline
+together with the simulated :class:`Run` behind it, if any. The timeline
 itself keeps only cycles, so a long training loop does not hold every run's trace.
 
 This module does not import torch, so the timeline can be read and tested alone.
@@ -22,7 +22,7 @@ This module does not import torch, so the timeline can be read and tested alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -174,13 +174,23 @@ def use_config(config: NpuConfig | str) -> Iterator[NpuConfig]:
         _state.timeline = previous_timeline
 
 
-Listener = Callable[[Event, "SimResult | None"], None]
+@dataclass(frozen=True)
+class Run:
+    """A simulated run behind a device event."""
+
+    result: SimResult
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Source tag in the result (graph node name) -> aten op, for compiled graphs; empty
+    for an eager op, whose event names the op."""
+
+
+Listener = Callable[[Event, "Run | None"], None]
 _listeners: list[Listener] = []
 
 
 def add_listener(listener: Listener) -> None:
-    """Call ``listener(event, result)`` for every event recorded from now on; ``result``
-    is the ``SimResult`` of a simulated run, ``None`` for estimated work."""
+    """Call ``listener(event, run)`` for every event recorded from now on; ``run`` is the
+    simulated :class:`Run` behind a device event, ``None`` for estimated work."""
     _listeners.append(listener)
 
 
@@ -190,10 +200,10 @@ def remove_listener(listener: Listener) -> None:
 
 
 def _record(op: str, kind: EventKind, cycles: int, nbytes: int, flops: int = 0,
-            note: str = "", result: SimResult | None = None) -> Event:
+            note: str = "", run: Run | None = None) -> Event:
     event = _state.timeline.record(op, kind, cycles, nbytes, flops, note)
     for listener in _listeners:
-        listener(event, result)
+        listener(event, run)
     return event
 
 
@@ -240,10 +250,13 @@ def record_device_memory_op(op: str, nbytes_read: int, nbytes_written: int) -> E
 
 
 def record_device(op: str, cycles: int, nbytes: int = 0, *, flops: int = 0, note: str = "",
-                  result: SimResult | None = None) -> Event:
+                  result: SimResult | None = None,
+                  sources: Mapping[str, str] | None = None) -> Event:
     """Record device work whose cycles someone else computed, e.g. a simulated schedule
-    (pass its ``result`` so listeners such as the profiler can keep it)."""
-    return _record(op, "device", cycles, nbytes, flops, note, result)
+    (pass its ``result``, and for a graph the node -> op ``sources``, so listeners such
+    as the profiler can keep them)."""
+    run = Run(result, sources or {}) if result is not None else None
+    return _record(op, "device", cycles, nbytes, flops, note, run)
 
 
 def memory_in_use() -> int:
@@ -254,7 +267,7 @@ def memory_in_use() -> int:
 
 
 __all__ = [
-    "EVENT_KINDS", "Event", "EventKind", "Listener", "Timeline", "add_listener",
+    "EVENT_KINDS", "Event", "EventKind", "Listener", "Run", "Timeline", "add_listener",
     "get_config", "host_op_cycles", "memory_in_use", "record_device",
     "record_device_memory_op", "record_host_op", "record_transfer", "remove_listener",
     "reset_timeline", "set_config", "timeline", "transfer_cycles", "use_config",
