@@ -30,7 +30,8 @@ class _Record:
     start: int
     end: int
     writer: int | None
-    readers: list[int] = field(default_factory=list)
+    readers: dict[str, int] = field(default_factory=dict)
+    """Latest reader per engine since the write (an engine's reads finish in order)."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,13 @@ class _BoxIndex:
 
     def overlapping(self, slices: tuple[Slice, ...]) -> set[int]:
         found: set[int] = set()
+        checked: set[int] = set()
         for b in self._span(slices):
             for box, cid in self.buckets.get(b, ()):
-                if cid not in found and _overlap(box, slices):
+                if cid in checked:
+                    continue
+                checked.add(cid)
+                if _overlap(box, slices):
                     found.add(cid)
         return found
 
@@ -151,7 +156,7 @@ class Emitter:
             for rec in self._overlapping(ref):
                 if rec.writer is not None:
                     deps.add(rec.writer)
-                deps.update(rec.readers)
+                deps.update(rec.readers.values())
         deps |= self._dram_deps(op)
         deps.discard(cid)
         ordered = tuple(sorted(d for d in deps if self._engine_of[d] != engine))
@@ -159,20 +164,23 @@ class Emitter:
         self._engine_of.append(engine)
         for ref in reads:
             for rec in self._overlapping(ref):
-                rec.readers.append(cid)
+                rec.readers[engine] = cid
         for ref in writes:
             self._record_write(ref, cid)
         self._record_dram(op, cid)
         return cid
 
     def _overlapping(self, ref: SramRef) -> list[_Record]:
-        return [r for r in self._sram.get(ref.space, ()) if r.start < ref.end and
-                ref.offset < r.end]
+        start = ref.offset
+        end = start + ref.nbytes
+        return [r for r in self._sram.get(ref.space, ()) if r.start < end and start < r.end]
 
     def _record_write(self, ref: SramRef, cid: int) -> None:
         records = self._sram.setdefault(ref.space, [])
-        kept = [r for r in records if not (ref.offset <= r.start and r.end <= ref.end)]
-        kept.append(_Record(ref.offset, ref.end, cid))
+        start = ref.offset
+        end = start + ref.nbytes
+        kept = [r for r in records if not (start <= r.start and r.end <= end)]
+        kept.append(_Record(start, end, cid))
         self._sram[ref.space] = kept
 
     def _dram_deps(self, op: Op) -> set[int]:

@@ -104,7 +104,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rotary(seq: int, head_dim: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def rotary(seq: int, head_dim: int, device: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
     angles = torch.outer(torch.arange(seq, device=device).float(), inv)
     emb = torch.cat((angles, angles), dim=-1)
