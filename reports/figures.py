@@ -128,6 +128,9 @@ def utilization_figure(result: ResultLike) -> Figure:
 # ---------------------------------------------------------------- roofline
 
 
+_ROOFLINE_LABELS = 10
+
+
 def roofline_figure(result: ResultLike) -> Figure:
     """Roofline (log-log): arithmetic intensity (FLOP per DRAM byte) vs achieved FLOP/s
     over each source op's span, under the matrix and vector peaks and the DRAM
@@ -152,16 +155,29 @@ def roofline_figure(result: ResultLike) -> Figure:
               label=f"vector peak {format_si(data.vector_peak_flops, 'FLOP/s')}")
     ax.axvline(ridge, color="grey", linestyle=":", linewidth=1,
                label=f"ridge {ridge:.3g} FLOP/B")
-    markers = {"compute": "o", "memory": "s", "latency": "^", "host": "D"}
-    for r in placed:
-        ax.scatter(r.arithmetic_intensity, r.achieved_flops, s=60, zorder=3,
-                   marker=markers.get(r.bound, "o"), label=f"{r.source} ({r.bound})")
+    # One colour and marker per bound (a legend entry each, however many ops); only
+    # the ops that take the most time are named, so labels stay readable.
+    styles = {"compute": ("o", "tab:red"), "memory": ("s", "tab:blue"),
+              "latency": ("^", "tab:orange"), "host": ("D", "tab:purple")}
+    for bound, (marker, color) in styles.items():
+        group = [r for r in placed if r.bound == bound]
+        if group:
+            ax.scatter([r.arithmetic_intensity for r in group],
+                       [r.achieved_flops for r in group], s=50, zorder=3, marker=marker,
+                       color=color, alpha=0.8, label=f"{bound}-bound ops ({len(group)})")
+    named = sorted(placed, key=lambda r: r.span_cycles, reverse=True)[:_ROOFLINE_LABELS]
+    for r in named:
         ax.annotate(r.source, (r.arithmetic_intensity, r.achieved_flops),
                     textcoords="offset points", xytext=(6, 4), fontsize="small")
     ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
     ax.set_ylabel("achieved FLOP/s (over the op's span)")
-    note = f"; {skipped} ops without FLOPs or DRAM traffic not placed" if skipped else ""
-    ax.set_title(f"Roofline: {data.program_name} on {data.config_name}{note}")
+    notes = []
+    if len(placed) > len(named):
+        notes.append(f"the {len(named)} longest ops named")
+    if skipped:
+        notes.append(f"{skipped} ops without FLOPs or DRAM traffic not placed")
+    title = f"Roofline: {data.program_name} on {data.config_name}"
+    ax.set_title(title + ("\n(" + "; ".join(notes) + ")" if notes else ""))
     ax.legend(loc="lower right", fontsize="small")
     ax.grid(True, which="both", alpha=0.3)
     return fig
