@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Simulator", "SimResult", "load_config"]
+__all__ = ["Simulator", "SimResult", "estimate", "load_config"]
 
 
 def __getattr__(name: str) -> Any:
@@ -17,6 +17,9 @@ def __getattr__(name: str) -> Any:
     if name == "SimResult":
         from archsim.result import SimResult
         return SimResult
+    if name == "estimate":
+        from archsim.estimate import estimate
+        return estimate
     if name == "load_config":
         from archsim.config import load_config
         return load_config

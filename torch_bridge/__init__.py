@@ -5,17 +5,27 @@ also registers it at ``import torch`` through the ``torch.backends`` entry point
 (:func:`_autoload`), unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``.
 
 Modules: ``device`` (``torch.npu``), ``storage`` (device memory), ``kernels`` (the
-kernel table: :func:`torch_bridge.kernels.register_npu_kernel`), ``fallback`` (host
-execution), ``runtime`` (config and device timeline), ``autocast``.
+kernel table: :func:`torch_bridge.kernels.register_npu_kernel`), ``eager`` (ops run
+through the compiler and the simulator), ``fallback`` (host execution), ``runtime``
+(config and device timeline), ``autocast``, ``compile_backend`` (``torch.compile(
+backend="archsim")``), ``profiler`` (:class:`profile`, resolved on first use).
 """
 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from torch_bridge._registration import is_registered, register
 
-__all__ = ["is_registered", "register"]
+__all__ = ["is_registered", "profile", "register"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "profile":
+        from torch_bridge.profiler import profile
+        return profile
+    raise AttributeError(f"module 'torch_bridge' has no attribute {name!r}")
 
 _autoload_failure_warned = False
 
