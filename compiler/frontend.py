@@ -125,7 +125,7 @@ class Frontend:
                 result = fn(self.builder, *args, **kwargs)
             except NotImplementedError:
                 result = None
-        if result is None:
+        if result is None or _missing_needed_output(node, result):
             result = self._host(node, target, args, kwargs, metas)
         self.env[node] = self._check(node, result, metas)
 
@@ -209,6 +209,14 @@ class Frontend:
         if isinstance(node.meta.get("val"), torch.Tensor):
             return host.out
         return tuple(host.outputs)
+
+
+def _missing_needed_output(node: torch.fx.Node, result: Any) -> bool:
+    """A lowering returned None for an output somebody reads (e.g. pool indices)."""
+    if not isinstance(result, tuple):
+        return False
+    needed = {u.args[1] for u in node.users if u.target is operator.getitem}
+    return any(i < len(result) and result[i] is None for i in needed)
 
 
 def _host_function(target: Any, args: Any, kwargs: Any,

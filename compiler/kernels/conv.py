@@ -83,7 +83,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     ty = oh
     while True:
         pixels = ty * ow
-        need = (sets * ct * pixels * item + 2 * ot * ct * kh * kw * item +
+        need = (sets * ct * pixels * item + 2 * sets * ot * ct * kh * kw * item +
                 sets * ot * pixels * (4 + (out.dtype.itemsize if cast else 0)) +
                 sets * (epi * ot * pixels + 1024) + 8192)
         if need <= ctx.capacity or (ty == 1 and ot == 1 and ct == 1):
@@ -106,8 +106,10 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         arena = Arena(f"sram{c}", ctx.capacity)
         bufs.append({
             "x": [arena.alloc((ct, ty * ow), x.dtype, "conv input window") for _ in range(sets)],
-            "wraw": arena.alloc((ot, ct, kh, kw), x.dtype, "conv weight tile"),
-            "w": arena.alloc((kh, kw, ot, ct), x.dtype, "conv weight taps"),
+            "wraw": [arena.alloc((ot, ct, kh, kw), x.dtype, "conv weight tile")
+                     for _ in range(sets)],
+            "w": [arena.alloc((kh, kw, ot, ct), x.dtype, "conv weight taps")
+                  for _ in range(sets)],
             "acc": [arena.alloc((ot, ty * ow), acc_dtype, "conv accumulator")
                     for _ in range(sets)],
             "out": [arena.alloc((ot, ty * ow), out.dtype, "conv output") if cast else None
@@ -116,6 +118,8 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
                     if kernel.group else None for _ in range(sets)],
         })
     counts = [0] * cores
+    step_counts = [0] * cores
+    chunk_counts = [0] * cores
     source = node.source
     for t, (nb, gi, o0, y0) in enumerate(tiles):
         core = t % cores
@@ -131,26 +135,30 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         for s, (c0, i, j) in enumerate(steps):
             cc = (c0, min(c0 + ct, cg))
             nc = cc[1] - cc[0]
-            xs = s % sets
+            xs = step_counts[core] % sets
+            step_counts[core] += 1
+            if i == 0 and j == 0:
+                chunk_counts[core] += 1
+            ws = chunk_counts[core] % sets
 
-            def load(core=core, b=b, xs=xs, cc=cc, i=i, j=j, nb=nb, gi=gi, rows=rows,
+            def load(core=core, b=b, xs=xs, q=ws, cc=cc, i=i, j=j, nb=nb, gi=gi, rows=rows,
                      oo=oo, no=no, nc=nc, pix=pix, first_tap=(i == 0 and j == 0)) -> None:
                 if first_tap:
                     wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(*cc), Slice(0, kh),
                                                         Slice(0, kw)))
-                    raw = sub(b["wraw"], (no, nc, kh, kw))
+                    raw = sub(b["wraw"][q], (no, nc, kh, kw))
                     ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, raw), source)
-                    ctx.em.emit(f"core{core}.vpu", Transpose(raw, sub(b["w"], (kh, kw, no, nc)),
-                                                             (2, 3, 0, 1)), source)
+                    ctx.em.emit(f"core{core}.vpu", Transpose(
+                        raw, sub(b["w"][q], (kh, kw, no, nc)), (2, 3, 0, 1)), source)
                 chans = (gi * cin // groups + cc[0], gi * cin // groups + cc[1])
                 ref = _window(ctx, x, nb, chans, rows, (i, j), spec.stride, spec.dilation, ow,
                               source)
                 ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, sub(b["x"][xs], (nc, pix))),
                             source)
 
-            def compute(core=core, b=b, xs=xs, i=i, j=j, q=q, no=no, nc=nc, pix=pix, s=s,
-                        mxu=mxu) -> None:
-                tap = sub(b["w"], (no, nc), (i * kw + j) * no * nc)
+            def compute(core=core, b=b, xs=xs, i=i, j=j, q=q, ws=ws, no=no, nc=nc, pix=pix,
+                        s=s, mxu=mxu) -> None:
+                tap = sub(b["w"][ws], (no, nc), (i * kw + j) * no * nc)
                 ctx.em.emit(mxu, MatMul(tap, sub(b["x"][xs], (nc, pix)),
                                         sub(b["acc"][q], (no, pix)), s > 0), source)
 

@@ -49,7 +49,7 @@ def _per_channel(b: GraphBuilder, v: Value, rank: int) -> Value:
 @lowering(aten._native_batch_norm_legit_no_training.default)
 def lower_batch_norm_inference(b: GraphBuilder, x: Value, weight: Value | None,
                                bias: Value | None, running_mean: Value, running_var: Value,
-                               momentum: float, eps: float) -> tuple[Value, Value, Value]:
+                               momentum: float, eps: float) -> tuple[Value, None, None]:
     rank = len(x.shape)
     xf = b.cast(x, DType.f32)
     mean = _per_channel(b, running_mean, rank)
@@ -60,8 +60,7 @@ def lower_batch_norm_inference(b: GraphBuilder, x: Value, weight: Value | None,
         out = b.binary(BinaryKind.mul, out, _per_channel(b, weight, rank))
     if bias is not None:
         out = b.binary(BinaryKind.add, out, _per_channel(b, bias, rank))
-    empty = b.splat(0.0, (0,), DType.f32)
-    return b.cast(out, x.dtype), empty, empty
+    return b.cast(out, x.dtype), None, None
 
 
 @lowering(aten.batch_norm.default)

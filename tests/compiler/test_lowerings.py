@@ -1,0 +1,255 @@
+"""Every lowering: functional simulation of the compiled program equals torch on CPU,
+over shapes that do not divide the tiles, on ``tiny`` and a big multi-core preset."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import check_op
+
+aten = torch.ops.aten
+PRESETS = ["tiny", "atom"]
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape).to(dtype)
+
+
+MATMUL_CASES = {
+    "mm_odd": (aten.mm.default, lambda: (randn(37, 29), randn(29, 41))),
+    "mm_square": (aten.mm.default, lambda: (randn(64, 64), randn(64, 64))),
+    "mm_tall": (aten.mm.default, lambda: (randn(130, 9), randn(9, 5))),
+    "addmm": (aten.addmm.default, lambda: (randn(23), randn(17, 33), randn(33, 23))),
+    "addmm_scaled": (aten.addmm.default, lambda: (randn(17, 23), randn(17, 33), randn(33, 23))),
+    "bmm": (aten.bmm.default, lambda: (randn(3, 19, 21), randn(3, 21, 13))),
+    "baddbmm": (aten.baddbmm.default, lambda: (randn(3, 19, 13), randn(3, 19, 21),
+                                               randn(3, 21, 13))),
+    "linear": (aten.linear.default, lambda: (randn(2, 11, 30), randn(17, 30), randn(17))),
+    "matmul_broadcast": (aten.matmul.default, lambda: (randn(2, 3, 9, 14), randn(14, 6))),
+    "matmul_batched": (aten.matmul.default, lambda: (randn(2, 3, 9, 14), randn(3, 14, 6))),
+    "matmul_vec": (aten.matmul.default, lambda: (randn(9, 14), randn(14))),
+}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("case", sorted(MATMUL_CASES))
+def test_matmul_family(case: str, preset: str) -> None:
+    torch.manual_seed(0)
+    op, make = MATMUL_CASES[case]
+    kwargs = {"beta": 0.5, "alpha": 2.0} if case == "addmm_scaled" else {}
+    check_op(op, make(), preset, kwargs, {"rtol": 1e-4, "atol": 2e-4})
+
+
+def test_matmul_bf16_on_bf16_array() -> None:
+    torch.manual_seed(0)
+    a, b = randn(70, 50, dtype=torch.bfloat16), randn(50, 90, dtype=torch.bfloat16)
+    check_op(aten.mm.default, (a, b), "tpu-v3")
+
+
+UNARY = [aten.neg.default, aten.exp.default, aten.tanh.default, aten.sigmoid.default,
+         aten.relu.default, aten.silu.default, aten.sin.default, aten.cos.default,
+         aten.abs.default, aten.erf.default]
+POSITIVE = [aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten.reciprocal.default]
+SHAPES = [(7,), (5, 13), (3, 4, 33)]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("op", UNARY + POSITIVE, ids=str)
+def test_unary(op, preset: str) -> None:
+    torch.manual_seed(0)
+    for shape in SHAPES:
+        x = torch.randn(shape)
+        if op in POSITIVE:
+            x = x.abs() + 0.5
+        check_op(op, (x,), preset)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu(approximate: str) -> None:
+    check_op(aten.gelu.default, (torch.randn(9, 31),), "tiny", {"approximate": approximate})
+
+
+BINARY = [aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor,
+          aten.maximum.default, aten.minimum.default]
+BROADCASTS = [((5, 13), (5, 13)), ((5, 13), (13,)), ((3, 1, 7), (4, 1)), ((2, 3, 5), ())]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("op", BINARY, ids=str)
+def test_binary_broadcasting(op, preset: str) -> None:
+    torch.manual_seed(0)
+    for sa, sb in BROADCASTS:
+        check_op(op, (torch.randn(sa), torch.randn(sb) + 3.0), preset)
+
+
+@pytest.mark.parametrize("op,scalar", [(aten.add.Tensor, 2.5), (aten.mul.Tensor, -1.5),
+                                       (aten.sub.Tensor, 0.25), (aten.div.Tensor, 4.0),
+                                       (aten.pow.Tensor_Scalar, 2), (aten.pow.Tensor_Scalar, 3),
+                                       (aten.pow.Tensor_Scalar, 0.5)], ids=str)
+def test_binary_scalar(op, scalar) -> None:
+    x = torch.rand(6, 17) + 0.1
+    check_op(op, (x, scalar), "tiny")
+
+
+def test_type_promotion_mixed_dtypes() -> None:
+    a = torch.randn(4, 9)
+    b = torch.randn(4, 9).to(torch.bfloat16)
+    check_op(aten.add.Tensor, (a, b), "tiny")
+    check_op(aten.mul.Tensor, (torch.arange(12).reshape(3, 4), 0.5), "tiny")
+    check_op(aten.add.Tensor, (torch.arange(12).reshape(3, 4), torch.ones(4, dtype=torch.int32)),
+             "tiny")
+
+
+def test_comparisons_where_clamp() -> None:
+    torch.manual_seed(0)
+    x, y = torch.randn(6, 11), torch.randn(6, 11)
+    check_op(aten.gt.Tensor, (x, y), "tiny")
+    check_op(aten.le.Scalar, (x, 0.1), "tiny")
+    check_op(aten.where.self, (x > 0, x, y), "tiny")
+    check_op(aten.clamp.default, (x, -0.5, 0.7), "tiny")
+    check_op(aten.clamp_min.default, (x, 0.0), "atom")
+    check_op(aten.logical_not.default, (x > 0,), "tiny")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.int32, torch.float32])
+def test_casts(dtype: torch.dtype) -> None:
+    x = torch.randn(5, 19) * 10
+    check_op(aten._to_copy.default, (x,), "tiny", {"dtype": dtype})
+
+
+REDUCTIONS = [aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("op", REDUCTIONS, ids=str)
+def test_reductions(op, preset: str) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(3, 10, 17)
+    for dims in ([-1], [0], [1], [0, 2], [0, 1, 2]):
+        for keepdim in (False, True):
+            check_op(op, (x, dims, keepdim), preset)
+
+
+def test_var_and_sum_all() -> None:
+    x = torch.randn(4, 9, 5)
+    check_op(aten.var.correction, (x, [1]), "tiny", {"correction": 1, "keepdim": True})
+    check_op(aten.var.correction, (x, [0, 2]), "tiny", {"correction": 0})
+    check_op(aten.sum.default, (x,), "tiny")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_softmax_log_softmax(preset: str) -> None:
+    torch.manual_seed(0)
+    for shape, dim in [((7, 33), -1), ((3, 5, 9), 1), ((2, 3, 4, 5), 0)]:
+        x = torch.randn(shape) * 3
+        check_op(aten._softmax.default, (x, dim, False), preset)
+        check_op(aten._log_softmax.default, (x, dim, False), preset)
+
+
+def test_softmax_bf16() -> None:
+    x = torch.randn(4, 50).to(torch.bfloat16)
+    check_op(aten._softmax.default, (x, -1, False), "tiny")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_layer_norm(preset: str) -> None:
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 9, 48), torch.randn(48), torch.randn(48)
+    check_op(aten.native_layer_norm.default, (x, [48], w, b, 1e-5), preset)
+
+
+def test_batch_norm_inference() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 6, 7)
+    w, b, mean, var = torch.randn(5), torch.randn(5), torch.randn(5), torch.rand(5) + 0.5
+    check_op(aten.batch_norm.default, (x, w, b, mean, var, False, 0.1, 1e-5, False), "tiny")
+
+
+def test_unlowered_secondary_output_falls_back_to_host() -> None:
+    x = torch.randn(1, 2, 6, 6)
+    compiled, _ = check_op(aten.max_pool2d_with_indices.default, (x, [2, 2]), "tiny")
+    assert compiled.fallbacks
+
+
+MOVEMENT = {
+    "view": (aten.view.default, lambda: (randn(6, 10), [3, 20])),
+    "permute": (aten.permute.default, lambda: (randn(3, 5, 7), [2, 0, 1])),
+    "transpose": (aten.transpose.int, lambda: (randn(4, 6, 9), 0, 2)),
+    "t": (aten.t.default, lambda: (randn(13, 7),)),
+    "expand": (aten.expand.default, lambda: (randn(1, 7), [5, 7])),
+    "slice": (aten.slice.Tensor, lambda: (randn(9, 12), 1, 2, 11)),
+    "slice_step": (aten.slice.Tensor, lambda: (randn(9, 12), 0, 1, 9, 3)),
+    "select": (aten.select.int, lambda: (randn(4, 5, 6), 1, 3)),
+    "cat": (aten.cat.default, lambda: ([randn(3, 4), randn(3, 5), randn(3, 1)], 1)),
+    "cat0": (aten.cat.default, lambda: ([randn(2, 7), randn(5, 7)],)),
+    "clone": (aten.clone.default, lambda: (randn(5, 5),)),
+    "unsqueeze": (aten.unsqueeze.default, lambda: (randn(5, 6), 1)),
+    "pad": (aten.constant_pad_nd.default, lambda: (randn(2, 3, 5, 6), [1, 2, 2, 0], 0.5)),
+}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("case", sorted(MOVEMENT))
+def test_data_movement(case: str, preset: str) -> None:
+    torch.manual_seed(0)
+    op, make = MOVEMENT[case]
+    check_op(op, make(), preset)
+
+
+def test_view_is_free() -> None:
+    compiled, result = check_op(aten.view.default, (randn(6, 10), [3, 20]), "tiny")
+    assert result.dram_bytes == 0
+    assert len(compiled.program.commands) == 0
+
+
+def test_split_with_sizes() -> None:
+    check_op(aten.split_with_sizes.default, (randn(4, 10), [3, 7], 1), "tiny")
+
+
+CONVS = [
+    # (x shape, w shape, stride, padding, dilation, groups)
+    ((1, 3, 9, 9), (4, 3, 3, 3), 1, 1, 1, 1),
+    ((2, 4, 11, 10), (6, 4, 3, 3), 2, 1, 1, 1),
+    ((1, 4, 10, 10), (4, 2, 3, 3), 1, 0, 2, 2),
+    ((1, 6, 8, 8), (6, 1, 3, 3), 1, 1, 1, 6),
+    ((2, 5, 7, 7), (3, 5, 1, 1), 1, 0, 1, 1),
+]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("case", range(len(CONVS)))
+def test_convolution(case: int, preset: str) -> None:
+    torch.manual_seed(0)
+    xs, ws, stride, padding, dilation, groups = CONVS[case]
+    args = (torch.randn(xs), torch.randn(ws), torch.randn(ws[0]), [stride] * 2, [padding] * 2,
+            [dilation] * 2, False, [0, 0], groups)
+    check_op(aten.convolution.default, args, preset)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_pooling(preset: str) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 11)
+    check_op(aten.max_pool2d.default, (x, [3, 3], [2, 2], [1, 1]), preset)
+    check_op(aten.avg_pool2d.default, (x, [2, 2], [2, 2]), preset)
+    check_op(aten._adaptive_avg_pool2d.default, (x, [1, 1]), preset)
+    check_op(aten._adaptive_avg_pool2d.default, (torch.randn(1, 2, 8, 6), [4, 3]), preset)
+
+
+def test_missing_lowering_runs_on_host_visibly() -> None:
+    x = torch.randn(5, 8)
+    compiled, result = check_op(aten.cumsum.default, (x, 1), "tiny")
+    assert compiled.fallbacks and "cumsum" in compiled.fallbacks[0]
+    engines = {c.engine for c in compiled.program.commands}
+    assert {"host", "hdma"} <= engines
+    assert result.host_cycles > 0
+    assert result.host_link_bytes >= 2 * x.numel() * 4
+
+
+def test_embedding_and_gather() -> None:
+    weight = torch.randn(11, 6)
+    ids = torch.tensor([[1, 3, 10], [0, 0, 7]])
+    check_op(aten.embedding.default, (weight, ids), "tiny")
+    check_op(aten.index_select.default, (weight, 0, torch.tensor([4, 2])), "tiny")
+    check_op(aten.gather.default, (weight, 1, torch.tensor([[0, 5]] * 11)), "tiny")
