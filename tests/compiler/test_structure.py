@@ -1,0 +1,159 @@
+"""Structural properties of compiled programs: SRAM within capacity, DMA traffic at
+least compulsory, fusion saves DRAM round trips, the roofline bound holds, and every
+optimization switch keeps programs valid."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from archsim.simulator import Simulator
+from compiler import CompileOptions, compile_graph, compile_op
+from compiler.compile import clear_cache
+from compiler.ir.verify import verify
+from helpers import check_op, config
+
+aten = torch.ops.aten
+PRESETS = ["tiny", "edge", "atom", "tpu-v3", "tpu-v4", "ascend-910b"]
+
+
+def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def workloads(preset: str) -> list[tuple[str, object, tuple]]:
+    small = preset in ("tiny", "edge")
+    n = 96 if small else 512
+    return [
+        ("mm", aten.mm.default, (meta(n + 3, n), meta(n, n - 5))),
+        ("bmm", aten.bmm.default, (meta(4, n // 2, 64), meta(4, 64, n // 2))),
+        ("add", aten.add.Tensor, (meta(n, n + 1), meta(n + 1))),
+        ("softmax", aten._softmax.default, (meta(8, n, 33), -1, False)),
+        ("gelu", aten.gelu.default, (meta(3, n, 17),)),
+        ("mean", aten.mean.dim, (meta(4, n, 9), [1])),
+        ("conv", aten.convolution.default, (meta(1, 8, 20, 20), meta(16, 8, 3, 3), None,
+                                            [1, 1], [1, 1], [1, 1], False, [0, 0], 1)),
+        ("permute", aten.permute.default, (meta(n, 40, 3), [2, 0, 1])),
+    ]
+
+
+def _io_bytes(args: tuple, out: torch.Tensor) -> tuple[int, int]:
+    read = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+    return read, out.numel() * out.element_size()
+
+
+def _flops(name: str, args: tuple) -> int:
+    if name == "mm":
+        (m, k), (_, n) = args[0].shape, args[1].shape
+        return 2 * m * k * n
+    if name == "bmm":
+        b, m, k = args[0].shape
+        return 2 * b * m * k * args[1].shape[-1]
+    if name == "conv":
+        return 2 * 16 * 20 * 20 * 8 * 9
+    return 0
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_capacity_traffic_and_roofline(preset: str) -> None:
+    cfg = config(preset)
+    for name, op, args in workloads(preset):
+        compiled = compile_op(op, args, {}, cfg)
+        result = Simulator(cfg).run(compiled.program)
+        for space, peak in result.sram_peak_bytes.items():
+            capacity = (cfg.shared_sram.size_bytes if space == "shared"
+                        else cfg.core.scratchpad.size_bytes)
+            assert peak <= capacity, f"{preset} {name}: {space} peak {peak} > {capacity}"
+        out = op(*args)
+        read, written = _io_bytes(args, out)
+        assert result.dram_bytes_read >= read, f"{preset} {name}: read {result.dram_bytes_read}"
+        assert result.dram_bytes_written >= written, f"{preset} {name}"
+        flop_bound = _flops(name, args) / cfg.peak_flops
+        byte_bound = (read + written) / cfg.dram_bandwidth_bytes_per_s
+        bound_cycles = math.floor(max(flop_bound, byte_bound) * cfg.clock_hz)
+        assert result.total_cycles >= bound_cycles, \
+            f"{preset} {name}: {result.total_cycles} cycles beat the roofline {bound_cycles}"
+
+
+def _chain(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.relu(torch.tanh(x * 2.0 + bias) - 0.5)
+
+
+def _export(fn, *args):
+    class Wrap(torch.nn.Module):
+        def forward(self, *xs):
+            return fn(*xs)
+    return torch.export.export(Wrap(), args).run_decompositions()
+
+
+def test_fusion_saves_dram_round_trips() -> None:
+    x, bias = torch.randn(64, 48), torch.randn(48)
+    ep = _export(_chain, x, bias)
+    cfg = config("tiny")
+    fused = compile_graph(ep, cfg)
+    unfused = compile_graph(ep, cfg, CompileOptions(fusion=False))
+    (a,), fused_result = fused.run(x, bias)
+    (b,), unfused_result = unfused.run(x, bias)
+    torch.testing.assert_close(a, _chain(x, bias))
+    torch.testing.assert_close(b, _chain(x, bias))
+    stores = lambda p: sum(1 for c in p.commands if c.op.mnemonic == "store")  # noqa: E731
+    assert stores(fused.program) < stores(unfused.program)
+    assert fused_result.dram_bytes < unfused_result.dram_bytes
+    assert len(fused.kernels) == 1 and len(unfused.kernels) == 5
+
+
+def test_matmul_epilogue_is_fused() -> None:
+    x, w, b = torch.randn(40, 24), torch.randn(24, 16), torch.randn(16)
+    ep = _export(lambda x, w, b: torch.relu(x @ w + b), x, w, b)
+    compiled = compile_graph(ep, config("tiny"))
+    (out,), _ = compiled.run(x, w, b)
+    torch.testing.assert_close(out, torch.relu(x @ w + b), rtol=1e-4, atol=1e-4)
+    assert len(compiled.kernels) == 1
+
+
+@pytest.mark.parametrize("option", ["fusion", "double_buffering", "multicore", "multi_array"])
+def test_each_switch_keeps_programs_valid_and_correct(option: str) -> None:
+    torch.manual_seed(0)
+    x, w = torch.randn(70, 40), torch.randn(40, 50)
+    ep = _export(lambda x, w: torch.nn.functional.gelu(x @ w).softmax(-1), x, w)
+    for preset in ("tiny", "tpu-v3"):
+        cfg = config(preset)
+        off = compile_graph(ep, cfg, CompileOptions(**{option: False}))
+        verify(off.program, cfg)
+        (out,), _ = off.run(x, w)
+        torch.testing.assert_close(out, torch.nn.functional.gelu(x @ w).softmax(-1),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_double_buffering_and_multicore_pay_off() -> None:
+    cfg = config("atom")
+    a, b = meta(1024, 1024, dtype=torch.float16), meta(1024, 1024, dtype=torch.float16)
+    cycles = {}
+    for name, options in [("all", CompileOptions()),
+                          ("no_double_buffering", CompileOptions(double_buffering=False)),
+                          ("single_core", CompileOptions(multicore=False))]:
+        compiled = compile_op(aten.mm.default, (a, b), {}, cfg, options)
+        cycles[name] = Simulator(cfg).run(compiled.program).total_cycles
+    assert cycles["all"] < cycles["no_double_buffering"]
+    assert cycles["all"] * 4 < cycles["single_core"]
+    single = compile_op(aten.mm.default, (a, b), {}, cfg, CompileOptions(multicore=False))
+    assert {c.engine.split(".")[0] for c in single.program.commands} == {"core0"}
+
+
+def test_compile_cache() -> None:
+    clear_cache()
+    cfg = config("tiny")
+    a = compile_op(aten.mm.default, (meta(8, 8), meta(8, 8)), {}, cfg)
+    b = compile_op(aten.mm.default, (meta(8, 8), meta(8, 8)), {}, cfg)
+    c = compile_op(aten.mm.default, (meta(8, 9), meta(9, 8)), {}, cfg)
+    d = compile_op(aten.mm.default, (meta(8, 8), meta(8, 8)), {}, config("atom"))
+    assert a is b and a is not c and a is not d
+
+
+def test_commands_attributed_to_source_ops() -> None:
+    compiled, result = check_op(aten.addmm.default, (torch.randn(5), torch.randn(7, 3),
+                                                     torch.randn(3, 5)), "tiny")
+    assert all(c.source for c in compiled.program.commands)
+    assert {s.source for s in result.by_source} <= {"addmm_default"}
