@@ -30,18 +30,18 @@ def summary_text(session: ProfileResult) -> str:
     runs = len(session.runs)
     host_events = sum(1 for e in session.events if e.event.kind == "host")
     copies = [e.event for e in session.events if e.event.kind == "transfer"]
-    inside = session.host_cycles - session.cycles("host")
+    inside = session.host_cycles_inside_runs
     lines = [
         f"Profile on {config.name} ({config.clock_hz / 1e9:g} GHz): "
         f"{len(session.events)} events, {format_cycles(total)} cycles = "
         f"{format_us(session.seconds)}",
         f"  device    {format_cycles(session.device_cycles):>14} cycles "
         f"{percent(session.device_cycles, total):>6}  ({runs} simulated runs: "
-        f"{runs - graphs} eager ops, {graphs} compiled graphs)",
-        f"  host      {format_cycles(session.cycles('host')):>14} cycles "
-        f"{percent(session.cycles('host'), total):>6}  ({host_events} ops on the host"
-        + (f"; plus {format_cycles(inside)} cycles of host nodes inside runs" if inside else "")
+        f"{runs - graphs} eager ops, {graphs} compiled graphs"
+        + (f"; {format_cycles(inside)} cycles in host nodes of graphs" if inside else "")
         + ")",
+        f"  host      {format_cycles(session.cycles('host')):>14} cycles "
+        f"{percent(session.cycles('host'), total):>6}  ({host_events} ops on the host)",
         f"  transfer  {format_cycles(session.transfer_cycles):>14} cycles "
         f"{percent(session.transfer_cycles, total):>6}  ({len(copies)} host<->device copies, "
         f"{format_bytes(sum(e.bytes for e in copies))})",

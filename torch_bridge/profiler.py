@@ -118,9 +118,15 @@ class ProfileResult:
 
     @property
     def host_cycles(self) -> int:
-        """Host work: fallback ops plus host nodes inside simulated runs."""
-        inside = sum(r.engine_busy_cycles.get("host", 0) for r in self.runs)
-        return self.cycles("host") + inside
+        """Host work: ops that fell back to the host, plus the host nodes inside compiled
+        graphs (their share of the graph's critical path, as in :attr:`ops`)."""
+        return sum(r.host_cycles for r in self.ops)
+
+    @property
+    def host_cycles_inside_runs(self) -> int:
+        """The part of :attr:`host_cycles` spent in host nodes of compiled graphs (it is
+        also part of :attr:`device_cycles`: the graph's run includes it)."""
+        return self.host_cycles - self.cycles("host")
 
     @property
     def transfer_cycles(self) -> int:

@@ -1,0 +1,154 @@
+"""Eager npu ops through the compiler and the simulator, and visible host fallback when
+an op cannot be compiled; every number is checked against CPU."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import compiler
+from archsim.errors import LoweringError
+from torch_bridge import eager, runtime
+
+aten = torch.ops.aten
+Op = Callable[..., torch.Tensor]
+
+CASES: dict[str, Op] = {
+    "mm": lambda x, w, b: x @ w,
+    "linear": lambda x, w, b: F.linear(x, w.t(), b),
+    "bmm": lambda x, w, b: torch.bmm(x.expand(2, 6, 8), w.expand(2, 8, 5)),
+    "add": lambda x, w, b: x + x[:1].abs(),
+    "mul_scalar": lambda x, w, b: x * 2.5,
+    "div": lambda x, w, b: x / (x.abs() + 1),
+    "gelu": lambda x, w, b: F.gelu(x),
+    "tanh_exp": lambda x, w, b: torch.tanh(x).exp(),
+    "softmax": lambda x, w, b: torch.softmax(x, -1),
+    "log_softmax": lambda x, w, b: torch.log_softmax(x, 0),
+    "layer_norm": lambda x, w, b: F.layer_norm(x, (8,), w[:, 0], w[:, 1]),
+    "sum": lambda x, w, b: x.sum(1),
+    "mean_keepdim": lambda x, w, b: x.mean(0, keepdim=True),
+    "amax": lambda x, w, b: x.amax(-1),
+    "where_gt": lambda x, w, b: torch.where(x > 0, x, -x),
+    "conv2d": lambda x, w, b: F.conv2d(x.reshape(1, 1, 6, 8), w[:3, :3].reshape(1, 1, 3, 3)),
+}
+
+
+@pytest.fixture
+def inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return torch.randn(6, 8), torch.randn(8, 5), torch.randn(5)
+
+
+class TestEagerThroughCompiler:
+    @pytest.mark.parametrize("name", list(CASES))
+    def test_matches_cpu_and_runs_on_the_device(self, name: str, inputs) -> None:
+        fn = CASES[name]
+        line = runtime.reset_timeline()
+        got = fn(*(t.npu() for t in inputs))
+        assert_close(got.cpu(), fn(*inputs))
+        device = [e for e in line.events if e.kind == "device" and e.op != "aten.copy_"]
+        assert device and all(e.cycles > 0 for e in device)
+        assert not [e for e in line.events if e.kind == "host"]
+
+    def test_in_place_ops_store_into_self(self, inputs) -> None:
+        x, w, _ = inputs
+        got, want = x.npu(), x.clone()
+        same = got
+        got.add_(got * 2).mul_(0.5).sub_(got.neg()).div_(3)
+        want.add_(want * 2).mul_(0.5).sub_(want.neg()).div_(3)
+        assert got is same
+        assert_close(got.cpu(), want)
+
+    def test_programs_are_cached_per_signature(self, inputs, monkeypatch) -> None:
+        x = inputs[0].npu()
+        eager.clear_cache()
+        calls: list[object] = []
+        original = compiler.compile_op
+
+        def counting(*args, **kwargs):
+            calls.append(args[0])
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(compiler, "compile_op", counting, raising=False)
+        for scale in (2.0, 3.0, 4.0):  # Python numbers are data, not program constants
+            assert_close((x * scale).cpu(), inputs[0] * scale)
+        (x[:2] * 2.0).cpu()  # a new shape compiles again
+        assert calls == [aten.mul.Tensor, aten.mul.Tensor]
+
+    def test_result_dtypes_follow_torch_promotion(self) -> None:
+        i = torch.arange(6)
+        h = torch.randn(6).half()
+        for got, want in [(i.npu() * 2.5, i * 2.5), (h.npu() * 2.5, h * 2.5),
+                          (i.npu() + 1, i + 1), (h.npu() > 0, h > 0)]:
+            assert got.dtype == want.dtype
+            assert_close(got.cpu(), want)
+
+    def test_device_time_and_run_reach_listeners(self, inputs) -> None:
+        seen: list[tuple[runtime.Event, runtime.Run | None]] = []
+        listener = lambda event, run: seen.append((event, run))  # noqa: E731
+        a, b = inputs[0].npu(), inputs[1].npu()
+        runtime.add_listener(listener)
+        try:
+            a @ b
+        finally:
+            runtime.remove_listener(listener)
+        (event, run), = seen
+        assert (event.op, event.kind) == ("aten.mm", "device")
+        assert run is not None and run.result.total_cycles == event.cycles > 0
+        assert event.flops == run.result.flops == 2 * 6 * 8 * 5
+        assert run.result.program.commands
+
+    def test_on_host_switch(self, inputs) -> None:
+        a, b = inputs[0].npu(), inputs[1].npu()
+        line = runtime.reset_timeline()
+        with eager.on_host(aten.mm.default):
+            host = a @ b
+        device = a @ b
+        assert [e.kind for e in line.events] == ["host", "device"]
+        assert_close(host.cpu(), device.cpu())
+
+
+class TestCompileFailure:
+    def test_compiler_error_falls_back_to_host_with_reason(self, inputs,
+                                                            monkeypatch) -> None:
+        def fail(*args, **kwargs):
+            raise LoweringError("tanh: no tile fits (test)")
+
+        eager.clear_cache()
+        monkeypatch.setattr(compiler, "compile_op", fail, raising=False)
+        x = inputs[0]
+        line = runtime.reset_timeline()
+        with pytest.warns(eager.CompileFallbackWarning, match="aten.tanh runs on the host"):
+            got = torch.tanh(x.npu())
+        monkeypatch.undo()
+        eager.clear_cache()
+        event = line.events[-1]
+        assert_close(got.cpu(), torch.tanh(x))
+        assert (event.op, event.kind) == ("aten.tanh", "host") and event.cycles > 0
+        assert event.note == "compile failed: LoweringError: tanh: no tile fits (test)"
+        assert any(f.op == "aten.tanh" and f.reason == event.note
+                   for f in eager.compile_failures())
+
+    def test_unsupported_arguments_run_on_host(self) -> None:
+        torch.manual_seed(0)
+        x, w = torch.randn(1, 2, 5, 5), torch.randn(2, 3, 3, 3)
+        line = runtime.reset_timeline()
+        with pytest.warns(eager.CompileFallbackWarning, match="no device lowering"):
+            got = F.conv_transpose2d(x.npu(), w.npu())  # transposed: not lowered
+        assert_close(got.cpu(), F.conv_transpose2d(x, w))
+        host = [e for e in line.events if e.kind == "host"]
+        assert host and "no device lowering" in host[-1].note
+
+    def test_float64_is_a_device_limit_listed_without_warning(self, recwarn) -> None:
+        x = torch.randn(4, dtype=torch.float64)
+        line = runtime.reset_timeline()
+        got = x.npu() * 3
+        event = line.events[-1]
+        assert_close(got.cpu(), x * 3)
+        assert event.kind == "host"
+        assert event.note == "dtype torch.float64 is not supported by the device"
+        assert not [w for w in recwarn if issubclass(w.category, eager.CompileFallbackWarning)]
