@@ -1,0 +1,126 @@
+"""``torch.compile(backend="archsim")``: graphs compiled and simulated, on CPU and npu
+inputs, forward and backward; a graph that does not compile runs eagerly, visibly."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+import compiler
+from archsim.errors import LoweringError
+from torch_bridge import compile_backend, runtime
+
+
+def small_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+
+
+def compiled_events(line: runtime.Timeline) -> list[runtime.Event]:
+    return [e for e in line.events if e.op.startswith("compiled ")]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> None:
+    """Dynamo reuses a graph for another instance of the same module class: start clean
+    so each test compiles (and so sees its own backend behaviour)."""
+    torch._dynamo.reset()
+
+
+class TestCompileBackend:
+    def test_cpu_inputs_give_cpu_outputs(self) -> None:
+        model, x = small_model(), torch.randn(5, 8)
+        compiled = torch.compile(model, backend="archsim")
+        line = runtime.reset_timeline()
+        with torch.no_grad():
+            got = compiled(x)
+            want = model(x)
+        assert got.device.type == "cpu"
+        assert_close(got, want)
+        events = compiled_events(line)
+        assert [e.kind for e in events] == ["device"] and events[0].cycles > 0
+
+    def test_npu_inputs_give_npu_outputs(self) -> None:
+        model, x = small_model(), torch.randn(5, 8)
+        compiled = torch.compile(copy.deepcopy(model).npu(), backend="archsim")
+        with torch.no_grad():
+            xn = x.npu()
+            line = runtime.reset_timeline()
+            got = compiled(xn)
+            kinds = [e.kind for e in line.events]
+            want = model(x)
+        assert got.device.type == "npu"
+        assert_close(got.cpu(), want)
+        assert kinds == ["device"]  # one simulated run: no per-op events, no host work
+
+    def test_run_is_recorded_with_its_result_and_ops(self) -> None:
+        model, x = small_model(), torch.randn(5, 8)
+        compiled = torch.compile(model, backend="archsim")
+        seen: list[tuple[runtime.Event, runtime.Run | None]] = []
+        listener = lambda event, run: seen.append((event, run))  # noqa: E731
+        runtime.add_listener(listener)
+        try:
+            with torch.no_grad():
+                compiled(x)
+        finally:
+            runtime.remove_listener(listener)
+        (event, run), = seen
+        assert run is not None and run.result.total_cycles == event.cycles
+        assert "aten.addmm" in run.sources.values()
+        assert {s.source for s in run.result.by_source} <= {*run.sources, "<unattributed>"}
+
+    def test_training_matches_cpu_step_by_step(self) -> None:
+        def losses(device: str, compile_step: bool) -> list[float]:
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            x = torch.randn(10, 8).to(device)
+            target = torch.randint(0, 3, (10,)).to(device)
+
+            def step() -> torch.Tensor:
+                loss = nn.functional.cross_entropy(model(x), target)
+                loss.backward()
+                return loss
+
+            run = torch.compile(step, backend="archsim") if compile_step else step
+            out = []
+            for _ in range(3):
+                opt.zero_grad()
+                out.append(run().item())
+                opt.step()
+            return out
+
+        cpu = losses("cpu", False)
+        line = runtime.reset_timeline()
+        npu = losses("npu", True)
+        roles = {e.op.split()[1] for e in compiled_events(line)}
+        assert roles == {"forward", "backward"}  # both graphs compiled and simulated
+        assert_close(npu, cpu)
+        assert npu[2] < npu[0]
+
+    def test_graph_that_does_not_compile_runs_eagerly(self, monkeypatch) -> None:
+        def fail(*args, **kwargs):
+            raise LoweringError("no kernel (test)")
+
+        monkeypatch.setattr(compiler, "compile_graph", fail, raising=False)
+        model, x = small_model(), torch.randn(5, 8)
+        line = runtime.reset_timeline()
+        with torch.no_grad(), pytest.warns(compile_backend.GraphFallbackWarning,
+                                           match="runs eagerly"):
+            got_cpu = torch.compile(model, backend="archsim")(x)
+            got_npu = torch.compile(copy.deepcopy(model).npu(), backend="archsim")(x.npu())
+            want = model(x)
+        assert_close(got_cpu, want)
+        assert_close(got_npu.cpu(), want)
+        cpu_event, npu_event = compiled_events(line)
+        assert cpu_event.kind == npu_event.kind == "host"
+        assert cpu_event.note == ("compile failed: LoweringError: no kernel (test); "
+                                  "ran on CPU")
+        assert cpu_event.flops >= 2 * 5 * (8 * 16 + 16 * 4) and cpu_event.cycles > 0
+        assert npu_event.note.endswith("ran op by op")
+        after = line.events[line.events.index(npu_event) + 1:]
+        assert any(e.op == "aten.addmm" and e.kind == "device" for e in after)
