@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import check_op
+from compiler_helpers import check_op
 
 aten = torch.ops.aten
 PRESETS = ["tiny", "atom"]

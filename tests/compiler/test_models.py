@@ -9,8 +9,8 @@ import torch
 
 from archsim.simulator import Simulator
 from compiler import compile_graph, compile_op
-from helpers import config
-from models import GPT2Block, LlamaLayer, ResNetBlock, rotary
+from compiler_helpers import config
+from compiler_models import GPT2Block, LlamaLayer, ResNetBlock, rotary
 
 aten = torch.ops.aten
 

@@ -13,7 +13,7 @@ from archsim.simulator import Simulator
 from compiler import CompileOptions, compile_graph, compile_op
 from compiler.compile import clear_cache
 from compiler.ir.verify import verify
-from helpers import check_op, config
+from compiler_helpers import check_op, config
 
 aten = torch.ops.aten
 PRESETS = ["tiny", "edge", "atom", "tpu-v3", "tpu-v4", "ascend-910b"]
