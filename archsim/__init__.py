@@ -17,8 +17,9 @@ def __getattr__(name: str) -> Any:
     if name == "SimResult":
         from archsim.result import SimResult
         return SimResult
-    if name == "estimate":
+    if name == "estimate":  # importing the submodule binds it here: rebind the function
         from archsim.estimate import estimate
+        globals()["estimate"] = estimate
         return estimate
     if name == "load_config":
         from archsim.config import load_config
