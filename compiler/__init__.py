@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CompileOptions", "CompiledProgram", "compile_graph", "compile_op"]
+__all__ = ["CompileOptions", "CompiledProgram", "compile_graph", "compile_op",
+           "export_decompositions"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "CompileOptions":
         from compiler.options import CompileOptions
         return CompileOptions
-    if name in ("CompiledProgram", "compile_graph", "compile_op"):
+    if name in ("CompiledProgram", "compile_graph", "compile_op", "export_decompositions"):
         from compiler import compile as _compile
         return getattr(_compile, name)
     raise AttributeError(f"module 'compiler' has no attribute {name!r}")

@@ -99,7 +99,7 @@ class CompiledProgram:
             array = to_numpy(arg) if isinstance(arg, torch.Tensor) else np.asarray(arg)
             feed[name] = array.reshape(shapes[name]) if array.shape != shapes[name] else array
         for name, const in self.constants.items():
-            feed[name] = const.array() if isinstance(const, Fill) else const
+            feed[name] = const if isinstance(const, np.ndarray) else const.array()
         return feed
 
     def run(self, *args: Any, simulate: bool = True, verify: bool = True) -> tuple[Any, Any]:
@@ -139,6 +139,7 @@ def _safe(name: str) -> str:
 
 
 def _kernel_table() -> dict[type[g.Spec] | None, Callable[[Context, Kernel], Any]]:
+    from compiler.kernels.attention import lower_attention_kernel
     from compiler.kernels.conv import lower_conv_kernel, lower_pool_kernel
     from compiler.kernels.host import lower_host_kernel
     from compiler.kernels.matmul import lower_matmul_kernel
@@ -149,6 +150,7 @@ def _kernel_table() -> dict[type[g.Spec] | None, Callable[[Context, Kernel], Any
         None: lower_vector_kernel,
         g.MatMul: lower_matmul_kernel,
         g.Conv2d: lower_conv_kernel,
+        g.Attention: lower_attention_kernel,
         g.Pool2d: lower_pool_kernel,
         g.Cat: lower_cat_kernel,
         g.Pad: lower_pad_kernel,
@@ -226,6 +228,7 @@ def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name
         fn_name = lower(ctx, kernel)
         if spec_type is g.HostCall:
             host_functions[fn_name] = kernel.anchor.spec.fn
+    constants.update(ctx.constants)
     return em.build(), ctx.tensors, host_functions, constants, kernels
 
 
@@ -323,6 +326,17 @@ def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
         fx_graph.output(tuple(items))
     gm = torch.fx.GraphModule(torch.nn.Module(), fx_graph)
     return compile_graph(gm, config, options)
+
+
+def export_decompositions() -> dict[Any, Any]:
+    """torch.export's default decomposition table minus scaled_dot_product_attention, so
+    attention reaches the compiler whole and gets the flash-attention kernel:
+    ``torch.export.export(m, args).run_decompositions(export_decompositions())``."""
+    import torch
+
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    return table
 
 
 def clear_cache() -> None:

@@ -235,3 +235,12 @@ def base_of(value: Value) -> Value:
     while value.producer is not None and isinstance(value.producer.spec, View):
         value = value.producer.inputs[0]
     return value
+
+
+@dataclass(frozen=True)
+class Attention(Spec):
+    """softmax(q @ k^T * scale + mask) @ v with q [..., Sq, D], k [..., Sk, D],
+    v [..., Sk, Dv]; inputs (q, k, v[, mask]); key/value heads may be fewer (GQA)."""
+
+    scale: float
+    causal: bool

@@ -22,6 +22,8 @@ class Context:
     """Base value id -> DRAM tensor name (materialized values only)."""
     scalars: dict[int, float] = field(default_factory=dict)
     """Splat value id -> its scalar (used as an operand, never materialized)."""
+    constants: dict[str, object] = field(default_factory=dict)
+    """DRAM tensors kernels add for their own constants (name -> object with .array())."""
 
     @property
     def cores(self) -> int:

@@ -1,6 +1,7 @@
 """Per-op lowerings, one module per family; importing this package fills the table."""
 
 from compiler.lowerings import (  # noqa: F401  (imported for their registrations)
+    attention,
     conv,
     elementwise,
     matmul,

@@ -253,3 +253,34 @@ def test_embedding_and_gather() -> None:
     check_op(aten.embedding.default, (weight, ids), "tiny")
     check_op(aten.index_select.default, (weight, 0, torch.tensor([4, 2])), "tiny")
     check_op(aten.gather.default, (weight, 1, torch.tensor([[0, 5]] * 11)), "tiny")
+
+
+@pytest.mark.parametrize("preset", ["tiny", "atom", "tpu-v3"])
+def test_flash_attention(preset: str) -> None:
+    torch.manual_seed(0)
+    sdpa = aten.scaled_dot_product_attention.default
+    q, k, v = torch.randn(2, 3, 37, 16), torch.randn(2, 3, 45, 16), torch.randn(2, 3, 45, 8)
+    check_op(sdpa, (q, k, v), preset)
+    q, k = torch.randn(1, 4, 50, 16), torch.randn(1, 2, 50, 16)
+    check_op(sdpa, (q, k, k), preset, {"is_causal": True, "enable_gqa": True})
+    check_op(sdpa, (q, q, q, torch.randn(50, 50)), preset)
+    keep = torch.rand(1, 1, 50, 50) > 0.3
+    keep[..., 0] = True
+    check_op(sdpa, (q, q, q, keep), preset, {"scale": 0.3})
+    qb = q.to(torch.bfloat16)
+    check_op(sdpa, (qb, qb, qb), preset, {"is_causal": True})
+
+
+def test_flash_attention_never_holds_the_score_matrix() -> None:
+    from archsim.simulator import Simulator
+    from compiler import compile_op
+    from compiler_helpers import config
+
+    cfg = config("tiny")
+    q = torch.empty(1, 2, 512, 32, device="meta")
+    compiled = compile_op(aten.scaled_dot_product_attention.default, (q, q, q),
+                          {"is_causal": True}, cfg)
+    result = Simulator(cfg).run(compiled.program)
+    scores = 512 * 512 * 4
+    assert max(result.sram_peak_bytes.values()) <= cfg.core.scratchpad.size_bytes < scores
+    assert not [t for t in compiled.program.tensors if t.role == "temp"]

@@ -8,15 +8,16 @@ import pytest
 import torch
 
 from archsim.simulator import Simulator
-from compiler import compile_graph, compile_op
+from compiler import compile_graph, compile_op, export_decompositions
 from compiler_helpers import config
 from compiler_models import GPT2Block, LlamaLayer, ResNetBlock, rotary
 
 aten = torch.ops.aten
 
 
-def _export(model: torch.nn.Module, *args: torch.Tensor):
-    return torch.export.export(model.eval(), args).run_decompositions()
+def _export(model: torch.nn.Module, *args: torch.Tensor, keep_sdpa: bool = False):
+    table = export_decompositions() if keep_sdpa else None
+    return torch.export.export(model.eval(), args).run_decompositions(table)
 
 
 @pytest.mark.parametrize("preset", ["tpu-v3", "atom"])
@@ -60,14 +61,16 @@ def test_resnet_block_matches_torch(preset: str) -> None:
     assert not compiled.fallbacks
 
 
-def test_llama_small_matches_torch() -> None:
+@pytest.mark.parametrize("keep_sdpa", [False, True])
+def test_llama_small_matches_torch(keep_sdpa: bool) -> None:
     torch.manual_seed(0)
     model = LlamaLayer(hidden=64, heads=4, intermediate=96)
     x = torch.randn(1, 12, 64)
     cos, sin = rotary(12, 16)
-    compiled = compile_graph(_export(model, x, cos, sin), config("atom"))
+    compiled = compile_graph(_export(model, x, cos, sin, keep_sdpa=keep_sdpa), config("atom"))
     (out,), _ = compiled.run(x, cos, sin)
     torch.testing.assert_close(out, model(x, cos, sin), rtol=1e-4, atol=1e-4)
+    assert ("attention" in " ".join(compiled.kernels)) == keep_sdpa or keep_sdpa
 
 
 def test_llama7b_layer_compiles_from_meta_without_weights() -> None:
@@ -75,7 +78,7 @@ def test_llama7b_layer_compiles_from_meta_without_weights() -> None:
         model = LlamaLayer(hidden=4096, heads=32, intermediate=11008).to(torch.bfloat16)
         x = torch.empty(1, 2048, 4096, dtype=torch.bfloat16)
         cos, sin = (t.to(torch.bfloat16) for t in rotary(2048, 128))
-        ep = _export(model, x, cos, sin)
+        ep = _export(model, x, cos, sin, keep_sdpa=True)
     cfg = config("tpu-v3")
     compiled = compile_graph(ep, cfg)
     assert not compiled.bound  # nothing real to bind: weights were never allocated

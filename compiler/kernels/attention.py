@@ -1,0 +1,282 @@
+"""Flash-attention kernel: the score matrix is never materialized.
+
+Per (batch, query tile) on a core: load Q once; for each key tile (skipping tiles a
+causal mask hides entirely) load K (transposed on the vector engine) and V, compute
+``S = Q @ K^T * scale`` on the matrix engine, apply the mask, and update the running
+row max ``m``, row sum ``l`` and accumulator ``acc`` (online softmax):
+
+    m' = max(m, rowmax(S));  P = exp(S - m');  c = exp(m - m')
+    l = l * c + rowsum(P);   acc = acc * c + P @ V
+
+then store ``acc / l``. Only ``[Tq, Tk]`` score tiles live in SRAM.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from archsim.errors import CapacityError
+from compiler import graph as g
+from compiler.emit import Arena
+from compiler.graph import Value
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import Scalar, SramRef
+from compiler.ir.ops import (
+    Binary,
+    BinaryKind,
+    Cast,
+    MatMul,
+    Reduce,
+    ReduceKind,
+    Select,
+    Transpose,
+    Unary,
+    UnaryKind,
+    VCopy,
+)
+from compiler.kernels.common import Context, TileSteps, pipeline
+from compiler.kernels.vector import load_box, store_box, sub, value_box
+from compiler.plan import Kernel
+
+F32 = DType.f32
+
+
+@dataclass(frozen=True)
+class CausalBias:
+    """A [Sq, Sk] additive causal mask (0 on and below the diagonal, -inf above),
+    materialized only for functional runs."""
+
+    sq: int
+    sk: int
+
+    def array(self) -> np.ndarray:
+        i = np.arange(self.sq)[:, None]
+        j = np.arange(self.sk)[None, :]
+        return np.where(j > i, -np.inf, 0.0).astype(np.float32)
+
+
+def _tile_bytes(tq: int, tk: int, d: int, dv: int, item: int, sets: int, masked: bool) -> int:
+    per_step = tk * d * item * 2 + tk * dv * item + (tq * tk * 4 if masked else 0)
+    scores = tq * tk * 4 * 2 + tq * tk * item + tq * dv * 4
+    per_tile = tq * d * item + tq * dv * 4 + tq * dv * item + 6 * tq * 4
+    return sets * (per_step + scores + per_tile) + 64 * 40
+
+
+def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
+    node = kernel.anchor
+    spec: g.Attention = node.spec
+    q, k, v = node.inputs[:3]
+    mask: Value | None = node.inputs[3] if len(node.inputs) > 3 else None
+    out = node.out
+    sq, d = q.shape[-2:]
+    sk, dv = v.shape[-2:]
+    batch_shape = q.shape[:-2]
+    item = q.dtype.itemsize
+    sets = ctx.sets
+    masked = spec.causal or mask is not None
+    tq = tk = 1
+    for t in (512, 256, 128, 64, 32, 16, 8, 4, 2, 1):
+        tq, tk = min(t, sq), min(t, sk)
+        if _tile_bytes(tq, tk, d, dv, item, sets, masked) <= ctx.capacity:
+            break
+    else:
+        raise CapacityError(f"{node.source}: no attention tile fits {ctx.capacity} B")
+    bias = None
+    if spec.causal:
+        bias_name = f"{ctx.view(out).tensor}_causal_bias"
+        ctx.em.tensor(bias_name, (sq, sk), F32, "in")
+        ctx.constants[bias_name] = CausalBias(sq, sk)
+        bias = bias_name
+    batch = math.prod(batch_shape)
+    tiles = [(bi, q0) for bi in range(batch) for q0 in range(0, sq, tq)]
+    cores = min(ctx.cores, len(tiles))
+    bufs = [_allocate(ctx, c, tq, tk, d, dv, q.dtype, sets, masked) for c in range(cores)]
+    per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
+    tile_counts, step_counts = [0] * cores, [0] * cores
+    for t, (bi, q0) in enumerate(tiles):
+        core = t % cores
+        ts = tile_counts[core] % sets
+        tile_counts[core] += 1
+        q1 = min(q0 + tq, sq)
+        index = _unravel(bi, batch_shape)
+        kv_index = _kv_index(index, q.shape, k.shape)
+        k_tiles = [k0 for k0 in range(0, sk, tk) if not (spec.causal and k0 > q1 - 1)]
+        for s, k0 in enumerate(k_tiles):
+            k1 = min(k0 + tk, sk)
+            ss = step_counts[core] % sets
+            step_counts[core] += 1
+            needs_mask = mask is not None or (spec.causal and k1 - 1 > q0)
+            job = _Step(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
+                        (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias)
+            per_core[core].append(TileSteps(job.load, job.compute, job.finish))
+    pipeline(per_core, sets - 1)
+
+
+def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for size in reversed(shape):
+        out.append(index % size)
+        index //= size
+    return tuple(reversed(out))
+
+
+def _kv_index(index: tuple[int, ...], q_shape: tuple[int, ...],
+              k_shape: tuple[int, ...]) -> tuple[int, ...]:
+    if not index:
+        return index
+    heads_q, heads_k = q_shape[-3], k_shape[-3]
+    return index[:-1] + (index[-1] // (heads_q // heads_k),)
+
+
+def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype: DType,
+              sets: int, masked: bool) -> dict[str, list[SramRef]]:
+    arena = Arena(f"sram{core}", ctx.capacity)
+    shapes: dict[str, tuple[tuple[int, ...], DType]] = {
+        "q": ((tq, d), dtype), "k": ((tk, d), dtype), "kt": ((d, tk), dtype),
+        "v": ((tk, dv), dtype), "s": ((tq, tk), F32), "p": ((tq, tk), F32),
+        "pc": ((tq, tk), dtype), "pv": ((tq, dv), F32), "acc": ((tq, dv), F32),
+        "o": ((tq, dv), dtype), "m": ((tq, 1), F32), "mn": ((tq, 1), F32),
+        "rm": ((tq, 1), F32), "l": ((tq, 1), F32), "c": ((tq, 1), F32),
+        "rs": ((tq, 1), F32),
+    }
+    if masked:
+        shapes["mask"] = ((tq, tk), F32)
+    return {name: [arena.alloc(shape, dt, f"attention {name}") for _ in range(sets)]
+            for name, (shape, dt) in shapes.items()}
+
+
+class _Step:
+    """One key tile of one query tile: load, compute and (last step) finish."""
+
+    def __init__(self, ctx: Context, node, core: int, bufs: dict[str, list[SramRef]],
+                 ts: int, ss: int, index: tuple[int, ...], kv_index: tuple[int, ...],
+                 rows: tuple[int, int], keys: tuple[int, int], first: bool, last: bool,
+                 needs_mask: bool, mask: Value | None, bias: str | None) -> None:
+        self.ctx, self.node, self.core = ctx, node, core
+        self.bufs, self.ts, self.ss = bufs, ts, ss
+        self.index, self.kv_index = index, kv_index
+        self.rows, self.keys = rows, keys
+        self.first, self.last = first, last
+        self.needs_mask, self.mask, self.bias = needs_mask, mask, bias
+        self.nq, self.nk = rows[1] - rows[0], keys[1] - keys[0]
+        self.source = node.source
+        self.vpu = f"core{core}.vpu"
+        self.mxu = f"core{core}.mxu0"
+
+    def buf(self, name: str, shape: tuple[int, ...], per_tile: bool = False) -> SramRef:
+        return sub(self.bufs[name][self.ts if per_tile else self.ss], shape)
+
+    def vec(self, op) -> None:
+        self.ctx.em.emit(self.vpu, op, self.source)
+
+    def load(self) -> None:
+        ctx, node = self.ctx, self.node
+        q, k, v = node.inputs[:3]
+        d, dv = q.shape[-1], v.shape[-1]
+        if self.first:
+            box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, d))
+            load_box(ctx, q, box, self.buf("q", (self.nq, d), True), self.core, self.source)
+        kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
+        kbuf = self.buf("k", (self.nk, d))
+        load_box(ctx, k, kv_box, kbuf, self.core, self.source)
+        self.vec(Transpose(kbuf, self.buf("kt", (d, self.nk)), (1, 0)))
+        v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
+        load_box(ctx, v, v_box, self.buf("v", (self.nk, dv)), self.core, self.source)
+        if not self.needs_mask:
+            return
+        mbuf = self.bufs["mask"][self.ss]
+        if self.bias is not None:
+            from compiler.emit import DramView
+            view = DramView(self.bias, node.out.shape[-2:-1] + (node.inputs[1].shape[-2],),
+                            node.out.shape[-2:-1] + (node.inputs[1].shape[-2],), F32)
+            for ref, off in ctx.em.dram_pieces(view, (self.rows, self.keys)):
+                from compiler.ir.ops import Load
+                ctx.em.emit(ctx.em.dma(self.core), Load(ref, sub(mbuf, ref.shape, off)),
+                            self.source)
+            return
+        space_box = tuple((i, i + 1) for i in self.index) + (self.rows, self.keys)
+        mask = self.mask
+        box = value_box(mask, space_box)
+        shape = tuple(hi - lo for lo, hi in box)
+        own = box[len(box) - len(mask.shape):]
+        target = SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
+        load_box(ctx, mask, own, target, self.core, self.source)
+
+    def _mask_ref(self) -> SramRef:
+        if self.bias is not None:
+            return self.buf("mask", (self.nq, self.nk))
+        mask = self.mask
+        space_box = tuple((i, i + 1) for i in self.index) + (self.rows, self.keys)
+        box = value_box(mask, space_box)
+        shape = tuple(hi - lo for lo, hi in box)[-2:]
+        mbuf = self.bufs["mask"][self.ss]
+        return SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
+
+    def compute(self) -> None:
+        node = self.node
+        spec: g.Attention = node.spec
+        q, v = node.inputs[0], node.inputs[2]
+        d, dv = q.shape[-1], v.shape[-1]
+        nq, nk = self.nq, self.nk
+        s = self.buf("s", (nq, nk))
+        self.ctx.em.emit(self.mxu, MatMul(self.buf("q", (nq, d), True),
+                                          self.buf("kt", (d, nk)), s), self.source)
+        self.vec(Binary(BinaryKind.mul, s, Scalar(spec.scale), s))
+        if self.needs_mask:
+            mask = self._mask_ref()
+            if mask.dtype is DType.bool:
+                self.vec(Select(mask, s, Scalar(float("-inf")), s))
+            else:
+                self.vec(Binary(BinaryKind.add, s, mask, s))
+        m = self.buf("m", (nq, 1), True)
+        mn = self.buf("mn", (nq, 1), True)
+        l_sum = self.buf("l", (nq, 1), True)
+        acc = self.buf("acc", (nq, dv), True)
+        p = self.buf("p", (nq, nk))
+        if self.first:
+            self.vec(Reduce(ReduceKind.max, s, m, 1))
+            self.vec(Binary(BinaryKind.sub, s, m, p))
+            self.vec(Unary(UnaryKind.exp, p, p))
+            self.vec(Reduce(ReduceKind.sum, p, l_sum, 1))
+            self._pv(p, acc, nq, nk, dv, v.dtype)
+            return
+        rm, c, rs = self.buf("rm", (nq, 1)), self.buf("c", (nq, 1)), self.buf("rs", (nq, 1))
+        self.vec(Reduce(ReduceKind.max, s, rm, 1))
+        self.vec(Binary(BinaryKind.max, m, rm, mn))
+        self.vec(Binary(BinaryKind.sub, s, mn, p))
+        self.vec(Unary(UnaryKind.exp, p, p))
+        self.vec(Binary(BinaryKind.sub, m, mn, c))
+        self.vec(Unary(UnaryKind.exp, c, c))
+        self.vec(Reduce(ReduceKind.sum, p, rs, 1))
+        self.vec(Binary(BinaryKind.mul, l_sum, c, l_sum))
+        self.vec(Binary(BinaryKind.add, l_sum, rs, l_sum))
+        self.vec(Binary(BinaryKind.mul, acc, c, acc))
+        pv = self.buf("pv", (nq, dv))
+        self._pv(p, pv, nq, nk, dv, v.dtype)
+        self.vec(Binary(BinaryKind.add, acc, pv, acc))
+        self.vec(VCopy(mn, m))
+
+    def _pv(self, p: SramRef, dst: SramRef, nq: int, nk: int, dv: int, dtype: DType) -> None:
+        lhs = p
+        if dtype is not F32:
+            lhs = self.buf("pc", (nq, nk))
+            self.vec(Cast(p, lhs))
+        self.ctx.em.emit(self.mxu, MatMul(lhs, self.buf("v", (nk, dv)), dst), self.source)
+
+    def finish(self) -> None:
+        if not self.last:
+            return
+        out = self.node.out
+        dv = out.shape[-1]
+        acc = self.buf("acc", (self.nq, dv), True)
+        l_sum = self.buf("l", (self.nq, 1), True)
+        self.vec(Binary(BinaryKind.div, acc, l_sum, acc))
+        result = acc
+        if out.dtype is not F32:
+            result = self.buf("o", (self.nq, dv), True)
+            self.vec(Cast(acc, result))
+        box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, dv))
+        store_box(self.ctx, out, box, result, self.core, self.source)
