@@ -66,6 +66,9 @@ class SimResult:
     matmul_flops: int
     flops: int
     sram_peak_bytes: Mapping[str, int]
+    link_bytes: Mapping[str, int] = field(default_factory=dict)
+    """Bytes each shared link carried (``dram``, ``noc.coreN``, ``sramN.port``,
+    ``shared.port``, ``host_link``)."""
     outputs: Mapping[str, np.ndarray] | None = None
     """Final DRAM tensor values in functional mode (bf16 as float32); None otherwise."""
 

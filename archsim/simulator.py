@@ -232,6 +232,8 @@ class _Run:
             matmul_flops=int(matmul),
             flops=int(flops.sum()),
             sram_peak_bytes=MappingProxyType(_sram_high_water(self.program.commands)),
+            link_bytes=MappingProxyType({name: int(moved) for name, moved in
+                                         zip(self.network.names, self.network.bytes_moved)}),
             outputs=outputs,
         )
 

@@ -44,6 +44,10 @@ def test_statistics_add_up() -> None:
     assert result.flops == 64
     assert result.matmul_flops == 0
     assert result.sram_peak_bytes == {"sram0": 512}
+    assert result.link_bytes["dram"] == 1024
+    assert result.link_bytes["host_link"] == 512
+    assert result.link_bytes["noc.core0"] == result.link_bytes["sram0.port"] == 512
+    assert result.link_bytes["noc.core1"] == 0
     by_source = {s.source: s for s in result.by_source}
     assert by_source["exp"].commands == 3
     assert dict(by_source["exp"].busy_cycles) == {"dma": 102, "vpu": 66}
