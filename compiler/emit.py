@@ -171,9 +171,30 @@ class Emitter:
         return cid
 
     def _overlapping(self, ref: SramRef) -> list[_Record]:
+        """Records overlapping ``ref``, after splitting those that straddle its ends, so
+        every record returned lies inside ``ref`` (exact byte intervals, no false
+        dependencies between neighbouring buffers)."""
         start = ref.offset
         end = start + ref.nbytes
-        return [r for r in self._sram.get(ref.space, ()) if r.start < end and start < r.end]
+        records = self._sram.get(ref.space)
+        if not records:
+            return []
+        hits = [r for r in records if r.start < end and start < r.end]
+        if not hits:
+            return []
+        inside: list[_Record] = []
+        for r in hits:
+            if start <= r.start and r.end <= end:
+                inside.append(r)
+                continue
+            records.remove(r)
+            cuts = sorted({r.start, r.end, max(r.start, start), min(r.end, end)})
+            for lo, hi in zip(cuts, cuts[1:]):
+                piece = _Record(lo, hi, r.writer, dict(r.readers))
+                records.append(piece)
+                if start <= lo and hi <= end:
+                    inside.append(piece)
+        return inside
 
     def _record_write(self, ref: SramRef, cid: int) -> None:
         records = self._sram.setdefault(ref.space, [])
