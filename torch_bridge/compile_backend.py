@@ -9,7 +9,7 @@ expects (npu outputs for npu inputs, CPU for CPU). The run is recorded on the de
 timeline as ``"device"`` work named ``compiled forward 0`` etc., with its ``SimResult``
 for the profiler; ops the compiler put on the host inside the graph are in that result.
 
-A graph that does not compile runs eagerly instead — op by op on the npu (where each op
+A graph that does not compile (or whose simulation fails) runs eagerly instead — op by op on the npu (where each op
 is itself recorded) or on CPU (recorded as host work, FLOPs counted) — and every such
 call is recorded with the reason in the event's ``note``, plus one
 :class:`GraphFallbackWarning` per graph. CPU inputs are taken to be in device memory
@@ -126,7 +126,7 @@ class GraphRunner:
             self._compile(config)
         if self._program is None:
             return self._run_eagerly(inputs)
-        return self._run_compiled(inputs)
+        return self._run_compiled(self._program, inputs)
 
     def _compile(self, config: Any) -> None:
         import compiler
@@ -141,10 +141,16 @@ class GraphRunner:
             warnings.warn(f"{self.label} runs eagerly: {self.failure}", GraphFallbackWarning,
                           stacklevel=4)
 
-    def _run_compiled(self, inputs: list[Any]) -> list[Any]:
-        program = self._program
-        assert program is not None
-        outputs, result = program.run(*(_host(a) for a in inputs), verify=not self._verified)
+    def _run_compiled(self, program: CompiledProgram, inputs: list[Any]) -> list[Any]:
+        try:
+            outputs, result = program.run(*(_host(a) for a in inputs),
+                                          verify=not self._verified)
+        except Exception as exc:  # noqa: BLE001 - reported: warned, noted on every run
+            self._program = None
+            self.failure = f"simulation failed: {type(exc).__name__}: {_first_line(exc)}"
+            warnings.warn(f"{self.label} runs eagerly: {self.failure}", GraphFallbackWarning,
+                          stacklevel=4)
+            return self._run_eagerly(inputs)
         self._verified = True
         note = f"{len(program.fallbacks)} ops on the host" if program.fallbacks else ""
         runtime.record_device(self.label, result.total_cycles, result.dram_bytes,

@@ -12,7 +12,7 @@ numbers in tensor positions (``x * 2.5``) are fed as 0-dim tensors, so a new sca
 value does not compile a new program.
 
 If an op cannot be compiled for some arguments (a dtype the device lacks such as float64,
-the compiler raises, or it would run the op as a host node) or its run fails, the call
+a zero-element tensor, the compiler raises, or it would run the op as a host node) or its run fails, the call
 runs on the host through :func:`torch_bridge.fallback.run_on_host`: timed as host work,
 with the reason in the event's ``note``, listed by the profiler and kept in
 :func:`compile_failures`. Compiler and simulator errors also issue a
@@ -185,8 +185,17 @@ def _tensors(values: Iterable[Any]) -> list[torch.Tensor]:
     return out
 
 
-def _describe(key: Hashable) -> str:
-    return str(key[1:]).replace("torch.Size", "")
+def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The call's signature as text: ``(float32[4, 8], 2.5, dim=-1)``."""
+    def text(value: Any) -> str:
+        if isinstance(value, torch.Tensor):
+            return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            return "[" + ", ".join(text(v) for v in value) + "]"
+        return repr(value)
+
+    parts = [text(a) for a in args] + [f"{k}={text(v)}" for k, v in kwargs.items()]
+    return "(" + ", ".join(parts) + ")"
 
 
 class CompiledOpKernel:
@@ -212,14 +221,15 @@ class CompiledOpKernel:
         entries = _cache.for_config(runtime.get_config())
         entry = entries.get(key)
         if entry is None:
-            entry = entries[key] = self._compile(host_args, host_kwargs, key)
+            entry = entries[key] = self._compile(host_args, host_kwargs)
         if isinstance(entry, CompileFailure):
             return self._on_host(args, kwargs, entry)
         tensors = _tensors((*host_args, *host_kwargs.values()))
         try:
             outputs, result = entry.program.run(*tensors, verify=not entry.verified)
         except Exception as exc:  # noqa: BLE001 - reported: cached, warned, on the event
-            failure = entries[key] = self._failure(key, f"simulation failed: {_reason(exc)}")
+            failure = entries[key] = self._failure((host_args, host_kwargs),
+                                                   f"simulation failed: {_reason(exc)}")
             return self._on_host(args, kwargs, failure)
         entry.verified = True
         runtime.record_device(self.name, result.total_cycles, result.dram_bytes,
@@ -231,34 +241,39 @@ class CompiledOpKernel:
         wrapped = tuple(storage.wrap_cpu(t) for t in outputs)
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
-    def _compile(self, host_args: tuple[Any, ...], host_kwargs: dict[str, Any],
-                 key: Hashable) -> _Entry | CompileFailure:
+    def _compile(self, host_args: tuple[Any, ...],
+                 host_kwargs: dict[str, Any]) -> _Entry | CompileFailure:
         import compiler
         from compiler.torch_types import TORCH_TO_IR
 
+        call = (host_args, host_kwargs)
         for tensor in _tensors((*host_args, *host_kwargs.values())):
-            if tensor.dtype not in TORCH_TO_IR:  # a device limit, not a compiler failure
-                return self._failure(key, f"dtype {tensor.dtype} is not supported by the "
-                                          f"device", warn=False)
+            if tensor.dtype not in TORCH_TO_IR:  # device limits, not compiler failures
+                return self._failure(call, f"dtype {tensor.dtype} is not supported by the "
+                                           f"device", warn=False)
+            if tensor.numel() == 0:
+                return self._failure(call, "zero-element tensors are not compiled",
+                                     warn=False)
         try:
             program = compiler.compile_op(self.target, host_args, host_kwargs,
                                           runtime.get_config())
         except Exception as exc:  # noqa: BLE001 - reported: cached, warned, on the event
-            return self._failure(key, f"compile failed: {_reason(exc)}")
+            return self._failure(call, f"compile failed: {_reason(exc)}")
         if program.fallbacks:
-            return self._failure(key, f"no device lowering for these arguments "
-                                      f"({', '.join(program.fallbacks)})")
+            return self._failure(call, f"no device lowering for these arguments "
+                                       f"({', '.join(program.fallbacks)})")
         if self.in_place:
             spec, target = program.outputs[0], host_args[0]
             if tuple(spec.shape) != tuple(target.shape) or not torch.can_cast(
                     _out_dtype(spec.dtype), target.dtype):
-                return self._failure(key, f"result {list(spec.shape)} {spec.dtype} cannot be "
-                                          f"stored in place into {list(target.shape)} "
-                                          f"{target.dtype}")
+                return self._failure(call, f"result {list(spec.shape)} {spec.dtype} cannot "
+                                           f"be stored in place into {list(target.shape)} "
+                                           f"{target.dtype}")
         return _Entry(program)
 
-    def _failure(self, key: Hashable, reason: str, warn: bool = True) -> CompileFailure:
-        failure = CompileFailure(self.name, _describe(key), reason)
+    def _failure(self, call: tuple[tuple[Any, ...], dict[str, Any]], reason: str,
+                 warn: bool = True) -> CompileFailure:
+        failure = CompileFailure(self.name, _describe(*call), reason)
         _failures[(self.name, failure.signature)] = failure
         if warn and (self.name, reason) not in _warned:
             _warned.add((self.name, reason))
