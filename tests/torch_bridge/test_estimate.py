@@ -23,7 +23,8 @@ class TestEstimate:
         got = archsim.estimate(model, x, config="tpu-v3")
         with torch.device("meta"):
             meta_model, meta_x = mlp(), torch.empty(4, 16)
-        exported = torch.export.export(meta_model, (meta_x,)).run_decompositions()
+        exported = torch.export.export(meta_model, (meta_x,)).run_decompositions(
+            compiler.export_decompositions())
         want = compiler.compile_graph(exported, load_config("tpu-v3")).simulate()
         assert not got.functional
         assert got.total_cycles == want.total_cycles > 0
