@@ -26,7 +26,7 @@ from compiler.ir.ops import Program
 from compiler.kernels.common import Context
 from compiler.options import CompileOptions
 from compiler.plan import ANCHORS, FusionPass, Kernel
-from compiler.passes import DeadCodePass, SplatPass
+from compiler.passes import DeadCodePass, HoistWeightPrepPass, SinkViewsPass, SplatPass
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,8 @@ def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name
                   ) -> tuple[Program, dict[int, str], dict[str, Callable[..., Any]],
                              dict[str, Any], list[Kernel]]:
     graph = DeadCodePass().apply(graph)
+    if options.fusion:
+        graph = HoistWeightPrepPass().apply(SinkViewsPass().apply(graph))
     scalars = SplatPass().apply(graph)
     kernels = FusionPass().apply(graph, options)
     needed = _materialize(graph, kernels, scalars)

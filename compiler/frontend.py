@@ -87,6 +87,8 @@ class Frontend:
                                 f"got {type(val).__name__}")
         value = Value(_static_shape(val, node.name), ir_dtype(val.dtype, node.name), node.name)
         self.graph.inputs.append(value)
+        if kind != "user_input":
+            self.graph.weights.add(value.id)
         self.inputs.append(InputSpec(node.name, kind, target, value.shape, value.dtype.value))
         self.env[node] = value
 

@@ -204,6 +204,8 @@ class Graph:
     outputs: list[Value] = field(default_factory=list)
     constants: dict[int, Any] = field(default_factory=dict)
     """Value id -> numpy array for Constant values."""
+    weights: set[int] = field(default_factory=set)
+    """Ids of inputs that are parameters, buffers or lifted constants (not user data)."""
 
     def add(self, spec: Spec, inputs: tuple[Operand, ...], out_types: list[tuple[Shape, DType]],
             name: str, source: str = "") -> Node:

@@ -53,3 +53,106 @@ def _operand_only(node: g.Node, value: g.Value) -> bool:
     if isinstance(node.spec, g.Select):
         return node.inputs[0] is not value
     return True
+
+
+_SINKABLE = (g.Unary, g.Binary, g.Select, g.Cast, g.Reduce)
+_COMPUTED = (g.MatMul, g.Conv2d, g.Pool2d, g.Unary, g.Binary, g.Select, g.Cast, g.Reduce,
+             g.Broadcast, g.Attention)
+
+
+@dataclass(frozen=True)
+class SinkViewsPass:
+    """Move reshapes below elementwise ops and trailing-axis reductions when the
+    reshape keeps the trailing dims, so ``addmm -> view -> gelu`` becomes
+    ``addmm -> gelu -> view`` and fuses into the matmul epilogue (no DRAM round trip).
+    The original output value becomes the view, so consumers need no rewiring."""
+
+    name: str = "sink-views"
+
+    def apply(self, graph: Graph) -> Graph:
+        nodes: list[g.Node] = []
+        for node in graph.nodes:
+            nodes += _sink(node) or [node]
+        graph.nodes = nodes
+        return graph
+
+
+def _trailing(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    t = 0
+    while t < min(len(a), len(b)) and a[len(a) - 1 - t] == b[len(b) - 1 - t]:
+        t += 1
+    return t
+
+
+def _sink(node: g.Node) -> list[g.Node] | None:
+    if not isinstance(node.spec, _SINKABLE):
+        return None
+    views = [x for x in node.value_inputs()
+             if x.producer is not None and isinstance(x.producer.spec, g.View)]
+    if len(views) != 1:
+        return None
+    view = views[0]
+    source = view.producer.inputs[0]
+    if source.producer is None or not isinstance(source.producer.spec, _COMPUTED):
+        return None
+    t = _trailing(view.shape, source.shape)
+    if t == 0 or len(view.shape) == len(source.shape) and t == len(view.shape):
+        return None
+    reduce = isinstance(node.spec, g.Reduce)
+    if not reduce and node.out.shape != view.shape:
+        return None
+    shift = len(source.shape) - len(view.shape)
+    spec = node.spec
+    if reduce:
+        if any(a < len(view.shape) - t for a in spec.axes):
+            return None
+        spec = g.Reduce(spec.kind, tuple(a + shift for a in spec.axes))
+    extra: list[g.Node] = []
+    inputs = []
+    for x in node.inputs:
+        if x is view:
+            inputs.append(source)
+        elif isinstance(x, g.Value) and len(x.shape) > t:
+            if any(n != 1 for n in x.shape[:-t]):
+                return None
+            trimmed = g.Value(x.shape[-t:], x.dtype, f"{x.name}_t")
+            extra.append(g.Node(g.View(), (x,), (trimmed,), node.source))
+            trimmed.producer = extra[-1]
+            inputs.append(trimmed)
+        else:
+            inputs.append(x)
+    out = node.out
+    if reduce:
+        new_shape = tuple(1 if i in spec.axes else n for i, n in enumerate(source.shape))
+    else:
+        new_shape = source.shape
+    inner = g.Value(new_shape, out.dtype, f"{out.name}_s")
+    computed = g.Node(spec, tuple(inputs), (inner,), node.source)
+    inner.producer = computed
+    back = g.Node(g.View(), (inner,), (out,), node.source)
+    out.producer = back
+    return extra + [computed, back]
+
+
+@dataclass(frozen=True)
+class HoistWeightPrepPass:
+    """Move nodes that read only weights (parameters, buffers), constants and each other (e.g. batch
+    norm's ``rsqrt(var + eps)``) ahead of the rest, so they do not cut the fusion of
+    a conv/matmul with its epilogue."""
+
+    name: str = "hoist-weight-prep"
+
+    def apply(self, graph: Graph) -> Graph:
+        inputs = set(graph.weights)
+        prep: set[int] = set()
+        early, late = [], []
+        for node in graph.nodes:
+            sources = node.value_inputs()
+            movable = bool(sources) and all(v.id in inputs or v.id in prep for v in sources)
+            if movable or isinstance(node.spec, (g.Constant, g.Splat)):
+                prep |= {v.id for v in node.outputs}
+                early.append(node)
+            else:
+                late.append(node)
+        graph.nodes = early + late
+        return graph

@@ -23,10 +23,10 @@ from compiler.kernels.vector import (
     emit_compute,
     emit_loads,
     emit_stores,
+    bytes_per_element,
     layout,
     store_box,
     sub,
-    tile_bytes,
 )
 from compiler.plan import Kernel
 
@@ -59,7 +59,7 @@ def _lead_index(n: int, lead: tuple[int, ...]) -> tuple[int, ...]:
 def _epilogue_bytes(ctx: Context, kernel: Kernel, out: Value) -> int:
     if kernel.group is None:
         return 0
-    return tile_bytes(ctx, kernel.group, (1,) * len(out.shape), {out.id})
+    return bytes_per_element(ctx, kernel.group, {out.id})
 
 
 def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
@@ -85,7 +85,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         pixels = ty * ow
         need = (sets * ct * pixels * item + 2 * sets * ot * ct * kh * kw * item +
                 sets * ot * pixels * (4 + (out.dtype.itemsize if cast else 0)) +
-                sets * (epi * ot * pixels + 1024) + 8192)
+                sets * (epi * ot * pixels + 64 * 16) + 8192)
         if need <= ctx.capacity or (ty == 1 and ot == 1 and ct == 1):
             break
         if ty > 1:

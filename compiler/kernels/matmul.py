@@ -19,7 +19,7 @@ from compiler.ir.operands import SramRef
 from compiler.ir.ops import Cast, MatMul, Transpose
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.vector import (
-    buffer_values,
+    bytes_per_element,
     emit_compute,
     emit_loads,
     emit_stores,
@@ -27,7 +27,6 @@ from compiler.kernels.vector import (
     load_box,
     store_box,
     sub,
-    tile_bytes,
 )
 from compiler.plan import Kernel, aligned
 
@@ -57,11 +56,8 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     acc_dtype = accumulator_dtype(a.dtype)
     cast_needed = out.dtype is not acc_dtype
     rank = len(out.shape)
-    unit_tile = (1,) * rank
     epi_bytes = (out.dtype.itemsize if cast_needed else 0) + \
-        (tile_bytes(ctx, group, unit_tile, {out.id}) - 64 * len(
-            buffer_values(ctx, group, {out.id}))) if group else \
-        (out.dtype.itemsize if cast_needed else 0)
+        (bytes_per_element(ctx, group, {out.id}) if group else 0)
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
     tiling = choose_matmul_tiling(ctx.config, batch, m, k, n, a.dtype, out.dtype, trans_b,
                                   ctx.cores, arrays, ctx.sets, max(0, epi_bytes), ctx.capacity)

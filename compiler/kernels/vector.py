@@ -81,6 +81,17 @@ def tile_bytes(ctx: Context, group: Group, tile: tuple[int, ...], preloaded: set
     return total
 
 
+def bytes_per_element(ctx: Context, group: Group, preloaded: set[int]) -> int:
+    """SRAM bytes a group needs per element of its iteration space (upper bound: values
+    broadcast along some axes are counted as if they were not)."""
+    total = sum(v.dtype.itemsize for v in buffer_values(ctx, group, preloaded))
+    unit = tuple((0, 1) for _ in group.shape)
+    for node in group.nodes:
+        if _scratch_shape(node, unit) is not None:
+            total += node.inputs[0].dtype.itemsize
+    return total
+
+
 def _scratch_shape(node: Node, box: Box) -> tuple[int, ...] | None:
     """Shape of the extra buffer a node needs (permute/slice source, reduce partials)."""
     if isinstance(node.spec, (g.Permute, g.Slice)):

@@ -157,3 +157,29 @@ def test_commands_attributed_to_source_ops() -> None:
                                                      torch.randn(3, 5)), "tiny")
     assert all(c.source for c in compiled.program.commands)
     assert {s.source for s in result.by_source} <= {"addmm_default"}
+
+
+def test_views_sink_so_linear_and_gelu_fuse() -> None:
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(24, 40)
+    x = torch.randn(2, 9, 24)
+    ep = _export(lambda x: torch.nn.functional.gelu(lin(x)), x)
+    compiled = compile_graph(ep, config("tiny"))
+    (out,), _ = compiled.run(x)
+    torch.testing.assert_close(out, torch.nn.functional.gelu(lin(x)), rtol=1e-4, atol=1e-4)
+    assert len(compiled.kernels) == 1
+
+
+def test_conv_batchnorm_relu_fuse_after_weight_prep_is_hoisted() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU()).eval()
+    model[1].running_var.uniform_(0.5, 2.0)
+    x = torch.randn(1, 3, 9, 9)
+    ep = torch.export.export(model, (x,)).run_decompositions()
+    compiled = compile_graph(ep, config("atom"))
+    (out,), _ = compiled.run(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    conv_kernels = [k for k in compiled.kernels if k.startswith("convolution")]
+    assert len(conv_kernels) == 2  # the pad, then conv + bias + batch norm + relu
+    assert not any(k.startswith("relu") for k in compiled.kernels)
