@@ -73,6 +73,8 @@ class CompiledProgram:
     kernels: tuple[str, ...]
     bound: Mapping[str, Any] = field(default_factory=dict)
     """Placeholder name -> tensor for parameters/buffers known at compile time."""
+    reference: Any = field(default=None, compare=False, repr=False)
+    """The FX GraphModule compiled (for ``run(simulate=False)``: torch on CPU)."""
 
     @property
     def user_input_names(self) -> tuple[str, ...]:
@@ -104,15 +106,15 @@ class CompiledProgram:
 
     def run(self, *args: Any, simulate: bool = True, verify: bool = True) -> tuple[Any, Any]:
         """Run functionally on tensors/arrays; returns (outputs as torch tensors, SimResult).
-        With ``simulate=False`` nothing is simulated: the outputs are computed by torch
-        eagerly is not possible here, so this raises."""
+        With ``simulate=False`` the compiled graph runs in torch on CPU instead and the
+        SimResult is None (a fast reference path)."""
         import torch
 
         from archsim.simulator import Simulator
         from compiler.torch_types import torch_dtype
 
         if not simulate:
-            raise LoweringError("CompiledProgram.run(simulate=False) has nothing to run")
+            return self._reference(*args), None
         result = Simulator(self.config).run(self.program, self.feed(*args),
                                             host_functions=dict(self.host_functions),
                                             verify=verify)
@@ -121,6 +123,21 @@ class CompiledProgram:
             array = np.asarray(result.outputs[spec.tensor]).reshape(spec.shape)
             outs.append(torch.from_numpy(np.array(array)).to(torch_dtype(DType(spec.dtype))))
         return tuple(outs), result
+
+    def _reference(self, *args: Any) -> tuple[Any, ...]:
+        import torch
+
+        from compiler.torch_types import torch_dtype
+
+        if self.reference is None:
+            raise LoweringError(f"{self.program.name}: no reference graph to run without "
+                                f"simulation")
+        feed = self.feed(*args)
+        tensors = [torch.from_numpy(np.array(feed[name])).reshape(spec.shape).to(
+            torch_dtype(DType(spec.dtype))) for name, spec in zip(self.input_names, self.inputs)]
+        outs = self.reference(*tensors)
+        flat = [outs] if isinstance(outs, torch.Tensor) else list(outs)
+        return tuple(t for t in flat if isinstance(t, torch.Tensor))
 
     def simulate(self, verify: bool = True) -> Any:
         """Performance-only simulation (no data)."""
@@ -281,7 +298,9 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
         output_names=tuple(o.tensor for o in outputs),
         host_functions=MappingProxyType(host_functions),
         constants=MappingProxyType(constants), fallbacks=tuple(fallbacks),
-        kernels=tuple(k.name for k in kernels), bound=MappingProxyType(bound))
+        kernels=tuple(k.name for k in kernels), bound=MappingProxyType(bound),
+        reference=program.graph_module if isinstance(program, torch.export.ExportedProgram)
+        else program)
     _CACHE[key] = compiled
     return compiled
 

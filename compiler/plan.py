@@ -151,7 +151,8 @@ def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
             group = kernel.group
         _add(group, node, space)
         return True
-    assert group is not None
+    if group is None:
+        return False
     space = _fits(_space_of(node), group.shape)
     if space is None or len(space) != len(group.shape) and group.whole_axes:
         return False

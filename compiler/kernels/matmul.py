@@ -180,9 +180,7 @@ def _epilogue(ctx: Context, core: int, bufs: _Buffers, q: int, out: Value, group
                 ctx.em.emit(f"core{core}.vpu", Cast(acc, value_buf), source)
             box = tuple((i, i + 1) for i in batch_index) + (rows, (c0, c1))
             if ctx.materialized(out):
-                store_box(ctx, out, box, value_buf.__class__(
-                    value_buf.space, value_buf.offset, box_shape(box), value_buf.dtype),
-                    core, source, "store")
+                store_box(ctx, out, box, sub(value_buf, box_shape(box)), core, source, "store")
             if group is None:
                 continue
             epi_bufs, scratch = bufs.epilogue[q][j]

@@ -107,3 +107,29 @@ def test_elementwise_reaches_80_percent_of_dram_bandwidth(preset: str) -> None:
     compiled = compile_op(aten.add.Tensor, (a, a), {}, cfg)
     result = Simulator(cfg).run(compiled.program, verify=False)
     assert result.dram_bandwidth_utilization >= 0.80, result.dram_bandwidth_utilization
+
+
+def test_aot_autograd_forward_graph_through_torch_compile() -> None:
+    from torch._dynamo.backends.common import aot_autograd
+
+    cfg = config("atom")
+    compiled_programs = []
+
+    def fw_compiler(gm: torch.fx.GraphModule, example_inputs):
+        compiled = compile_graph(gm, cfg)
+        compiled_programs.append(compiled)
+
+        def run(*args):
+            outs, _ = compiled.run(*args)
+            return outs
+        return run
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.LayerNorm(32)).eval()
+    x = torch.randn(4, 16)
+    fn = torch.compile(model, backend=aot_autograd(fw_compiler=fw_compiler))
+    with torch.no_grad():
+        out = fn(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    assert compiled_programs and not compiled_programs[0].fallbacks

@@ -183,3 +183,11 @@ def test_conv_batchnorm_relu_fuse_after_weight_prep_is_hoisted() -> None:
     conv_kernels = [k for k in compiled.kernels if k.startswith("convolution")]
     assert len(conv_kernels) == 2  # the pad, then conv + bias + batch norm + relu
     assert not any(k.startswith("relu") for k in compiled.kernels)
+
+
+def test_run_without_simulation_uses_torch_reference() -> None:
+    x, bias = torch.randn(8, 6), torch.randn(6)
+    compiled = compile_graph(_export(_chain, x, bias), config("tiny"))
+    (out,), result = compiled.run(x, bias, simulate=False)
+    assert result is None
+    torch.testing.assert_close(out, _chain(x, bias))
