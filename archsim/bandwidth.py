@@ -39,14 +39,15 @@ class _Flow:
 class FlowNetwork:
     """Links with capacities and the flows crossing them."""
 
-    def __init__(self, env: simpy.Environment) -> None:
+    def __init__(self, env: simpy.Environment, capacities: tuple[float, ...] = ()) -> None:
+        """``capacities`` pre-registers unnamed links (a plan made elsewhere knows
+        their indices)."""
         self.env = env
-        self.names: list[str] = []
-        self.capacity: list[float] = []
-        self.bytes_moved: list[float] = []
-        self._index: dict[str, int] = {}
+        self.names: list[str] = [f"link{i}" for i in range(len(capacities))]
+        self.capacity: list[float] = [float(c) for c in capacities]
+        self._index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
         self._flows: list[_Flow] = []
-        self._demand: list[float] = []
+        self._demand: list[float] = [0.0] * len(capacities)
         self._oversubscribed: set[int] = set()
         """Links whose flows' solo rates add up to more than their capacity."""
         self._updated_at = 0
@@ -60,7 +61,6 @@ class FlowNetwork:
         self._index[name] = len(self.names)
         self.names.append(name)
         self.capacity.append(float(bytes_per_cycle))
-        self.bytes_moved.append(0.0)
         self._demand.append(0.0)
         return self._index[name]
 
@@ -71,10 +71,9 @@ class FlowNetwork:
                  on_done: Callable[[], None]) -> None:
         """Move ``nbytes`` over ``links`` at most ``cap`` bytes/cycle, starting after
         ``delay`` cycles; ``on_done()`` is called when the last byte arrives."""
-        capacity, moved = self.capacity, self.bytes_moved
+        capacity = self.capacity
         solo = cap
         for link in links:
-            moved[link] += nbytes
             if capacity[link] < solo:
                 solo = capacity[link]
         if nbytes <= 0:

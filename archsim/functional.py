@@ -96,6 +96,7 @@ class Memory:
         return np.ascontiguousarray(to_stored(array, t.dtype))
 
     def space(self, name: str) -> np.ndarray:
+        """A space's bytes, allocated on first touch (as many as the program uses)."""
         buf = self.sram.get(name)
         if buf is None:
             buf = self.sram[name] = np.zeros(self.space_sizes[name], np.uint8)

@@ -1,10 +1,12 @@
 """Runs a scheduled program on a configured chip.
 
-Each engine is one long-lived SimPy process walking its queue in program order; a
-command starts when its engine is free and its dependencies have finished. Costs are
-decided before the run (:mod:`archsim.timing`), so the loop only waits: on
-unfinished dependencies (one event each, created only when someone waits), on a
-timeout for compute, and on the flow network for transfers.
+Each engine walks its queue in program order; a command starts when its engine is
+free and its dependencies have finished. Costs are decided before the run
+(:mod:`archsim.timing`) in a :class:`_Plan`, built once per (program, config) and
+reused when the same program object runs again (compiled programs are cached and
+re-run: eager ops, repeated graphs). Compute has fixed durations and shares nothing,
+so its end is known as soon as its start is; transfers share links, so they are
+simulated in SimPy by the flow network (:mod:`archsim.bandwidth`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from archsim.bandwidth import FlowNetwork
 from archsim.chip import Chip
 from archsim.config.model import NpuConfig
 from archsim.errors import SimulationError
@@ -27,7 +30,7 @@ from archsim.result import SimResult
 from archsim.timing import CommandTiming
 from compiler.ir.access import SRAM_READ_FIELDS, SRAM_WRITE_FIELDS
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Command, Op, Program
+from compiler.ir.ops import Command, Program
 
 
 class Simulator:
@@ -44,30 +47,88 @@ class Simulator:
     def run(self, program: Program, inputs: Mapping[str, Any] | None = None, *,
             host_functions: Mapping[str, HostFunction] | None = None,
             verify: bool = True) -> SimResult:
-        if verify:
-            _verify_once(program, self.config)
-        return _Run(self.config, program, inputs, host_functions or {}).execute()
+        plan = _plan_for(program, self.config, verify)
+        return _Run(plan, inputs, host_functions or {}).execute()
 
 
-_VERIFIED: dict[int, tuple[weakref.ref, set[NpuConfig]]] = {}
-"""Programs already verified, by object identity (hashing a program hashes every
-command); entries go away with their program."""
+class _Plan:
+    """Everything about a run that does not depend on time: per-command costs,
+    dependencies as indices, engine queues, the links and their traffic, SRAM
+    high-water marks, and the totals that follow from the costs alone."""
+
+    def __init__(self, program: Program, config: NpuConfig) -> None:
+        self.program = program
+        self.config = config
+        commands = program.commands
+        self.n = len(commands)
+        if all(c.id == i for i, c in enumerate(commands)):
+            self.deps = [c.deps for c in commands]
+        else:
+            index = {c.id: i for i, c in enumerate(commands)}
+            self.deps = [tuple(index[d] for d in c.deps) for c in commands]
+        chip = Chip(simpy.Environment(), config, program.tensor_map)
+        self.timings: list[CommandTiming] = [chip.timing(c.engine, c.op) for c in commands]
+        self.queues: dict[str, list[int]] = {}
+        for i, c in enumerate(commands):
+            self.queues.setdefault(c.engine, []).append(i)
+        self.link_names = tuple(chip.network.names)
+        self.link_capacities = tuple(chip.network.capacity)
+        moved = [0.0] * len(self.link_names)
+        for t in self.timings:
+            for link in t.links:
+                moved[link] += t.nbytes
+        self.link_bytes = MappingProxyType({name: int(b) for name, b in
+                                           zip(self.link_names, moved)})
+        field = {name: np.fromiter(map(attrgetter(name), self.timings), np.float64, self.n)
+                 for name in ("flops", "nbytes", "dram_read", "dram_written", "host_bytes")}
+        self.flops = field["flops"].astype(np.int64)
+        self.nbytes = field["nbytes"].astype(np.int64)
+        self.dram_read = int(field["dram_read"].sum())
+        self.dram_written = int(field["dram_written"].sum())
+        self.host_bytes = int(field["host_bytes"].sum())
+        self.matmul_flops = sum(int(self.flops[q].sum()) for e, q in self.queues.items()
+                                if ".mxu" in e)
+        self.sram_peak = MappingProxyType(_sram_high_water(commands))
+        capacity = _space_sizes(config)
+        # functional runs allocate only the SRAM the program touches
+        self.sram_sizes = {space: min(capacity.get(space, end), end)
+                           for space, end in self.sram_peak.items()}
 
 
-def _verify_once(program: Program, config: NpuConfig) -> None:
-    """Verify a program for a config unless this very object passed already: compiled
-    programs are cached and run many times."""
-    from compiler.ir.verify import verify as verify_program
+class _ProgramCache:
+    """Plans (and verification) of one program object, per config."""
 
+    __slots__ = ("program", "plans", "verified")
+
+    def __init__(self, program: Program) -> None:
+        self.program = weakref.ref(program)
+        self.plans: dict[NpuConfig, _Plan] = {}
+        self.verified: set[NpuConfig] = set()
+
+
+_CACHE: dict[int, _ProgramCache] = {}
+"""By object identity (hashing a program hashes every command); an entry goes away
+with its program."""
+
+
+def _plan_for(program: Program, config: NpuConfig, verify: bool) -> _Plan:
+    """The plan of ``program`` on ``config``, verified first when asked — each done
+    once per program object and config."""
     key = id(program)
-    entry = _VERIFIED.get(key)
-    if entry is not None and entry[0]() is program and config in entry[1]:
-        return
-    verify_program(program, config)
-    if entry is None or entry[0]() is not program:
-        entry = (weakref.ref(program, lambda _ref, key=key: _VERIFIED.pop(key, None)), set())
-        _VERIFIED[key] = entry
-    entry[1].add(config)
+    entry = _CACHE.get(key)
+    if entry is None or entry.program() is not program:
+        entry = _ProgramCache(program)
+        weakref.finalize(program, _CACHE.pop, key, None)
+        _CACHE[key] = entry
+    if verify and config not in entry.verified:
+        from compiler.ir.verify import verify as verify_program
+
+        verify_program(program, config)
+        entry.verified.add(config)
+    plan = entry.plans.get(config)
+    if plan is None:
+        plan = entry.plans[config] = _Plan(program, config)
+    return plan
 
 
 class _Engine:
@@ -88,24 +149,17 @@ class _Run:
     """State of one simulation (kept off the Simulator so runs cannot leak into each
     other)."""
 
-    def __init__(self, config: NpuConfig, program: Program, inputs: Mapping[str, Any] | None,
+    def __init__(self, plan: _Plan, inputs: Mapping[str, Any] | None,
                  host_functions: Mapping[str, HostFunction]) -> None:
-        self.config = config
-        self.program = program
+        self.plan = plan
+        self.program = plan.program
+        self.config = plan.config
         self.env = simpy.Environment()
-        self.chip = Chip(self.env, config, program.tensor_map)
-        self.network = self.chip.network
-        commands = program.commands
-        self.n = len(commands)
-        if all(c.id == i for i, c in enumerate(commands)):
-            self.deps = [c.deps for c in commands]
-        else:
-            index = {c.id: i for i, c in enumerate(commands)}
-            self.deps = [tuple(index[d] for d in c.deps) for c in commands]
-        self.timings: list[CommandTiming] = [self.chip.timing(c.engine, c.op) for c in commands]
-        self.queues: dict[str, list[int]] = {}
-        for i, c in enumerate(commands):
-            self.queues.setdefault(c.engine, []).append(i)
+        self.network = FlowNetwork(self.env, plan.link_capacities)
+        self.n = plan.n
+        self.deps = plan.deps
+        self.timings = plan.timings
+        self.queues = plan.queues
         self.starts = [0] * self.n
         self.ends = [0] * self.n
         self.done = [False] * self.n
@@ -114,7 +168,7 @@ class _Run:
         self.ready: list[_Engine] = []
         self.executor: FunctionalExecutor | None = None
         if inputs is not None:
-            memory = Memory(program.tensor_map, _space_sizes(config), inputs)
+            memory = Memory(self.program.tensor_map, plan.sram_sizes, inputs)
             self.executor = FunctionalExecutor(memory, host_functions)
 
     def execute(self) -> SimResult:
@@ -203,17 +257,11 @@ class _Run:
                 f"started; " + "; ".join(lines))
 
     def _result(self) -> SimResult:
+        plan = self.plan
         starts = np.asarray(self.starts, dtype=np.int64)
         ends = np.asarray(self.ends, dtype=np.int64)
-        busy: dict[str, int] = {}
-        for engine, queue in self.queues.items():
-            busy[engine] = int((ends[queue] - starts[queue]).sum())
-        field = {name: np.fromiter(map(attrgetter(name), self.timings), np.float64, self.n)
-                 for name in ("flops", "nbytes", "dram_read", "dram_written", "host_bytes")}
-        flops = field["flops"].astype(np.int64)
-        nbytes = field["nbytes"].astype(np.int64)
-        matmul = sum(int(flops[queue].sum()) for engine, queue in self.queues.items()
-                     if ".mxu" in engine)
+        busy = {engine: int((ends[queue] - starts[queue]).sum())
+                for engine, queue in self.queues.items()}
         outputs = None
         if self.executor is not None:
             outputs = MappingProxyType(self.executor.memory.output_values())
@@ -223,17 +271,16 @@ class _Run:
             total_cycles=int(ends.max()) if self.n else 0,
             starts=starts,
             ends=ends,
-            command_bytes=nbytes,
-            command_flops=flops,
+            command_bytes=plan.nbytes,
+            command_flops=plan.flops,
             engine_busy_cycles=MappingProxyType(busy),
-            dram_bytes_read=int(field["dram_read"].sum()),
-            dram_bytes_written=int(field["dram_written"].sum()),
-            host_link_bytes=int(field["host_bytes"].sum()),
-            matmul_flops=int(matmul),
-            flops=int(flops.sum()),
-            sram_peak_bytes=MappingProxyType(_sram_high_water(self.program.commands)),
-            link_bytes=MappingProxyType({name: int(moved) for name, moved in
-                                         zip(self.network.names, self.network.bytes_moved)}),
+            dram_bytes_read=plan.dram_read,
+            dram_bytes_written=plan.dram_written,
+            host_link_bytes=plan.host_bytes,
+            matmul_flops=plan.matmul_flops,
+            flops=int(plan.flops.sum()),
+            sram_peak_bytes=plan.sram_peak,
+            link_bytes=plan.link_bytes,
             outputs=outputs,
         )
 
