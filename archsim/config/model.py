@@ -133,6 +133,14 @@ class NpuConfig:
     noc: NocConfig
     host_link: HostLinkConfig
 
+    def __hash__(self) -> int:
+        """Cached: configs key the simulator's plan cache on every run."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     # -- derived figures -----------------------------------------------------------
     @property
     def peak_flops(self) -> float:
