@@ -125,11 +125,10 @@ class GraphBuilder:
             if axes else tuple(range(rank))
         if dtype is not None:
             x = self.cast(x, dtype)
-        elif kind in (ReduceKind.sum, ReduceKind.mean) and not x.dtype.is_float \
-                and kind is ReduceKind.mean:
+        elif kind is ReduceKind.mean and not x.dtype.is_float:
             x = self.cast(x, DType.f32)
         elif kind is ReduceKind.sum and x.dtype in (DType.bool, DType.i8, DType.i32):
-            x = self.cast(x, DType.i64)
+            x = self.cast(x, DType.i64)  # torch sums integers in int64
         if rank == 0:
             return x
         kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
