@@ -47,6 +47,11 @@ class Cost:
             self.serial_cycles
 
 
+COMMAND_TOLERANCE = 0.02
+"""Among tilings within this fraction of the fastest estimate, take the one issuing the
+fewest commands (cheaper to compile and simulate, less per-command overhead)."""
+
+
 @dataclass(frozen=True)
 class MatmulTiling:
     """Output tile ``mt x (nt * arrays)`` accumulated over ``kt`` steps."""
@@ -97,7 +102,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     setup = config.core.dma.setup_latency_cycles + config.dram.latency_cycles + \
         config.noc.latency_cycles
     best: MatmulTiling | None = None
-    best_key: tuple[float, int] | None = None
+    options: list[tuple[float, int, MatmulTiling]] = []
     per_array_n = -(-n // arrays)
     for mt, kt, nt in itertools.product(_candidates(m, matrix.rows), _candidates(k, matrix.rows),
                                         _candidates(per_array_n, matrix.cols)):
@@ -123,10 +128,12 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                         dma_cycles=per_core * dma,
                         dram_bytes=tiles * (load_bytes + used * mt * nt * out_dtype.itemsize),
                         serial_cycles=per_core * stall + setup + store)
-            key = (cost.estimate(config), tiles * steps)
-            if best_key is None or key < best_key:
-                best_key = key
-                best = MatmulTiling(mt, kt, nt, used, acc_sets, cost)
+            options.append((cost.estimate(config), tiles * steps * (2 + used),
+                            MatmulTiling(mt, kt, nt, used, acc_sets, cost)))
+    if options:
+        fastest = min(o[0] for o in options)
+        near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]
+        best = min(near, key=lambda o: (o[1], o[0]))[2]
     if best is None:
         raise CapacityError(f"matmul {m}x{k}x{n} ({dtype}): no tiling fits {capacity} B of "
                             f"scratchpad even at {matrix.rows}x{matrix.cols} tiles")

@@ -77,13 +77,12 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     item = q.dtype.itemsize
     sets = ctx.sets
     masked = spec.causal or mask is not None
-    tq = tk = 1
-    for t in (512, 256, 128, 64, 32, 16, 8, 4, 2, 1):
-        tq, tk = min(t, sq), min(t, sk)
-        if _tile_bytes(tq, tk, d, dv, item, sets, masked) <= ctx.capacity:
-            break
-    else:
+    sizes = (512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
+    fitting = [(min(a, sq), min(b, sk)) for a in sizes for b in sizes
+               if _tile_bytes(min(a, sq), min(b, sk), d, dv, item, sets, masked) <= ctx.capacity]
+    if not fitting:
         raise CapacityError(f"{node.source}: no attention tile fits {ctx.capacity} B")
+    tq, tk = max(fitting, key=lambda t: (t[0] * t[1], t[0]))
     bias = None
     if spec.causal:
         bias_name = f"{ctx.view(out).tensor}_causal_bias"
