@@ -7,6 +7,7 @@ fusion (graph -> kernels) -> materialization (which values get DRAM tensors) -> 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -260,16 +261,51 @@ def _graph_key(program: Any) -> str:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
             parts.append(f"{node.name}:{tuple(val.shape)}:{val.dtype}")
+        if node.op == "get_attr":  # folded into the program: its values are part of it
+            parts.append(_tensor_digest(_fetch_attr(gm, str(node.target))))
     if isinstance(program, torch.export.ExportedProgram):
         parts.append(str(program.graph_signature))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _fetch_attr(gm: Any, target: str) -> Any:
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _tensor_digest(value: Any) -> str:
+    import torch
+
+    if not isinstance(value, torch.Tensor) or value.device.type == "meta":
+        return repr(type(value))
+    data = value.detach().cpu().contiguous()
+    raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
+    return hashlib.sha256(raw.numpy().tobytes()).hexdigest()
+
+
+def _bound_weights(program: Any, input_specs: tuple[Any, ...]) -> dict[str, Any]:
+    """Parameters and buffers an ExportedProgram carries (not meta), by placeholder."""
+    import torch
+
+    if not isinstance(program, torch.export.ExportedProgram):
+        return {}
+    state = {**program.state_dict, **program.constants}
+    bound: dict[str, Any] = {}
+    for spec in input_specs:
+        tensor = state.get(spec.target)
+        if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
+            bound[spec.name] = tensor
+    return bound
 
 
 def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | None = None
                   ) -> CompiledProgram:
     """Compile an ExportedProgram (after ``run_decompositions()``) or an ATen-level
     ``fx.GraphModule`` whose placeholders carry ``meta["val"]``. Shapes only: fake or
-    meta tensors are enough. Cached by (graph, shapes, dtypes, config, options)."""
+    meta tensors are enough. Schedules are cached by (graph, shapes, dtypes, folded
+    constants, config, options); the weights bound are always this program's own."""
     import torch
 
     from compiler import frontend
@@ -277,30 +313,28 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
     options = options or CompileOptions()
     key = (_graph_key(program), config, options)
     cached = _CACHE.get(key)
+    reference = (program.graph_module if isinstance(program, torch.export.ExportedProgram)
+                 else program)
     if cached is not None:
-        return cached
+        # the schedule is shared; the weights are this program's own
+        return dataclasses.replace(
+            cached, bound=MappingProxyType(_bound_weights(program, cached.inputs)),
+            reference=reference)
     graph, input_specs, fallbacks = frontend.build(program, options)
     name = "graph_" + key[0][:8]
     prog, tensors, host_functions, constants, kernels = build_program(graph, config, options,
                                                                       name)
     outputs = tuple(OutputSpec(tensors[base_of(v).id], v.shape, v.dtype.value)
                     for v in graph.outputs)
-    bound: dict[str, Any] = {}
-    if isinstance(program, torch.export.ExportedProgram):
-        state = {**program.state_dict, **program.constants}
-        for spec in input_specs:
-            tensor = state.get(spec.target)
-            if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
-                bound[spec.name] = tensor
     compiled = CompiledProgram(
         program=prog, config=config, options=options, inputs=tuple(input_specs),
         input_names=tuple(tensors[v.id] for v in graph.inputs), outputs=outputs,
         output_names=tuple(o.tensor for o in outputs),
         host_functions=MappingProxyType(host_functions),
         constants=MappingProxyType(constants), fallbacks=tuple(fallbacks),
-        kernels=tuple(k.name for k in kernels), bound=MappingProxyType(bound),
-        reference=program.graph_module if isinstance(program, torch.export.ExportedProgram)
-        else program)
+        kernels=tuple(k.name for k in kernels),
+        bound=MappingProxyType(_bound_weights(program, tuple(input_specs))),
+        reference=reference)
     _CACHE[key] = compiled
     return compiled
 
