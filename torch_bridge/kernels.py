@@ -117,15 +117,7 @@ def _entry_for(op: torch._ops.OpOverload) -> Kernel:
     def entry(*args: Any, **kwargs: Any) -> Any:
         prior = set_eval_frame(None)  # see _global_fallback
         try:
-            fn = _TABLE.get(op)
-            if fn is not None:
-                out = fn(*args, **kwargs)
-                if out is not NotImplemented:
-                    return out
-            fn = _BUILTIN.get(op)
-            if fn is not None:
-                return fn(*args, **kwargs)
-            return run_on_host(op, args, kwargs)
+            return dispatch(op, args, kwargs)
         finally:
             set_eval_frame(prior)
 
