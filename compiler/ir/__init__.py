@@ -9,6 +9,7 @@ from compiler.ir.ops import (
     Cast,
     Command,
     Copy,
+    Gather,
     HostOp,
     HostTransfer,
     Load,
@@ -29,7 +30,7 @@ from compiler.ir.ops import (
 
 __all__ = [
     "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "DType", "DramRef",
-    "DramTensor", "HostOp", "HostTransfer", "Load", "MatMul", "Op", "Program", "Reduce",
+    "DramTensor", "Gather", "HostOp", "HostTransfer", "Load", "MatMul", "Op", "Program", "Reduce",
     "ReduceKind", "Scalar", "Select", "Slice", "SramRef", "Store", "Transpose", "Unary",
     "UnaryKind", "VCopy", "engine_core", "engine_kind", "numel", "sram_space",
 ]

@@ -21,6 +21,7 @@ from compiler.ir.ops import (
     Binary,
     Cast,
     Copy,
+    Gather,
     HostOp,
     HostTransfer,
     Load,
@@ -42,6 +43,7 @@ SRAM_READ_FIELDS: dict[type[Op], tuple[str, ...]] = {
     Load: (),
     Store: ("src",),
     Copy: ("src",),
+    Gather: ("indices",),
     MatMul: ("a", "b"),          # + "out" when accumulate=True
     Unary: ("src",),
     Binary: ("a", "b"),
@@ -59,6 +61,7 @@ SRAM_WRITE_FIELDS: dict[type[Op], tuple[str, ...]] = {
     Load: ("dst",),
     Store: (),
     Copy: ("dst",),
+    Gather: ("dst",),
     MatMul: ("out",),
     Unary: ("dst",),
     Binary: ("dst",),
@@ -75,6 +78,7 @@ SRAM_WRITE_FIELDS: dict[type[Op], tuple[str, ...]] = {
 DRAM_REF_FIELDS: dict[type[Op], tuple[tuple[str, bool], ...]] = {
     Load: (("src", False),),
     Store: (("dst", True),),
+    Gather: (("table", False),),
     HostTransfer: (("ref", False),),
 }
 

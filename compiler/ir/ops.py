@@ -117,7 +117,23 @@ class Copy(Op):
     mnemonic = "copy"
 
 
-DMA_OPS: tuple[type[Op], ...] = (Load, Store, Copy)
+@dataclass(frozen=True)
+class Gather(Op):
+    """Indexed DMA: rows of a DRAM box picked by an SRAM index vector.
+
+    ``table`` is a 2-D box (rows x cols) of a DRAM tensor; ``indices`` an integer
+    (i32 or i64) SRAM vector [n] of row numbers relative to the box's first row;
+    ``dst`` is [n, cols] in the table's dtype. ``dst[i, :] = table_box[indices[i], :]``.
+    Each row is its own contiguous DRAM run (an embedding lookup, index_select).
+    """
+
+    table: DramRef
+    indices: SramRef
+    dst: SramRef
+    mnemonic = "gather"
+
+
+DMA_OPS: tuple[type[Op], ...] = (Load, Store, Copy, Gather)
 
 # -- matrix engine (coreN.mxuM) ----------------------------------------------------
 

@@ -30,6 +30,7 @@ tokens is free, but a construct never spans lines)::
     op := "load" dram "->" sram
         | "store" sram "->" dram
         | "copy" sram "->" sram
+        | "gather" dram "[" sram "]" "->" sram               (table rows picked by indices)
         | "matmul" sram "," sram "->" sram [ "acc" ]
         | "unary" UNARY_KIND sram "->" sram
         | "binary" BINARY_KIND value "," value "->" sram
@@ -83,6 +84,7 @@ from compiler.ir.ops import (
     Cast,
     Command,
     Copy,
+    Gather,
     HostOp,
     HostTransfer,
     Load,
@@ -229,6 +231,8 @@ _PRINTERS: dict[type[Op], Callable[[Op], str]] = {
     Load: lambda op: f"{format_dram_ref(op.src)} -> {format_sram_ref(op.dst)}",
     Store: lambda op: f"{format_sram_ref(op.src)} -> {format_dram_ref(op.dst)}",
     Copy: lambda op: f"{format_sram_ref(op.src)} -> {format_sram_ref(op.dst)}",
+    Gather: lambda op: (f"{format_dram_ref(op.table)} [{format_sram_ref(op.indices)}] -> "
+                        f"{format_sram_ref(op.dst)}"),
     MatMul: lambda op: (f"{format_sram_ref(op.a)}, {format_sram_ref(op.b)} -> "
                         f"{format_sram_ref(op.out)}" + (" acc" if op.accumulate else "")),
     Unary: lambda op: f"{op.kind.value} {format_sram_ref(op.src)} -> {format_sram_ref(op.dst)}",
@@ -563,6 +567,15 @@ def _parse_store(line: _Line) -> Op:
     return Store(src, _parse_dram(line, "store destination"))
 
 
+def _parse_gather(line: _Line) -> Op:
+    table = _parse_dram(line, "gather table")
+    line.expect("[", "to open the gather indices")
+    indices = _parse_sram(line, "gather indices")
+    line.expect("]", "to close the gather indices")
+    line.expect("->", "after gather indices")
+    return Gather(table, indices, _parse_sram(line, "gather destination"))
+
+
 def _parse_sram_to_sram(make: Callable[[SramRef, SramRef], Op], mnemonic: str
                         ) -> Callable[[_Line], Op]:
     def parse(line: _Line) -> Op:
@@ -651,6 +664,7 @@ _OP_PARSERS: dict[str, Callable[[_Line], Op]] = {
     Load.mnemonic: _parse_load,
     Store.mnemonic: _parse_store,
     Copy.mnemonic: _parse_sram_to_sram(Copy, "copy"),
+    Gather.mnemonic: _parse_gather,
     MatMul.mnemonic: _parse_matmul,
     Unary.mnemonic: _parse_unary,
     Binary.mnemonic: _parse_binary,

@@ -60,6 +60,7 @@ from compiler.ir.ops import (
     Cast,
     Command,
     Copy,
+    Gather,
     HostOp,
     HostTransfer,
     Load,
@@ -384,6 +385,33 @@ def _check_store(op: Store, machine: _Machine, tensors: dict[str, DramTensor]
 def _check_copy(op: Copy, machine: _Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
     yield from _transfer_problems("dst", op.dst, f"src {_typed(op.src)}", op.src.shape,
                                   op.src.dtype)
+
+
+_INDEX_DTYPES: tuple[DType, ...] = (DType.i32, DType.i64)
+
+
+@_checks(Gather)
+def _check_gather(op: Gather, machine: _Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    if op.indices.dtype not in _INDEX_DTYPES or len(op.indices.shape) != 1:
+        yield (f"field indices: {_typed(op.indices)} must be a 1-D vector of i32 or i64 "
+               f"row numbers")
+    tensor = _dram_side(op.table, tensors)
+    if tensor is None:
+        return
+    table = format_dram_ref(op.table)
+    if len(op.table.shape) != 2:
+        yield (f"field table: {table} must be a 2-D box (rows x cols), "
+               f"got rank {len(op.table.shape)}")
+        return
+    rows = op.indices.shape[0] if len(op.indices.shape) == 1 else numel(op.indices.shape)
+    expected = (rows, op.table.shape[1])
+    if op.dst.shape != expected:
+        yield (f"field dst: shape {_typed(op.dst)} should be {format_shape(expected)} "
+               f"({rows} indices x {op.table.shape[1]} columns of {table})")
+    if op.dst.dtype != tensor.dtype:
+        yield (f"field dst: dtype {op.dst.dtype} does not match table {table}'s "
+               f"{tensor.dtype} (DMA does not convert; use a cast)")
 
 
 @_checks(MatMul)

@@ -18,6 +18,7 @@ from compiler.ir.ops import (
     Cast,
     Command,
     Copy,
+    Gather,
     HostOp,
     HostTransfer,
     Load,
@@ -70,6 +71,9 @@ def every_op_program() -> Program:
         Command(13, "hdma", HostTransfer(DramRef("Y", (Slice(0, 4, 3),)), False), (12,)),
         Command(14, "host", HostOp("aten.cumsum.default", ("X",), ("Y",), 1200), (7, 13),
                 "aten.cumsum"),
+        Command(15, "core0.dma0", Gather(DramRef("A", (Slice(0, 128), Slice(0, 256))),
+                                         sram(0, (4,), DType.i64), sram(0x100, (4, 256))),
+                (), "aten.embedding"),
     )
     tensors = (
         DramTensor("A", (128, 256), DType.f32, "in"),
@@ -101,6 +105,7 @@ dram %T : f16[] temp
 12: hdma       host_transfer to_device %X[0:4, 0:8]
 13: hdma       host_transfer to_host %Y[0:4:3] after 12
 14: host       host_op aten.cumsum.default (%X) -> (%Y) cycles=1200 after 7,13                         # aten.cumsum
+15: core0.dma0 gather %A[0:128, 0:256] [sram0[0x000000] i64[4]] -> sram0[0x000100] f32[4,256]          # aten.embedding
 """
 
 

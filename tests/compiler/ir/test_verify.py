@@ -47,6 +47,7 @@ dram %h : f32[4,4] out
 17: hdma       host_transfer to_host %h[0:4, 0:4] after 16
 18: core1.dma0 load   %x[0:4:2, 0:8:2] -> sram1[0x000000] f32[2,4] after 0
 19: core1.vpu  unary  neg sram1[0x000000] f32[2,4] -> sram1[0x000000] f32[2,4] after 18
+20: core1.dma1 gather %w[0:8, 0:4] [sram1[0x000100] i64[3]] -> sram1[0x000200] f32[3,4]
 """
 
 
