@@ -3,7 +3,8 @@
 A transfer costs the engine's setup latency, plus the DRAM latency if it touches DRAM
 and the NoC latency if it enters or leaves a core, and then a flow over every link on
 its path, capped by the engine's bandwidth (and, from DRAM, by the channels its bytes
-interleave over).
+interleave over). A gather reads each picked row as its own contiguous DRAM run, so it
+is charged row by row, each rounded up to the access granularity like a strided load.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from archsim.timing import CommandTiming
-from compiler.ir.operands import DramRef, SramRef
-from compiler.ir.ops import Copy, Load, Op, Store
+from compiler.ir.operands import DramRef, Slice, SramRef
+from compiler.ir.ops import Copy, Gather, Load, Op, Store
 
 if TYPE_CHECKING:
     from archsim.chip import Chip
@@ -33,6 +34,8 @@ class DmaEngine:
             return self._dram_transfer(op.dst, op.src, reading=False)
         if isinstance(op, Copy):
             return self._sram_copy(op.src, op.dst)
+        if isinstance(op, Gather):
+            return self._gather(op)
         raise TypeError(f"{self.name} cannot run {type(op).__name__}")
 
     def _dram_transfer(self, dram_ref: DramRef, sram_ref: SramRef, reading: bool) -> CommandTiming:
@@ -46,6 +49,21 @@ class DmaEngine:
             cap=min(self.bandwidth, chip.dram.cap(charged)),
             dram_read=charged if reading else 0,
             dram_written=0 if reading else charged,
+        )
+
+    def _gather(self, op: Gather) -> CommandTiming:
+        """Like a Load of ``n`` rows, but every row is a separate DRAM run wherever the
+        indices point. The index vector is read from SRAM during setup (not charged)."""
+        chip = self.chip
+        rows = op.indices.shape[0] if op.indices.shape else 1
+        charged = rows * chip.dram.charged_bytes(_one_row(op.table), chip.tensors[op.table.tensor])
+        links, latency = chip.sram_path(op.dst.space)
+        return CommandTiming(
+            fixed_cycles=self.setup_latency_cycles + chip.dram.latency_cycles + latency,
+            links=(chip.dram.link, *links),
+            nbytes=charged,
+            cap=min(self.bandwidth, chip.dram.cap(charged)),
+            dram_read=charged,
         )
 
     def _sram_copy(self, src: SramRef, dst: SramRef) -> CommandTiming:
@@ -63,3 +81,9 @@ class DmaEngine:
             nbytes=src.nbytes,
             cap=self.bandwidth,
         )
+
+
+def _one_row(table: DramRef) -> DramRef:
+    """The first row of a 2-D table box: every gathered row has its layout."""
+    first = table.slices[0]
+    return DramRef(table.tensor, (Slice(first.start, first.start + 1), *table.slices[1:]))

@@ -23,6 +23,7 @@ from compiler.ir.ops import (
     BinaryKind,
     Cast,
     Copy,
+    Gather,
     HostOp,
     HostTransfer,
     Load,
@@ -145,6 +146,19 @@ def _copy(op: Copy | VCopy, memory: Memory) -> None:
         memory.view(op.dst)[...] = data.reshape(op.dst.shape)
     else:
         memory.view(op.dst)[...] = np.broadcast_to(data, op.dst.shape)
+
+
+def _gather(op: Gather, memory: Memory) -> None:
+    """Rows of the table box by index; an index outside the box raises IndexError,
+    which the simulator reports as a SimulationError naming the command."""
+    table = memory.dram[op.table.tensor][memory.box(op.table)]
+    indices = memory.view(op.indices).astype(np.int64)
+    bad = np.flatnonzero((indices < 0) | (indices >= table.shape[0]))
+    if bad.size:
+        i = int(bad[0])
+        raise IndexError(f"index {int(indices[i])} (position {i} of field indices) is out of "
+                         f"range for the {table.shape[0]} rows of the table box")
+    memory.view(op.dst)[...] = table[indices]
 
 
 def _matmul(op: MatMul, memory: Memory) -> None:
@@ -275,6 +289,7 @@ EXECUTORS: dict[type[Op], Callable[[Any, Memory], None]] = {
     Load: _load,
     Store: _store,
     Copy: _copy,
+    Gather: _gather,
     VCopy: _copy,
     MatMul: _matmul,
     Unary: _unary,

@@ -14,6 +14,7 @@ from compiler.ir import (
     BinaryKind,
     Cast,
     DType,
+    Gather,
     HostOp,
     Load,
     MatMul,
@@ -221,3 +222,50 @@ def test_input_of_wrong_shape_is_named() -> None:
     with pytest.raises(SimulationError,
                        match=r"input 'A': shape \[4, 5\] does not match the program's \[4, 4\]"):
         Simulator(TINY).run(tiled_matmul(4, 4, 4), {"A": np.zeros((4, 5)), "B": np.zeros((4, 4))})
+
+
+def gather_program(rows: int, cols: int, n: int, index_dtype: DType,
+                   box: tuple[tuple[int, int], tuple[int, int]]) -> Program:
+    """Load ``n`` indices, gather those rows of a box of ``w`` into core1's scratchpad
+    over core0's DMA (across the NoC), store them to ``out``."""
+    (r0, r1), (c0, c1) = box
+    b = ProgramBuilder("gather")
+    b.tensor("ids", (n,), index_dtype, "in")
+    b.tensor("w", (rows, cols), F32, "in")
+    b.tensor("out", (n, c1 - c0), F32, "out")
+    ids = SramRef("sram0", 0, (n,), index_dtype)
+    rows_buf = SramRef("sram1", 0, (n, c1 - c0), F32)
+    load = b.add("core0.dma0", Load(b.ref("ids"), ids))
+    gather = b.add("core0.dma1", Gather(b.ref("w", (r0, r1), (c0, c1)), ids, rows_buf), [load])
+    b.add("core1.dma0", Store(rows_buf, b.ref("out")), [gather])
+    return b.build()
+
+
+@pytest.mark.parametrize("index_dtype", [DType.i32, DType.i64])
+def test_gather_matches_torch(index_dtype: DType) -> None:
+    torch.manual_seed(0)
+    w = torch.randn(13, 7)
+    ids = torch.tensor([12, 0, 5, 5, 3, 9, 1], dtype=torch.int64)
+    program = gather_program(13, 7, len(ids), index_dtype, ((0, 13), (0, 7)))
+    result = Simulator(TINY).run(program, {"w": w.numpy(), "ids": ids.numpy()})
+    expected = torch.nn.functional.embedding(ids, w)
+    np.testing.assert_array_equal(result.outputs["out"], expected.numpy())
+
+
+def test_gather_indices_are_relative_to_the_box() -> None:
+    w = torch.arange(13 * 7, dtype=torch.float32).reshape(13, 7)
+    ids = torch.tensor([0, 3, 1], dtype=torch.int64)
+    program = gather_program(13, 7, 3, DType.i64, ((8, 12), (2, 6)))
+    result = Simulator(TINY).run(program, {"w": w.numpy(), "ids": ids.numpy()})
+    np.testing.assert_array_equal(result.outputs["out"], w[8:12, 2:6][ids].numpy())
+
+
+def test_gather_index_out_of_range_names_command_and_index() -> None:
+    w = np.zeros((13, 7), np.float32)
+    ids = np.array([1, 13, 2], np.int64)
+    program = gather_program(13, 7, 3, DType.i64, ((0, 13), (0, 7)))
+    with pytest.raises(SimulationError, match=r"command 1 \(core0\.dma1 gather\) failed in "
+                                              r"functional mode: IndexError: index 13 "
+                                              r"\(position 1 of field indices\) is out of range "
+                                              r"for the 13 rows"):
+        Simulator(TINY).run(program, {"w": w, "ids": ids})

@@ -15,7 +15,7 @@ import pytest
 from archsim.config import load_config
 from archsim.matrix import matmul_cycles
 from archsim.simulator import Simulator
-from compiler.ir import Copy, DType, Load, MatMul, SramRef, Store, Unary, UnaryKind
+from compiler.ir import Copy, DType, Gather, Load, MatMul, SramRef, Store, Unary, UnaryKind
 from compiler.ir.builder import ProgramBuilder
 
 F32 = DType.f32
@@ -47,6 +47,39 @@ def test_strided_load_pays_per_contiguous_run() -> None:
     # half rows: 8 runs of 16 B = 128 B -> 35 + 8; every other element: 32 runs of 4 B,
     # each rounded up to the 16 B granule = 512 B -> 35 + 32
     assert timeline(b.build()) == [("core0.dma0", 0, 43), ("core0.dma0", 43, 110)]
+
+
+def test_gather_pays_per_row() -> None:
+    """A gather is a Load whose rows are separate DRAM runs: 35 fixed cycles, then each
+    row rounded up to the 16 B granule at 16 B/cycle.
+
+    - load of 5 i64 indices: 40 B, one run -> 48 B = 3 cycles: 0 -> 38.
+    - gather of those 5 rows of w[16, 6] f32: a row is 24 B -> 32 B, 5 * 32 = 160 B
+      = 10 cycles: 38 -> 38 + 35 + 10 = 83 (a contiguous load of 5 rows would charge
+      only 120 -> 128 B).
+    - gather of the first 4 indices from the column box w[:, 2:5]: 12 B -> 16 B per
+      row, 64 B = 4 cycles: 83 -> 83 + 35 + 4 = 122.
+    - tdma loads the indices into shared SRAM (setup 10 + DRAM 20, no NoC latency, at
+      min(32 tdma, 16 DRAM) B/cycle): 0 -> 30 + 3 = 33, its bytes moving at 30..33,
+      before core0's load moves its own at 35..38; then gathers the same 5 rows:
+      33 -> 33 + 30 + 10 = 73, moving at 63..73, just before core0's gather moves
+      (73..83). No two flows overlap, so nothing is shared.
+    """
+    b = ProgramBuilder("gather")
+    b.tensor("ids", (5,), DType.i64, "in")
+    b.tensor("w", (16, 6), F32, "in")
+    ids = SramRef("sram0", 0, (5,), DType.i64)
+    load = b.add("core0.dma0", Load(b.ref("ids"), ids))
+    b.add("core0.dma0", Gather(b.ref("w"), ids, tile(64, (5, 6))), [load])
+    b.add("core0.dma0", Gather(b.ref("w", (0, 16), (2, 5)), SramRef("sram0", 0, (4,), DType.i64),
+                               tile(256, (4, 3))), [load])
+    shared_ids = SramRef("shared", 0, (5,), DType.i64)
+    shared_load = b.add("tdma", Load(b.ref("ids"), shared_ids))
+    b.add("tdma", Gather(b.ref("w"), shared_ids, tile(64, (5, 6), "shared")), [shared_load])
+    assert timeline(b.build()) == [
+        ("core0.dma0", 0, 38), ("core0.dma0", 38, 83), ("core0.dma0", 83, 122),
+        ("tdma", 0, 33), ("tdma", 33, 73),
+    ]
 
 
 @pytest.mark.parametrize(("dataflow", "expected"), [
