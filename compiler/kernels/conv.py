@@ -10,13 +10,20 @@ accumulator on the vector engine.
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
+
+from archsim.config.model import ceil_div
 from archsim.errors import CapacityError, LoweringError
+from archsim.matrix import matmul_cycles
 from compiler import graph as g
+from compiler.cost import COMMAND_TOLERANCE, Cost, load_bandwidth
 from compiler.emit import Arena
 from compiler.graph import Value
 
 from compiler.ir.operands import DramRef, Scalar, Slice
-from compiler.ir.ops import Binary, BinaryKind, Cast, Load, MatMul, Transpose
+from compiler.ir.dtypes import DType
+from compiler.ir.ops import Binary, BinaryKind, Cast, Load, MatMul, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import (
@@ -62,7 +69,325 @@ def _epilogue_bytes(ctx: Context, kernel: Kernel, out: Value) -> int:
     return bytes_per_element(ctx, kernel.group, {out.id})
 
 
+@dataclass(frozen=True)
+class _Geometry:
+    """Where a tile of output rows reads its input.
+
+    The input window ``[c, rows, cols]`` (rows and cols rounded up to the strides) is
+    rearranged once into stride phases, channels last: ``[sh, sw, rows/sh, cols/sw, c]``.
+    Then output pixel (y, x) of tap (i, j) reads phase ((i*dh) % sh, (j*dw) % sw) at flat
+    position ``y * plane_cols + x + shift(i, j)``: every tap's operand is one contiguous
+    run of pixels. Output rows are ``plane_cols`` apart, so columns ``ow..plane_cols`` of
+    each row are computed and dropped.
+    """
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    out_rows: int
+    out_cols: int
+    in_rows: int
+    in_cols: int
+
+    @property
+    def cols(self) -> int:
+        """Input columns loaded per window (a multiple of the column stride)."""
+        (_, kw), (_, sw), (_, dw) = self.kernel, self.stride, self.dilation
+        need = (self.out_cols - 1) * sw + (kw - 1) * dw + 1
+        return ceil_div(need, sw) * sw
+
+    @property
+    def plane_cols(self) -> int:
+        return self.cols // self.stride[1]
+
+    def rows(self, ty: int) -> int:
+        """Input rows loaded for ``ty`` output rows (a multiple of the row stride)."""
+        (kh, _), (sh, _), (dh, _) = self.kernel, self.stride, self.dilation
+        return ceil_div((ty - 1) * sh + (kh - 1) * dh + 1, sh) * sh
+
+    def pixels(self, ty: int) -> int:
+        """Matmul rows for ``ty`` output rows: every plane column but the last row's
+        tail."""
+        return (ty - 1) * self.plane_cols + self.out_cols
+
+    def fits(self, ty: int) -> bool:
+        """Every row tile's window lies inside the (padded) input."""
+        if self.cols > self.in_cols:
+            return False
+        sh = self.stride[0]
+        return all(y0 * sh + self.rows(min(ty, self.out_rows - y0)) <= self.in_rows
+                   for y0 in range(0, self.out_rows, ty))
+
+    def shift(self, ty: int, i: int, j: int) -> int:
+        """Pixel offset of tap (i, j)'s operand in the phase planes of a ``ty``-row tile."""
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        plane_rows = self.rows(ty) // sh
+        phase = ((i * dh) % sh) * sw + (j * dw) % sw
+        return (phase * plane_rows + (i * dh) // sh) * self.plane_cols + (j * dw) // sw
+
+
+@dataclass(frozen=True)
+class ConvTiling:
+    """A tile is ``out_rows`` output rows x ``out_channels`` output channels of one image
+    and group, accumulated over input-channel chunks of ``in_channels``; each matmul
+    covers ``taps`` consecutive kernel taps (K = taps x in_channels)."""
+
+    out_rows: int
+    out_channels: int
+    in_channels: int
+    taps: int
+    cost: Cost
+
+
+def _sizes(size: int, unit: int) -> list[int]:
+    out = {size}
+    t = unit
+    while t < size:
+        out.add(t)
+        t *= 2
+    return sorted(out)
+
+
+def _sram_bytes(geo: _Geometry, ty: int, ot: int, ct: int, taps: int, item: int,
+                out_item: int, cast: bool, epi: int, sets: int) -> int:
+    kh, kw = geo.kernel
+    window = geo.rows(ty) * geo.cols * ct * item
+    weights = ot * ct * kh * kw * item
+    pack = (3 * taps * geo.pixels(ty) * ct * item) if taps > 1 else 0
+    tile = ty * geo.plane_cols * ot
+    acc = tile * 4 + 2 * ty * geo.out_cols * ot * 4 + \
+        ty * geo.out_cols * ot * ((out_item if cast else 0) + epi)
+    return sets * (2 * window + 2 * weights + acc + 16 * 64 * 8) + pack + 8192
+
+
+def choose_conv_tiling(ctx: Context, geo: _Geometry, tiles_outside: int, cin: int, cout: int,
+                       dtype: DType, out_item: int, cast: bool, epi: int, epi_ops: int,
+                       arrays: int) -> ConvTiling | None:
+    """The tiling with the lowest estimated time (``compiler.cost``) that fits the
+    scratchpad; None when no window tiling fits (the caller falls back)."""
+    config = ctx.config
+    matrix, vector, dma = config.core.matrix, config.core.vector, config.core.dma
+    kh, kw = geo.kernel
+    ntaps = kh * kw
+    lanes, vlat = vector.lanes, vector.pipeline_latency_cycles
+    load_bw = load_bandwidth(config)
+    setup = dma.setup_latency_cycles + config.dram.latency_cycles + config.noc.latency_cycles
+    granule = config.dram.access_granularity_bytes
+    item = dtype.itemsize
+    oh, ow = geo.out_rows, geo.out_cols
+    heights = sorted({ceil_div(oh, k) for k in range(1, oh + 1)})
+    options = []
+    for ty in heights:
+        if not geo.fits(ty):
+            continue
+        m = geo.pixels(ty)
+        rows = geo.rows(ty)
+        for ot, ct in itertools.product(_sizes(cout, matrix.cols), _sizes(cin, matrix.rows)):
+            most = min(ntaps, max(1, matrix.rows // ct))
+            for g in sorted({1, most}):
+                need = _sram_bytes(geo, ty, ot, ct, g, item, out_item, cast, epi, ctx.sets)
+                if need > ctx.capacity:
+                    continue
+                tiles = tiles_outside * ceil_div(cout, ot) * ceil_div(oh, ty)
+                per_core = ceil_div(tiles, ctx.cores)
+                chunks = ceil_div(cin, ct)
+                mm_groups = ceil_div(ntaps, g)
+                mxu = chunks * sum(matmul_cycles(m, min(g, ntaps - t) * ct, ot, matrix, dtype)
+                                   for t in range(0, ntaps, g))
+                window = ct * rows * ceil_div(geo.cols * item, granule) * granule
+                weights = ot * ct * ntaps * item
+                out_bytes = ot * ty * ow * (out_item + epi)
+                dma_cycles = chunks * ((window + weights) / load_bw + 2 * setup / max(
+                    1, dma.engines - 1)) + out_bytes / dma.bandwidth_bytes_per_cycle
+                vpu = chunks * (2 * vlat + (rows * geo.cols * ct + ot * ct * ntaps) / lanes)
+                if g > 1:
+                    vpu += chunks * mm_groups * (g + 1) * (vlat + g * m * ct / lanes)
+                tail = ty * (vlat + ot * ow / lanes) + (2 + epi_ops) * (
+                    vlat + ot * ty * ow / lanes)
+                vpu += tail
+                share = min(arrays, per_core)
+                cost = Cost(mxu_cycles=per_core * mxu / share, vpu_cycles=per_core * vpu,
+                            dma_cycles=per_core * dma_cycles,
+                            dram_bytes=tiles * (chunks * (window + weights) + out_bytes),
+                            serial_cycles=2 * setup + (window + weights) / load_bw + tail +
+                            mxu / chunks)
+                commands = tiles * (chunks * (4 + mm_groups * (1 + (g + 1) * (g > 1))) + ty + 4)
+                options.append((cost.estimate(config), commands,
+                                ConvTiling(ty, ot, ct, g, cost)))
+    if not options:
+        return None
+    fastest = min(o[0] for o in options)
+    near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]
+    return min(near, key=lambda o: (o[1], o[0]))[2]
+
+
 def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
+    node = kernel.anchor
+    spec: g.Conv2d = node.spec
+    x, w = node.inputs
+    out = node.out
+    batch, cin, in_rows, in_cols = x.shape
+    cout, cg, kh, kw = w.shape
+    _, _, oh, ow = out.shape
+    groups = spec.groups
+    og = cout // groups
+    acc_dtype = accumulator_dtype(x.dtype)
+    cast = out.dtype is not acc_dtype
+    view = ctx.view(x)
+    if view.shape != view.base_shape:
+        raise LoweringError(f"{node.source}: convolution input must be a stored tensor, "
+                            f"got a reshaped view")
+    geo = _Geometry((kh, kw), tuple(spec.stride), tuple(spec.dilation), oh, ow, in_rows,
+                    in_cols)
+    arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
+    epi_ops = len(kernel.group.nodes) if kernel.group else 0
+    tiling = choose_conv_tiling(ctx, geo, batch * groups, cg, og, x.dtype,
+                                out.dtype.itemsize, cast, _epilogue_bytes(ctx, kernel, out),
+                                epi_ops, arrays)
+    if tiling is None:
+        _lower_conv_per_tap(ctx, kernel)
+        return
+    ty, ot, ct, ntap = tiling.out_rows, tiling.out_channels, tiling.in_channels, tiling.taps
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    tap_groups = [taps[t:t + ntap] for t in range(0, len(taps), ntap)]
+    tiles = [(nb, gi, y0, o0) for nb in range(batch) for gi in range(groups)
+             for y0 in range(0, oh, ty) for o0 in range(0, og, ot)]
+    cores = min(ctx.cores, len(tiles))
+    sets = ctx.sets
+    rows_max, m_max = geo.rows(ty), geo.pixels(ty)
+    bufs = []
+    for c in range(cores):
+        arena = Arena(f"sram{c}", ctx.capacity)
+        bufs.append({
+            "raw": [arena.alloc((ct, rows_max, geo.cols), x.dtype, "conv input window")
+                    for _ in range(sets)],
+            "planes": [arena.alloc((rows_max * geo.cols, ct), x.dtype, "conv input planes")
+                       for _ in range(sets)],
+            "wraw": [arena.alloc((ot, ct, kh, kw), x.dtype, "conv weight tile")
+                     for _ in range(sets)],
+            "w": [arena.alloc((kh * kw * ct, ot), x.dtype, "conv weight taps")
+                  for _ in range(sets)],
+            "stage": arena.alloc((ntap, m_max, ct), x.dtype, "conv tap staging")
+            if ntap > 1 else None,
+            "packed": [arena.alloc((m_max, ntap * ct), x.dtype, "conv packed taps")
+                       for _ in range(2)] if ntap > 1 else [],
+            "acc": [arena.alloc((ty * geo.plane_cols, ot), acc_dtype, "conv accumulator")
+                    for _ in range(sets)],
+            "rowt": [arena.alloc((ty, ot, ow), acc_dtype, "conv output rows")
+                     for _ in range(sets)],
+            "nchw": [arena.alloc((ot, ty * ow), acc_dtype, "conv output tile")
+                     for _ in range(sets)],
+            "out": [arena.alloc((ot, ty * ow), out.dtype, "conv output") if cast else None
+                    for _ in range(sets)],
+            "epi": [layout(ctx, kernel.group, (1, ot, ty, ow), arena, 1, {out.id})
+                    if kernel.group else None for _ in range(sets)],
+        })
+    per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
+    tile_counts = [0] * cores
+    step_counts = [0] * cores
+    pack_counts = [0] * cores
+    source = node.source
+    for t, (nb, gi, y0, o0) in enumerate(tiles):
+        core = t % cores
+        q = tile_counts[core] % sets
+        mxu = f"core{core}.mxu{tile_counts[core] % arrays}"
+        tile_counts[core] += 1
+        b = bufs[core]
+        oo = (gi * og + o0, gi * og + min(o0 + ot, og))
+        no = oo[1] - oo[0]
+        ty_t = min(ty, oh - y0)
+        chunks = list(range(0, cg, ct))
+        for s, c0 in enumerate(chunks):
+            cc = (gi * cg + c0, gi * cg + min(c0 + ct, cg))
+            nc = cc[1] - cc[0]
+            xs = step_counts[core] % sets
+            step_counts[core] += 1
+
+            def load(core=core, b=b, xs=xs, nb=nb, cc=cc, nc=nc, oo=oo, no=no, y0=y0,
+                     ty_t=ty_t, c0=c0, gi=gi) -> None:
+                em = ctx.em
+                rows = geo.rows(ty_t)
+                r0 = y0 * geo.stride[0]
+                lead = tuple(Slice(v, v + 1) for v in _lead_index(nb, x.shape[:-3]))
+                ref = DramRef(view.tensor, lead + (Slice(*cc), Slice(r0, r0 + rows),
+                                                   Slice(0, geo.cols)))
+                raw = sub(b["raw"][xs], (nc, rows, geo.cols))
+                em.emit(em.dma(core, "load"), Load(ref, raw), source)
+                (sh, sw) = geo.stride
+                split = sub(raw, (nc, rows // sh, sh, geo.plane_cols, sw))
+                em.emit(f"core{core}.vpu", Transpose(
+                    split, sub(b["planes"][xs], (sh, sw, rows // sh, geo.plane_cols, nc)),
+                    (2, 4, 1, 3, 0)), source)
+                wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(c0, c0 + nc),
+                                                    Slice(0, kh), Slice(0, kw)))
+                wraw = sub(b["wraw"][xs], (no, nc, kh, kw))
+                em.emit(em.dma(core, "load"), Load(wref, wraw), source)
+                em.emit(f"core{core}.vpu", Transpose(
+                    wraw, sub(b["w"][xs], (kh, kw, nc, no)), (2, 3, 1, 0)), source)
+
+            def compute(core=core, b=b, xs=xs, q=q, nc=nc, no=no, ty_t=ty_t, first=s == 0,
+                        mxu=mxu) -> None:
+                em = ctx.em
+                m = geo.pixels(ty_t)
+                planes = b["planes"][xs]
+                acc = sub(b["acc"][q], (m, no))
+                for k, group in enumerate(tap_groups):
+                    (i, j) = group[0]
+                    weights = sub(b["w"][xs], (len(group) * nc, no),
+                                  (i * kw + j) * nc * no)
+                    if len(group) == 1:
+                        a = sub(planes, (m, nc), geo.shift(ty_t, i, j) * nc)
+                    else:
+                        stage = sub(b["stage"], (len(group), m, nc))
+                        for u, (ii, jj) in enumerate(group):
+                            em.emit(f"core{core}.vpu", VCopy(
+                                sub(planes, (m, nc), geo.shift(ty_t, ii, jj) * nc),
+                                sub(stage, (m, nc), u * m * nc)), source)
+                        a = sub(b["packed"][pack_counts[core] % 2], (m, len(group), nc))
+                        pack_counts[core] += 1
+                        em.emit(f"core{core}.vpu", Transpose(stage, a, (1, 0, 2)), source)
+                        a = sub(a, (m, len(group) * nc))
+                    em.emit(mxu, MatMul(a, weights, acc, not (first and k == 0)), source)
+
+            store = (lambda: None)
+            if s == len(chunks) - 1:
+                box = ((nb, nb + 1), oo, (y0, y0 + ty_t), (0, ow))
+                store = _gemm_finisher(ctx, kernel, core, b, q, box, geo, cast)
+            per_core[core].append(TileSteps(load, compute, store))
+    pipeline(per_core, sets - 1)
+
+
+def _gemm_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
+                   box: tuple[tuple[int, int], ...], geo: _Geometry, cast: bool):
+    """Channels-last accumulator ``[pixels, o]`` -> NCHW tile ``[o, rows x ow]``, dropping
+    the extra plane columns, then the shared finisher (cast, store, fused epilogue)."""
+    vpu = f"core{core}.vpu"
+    source = kernel.anchor.source
+    no = box[1][1] - box[1][0]
+    ty = box[2][1] - box[2][0]
+    ow = geo.out_cols
+    finish = _finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box, (no, ty * ow),
+                       cast)
+
+    def store() -> None:
+        acc = b["acc"][q]
+        nchw = sub(b["nchw"][q], (no, ty * ow))
+        if geo.plane_cols == ow:
+            ctx.em.emit(vpu, Transpose(sub(acc, (ty * ow, no)), nchw, (1, 0)), source)
+        else:
+            rowt = b["rowt"][q]
+            for y in range(ty):
+                ctx.em.emit(vpu, Transpose(sub(acc, (ow, no), y * geo.plane_cols * no),
+                                           sub(rowt, (no, ow), y * no * ow), (1, 0)), source)
+            ctx.em.emit(vpu, Transpose(sub(rowt, (ty, no, ow)), sub(nchw, (no, ty, ow)),
+                                       (1, 0, 2)), source)
+        finish()
+    return store
+
+
+
+def _lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
+    """The fallback: per tap a strided DRAM window and ``W_tap @ X_tap`` (NCHW out)."""
     node = kernel.anchor
     spec: g.Conv2d = node.spec
     x, w = node.inputs
