@@ -161,7 +161,11 @@ def _kernel_table() -> dict[type[g.Spec] | None, Callable[[Context, Kernel], Any
     from compiler.kernels.conv import lower_conv_kernel, lower_pool_kernel
     from compiler.kernels.host import lower_host_kernel
     from compiler.kernels.matmul import lower_matmul_kernel
-    from compiler.kernels.movement import lower_cat_kernel, lower_pad_kernel
+    from compiler.kernels.movement import (
+        lower_cat_kernel,
+        lower_gather_kernel,
+        lower_pad_kernel,
+    )
     from compiler.kernels.vector import lower_vector_kernel
 
     return {
@@ -172,6 +176,7 @@ def _kernel_table() -> dict[type[g.Spec] | None, Callable[[Context, Kernel], Any
         g.Pool2d: lower_pool_kernel,
         g.Cat: lower_cat_kernel,
         g.Pad: lower_pad_kernel,
+        g.Gather: lower_gather_kernel,
         g.HostCall: lower_host_kernel,
     }
 

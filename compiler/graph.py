@@ -133,6 +133,12 @@ class Cat(Spec):
 
 
 @dataclass(frozen=True)
+class Gather(Spec):
+    """Rows of a dense 2-D table by index: inputs (table [R, C], indices [n] of i32 or
+    i64), output [n, C] with ``out[i] = table[indices[i]]``. An indexed DMA."""
+
+
+@dataclass(frozen=True)
 class Pad(Spec):
     """Constant padding of the last two dims: (top, bottom, left, right)."""
 

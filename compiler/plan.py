@@ -33,7 +33,7 @@ class Group:
 
 @dataclass(eq=False)
 class Kernel:
-    """One schedulable unit: an anchor node (matmul/conv/pool/cat/pad/host) with an
+    """One schedulable unit: an anchor node (matmul/conv/pool/cat/pad/gather/host) with an
     optional epilogue group, or a vector group alone."""
 
     anchor: Node | None

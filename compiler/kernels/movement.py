@@ -1,14 +1,16 @@
-"""Data-movement kernels: cat (each part copied into its slot) and constant padding
-(border strips filled from a vector-engine fill, interior copied), DRAM -> SRAM -> DRAM."""
+"""Data-movement kernels: cat (each part copied into its slot), constant padding
+(border strips filled from a vector-engine fill, interior copied) and row gathers
+(indices loaded, rows fetched by an indexed DMA), DRAM -> SRAM -> DRAM."""
 
 from __future__ import annotations
 
+from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
-from compiler.emit import Arena
+from compiler.emit import ALIGN_BYTES, Arena
 from compiler.graph import Value
-from compiler.ir.operands import Scalar
-from compiler.ir.ops import Binary, BinaryKind
-from compiler.kernels.common import Box, Context, box_shape
+from compiler.ir.operands import DramRef, Scalar, Slice
+from compiler.ir.ops import Binary, BinaryKind, Gather
+from compiler.kernels.common import Box, Context, box_shape, ceil_div
 from compiler.kernels.vector import choose_tile, load_box, store_box, sub, tiles_of
 from compiler.plan import Kernel
 
@@ -78,3 +80,53 @@ def lower_pad_kernel(ctx: Context, kernel: Kernel) -> None:
             box = lead_tile + (rows, cols)
             store_box(ctx, out, box, sub(fill, box_shape(box)), 0, node.source)
     _copy(ctx, x, out, (0,) * len(lead) + (top, left), node.source, 1 % ctx.cores)
+
+
+def _gather_tile(ctx: Context, count: int, cols: int, index_bytes: int, row_item: int,
+                 source: str) -> tuple[int, int]:
+    """``(indices, columns)`` per gather tile: all columns if one row fits a buffer
+    set, and the indices spread evenly over the cores, as many as fit."""
+    budget = ctx.capacity // ctx.sets - 2 * ALIGN_BYTES  # index + row buffer, aligned
+    if budget < index_bytes + row_item:
+        raise CapacityError(f"{source}: a gather of one element needs "
+                            f"{index_bytes + row_item} B of SRAM, budget {budget} B")
+    col_tile = min(cols, (budget - index_bytes) // row_item)
+    fits = budget // (index_bytes + col_tile * row_item)
+    return min(ceil_div(count, ctx.cores), fits), col_tile
+
+
+def lower_gather_kernel(ctx: Context, kernel: Kernel) -> None:
+    """Per tile of indices: load them (once), then per column tile gather the rows into
+    the scratchpad and store them. Tiles go round robin over the cores, alternating
+    buffer sets so a core's next gather overlaps its last store."""
+    node = kernel.anchor
+    table, indices = node.inputs
+    out, source = node.out, node.source
+    view = ctx.view(table)
+    if view.base_shape != table.shape:
+        raise LoweringError(f"{source}: gather table {table} is not a dense 2-D tensor")
+    count, cols = out.shape
+    rows = table.shape[0]
+    row_tile, col_tile = _gather_tile(ctx, count, cols, indices.dtype.itemsize,
+                                      table.dtype.itemsize, source)
+    index_boxes = [(lo, min(lo + row_tile, count)) for lo in range(0, count, row_tile)]
+    cores = min(ctx.cores, len(index_boxes))
+    index_bufs, row_bufs = [], []
+    for c in range(cores):
+        arena = Arena(f"sram{c}", ctx.capacity)
+        index_bufs.append([arena.alloc((row_tile,), indices.dtype, source)
+                           for _ in range(ctx.sets)])
+        row_bufs.append([arena.alloc((row_tile, col_tile), table.dtype, source)
+                         for _ in range(ctx.sets)])
+    steps = [0] * cores
+    for i, (lo, hi) in enumerate(index_boxes):
+        core = i % cores
+        index_buf = sub(index_bufs[core][(i // cores) % ctx.sets], (hi - lo,))
+        load_box(ctx, indices, ((lo, hi),), index_buf, core, source, "load")
+        for c0 in range(0, cols, col_tile):
+            c1 = min(c0 + col_tile, cols)
+            row_buf = sub(row_bufs[core][steps[core] % ctx.sets], (hi - lo, c1 - c0))
+            steps[core] += 1
+            box = DramRef(view.tensor, (Slice(0, rows), Slice(c0, c1)))
+            ctx.em.emit(ctx.em.dma(core, "load"), Gather(box, index_buf, row_buf), source)
+            store_box(ctx, out, ((lo, hi), (c0, c1)), row_buf, core, source, "store")

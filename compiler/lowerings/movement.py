@@ -1,5 +1,6 @@
 """Data movement: views are free aliases when contiguous; permute, slice, expand, cat and
-pad are DMA/vector copies scheduled by the kernels."""
+pad are DMA/vector copies scheduled by the kernels; embedding and index_select are
+indexed-gather DMAs."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 import torch
 
 from compiler import graph as g
-from compiler.graph import Value
+from compiler.graph import Value, base_of
 from compiler.graph_builder import GraphBuilder, normalize_dim
+from compiler.ir.dtypes import DType
 from compiler.lowerings.registry import lowering
 
 aten = torch.ops.aten
@@ -134,3 +136,38 @@ def pad2d(b: GraphBuilder, x: Value, pads: tuple[int, int, int, int], value: flo
     top, bottom, left, right = pads
     shape = x.shape[:-2] + (x.shape[-2] + top + bottom, x.shape[-1] + left + right)
     return b.add(g.Pad(pads, float(value)), (x,), shape, x.dtype, "pad")
+
+
+@lowering(aten.embedding.default)
+def lower_embedding(b: GraphBuilder, weight: Value, indices: Value, padding_idx: int = -1,
+                    scale_grad_by_freq: bool = False, sparse: bool = False) -> Value:
+    return gather_rows(b, weight, indices)
+
+
+@lowering(aten.index_select.default)
+def lower_index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Value:
+    if len(x.shape) != 2 or normalize_dim(dim, 2, b.source) != 0:
+        raise NotImplementedError("index_select is gathered only along dim 0 of a 2-D tensor")
+    return gather_rows(b, x, index)
+
+
+_INDEX_DTYPES = (DType.i32, DType.i64)
+
+
+def gather_rows(b: GraphBuilder, table: Value, indices: Value) -> Value:
+    """``table[indices]`` for a dense 2-D table: one indexed DMA per tile. Indices of any
+    shape are flattened; the result has shape ``indices.shape + (cols,)``."""
+    if len(table.shape) != 2 or base_of(table) is not table:
+        raise NotImplementedError("row gather needs a dense 2-D table (not a view)")
+    count = 1
+    for n in indices.shape:
+        count *= n
+    if count == 0:
+        raise NotImplementedError("row gather of no indices")
+    if indices.dtype not in _INDEX_DTYPES:
+        indices = b.cast(indices, DType.i64)
+    flat = indices if indices.shape == (count,) else b.view(indices, (count,))
+    cols = table.shape[1]
+    rows = b.add(g.Gather(), (table, flat), (count, cols), table.dtype, "gather")
+    shape = indices.shape + (cols,)
+    return rows if shape == rows.shape else b.view(rows, shape)

@@ -255,6 +255,45 @@ def test_embedding_and_gather() -> None:
     check_op(aten.gather.default, (weight, 1, torch.tensor([[0, 5]] * 11)), "tiny")
 
 
+def _ops(compiled) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for c in compiled.program.commands:
+        counts[c.op.mnemonic] = counts.get(c.op.mnemonic, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize(("rows", "cols", "ids_shape"), [
+    (11, 6, (2, 3)),       # one tile per core
+    (13, 500, (5, 20)),    # 100 indices of 2000 B rows: several index tiles per core
+    (7, 9000, (3,)),       # a 36000 B row exceeds a buffer set: column tiles
+    (50, 3, ()),           # a single index (0-d)
+])
+def test_embedding_is_an_indexed_dma(rows: int, cols: int, ids_shape: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    weight = torch.randn(rows, cols)
+    ids = torch.randint(0, rows, ids_shape)
+    compiled, result = check_op(aten.embedding.default, (weight, ids), "tiny")
+    ops = _ops(compiled)
+    assert not compiled.fallbacks and "host_op" not in ops
+    assert ops["gather"] >= 1 and result.host_link_bytes == 0
+    assert result.dram_bytes_read < weight.numel() * 4 or ids.numel() >= rows
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int32])
+def test_index_select_rows_of_any_dtype(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    x = (torch.randn(17, 9) * 10).to(dtype)
+    index = torch.tensor([16, 0, 3, 3, 8], dtype=torch.int32)
+    compiled, _ = check_op(aten.index_select.default, (x, 0, index), "tpu-v3")
+    assert not compiled.fallbacks and _ops(compiled)["gather"] >= 1
+
+
+def test_index_select_beyond_dim0_of_2d_runs_on_host() -> None:
+    x = torch.randn(5, 7)
+    compiled, _ = check_op(aten.index_select.default, (x, 1, torch.tensor([6, 0])), "tiny")
+    assert compiled.fallbacks and "gather" not in _ops(compiled)
+
+
 @pytest.mark.parametrize("preset", ["tiny", "atom", "tpu-v3"])
 def test_flash_attention(preset: str) -> None:
     torch.manual_seed(0)
