@@ -17,11 +17,11 @@ from archsim.config.model import ceil_div
 from archsim.errors import CapacityError, LoweringError
 from archsim.matrix import matmul_cycles
 from compiler import graph as g
-from compiler.cost import COMMAND_TOLERANCE, Cost, load_bandwidth
+from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost, load_bandwidth
 from compiler.emit import Arena
 from compiler.graph import Value
 
-from compiler.ir.operands import DramRef, Scalar, Slice
+from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import Binary, BinaryKind, Cast, Load, MatMul, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline
@@ -130,12 +130,14 @@ class _Geometry:
 class ConvTiling:
     """A tile is ``out_rows`` output rows x ``out_channels`` output channels of one image
     and group, accumulated over input-channel chunks of ``in_channels``; each matmul
-    covers ``taps`` consecutive kernel taps (K = taps x in_channels)."""
+    covers ``taps`` consecutive kernel taps (K = taps x in_channels). With
+    ``resident_weights`` every core keeps each weight block it has loaded."""
 
     out_rows: int
     out_channels: int
     in_channels: int
     taps: int
+    resident_weights: bool
     cost: Cost
 
 
@@ -148,72 +150,92 @@ def _sizes(size: int, unit: int) -> list[int]:
     return sorted(out)
 
 
-def _sram_bytes(geo: _Geometry, ty: int, ot: int, ct: int, taps: int, item: int,
-                out_item: int, cast: bool, epi: int, sets: int) -> int:
+def _packed_groups(ntaps: int, taps: int) -> int:
+    """Matmuls whose A operand is packed from several taps."""
+    return sum(1 for t in range(0, ntaps, taps) if min(taps, ntaps - t) > 1)
+
+
+def _sram_bytes(geo: _Geometry, ty: int, ot: int, ct: int, taps: int, resident: int,
+                item: int, out_item: int, cast: bool, epi: int, sets: int) -> int:
+    """Scratchpad one core needs (``resident``: bytes of all weight blocks kept)."""
     kh, kw = geo.kernel
+    m = geo.pixels(ty)
     window = geo.rows(ty) * geo.cols * ct * item
     weights = ot * ct * kh * kw * item
-    pack = (3 * taps * geo.pixels(ty) * ct * item) if taps > 1 else 0
-    tile = ty * geo.plane_cols * ot
-    acc = tile * 4 + 2 * ty * geo.out_cols * ot * 4 + \
+    pack = _packed_groups(kh * kw, taps) * m * taps * ct * item
+    stage = taps * m * ct * item if taps > 1 else 0
+    acc = ty * geo.plane_cols * ot * 4 + 2 * ty * geo.out_cols * ot * 4 + \
         ty * geo.out_cols * ot * ((out_item if cast else 0) + epi)
-    return sets * (2 * window + 2 * weights + acc + 16 * 64 * 8) + pack + 8192
+    kept = resident if resident else sets * weights
+    return sets * (2 * window + weights + pack + acc + 16 * 64 * 8) + kept + stage + 8192
 
 
-def choose_conv_tiling(ctx: Context, geo: _Geometry, tiles_outside: int, cin: int, cout: int,
+def choose_conv_tiling(ctx: Context, geo: _Geometry, images: int, cin: int, cout: int,
                        dtype: DType, out_item: int, cast: bool, epi: int, epi_ops: int,
                        arrays: int) -> ConvTiling | None:
     """The tiling with the lowest estimated time (``compiler.cost``) that fits the
-    scratchpad; None when no window tiling fits (the caller falls back)."""
+    scratchpad; None when no window tiling fits (the caller falls back).
+
+    ``images`` counts (image, group) pairs; ``cin``/``cout`` are per group."""
     config = ctx.config
     matrix, vector, dma = config.core.matrix, config.core.vector, config.core.dma
     kh, kw = geo.kernel
     ntaps = kh * kw
+    item = dtype.itemsize
     lanes, vlat = vector.lanes, vector.pipeline_latency_cycles
-    load_bw = load_bandwidth(config)
     setup = dma.setup_latency_cycles + config.dram.latency_cycles + config.noc.latency_cycles
     granule = config.dram.access_granularity_bytes
-    item = dtype.itemsize
+    all_weights = images * cout * cin * ntaps * item
     oh, ow = geo.out_rows, geo.out_cols
     heights = sorted({ceil_div(oh, k) for k in range(1, oh + 1)})
     options = []
-    for ty in heights:
+    for ty, ot, ct in itertools.product(heights, _sizes(cout, matrix.cols),
+                                        _sizes(cin, matrix.rows)):
         if not geo.fits(ty):
             continue
         m = geo.pixels(ty)
         rows = geo.rows(ty)
-        for ot, ct in itertools.product(_sizes(cout, matrix.cols), _sizes(cin, matrix.rows)):
-            most = min(ntaps, max(1, matrix.rows // ct))
-            for g in sorted({1, most}):
-                need = _sram_bytes(geo, ty, ot, ct, g, item, out_item, cast, epi, ctx.sets)
-                if need > ctx.capacity:
-                    continue
-                tiles = tiles_outside * ceil_div(cout, ot) * ceil_div(oh, ty)
-                per_core = ceil_div(tiles, ctx.cores)
-                chunks = ceil_div(cin, ct)
-                mm_groups = ceil_div(ntaps, g)
-                mxu = chunks * sum(matmul_cycles(m, min(g, ntaps - t) * ct, ot, matrix, dtype)
-                                   for t in range(0, ntaps, g))
-                window = ct * rows * ceil_div(geo.cols * item, granule) * granule
-                weights = ot * ct * ntaps * item
-                out_bytes = ot * ty * ow * (out_item + epi)
-                dma_cycles = chunks * ((window + weights) / load_bw + 2 * setup / max(
-                    1, dma.engines - 1)) + out_bytes / dma.bandwidth_bytes_per_cycle
-                vpu = chunks * (2 * vlat + (rows * geo.cols * ct + ot * ct * ntaps) / lanes)
-                if g > 1:
-                    vpu += chunks * mm_groups * (g + 1) * (vlat + g * m * ct / lanes)
-                tail = ty * (vlat + ot * ow / lanes) + (2 + epi_ops) * (
-                    vlat + ot * ty * ow / lanes)
-                vpu += tail
-                share = min(arrays, per_core)
-                cost = Cost(mxu_cycles=per_core * mxu / share, vpu_cycles=per_core * vpu,
-                            dma_cycles=per_core * dma_cycles,
-                            dram_bytes=tiles * (chunks * (window + weights) + out_bytes),
-                            serial_cycles=2 * setup + (window + weights) / load_bw + tail +
-                            mxu / chunks)
-                commands = tiles * (chunks * (4 + mm_groups * (1 + (g + 1) * (g > 1))) + ty + 4)
-                options.append((cost.estimate(config), commands,
-                                ConvTiling(ty, ot, ct, g, cost)))
+        tiles = images * ceil_div(cout, ot) * ceil_div(oh, ty)
+        cores = min(ctx.cores, tiles)
+        per_core = ceil_div(tiles, cores)
+        # the cores' loads share DRAM once more than one core runs
+        load_bw = min(load_bandwidth(config),
+                      config.dram_bytes_per_cycle * DRAM_EFFICIENCY / cores)
+        chunks = ceil_div(cin, ct)
+        most = min(ntaps, max(1, matrix.rows // ct))
+        for g, resident in itertools.product(sorted({1, most}), (all_weights, 0)):
+            need = _sram_bytes(geo, ty, ot, ct, g, resident, item, out_item, cast, epi,
+                               ctx.sets)
+            if need > ctx.capacity:
+                continue
+            mm_groups = ceil_div(ntaps, g)
+            mxu = chunks * sum(matmul_cycles(m, min(g, ntaps - t) * ct, ot, matrix, dtype)
+                               for t in range(0, ntaps, g))
+            window = ct * rows * ceil_div(geo.cols * item, granule) * granule
+            weights = ot * ct * ntaps * item
+            weight_share = min(per_core * chunks * weights, all_weights) if resident else \
+                per_core * chunks * weights
+            out_bytes = ot * ty * ow * (out_item + epi)
+            loads = per_core * chunks * window + weight_share
+            dma_cycles = loads / load_bw + per_core * (
+                chunks * 2 * setup / max(1, dma.engines - 1) +
+                out_bytes / dma.bandwidth_bytes_per_cycle)
+            vpu = chunks * (2 * vlat + rows * geo.cols * ct / lanes) + \
+                weight_share / per_core / item / lanes
+            if g > 1:
+                vpu += chunks * _packed_groups(ntaps, g) * (g + 1) * (vlat + g * m * ct / lanes)
+            tail = ty * (vlat + ot * ow / lanes) + (2 + epi_ops) * (vlat + ot * ty * ow / lanes)
+            vpu += tail
+            share = min(arrays, per_core)
+            fill = 2 * setup + (window + weights) / load_bw
+            cost = Cost(mxu_cycles=per_core * mxu / share, vpu_cycles=per_core * vpu,
+                        dma_cycles=dma_cycles,
+                        dram_bytes=cores * loads + tiles * out_bytes,
+                        serial_cycles=fill + tail + setup + out_bytes /
+                        dma.bandwidth_bytes_per_cycle)
+            commands = tiles * (chunks * (4 + mm_groups * (1 + (g + 1) * (g > 1))) + ty + 4)
+            options.append((cost.estimate(config), commands,
+                            ConvTiling(ty, ot, ct, g, resident > 0, cost)))
     if not options:
         return None
     fastest = min(o[0] for o in options)
@@ -255,6 +277,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     cores = min(ctx.cores, len(tiles))
     sets = ctx.sets
     rows_max, m_max = geo.rows(ty), geo.pixels(ty)
+    packed = _packed_groups(len(taps), ntap)
     bufs = []
     for c in range(cores):
         arena = Arena(f"sram{c}", ctx.capacity)
@@ -266,11 +289,13 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
             "wraw": [arena.alloc((ot, ct, kh, kw), x.dtype, "conv weight tile")
                      for _ in range(sets)],
             "w": [arena.alloc((kh * kw * ct, ot), x.dtype, "conv weight taps")
-                  for _ in range(sets)],
+                  for _ in range(1 if tiling.resident_weights else sets)],
+            "kept": arena.alloc((cout * cg * kh * kw,), x.dtype, "conv resident weights")
+            if tiling.resident_weights else None,
             "stage": arena.alloc((ntap, m_max, ct), x.dtype, "conv tap staging")
             if ntap > 1 else None,
-            "packed": [arena.alloc((m_max, ntap * ct), x.dtype, "conv packed taps")
-                       for _ in range(2)] if ntap > 1 else [],
+            "packed": [arena.alloc((max(packed, 1), m_max, ntap * ct), x.dtype,
+                                   "conv packed taps") for _ in range(sets)],
             "acc": [arena.alloc((ty * geo.plane_cols, ot), acc_dtype, "conv accumulator")
                     for _ in range(sets)],
             "rowt": [arena.alloc((ty, ot, ow), acc_dtype, "conv output rows")
@@ -282,11 +307,33 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
             "epi": [layout(ctx, kernel.group, (1, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
         })
+    kept: list[dict[tuple[int, int], SramRef]] = [{} for _ in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts = [0] * cores
     step_counts = [0] * cores
-    pack_counts = [0] * cores
     source = node.source
+    vpu = "core{}.vpu".format
+
+    def weights(core: int, xs: int, oo: tuple[int, int], cc: tuple[int, int]
+                ) -> tuple[SramRef, Transpose | None]:
+        """Load a weight block (once per core when weights are resident); returns where
+        it lives as ``[kh * kw * c, o]`` and the rearrangement still to emit."""
+        b = bufs[core]
+        no, nc = oo[1] - oo[0], cc[1] - cc[0]
+        if tiling.resident_weights:
+            if (oo, cc) in kept[core]:
+                return kept[core][(oo, cc)], None
+            offset = (oo[0] * cg + cc[0] * (oo[1] - oo[0])) * kh * kw
+            dst = sub(b["kept"], (kh * kw * nc, no), offset)
+            kept[core][(oo, cc)] = dst
+        else:
+            dst = sub(b["w"][xs], (kh * kw * nc, no))
+        wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(*cc), Slice(0, kh),
+                                            Slice(0, kw)))
+        wraw = sub(b["wraw"][xs], (no, nc, kh, kw))
+        ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, wraw), source)
+        return dst, Transpose(wraw, sub(dst, (kh, kw, nc, no)), (2, 3, 1, 0))
+
     for t, (nb, gi, y0, o0) in enumerate(tiles):
         core = t % cores
         q = tile_counts[core] % sets
@@ -302,52 +349,52 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
             nc = cc[1] - cc[0]
             xs = step_counts[core] % sets
             step_counts[core] += 1
+            operands: dict[str, object] = {}
 
-            def load(core=core, b=b, xs=xs, nb=nb, cc=cc, nc=nc, oo=oo, no=no, y0=y0,
-                     ty_t=ty_t, c0=c0, gi=gi) -> None:
+            def load(core=core, b=b, xs=xs, nb=nb, cc=cc, nc=nc, oo=oo, ty_t=ty_t, y0=y0,
+                     c0=c0, operands=operands) -> None:
                 em = ctx.em
                 rows = geo.rows(ty_t)
+                m = geo.pixels(ty_t)
                 r0 = y0 * geo.stride[0]
                 lead = tuple(Slice(v, v + 1) for v in _lead_index(nb, x.shape[:-3]))
                 ref = DramRef(view.tensor, lead + (Slice(*cc), Slice(r0, r0 + rows),
                                                    Slice(0, geo.cols)))
                 raw = sub(b["raw"][xs], (nc, rows, geo.cols))
                 em.emit(em.dma(core, "load"), Load(ref, raw), source)
+                operands["w"], rearrange = weights(core, xs, oo, (c0, c0 + nc))
                 (sh, sw) = geo.stride
-                split = sub(raw, (nc, rows // sh, sh, geo.plane_cols, sw))
-                em.emit(f"core{core}.vpu", Transpose(
-                    split, sub(b["planes"][xs], (sh, sw, rows // sh, geo.plane_cols, nc)),
-                    (2, 4, 1, 3, 0)), source)
-                wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(c0, c0 + nc),
-                                                    Slice(0, kh), Slice(0, kw)))
-                wraw = sub(b["wraw"][xs], (no, nc, kh, kw))
-                em.emit(em.dma(core, "load"), Load(wref, wraw), source)
-                em.emit(f"core{core}.vpu", Transpose(
-                    wraw, sub(b["w"][xs], (kh, kw, nc, no)), (2, 3, 1, 0)), source)
-
-            def compute(core=core, b=b, xs=xs, q=q, nc=nc, no=no, ty_t=ty_t, first=s == 0,
-                        mxu=mxu) -> None:
-                em = ctx.em
-                m = geo.pixels(ty_t)
                 planes = b["planes"][xs]
-                acc = sub(b["acc"][q], (m, no))
-                for k, group in enumerate(tap_groups):
-                    (i, j) = group[0]
-                    weights = sub(b["w"][xs], (len(group) * nc, no),
-                                  (i * kw + j) * nc * no)
+                split = sub(raw, (nc, rows // sh, sh, geo.plane_cols, sw))
+                em.emit(vpu(core), Transpose(
+                    split, sub(planes, (sh, sw, rows // sh, geo.plane_cols, nc)),
+                    (2, 4, 1, 3, 0)), source)
+                if rearrange is not None:
+                    em.emit(vpu(core), rearrange, source)
+                a_refs = []
+                slot = 0
+                for group in tap_groups:
                     if len(group) == 1:
-                        a = sub(planes, (m, nc), geo.shift(ty_t, i, j) * nc)
-                    else:
-                        stage = sub(b["stage"], (len(group), m, nc))
-                        for u, (ii, jj) in enumerate(group):
-                            em.emit(f"core{core}.vpu", VCopy(
-                                sub(planes, (m, nc), geo.shift(ty_t, ii, jj) * nc),
-                                sub(stage, (m, nc), u * m * nc)), source)
-                        a = sub(b["packed"][pack_counts[core] % 2], (m, len(group), nc))
-                        pack_counts[core] += 1
-                        em.emit(f"core{core}.vpu", Transpose(stage, a, (1, 0, 2)), source)
-                        a = sub(a, (m, len(group) * nc))
-                    em.emit(mxu, MatMul(a, weights, acc, not (first and k == 0)), source)
+                        a_refs.append(sub(planes, (m, nc), geo.shift(ty_t, *group[0]) * nc))
+                        continue
+                    stage = sub(b["stage"], (len(group), m, nc))
+                    for u, (i, j) in enumerate(group):
+                        em.emit(vpu(core), VCopy(sub(planes, (m, nc), geo.shift(ty_t, i, j) * nc),
+                                                 sub(stage, (m, nc), u * m * nc)), source)
+                    a = sub(b["packed"][xs], (m, len(group), nc), slot * m_max * ntap * ct)
+                    slot += 1
+                    em.emit(vpu(core), Transpose(stage, a, (1, 0, 2)), source)
+                    a_refs.append(sub(a, (m, len(group) * nc)))
+                operands["a"] = a_refs
+
+            def compute(b=b, q=q, nc=nc, no=no, ty_t=ty_t, first=s == 0, mxu=mxu,
+                        operands=operands) -> None:
+                m = geo.pixels(ty_t)
+                acc = sub(b["acc"][q], (m, no))
+                for k, (group, a) in enumerate(zip(tap_groups, operands["a"])):
+                    (i, j) = group[0]
+                    rhs = sub(operands["w"], (len(group) * nc, no), (i * kw + j) * nc * no)
+                    ctx.em.emit(mxu, MatMul(a, rhs, acc, not (first and k == 0)), source)
 
             store = (lambda: None)
             if s == len(chunks) - 1:
