@@ -134,8 +134,14 @@ class Cat(Spec):
 
 @dataclass(frozen=True)
 class Gather(Spec):
-    """Rows of a dense 2-D table by index: inputs (table [R, C], indices [n] of i32 or
-    i64), output [n, C] with ``out[i] = table[indices[i]]``. An indexed DMA."""
+    """Indexed DMA from a dense 2-D table [R, C] with i32/i64 indices.
+
+    Rows (default): indices [n], output [n, C], ``out[i] = table[indices[i]]``.
+    ``per_column`` (torch.gather on dim 0): indices [n, m] with m <= C, output [n, m],
+    ``out[i, j] = table[indices[i, j], j]``.
+    """
+
+    per_column: bool = False
 
 
 @dataclass(frozen=True)

@@ -83,16 +83,17 @@ def lower_pad_kernel(ctx: Context, kernel: Kernel) -> None:
 
 
 def _gather_tile(ctx: Context, count: int, cols: int, index_bytes: int, row_item: int,
-                 source: str) -> tuple[int, int]:
+                 source: str, spread: bool = True) -> tuple[int, int]:
     """``(indices, columns)`` per gather tile: all columns if one row fits a buffer
-    set, and the indices spread evenly over the cores, as many as fit."""
+    set, and as many indices as fit, spread evenly over the cores if ``spread``."""
     budget = ctx.capacity // ctx.sets - 2 * ALIGN_BYTES  # index + row buffer, aligned
     if budget < index_bytes + row_item:
         raise CapacityError(f"{source}: a gather of one element needs "
                             f"{index_bytes + row_item} B of SRAM, budget {budget} B")
     col_tile = min(cols, (budget - index_bytes) // row_item)
     fits = budget // (index_bytes + col_tile * row_item)
-    return min(ceil_div(count, ctx.cores), fits), col_tile
+    share = ceil_div(count, ctx.cores) if spread else count
+    return min(share, fits), col_tile
 
 
 def lower_gather_kernel(ctx: Context, kernel: Kernel) -> None:
@@ -105,6 +106,9 @@ def lower_gather_kernel(ctx: Context, kernel: Kernel) -> None:
     view = ctx.view(table)
     if view.base_shape != table.shape:
         raise LoweringError(f"{source}: gather table {table} is not a dense 2-D tensor")
+    if node.spec.per_column:
+        _gather_columns(ctx, node, view.tensor)
+        return
     count, cols = out.shape
     rows = table.shape[0]
     row_tile, col_tile = _gather_tile(ctx, count, cols, indices.dtype.itemsize,
@@ -130,3 +134,36 @@ def lower_gather_kernel(ctx: Context, kernel: Kernel) -> None:
             box = DramRef(view.tensor, (Slice(0, rows), Slice(c0, c1)))
             ctx.em.emit(ctx.em.dma(core, "load"), Gather(box, index_buf, row_buf), source)
             store_box(ctx, out, ((lo, hi), (c0, c1)), row_buf, core, source, "store")
+
+
+def _gather_columns(ctx: Context, node: g.Node, tensor: str) -> None:
+    """torch.gather on dim 0: column j of the output gathers one-element rows of the
+    table's column j, by column j of the index. Per (index tile, column): load that
+    index column (a strided load), gather, store the column (a strided store). Every
+    element is its own DRAM run, as an element gather is on real hardware."""
+    table, indices = node.inputs
+    out, source = node.out, node.source
+    count, cols = out.shape
+    rows = table.shape[0]
+    row_tile, _ = _gather_tile(ctx, count, 1, indices.dtype.itemsize, table.dtype.itemsize,
+                               source, spread=False)  # the columns spread over the cores
+    work = [(lo, min(lo + row_tile, count), j)
+            for lo in range(0, count, row_tile) for j in range(cols)]
+    cores = min(ctx.cores, len(work))
+    bufs = []
+    for c in range(cores):
+        arena = Arena(f"sram{c}", ctx.capacity)
+        bufs.append([(arena.alloc((row_tile, 1), indices.dtype, source),
+                      arena.alloc((row_tile, 1), table.dtype, source))
+                     for _ in range(ctx.sets)])
+    for i, (lo, hi, j) in enumerate(work):
+        core = i % cores
+        index_buf, value_buf = bufs[core][(i // cores) % ctx.sets]
+        box: Box = ((lo, hi), (j, j + 1))
+        column = sub(index_buf, (hi - lo, 1))
+        load_box(ctx, indices, box, column, core, source, "load")
+        values = sub(value_buf, (hi - lo, 1))
+        picked = DramRef(tensor, (Slice(0, rows), Slice(j, j + 1)))
+        ctx.em.emit(ctx.em.dma(core, "load"),
+                    Gather(picked, sub(column, (hi - lo,)), values), source)
+        store_box(ctx, out, box, values, core, source, "store")

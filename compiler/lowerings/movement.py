@@ -151,6 +151,18 @@ def lower_index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Val
     return gather_rows(b, x, index)
 
 
+@lowering(aten.gather.default)
+def lower_gather(b: GraphBuilder, x: Value, dim: int, index: Value,
+                 sparse_grad: bool = False) -> Value:
+    if len(x.shape) != 2 or len(index.shape) != 2 or normalize_dim(dim, 2, b.source) != 0:
+        raise NotImplementedError("gather is an indexed DMA only along dim 0 of 2-D tensors")
+    if base_of(x) is not x or index.shape[1] > x.shape[1] or 0 in index.shape:
+        raise NotImplementedError("gather needs a dense table at least as wide as the index")
+    if index.dtype not in _INDEX_DTYPES:
+        index = b.cast(index, DType.i64)
+    return b.add(g.Gather(per_column=True), (x, index), index.shape, x.dtype, "gather")
+
+
 _INDEX_DTYPES = (DType.i32, DType.i64)
 
 

@@ -288,6 +288,17 @@ def test_index_select_rows_of_any_dtype(dtype: torch.dtype) -> None:
     assert not compiled.fallbacks and _ops(compiled)["gather"] >= 1
 
 
+@pytest.mark.parametrize(("rows", "cols", "index_shape"), [(11, 6, (4, 5)), (9, 3, (40, 3))])
+def test_gather_dim0_is_an_indexed_dma(rows: int, cols: int,
+                                       index_shape: tuple[int, int]) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(rows, cols)
+    index = torch.randint(0, rows, index_shape)
+    compiled, result = check_op(aten.gather.default, (x, 0, index), "tiny")
+    assert not compiled.fallbacks and result.host_link_bytes == 0
+    assert _ops(compiled)["gather"] >= index_shape[1]
+
+
 def test_index_select_beyond_dim0_of_2d_runs_on_host() -> None:
     x = torch.randn(5, 7)
     compiled, _ = check_op(aten.index_select.default, (x, 1, torch.tensor([6, 0])), "tiny")
