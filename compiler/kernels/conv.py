@@ -11,6 +11,7 @@ accumulator on the vector engine.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from archsim.config.model import ceil_div
@@ -408,7 +409,6 @@ def _gemm_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
                    box: tuple[tuple[int, int], ...], geo: _Geometry, cast: bool):
     """Channels-last accumulator ``[pixels, o]`` -> NCHW tile ``[o, rows x ow]``, dropping
     the extra plane columns, then the shared finisher (cast, store, fused epilogue)."""
-    vpu = f"core{core}.vpu"
     source = kernel.anchor.source
     no = box[1][1] - box[1][0]
     ty = box[2][1] - box[2][0]
@@ -417,20 +417,9 @@ def _gemm_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
                        cast)
 
     def store() -> None:
-        acc = b["acc"][q]
-        nchw = sub(b["nchw"][q], (no, ty * ow))
-        if geo.plane_cols == ow:
-            ctx.em.emit(vpu, Transpose(sub(acc, (ty * ow, no)), nchw, (1, 0)), source)
-        else:
-            rowt = b["rowt"][q]
-            for y in range(ty):
-                ctx.em.emit(vpu, Transpose(sub(acc, (ow, no), y * geo.plane_cols * no),
-                                           sub(rowt, (no, ow), y * no * ow), (1, 0)), source)
-            ctx.em.emit(vpu, Transpose(sub(rowt, (ty, no, ow)), sub(nchw, (no, ty, ow)),
-                                       (1, 0, 2)), source)
+        _to_channels_first(ctx, core, b, q, no, ty, geo, source)
         finish()
     return store
-
 
 
 def _lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
@@ -568,6 +557,133 @@ def _finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
 
 
 def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
+    """Load each input window once, rearrange it into stride phases channels-last (as
+    the conv does) and reduce the taps over contiguous pixel runs; windows that cannot
+    be phase-split fall back to a strided DRAM load per tap."""
+    node = kernel.anchor
+    spec: g.Pool2d = node.spec
+    x, out = node.inputs[0], node.out
+    lead = x.shape[:-3]
+    chans, in_rows, in_cols = x.shape[-3:]
+    oh, ow = out.shape[-2:]
+    view = ctx.view(x)
+    geo = _Geometry(tuple(spec.kernel), tuple(spec.stride), tuple(spec.dilation), oh, ow,
+                    in_rows, in_cols)
+    images = math.prod(lead)
+    sets = ctx.sets
+    item = x.dtype.itemsize
+    epi = _epilogue_bytes(ctx, kernel, out)
+
+    def need(cc: int, ty: int) -> int:
+        window = geo.rows(ty) * geo.cols * cc * item
+        tile = ty * geo.plane_cols * cc * item + 2 * ty * ow * cc * item
+        return sets * (2 * window + tile + ty * ow * cc * epi + 64 * 16) + 8192
+
+    cc = chans
+    ty = ceil_div(oh, max(1, ctx.cores // max(1, images)))
+    while (need(cc, ty) > ctx.capacity or not geo.fits(ty)) and (ty > 1 or cc > 1):
+        if ty > 1:
+            ty = (ty + 1) // 2
+        else:
+            cc = (cc + 1) // 2
+    if view.shape != view.base_shape or need(cc, ty) > ctx.capacity or not geo.fits(ty):
+        _lower_pool_per_tap(ctx, kernel)
+        return
+    tiles = [(nb, c0, y0) for nb in range(images) for c0 in range(0, chans, cc)
+             for y0 in range(0, oh, ty)]
+    cores = min(ctx.cores, len(tiles))
+    rows_max = geo.rows(ty)
+    bufs = []
+    for c in range(cores):
+        arena = Arena(f"sram{c}", ctx.capacity)
+        bufs.append({
+            "raw": [arena.alloc((cc, rows_max, geo.cols), x.dtype, "pool input window")
+                    for _ in range(sets)],
+            "planes": [arena.alloc((rows_max * geo.cols, cc), x.dtype, "pool input planes")
+                       for _ in range(sets)],
+            "acc": [arena.alloc((ty * geo.plane_cols, cc), x.dtype, "pool accumulator")
+                    for _ in range(sets)],
+            "rowt": [arena.alloc((ty, cc, ow), x.dtype, "pool output rows")
+                     for _ in range(sets)],
+            "nchw": [arena.alloc((cc, ty * ow), x.dtype, "pool output tile")
+                     for _ in range(sets)],
+            "epi": [layout(ctx, kernel.group, (1,) * len(lead) + (cc, ty, ow), arena, 1,
+                           {out.id}) if kernel.group else None for _ in range(sets)],
+        })
+    kind = BinaryKind.max if spec.kind == "max" else BinaryKind.add
+    kh, kw = spec.kernel
+    per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
+    counts = [0] * cores
+    source = node.source
+    for t, (nb, c0, y0) in enumerate(tiles):
+        core = t % cores
+        q = counts[core] % sets
+        counts[core] += 1
+        b = bufs[core]
+        ch = (c0, min(c0 + cc, chans))
+        nc = ch[1] - ch[0]
+        ty_t = min(ty, oh - y0)
+
+        def load(core=core, b=b, q=q, nb=nb, ch=ch, nc=nc, y0=y0, ty_t=ty_t) -> None:
+            rows = geo.rows(ty_t)
+            r0 = y0 * geo.stride[0]
+            index = tuple(Slice(v, v + 1) for v in _lead_index(nb, lead))
+            ref = DramRef(view.tensor, index + (Slice(*ch), Slice(r0, r0 + rows),
+                                                Slice(0, geo.cols)))
+            raw = sub(b["raw"][q], (nc, rows, geo.cols))
+            ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, raw), source)
+
+        def work(core=core, b=b, q=q, nc=nc, ty_t=ty_t) -> None:
+            vpu = f"core{core}.vpu"
+            rows = geo.rows(ty_t)
+            m = geo.pixels(ty_t)
+            (sh, sw) = geo.stride
+            raw = sub(b["raw"][q], (nc, rows // sh, sh, geo.plane_cols, sw))
+            planes = b["planes"][q]
+            ctx.em.emit(vpu, Transpose(raw, sub(planes, (sh, sw, rows // sh, geo.plane_cols,
+                                                        nc)), (2, 4, 1, 3, 0)), source)
+            taps = [sub(planes, (m, nc), geo.shift(ty_t, i, j) * nc)
+                    for i in range(kh) for j in range(kw)]
+            acc = sub(b["acc"][q], (m, nc))
+            if len(taps) == 1:
+                ctx.em.emit(vpu, VCopy(taps[0], acc), source)
+            for k, tap in enumerate(taps[1:]):
+                ctx.em.emit(vpu, Binary(kind, taps[0] if k == 0 else acc, tap, acc), source)
+            if spec.kind == "avg" and spec.divisor != 1.0:
+                ctx.em.emit(vpu, Binary(BinaryKind.mul, acc, Scalar(spec.divisor), acc), source)
+            _to_channels_first(ctx, core, b, q, nc, ty_t, geo, source)
+
+        box = tuple((v, v + 1) for v in _lead_index(nb, lead)) + (ch, (y0, y0 + ty_t),
+                                                                    (0, ow))
+        finish = _pool_finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box,
+                                (nc, ty_t * ow))
+        per_core[core].append(TileSteps(load, work, finish))
+    pipeline(per_core, sets - 1)
+
+
+def _to_channels_first(ctx: Context, core: int, b: dict, q: int, channels: int, ty: int,
+                       geo: _Geometry, source: str) -> SramRef:
+    """Channels-last ``b["acc"][q]`` ``[pixels, c]`` -> ``b["nchw"][q]`` ``[c, ty x ow]``,
+    dropping the extra plane columns (one transpose per output row, then one to
+    interleave them)."""
+    vpu = f"core{core}.vpu"
+    ow = geo.out_cols
+    acc = b["acc"][q]
+    nchw = sub(b["nchw"][q], (channels, ty * ow))
+    if geo.plane_cols == ow or ty == 1:
+        ctx.em.emit(vpu, Transpose(sub(acc, (ty * ow, channels)), nchw, (1, 0)), source)
+        return nchw
+    rowt = b["rowt"][q]
+    for y in range(ty):
+        ctx.em.emit(vpu, Transpose(sub(acc, (ow, channels), y * geo.plane_cols * channels),
+                                   sub(rowt, (channels, ow), y * channels * ow), (1, 0)),
+                    source)
+    ctx.em.emit(vpu, Transpose(sub(rowt, (ty, channels, ow)), sub(nchw, (channels, ty, ow)),
+                               (1, 0, 2)), source)
+    return nchw
+
+
+def _lower_pool_per_tap(ctx: Context, kernel: Kernel) -> None:
     node = kernel.anchor
     spec: g.Pool2d = node.spec
     x, out = node.inputs[0], node.out
