@@ -1,11 +1,19 @@
 """Convolution as implicit GEMM, and pooling, on padded NCHW inputs.
 
-Conv: an output tile is ``[o-tile, rows x OW]`` of one image and group. For each input
-channel chunk the weight tile is loaded once and rearranged on the vector engine to
-``[kh, kw, o, c]``; then for each kernel tap the strided input window ``[c, rows x OW]``
-is loaded and one matmul accumulates ``W_tap[o, c] @ X_tap[c, pixels]``. The output
-tile is already NCHW. Pool: per tap, load the strided window and max/add it into the
-accumulator on the vector engine.
+Conv: weight-stationary arrays stream the matmul's M rows, so M is output pixels. A
+tile is ``ty`` output rows x an output-channel tile of one image and group. Per input
+channel chunk, the window ``[c, rows, cols]`` is loaded once (whole input rows, so long
+DRAM runs) and rearranged on the vector engine into stride phases, channels last
+(:class:`_Geometry`); each tap's A operand ``[pixels, c]`` is then a contiguous run of
+it, B is the tap's weights ``[c, o]`` (kept resident per core when they fit), and the
+taps accumulate into one ``[pixels, o]`` accumulator. Arrays taller than the chunk get
+several taps packed into K. Output rows come out ``plane_cols`` apart: the extra
+columns are computed and dropped when the tile is transposed back to NCHW. Tile sizes
+come from the cost model (``choose_conv_tiling``). Windows that cannot be phase-split
+inside the input fall back to a strided DRAM load and ``W_tap @ X_tap`` per tap.
+
+Pool: the same window and phase planes; the taps are reduced with max/add over
+contiguous pixel runs.
 """
 
 from __future__ import annotations
@@ -295,8 +303,8 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
             if tiling.resident_weights else None,
             "stage": arena.alloc((ntap, m_max, ct), x.dtype, "conv tap staging")
             if ntap > 1 else None,
-            "packed": [arena.alloc((max(packed, 1), m_max, ntap * ct), x.dtype,
-                                   "conv packed taps") for _ in range(sets)],
+            "packed": [arena.alloc((packed, m_max, ntap * ct), x.dtype, "conv packed taps")
+                       for _ in range(sets)] if packed else [],
             "acc": [arena.alloc((ty * geo.plane_cols, ot), acc_dtype, "conv accumulator")
                     for _ in range(sets)],
             "rowt": [arena.alloc((ty, ot, ow), acc_dtype, "conv output rows")
