@@ -2,7 +2,8 @@
 
 For each source op (aten op / graph node) the table gives its span (first start to last
 end), its share of the critical path, FLOPs, bytes, the resource that bounds it and its
-efficiency against that resource's peak.
+efficiency against that resource's peak. Sorting by ``time`` orders ops by their share
+of the critical path — the latency they are responsible for — then by span.
 
 **Bound.** For each engine kind the op used, *coverage* is the number of cycles during
 which at least one engine of that kind ran one of the op's commands. The kind with the
@@ -79,8 +80,12 @@ class OpRow:
 
 
 SORT_KEYS: Mapping[str, Callable[[OpRow], float | str]] = MappingProxyType({
-    "time": lambda r: -r.span_cycles,
+    # "time" is the op's share of the latency: cycles of the critical path spent in it.
+    # An op's span can cover most of the run when its commands are spread out (weights
+    # prepared up front, used at the end), so span says little about what it costs.
+    "time": lambda r: (-r.critical_cycles, -r.span_cycles),
     "critical": lambda r: -r.critical_cycles,
+    "span": lambda r: -r.span_cycles,
     "flops": lambda r: -r.flops,
     "bytes": lambda r: -r.bytes,
     "name": lambda r: r.source,

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from reports.ops import op_rows
 from reports.critical_path import critical_path, engine_times
 from reports.data import report_data
 from reports.figures import FIGURES
@@ -70,8 +71,10 @@ def test_json_has_the_numbers_machines_need(mm_result):
     assert {e: b for e, b in engines.items() if b} == dict(mm_result.engine_busy_cycles)
     assert document["trace"]["start"] == mm_result.starts.tolist()
     assert document["trace"]["end"] == mm_result.ends.tolist()
-    assert [o["source"] for o in document["ops"]] == ["aten.mm", "aten._softmax",
-                                                     "input.copy_", "aten.argmax"]
+    # in the default order: share of the critical path, then span
+    assert [o["source"] for o in document["ops"]] == [r.source for r in op_rows(mm_result)]
+    assert sorted(o["source"] for o in document["ops"]) == ["aten._softmax", "aten.argmax",
+                                                            "aten.mm", "input.copy_"]
     assert document["critical_path"]["length_cycles"] == mm_result.total_cycles
     assert len(document["engine_time"]) == len(engine_times(mm_result))
 

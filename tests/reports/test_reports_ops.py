@@ -20,7 +20,8 @@ def test_every_command_attributed_once(mm_result):
 
 
 @pytest.mark.parametrize("sort, key", [
-    ("time", lambda r: r.span_cycles), ("flops", lambda r: r.flops),
+    ("time", lambda r: (r.critical_cycles, r.span_cycles)), ("span", lambda r: r.span_cycles),
+    ("flops", lambda r: r.flops),
     ("bytes", lambda r: r.bytes), ("critical", lambda r: r.critical_cycles)])
 def test_sorts_largest_first(mm_result, sort, key):
     values = [key(r) for r in op_rows(mm_result, sort=sort)]
