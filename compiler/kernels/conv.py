@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any, NamedTuple
 from dataclasses import dataclass
 
 from archsim.config.model import ceil_div
@@ -181,12 +182,14 @@ def _sram_bytes(geo: _Geometry, ty: int, ot: int, ct: int, taps: int, resident: 
 
 def choose_conv_tiling(ctx: Context, geo: _Geometry, images: int, cin: int, cout: int,
                        dtype: DType, out_item: int, cast: bool, epi: int, epi_ops: int,
-                       arrays: int) -> ConvTiling | None:
+                       arrays: int, capacity: int | None = None) -> ConvTiling | None:
     """The tiling with the lowest estimated time (``compiler.cost``) that fits the
     scratchpad; None when no window tiling fits (the caller falls back).
 
-    ``images`` counts (image, group) pairs; ``cin``/``cout`` are per group."""
+    ``images`` counts (image, group) pairs; ``cin``/``cout`` are per group. ``capacity``
+    (default: the scratchpad) is the SRAM budget the estimate must fit."""
     config = ctx.config
+    capacity = ctx.capacity if capacity is None else capacity
     matrix, vector, dma = config.core.matrix, config.core.vector, config.core.dma
     kh, kw = geo.kernel
     ntaps = kh * kw
@@ -215,7 +218,7 @@ def choose_conv_tiling(ctx: Context, geo: _Geometry, images: int, cin: int, cout
         for g, resident in itertools.product(sorted({1, most}), (all_weights, 0)):
             need = _sram_bytes(geo, ty, ot, ct, g, resident, item, out_item, cast, epi,
                                ctx.sets)
-            if need > ctx.capacity:
+            if need > capacity:
                 continue
             mm_groups = ceil_div(ntaps, g)
             mxu = chunks * sum(matmul_cycles(m, min(g, ntaps - t) * ct, ot, matrix, dtype)
@@ -252,32 +255,35 @@ def choose_conv_tiling(ctx: Context, geo: _Geometry, images: int, cin: int, cout
     return min(near, key=lambda o: (o[1], o[0]))[2]
 
 
-def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
+class _ConvLayout(NamedTuple):
+    """A tiling laid out: tile lists and every core's SRAM buffers."""
+
+    ty: int
+    ot: int
+    ct: int
+    ntap: int
+    taps: list[tuple[int, int]]
+    tap_groups: list[list[tuple[int, int]]]
+    tiles: list[tuple[int, int, int, int]]
+    cores: int
+    sets: int
+    rows_max: int
+    m_max: int
+    packed: int
+    bufs: list[dict[str, Any]]
+
+
+def _conv_buffers(ctx: Context, kernel: Kernel, geo: "_Geometry", tiling: ConvTiling,
+                  x: Any, out: Any, cout: int, cg: int, ow: int, acc_dtype: DType,
+                  cast: bool) -> _ConvLayout:
+    """Allocate every core's buffers for ``tiling``; raises CapacityError when they do
+    not fit the scratchpad."""
     node = kernel.anchor
-    spec: g.Conv2d = node.spec
-    x, w = node.inputs
-    out = node.out
-    batch, cin, in_rows, in_cols = x.shape
-    cout, cg, kh, kw = w.shape
-    _, _, oh, ow = out.shape
-    groups = spec.groups
+    batch = x.shape[0]
+    groups = node.spec.groups
     og = cout // groups
-    acc_dtype = accumulator_dtype(x.dtype)
-    cast = out.dtype is not acc_dtype
-    view = ctx.view(x)
-    if view.shape != view.base_shape:
-        raise LoweringError(f"{node.source}: convolution input must be a stored tensor, "
-                            f"got a reshaped view")
-    geo = _Geometry((kh, kw), tuple(spec.stride), tuple(spec.dilation), oh, ow, in_rows,
-                    in_cols)
-    arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
-    epi_ops = len(kernel.group.nodes) if kernel.group else 0
-    tiling = choose_conv_tiling(ctx, geo, batch * groups, cg, og, x.dtype,
-                                out.dtype.itemsize, cast, _epilogue_bytes(ctx, kernel, out),
-                                epi_ops, arrays)
-    if tiling is None:
-        _lower_conv_per_tap(ctx, kernel)
-        return
+    oh = out.shape[2]
+    kh, kw = geo.kernel
     ty, ot, ct, ntap = tiling.out_rows, tiling.out_channels, tiling.in_channels, tiling.taps
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     tap_groups = [taps[t:t + ntap] for t in range(0, len(taps), ntap)]
@@ -316,6 +322,48 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
             "epi": [layout(ctx, kernel.group, (1, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
         })
+    return _ConvLayout(ty, ot, ct, ntap, taps, tap_groups, tiles, cores, sets, rows_max,
+                       m_max, packed, bufs)
+
+
+def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
+    node = kernel.anchor
+    spec: g.Conv2d = node.spec
+    x, w = node.inputs
+    out = node.out
+    batch, cin, in_rows, in_cols = x.shape
+    cout, cg, kh, kw = w.shape
+    _, _, oh, ow = out.shape
+    groups = spec.groups
+    og = cout // groups
+    acc_dtype = accumulator_dtype(x.dtype)
+    cast = out.dtype is not acc_dtype
+    view = ctx.view(x)
+    if view.shape != view.base_shape:
+        raise LoweringError(f"{node.source}: convolution input must be a stored tensor, "
+                            f"got a reshaped view")
+    geo = _Geometry((kh, kw), tuple(spec.stride), tuple(spec.dilation), oh, ow, in_rows,
+                    in_cols)
+    arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
+    epi_ops = len(kernel.group.nodes) if kernel.group else 0
+    # The SRAM estimate of a tiling is close, not exact (alignment, epilogue layouts): if
+    # the buffers of the chosen tiling do not fit, choose again under a smaller budget.
+    budget = ctx.capacity
+    while True:
+        tiling = choose_conv_tiling(ctx, geo, batch * groups, cg, og, x.dtype,
+                                    out.dtype.itemsize, cast, _epilogue_bytes(ctx, kernel, out),
+                                    epi_ops, arrays, budget)
+        if tiling is None:
+            _lower_conv_per_tap(ctx, kernel)
+            return
+        try:
+            layout_state = _conv_buffers(ctx, kernel, geo, tiling, x, out, cout, cg, ow,
+                                         acc_dtype, cast)
+            break
+        except CapacityError:
+            budget = budget * 7 // 8
+    (ty, ot, ct, ntap, taps, tap_groups, tiles, cores, sets, rows_max, m_max, packed,
+     bufs) = layout_state
     kept: list[dict[tuple[int, int], SramRef]] = [{} for _ in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts = [0] * cores
