@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
@@ -30,7 +30,7 @@ from archsim.result import SimResult
 from archsim.timing import CommandTiming
 from compiler.ir.access import SRAM_READ_FIELDS, SRAM_WRITE_FIELDS
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Command, Program
+from compiler.ir.ops import Op, Program
 
 
 class Simulator:
@@ -67,7 +67,15 @@ class _Plan:
             index = {c.id: i for i, c in enumerate(commands)}
             self.deps = [tuple(index[d] for d in c.deps) for c in commands]
         chip = Chip(simpy.Environment(), config, program.tensor_map)
-        self.timings: list[CommandTiming] = [chip.timing(c.engine, c.op) for c in commands]
+        # Double-buffered loops repeat identical commands: cost each distinct one once.
+        memo: dict[tuple[str, Op], CommandTiming] = {}
+        self.timings: list[CommandTiming] = []
+        for c in commands:
+            key = (c.engine, c.op)
+            timing = memo.get(key)
+            if timing is None:
+                timing = memo[key] = chip.timing(c.engine, c.op)
+            self.timings.append(timing)
         self.queues: dict[str, list[int]] = {}
         for i, c in enumerate(commands):
             self.queues.setdefault(c.engine, []).append(i)
@@ -88,7 +96,7 @@ class _Plan:
         self.host_bytes = int(field["host_bytes"].sum())
         self.matmul_flops = sum(int(self.flops[q].sum()) for e, q in self.queues.items()
                                 if ".mxu" in e)
-        self.sram_peak = MappingProxyType(_sram_high_water(commands))
+        self.sram_peak = MappingProxyType(_sram_high_water(op for _, op in memo))
         capacity = _space_sizes(config)
         # functional runs allocate only the SRAM the program touches
         self.sram_sizes = {space: min(capacity.get(space, end), end)
@@ -292,14 +300,13 @@ def _space_sizes(config: NpuConfig) -> dict[str, int]:
     return sizes
 
 
-def _sram_high_water(commands: tuple[Command, ...]) -> dict[str, int]:
-    """Per SRAM space, the highest byte address any command touches: the scratchpad a
+def _sram_high_water(ops: Iterable[Op]) -> dict[str, int]:
+    """Per SRAM space, the highest byte address any op touches: the scratchpad a
     schedule needs."""
     peak: dict[str, int] = {}
     fields_of = {cls: SRAM_READ_FIELDS[cls] + SRAM_WRITE_FIELDS[cls] for cls in SRAM_READ_FIELDS}
     seen: set[int] = set()
-    for c in commands:
-        op = c.op
+    for op in ops:
         for name in fields_of[type(op)]:
             ref = getattr(op, name)
             if type(ref) is SramRef and id(ref) not in seen:
