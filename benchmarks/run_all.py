@@ -13,6 +13,7 @@ HERE = Path(__file__).parent
 BENCHMARKS = [
     ["sim_throughput.py", "--config", "atom"],
     ["sim_throughput.py", "--config", "tiny"],
+    ["sim_throughput.py", "--config", "atom", "--workload", "llama"],
     ["compiler_bench.py"],
     ["bridge_bench.py"],
 ]
