@@ -21,6 +21,8 @@ class DType(enum.Enum):
     i64 = "i64"
     bool = "bool"
 
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash runs in Python
+
     itemsize: int
     """Bytes per element (set below for every member; a plain attribute because it
     sits on the simulator's hot path)."""

@@ -19,6 +19,8 @@ from compiler.ir.operands import DramRef, DramTensor, Scalar, SramRef
 
 
 class UnaryKind(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash runs in Python
+
     neg = "neg"
     abs = "abs"
     relu = "relu"
@@ -40,6 +42,8 @@ class UnaryKind(enum.Enum):
 
 
 class BinaryKind(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash runs in Python
+
     add = "add"
     sub = "sub"
     mul = "mul"
@@ -58,6 +62,8 @@ class BinaryKind(enum.Enum):
 
 
 class ReduceKind(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash runs in Python
+
     sum = "sum"
     max = "max"
     min = "min"
