@@ -108,6 +108,12 @@ def lower_where(b: GraphBuilder, cond: Value, x: Any, y: Any) -> Value:
     return b.select(cond, x, y)
 
 
+@lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def lower_masked_fill(b: GraphBuilder, x: Value, mask: Value, value: Any) -> Value:
+    """``where(mask, value, x)``: attention masks stay on the vector engine."""
+    return b.select(mask, value, x)
+
+
 @lowering(aten.clamp.default, aten.clamp.Tensor, aten.hardtanh.default)
 def lower_clamp(b: GraphBuilder, x: Value, min: Any = None, max: Any = None) -> Value:
     out = x

@@ -112,6 +112,18 @@ def test_comparisons_where_clamp() -> None:
     check_op(aten.logical_not.default, (x > 0,), "tiny")
 
 
+@pytest.mark.parametrize("preset", PRESETS)
+def test_masked_fill_runs_on_the_device(preset: str) -> None:
+    torch.manual_seed(0)
+    scores = torch.randn(2, 7, 7)
+    causal = torch.ones(7, 7, dtype=torch.bool).tril()
+    compiled, result = check_op(aten.masked_fill.Scalar, (scores, ~causal, float("-inf")),
+                                preset)
+    assert compiled.fallbacks == ()
+    assert result.engine_busy_cycles.get("host", 0) == 0
+    check_op(aten.masked_fill.Tensor, (scores, scores > 0, torch.tensor(0.5)), preset)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.int32, torch.float32])
 def test_casts(dtype: torch.dtype) -> None:
     x = torch.randn(5, 19) * 10
