@@ -711,8 +711,8 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
 
         box = tuple((v, v + 1) for v in _lead_index(nb, lead)) + (ch, (y0, y0 + ty_t),
                                                                     (0, ow))
-        finish = _pool_finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box,
-                                (nc, ty_t * ow))
+        finish = _finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box,
+                           (nc, ty_t * ow), cast=False)
         per_core[core].append(TileSteps(load, work, finish))
     pipeline(per_core, sets - 1)
 
@@ -800,30 +800,6 @@ def _lower_pool_per_tap(ctx: Context, kernel: Kernel) -> None:
                 ctx.em.emit(vpu, Binary(BinaryKind.mul, acc, Scalar(spec.divisor), acc), source)
 
         box = tuple((v, v + 1) for v in _lead_index(nb, lead)) + (ch, rows, (0, ow))
-        finish = _pool_finisher(ctx, kernel, core, b, q, box, shape)
+        finish = _finisher(ctx, kernel, core, b, q, box, shape, cast=False)
         per_core[core].append(TileSteps(work, lambda: None, finish))
     pipeline(per_core, sets - 1)
-
-
-def _pool_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
-                   box: tuple[tuple[int, int], ...], shape: tuple[int, int]):
-    out = kernel.anchor.out
-    source = kernel.anchor.source
-
-    def store() -> None:
-        value = sub(b["acc"][q], shape)
-        if ctx.materialized(out):
-            store_box(ctx, out, box, value, core, source, "store")
-        if kernel.group is None:
-            return
-        lay = b["epi"][q]
-        merged = dict(lay.buffers[0])
-        merged[out.id] = value
-        emit_loads(ctx, kernel.group, box, core, merged, lay.scratch[0], {out.id: value},
-                   source)
-        emit_compute(ctx, kernel.group, box, core, merged, lay.scratch[0], source)
-        emit_stores(ctx, kernel.group, box, core, merged, source, "store")
-    return store
-
-
-
