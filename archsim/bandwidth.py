@@ -23,6 +23,20 @@ _SLACK = 1 + 1e-12
 _DONE = 1e-6
 
 
+def solo_rate(links: tuple[int, ...], cap: float, capacity: list[float]) -> float:
+    """The rate a flow gets alone: its cap or its narrowest link."""
+    rate = cap
+    for link in links:
+        if capacity[link] < rate:
+            rate = capacity[link]
+    return rate
+
+
+def cycles_to_move(nbytes: float, rate: float) -> int:
+    """Whole cycles to move ``nbytes`` at ``rate`` (the ceiling of the exact time)."""
+    return max(0, math.ceil(nbytes / rate - 1e-9))
+
+
 class _Flow:
     __slots__ = ("links", "cap", "solo", "remaining", "rate", "on_done")
 
@@ -45,7 +59,6 @@ class FlowNetwork:
         self.env = env
         self.names: list[str] = [f"link{i}" for i in range(len(capacities))]
         self.capacity: list[float] = [float(c) for c in capacities]
-        self._index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
         self._flows: list[_Flow] = []
         self._demand: list[float] = [0.0] * len(capacities)
         self._oversubscribed: set[int] = set()
@@ -58,24 +71,16 @@ class FlowNetwork:
         """Register a link; returns its index (used in flow paths)."""
         if bytes_per_cycle <= 0:
             raise ValueError(f"link {name!r}: bandwidth must be > 0, got {bytes_per_cycle}")
-        self._index[name] = len(self.names)
         self.names.append(name)
         self.capacity.append(float(bytes_per_cycle))
         self._demand.append(0.0)
-        return self._index[name]
-
-    def link(self, name: str) -> int:
-        return self._index[name]
+        return len(self.names) - 1
 
     def transfer(self, links: tuple[int, ...], nbytes: float, cap: float, delay: int,
                  on_done: Callable[[], None]) -> None:
         """Move ``nbytes`` over ``links`` at most ``cap`` bytes/cycle, starting after
         ``delay`` cycles; ``on_done()`` is called when the last byte arrives."""
-        capacity = self.capacity
-        solo = cap
-        for link in links:
-            if capacity[link] < solo:
-                solo = capacity[link]
+        solo = solo_rate(links, cap, self.capacity)
         if nbytes <= 0:
             self.env.timeout(delay).callbacks.append(lambda _e: on_done())
             return
@@ -164,7 +169,7 @@ class FlowNetwork:
             self._wake_at = -1
             return
         now = self.env.now
-        wake_at = now + max(0, min(math.ceil(f.remaining / f.rate - 1e-9) for f in self._flows))
+        wake_at = now + min(cycles_to_move(f.remaining, f.rate) for f in self._flows)
         if wake_at == self._wake_at:
             return  # the pending wake-up is still the right one
         self._generation += 1

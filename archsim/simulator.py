@@ -28,8 +28,7 @@ from archsim.errors import SimulationError
 from archsim.functional import FunctionalExecutor, HostFunction, Memory
 from archsim.result import SimResult
 from archsim.timing import CommandTiming
-from compiler.ir.access import SRAM_READ_FIELDS, SRAM_WRITE_FIELDS
-from compiler.ir.operands import SramRef
+from compiler.ir.access import sram_operands
 from compiler.ir.ops import Op, Program
 
 
@@ -304,14 +303,8 @@ def _sram_high_water(ops: Iterable[Op]) -> dict[str, int]:
     """Per SRAM space, the highest byte address any op touches: the scratchpad a
     schedule needs."""
     peak: dict[str, int] = {}
-    fields_of = {cls: SRAM_READ_FIELDS[cls] + SRAM_WRITE_FIELDS[cls] for cls in SRAM_READ_FIELDS}
-    seen: set[int] = set()
     for op in ops:
-        for name in fields_of[type(op)]:
-            ref = getattr(op, name)
-            if type(ref) is SramRef and id(ref) not in seen:
-                seen.add(id(ref))  # regions are often shared between commands
-                end = ref.offset + ref.dtype.itemsize * math.prod(ref.shape)
-                if end > peak.get(ref.space, 0):
-                    peak[ref.space] = end
+        for _, ref in sram_operands(op):
+            if ref.end > peak.get(ref.space, 0):
+                peak[ref.space] = ref.end
     return peak

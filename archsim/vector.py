@@ -13,7 +13,8 @@ import math
 
 from archsim.config.model import VectorConfig, ceil_div
 from archsim.timing import CommandTiming
-from compiler.ir.operands import SramRef, numel
+from compiler.ir.access import sram_operands
+from compiler.ir.operands import numel
 from compiler.ir.ops import (
     COMPARISON,
     DIVIDE,
@@ -48,10 +49,6 @@ def op_class(op: Op) -> str:
     raise TypeError(f"not a vector op: {type(op).__name__}")
 
 
-def _refs(op: Op) -> list[SramRef]:
-    return [v for v in vars(op).values() if isinstance(v, SramRef)]
-
-
 class VectorEngine:
     """The vector unit of a core (engine ``coreN.vpu``)."""
 
@@ -60,7 +57,7 @@ class VectorEngine:
         self.config = config
 
     def timing(self, op: Op) -> CommandTiming:
-        elements = max(numel(ref.shape) for ref in _refs(op))
+        elements = max(numel(ref.shape) for _, ref in sram_operands(op))
         cls = op_class(op)
         cost = getattr(self.config.costs, cls)
         cycles = self.config.pipeline_latency_cycles + ceil_div(elements, self.config.lanes) * cost

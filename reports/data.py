@@ -9,13 +9,13 @@ operand text) are derived here once, from the program and the chip's cost tables
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Union
 
+from archsim.bandwidth import cycles_to_move, solo_rate
 from compiler.ir.ops import engine_core, engine_kind
 
 if TYPE_CHECKING:
@@ -237,8 +237,7 @@ def uncontended_cycles(fixed_cycles: int, links: tuple[int, ...], nbytes: float,
     (a flow finishes at the ceiling of its exact finish time)."""
     if not links or nbytes <= 0:
         return int(fixed_cycles)
-    rate = min(cap, *(capacities[link] for link in links))
-    return int(fixed_cycles) + max(0, math.ceil(nbytes / rate - 1e-9))
+    return int(fixed_cycles) + cycles_to_move(nbytes, solo_rate(links, cap, capacities))
 
 
 def operand_text(op: Op) -> str:

@@ -425,16 +425,25 @@ class _Line:
 # -- operands -------------------------------------------------------------------------
 
 
-def _parse_shape(line: _Line, what: str) -> Shape:
-    line.expect("[", f"to open the shape of {what}")
-    dims: list[int] = []
-    if line.accept("]"):
+def _parse_items(line: _Line, opening: str, closing: str, item: Callable[[], _T],
+                 to_open: str, between: str) -> tuple[_T, ...]:
+    """``opening [item {"," item}] closing``; ``to_open`` and ``between`` finish the
+    "expected ..." messages for a missing opening and a missing separator."""
+    line.expect(opening, to_open)
+    if line.accept(closing):
         return ()
+    items: list[_T] = []
     while True:
-        dims.append(line.integer(f"a dimension in the shape of {what}"))
-        if line.accept("]"):
-            return tuple(dims)
-        line.expect(",", f"or ']' in the shape of {what}")
+        items.append(item())
+        if line.accept(closing):
+            return tuple(items)
+        line.expect(",", between)
+
+
+def _parse_shape(line: _Line, what: str) -> Shape:
+    return _parse_items(line, "[", "]",
+                        lambda: line.integer(f"a dimension in the shape of {what}"),
+                        f"to open the shape of {what}", f"or ']' in the shape of {what}")
 
 
 def _parse_type(line: _Line, what: str) -> tuple[DType, Shape]:
@@ -511,15 +520,9 @@ def _parse_dram(line: _Line, what: str) -> DramRef:
         line.pos += 1
         return ref
     tensor = line.tensor_name(f"DRAM tensor (%name) for {what}")
-    line.expect("[", f"to open the slices of {what}")
-    slices: list[Slice] = []
-    if line.accept("]"):
-        return DramRef(tensor, ())
-    while True:
-        slices.append(_parse_slice(line, what))
-        if line.accept("]"):
-            return DramRef(tensor, tuple(slices))
-        line.expect(",", f"or ']' after a slice in {what}")
+    slices = _parse_items(line, "[", "]", lambda: _parse_slice(line, what),
+                          f"to open the slices of {what}", f"or ']' after a slice in {what}")
+    return DramRef(tensor, slices)
 
 
 def _parse_value(line: _Line, what: str) -> SramRef | Scalar:
@@ -535,15 +538,9 @@ def _parse_value(line: _Line, what: str) -> SramRef | Scalar:
 
 
 def _parse_tensor_list(line: _Line, what: str) -> tuple[str, ...]:
-    line.expect("(", f"to open the {what} list")
-    names: list[str] = []
-    if line.accept(")"):
-        return ()
-    while True:
-        names.append(line.tensor_name(f"DRAM tensor (%name) in the {what} list"))
-        if line.accept(")"):
-            return tuple(names)
-        line.expect(",", f"or ')' in the {what} list")
+    return _parse_items(line, "(", ")",
+                        lambda: line.tensor_name(f"DRAM tensor (%name) in the {what} list"),
+                        f"to open the {what} list", f"or ')' in the {what} list")
 
 
 def _parse_attribute(line: _Line, key: str, mnemonic: str) -> None:
@@ -635,15 +632,11 @@ def _parse_transpose(line: _Line) -> Op:
     line.expect("->", "after transpose source")
     dst = _parse_sram(line, "transpose destination")
     _parse_attribute(line, "perm", "transpose")
-    line.expect("(", "to open the transpose permutation")
-    perm: list[int] = []
-    if not line.accept(")"):
-        while True:
-            perm.append(line.integer("an axis in the transpose permutation"))
-            if line.accept(")"):
-                break
-            line.expect(",", "or ')' in the transpose permutation")
-    return Transpose(src, dst, tuple(perm))
+    perm = _parse_items(line, "(", ")",
+                        lambda: line.integer("an axis in the transpose permutation"),
+                        "to open the transpose permutation",
+                        "or ')' in the transpose permutation")
+    return Transpose(src, dst, perm)
 
 
 def _parse_host_transfer(line: _Line) -> Op:
