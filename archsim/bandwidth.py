@@ -5,9 +5,10 @@ SRAM, the host link) is a *link* with a capacity in bytes per cycle. A transfer 
 *flow* over a tuple of links with its own cap (its DMA engine's bandwidth). A flow
 alone runs at its *solo* rate: the minimum of its cap and its links' capacities.
 While some link is oversubscribed (the solo rates of its flows add up to more than
-its capacity), rates are max-min fair (water-filling). Rates are recomputed whenever
-a flow starts or ends, and one wake-up is kept scheduled for the next completion, so
-contention and overlap emerge from the simulation at a few events per transfer.
+its capacity), rates are max-min fair (water-filling). Rates are recomputed in each
+cycle in which flows start or end (once, however many), and one wake-up is kept
+scheduled for the next completion, so contention and overlap emerge from the
+simulation at fewer than two events per transfer.
 
 Time is integer cycles: a completion is scheduled at the ceiling of the exact time.
 """
@@ -34,32 +35,46 @@ def solo_rate(links: tuple[int, ...], cap: float, capacity: list[float]) -> floa
 
 def cycles_to_move(nbytes: float, rate: float) -> int:
     """Whole cycles to move ``nbytes`` at ``rate`` (the ceiling of the exact time)."""
-    return max(0, math.ceil(nbytes / rate - 1e-9))
+    return whole_cycles(nbytes / rate)
+
+
+def whole_cycles(exact: float) -> int:
+    """The ceiling of an exact time, forgiving float error just above an integer."""
+    return max(0, math.ceil(exact - 1e-9))
 
 
 class _Flow:
-    __slots__ = ("links", "cap", "solo", "remaining", "rate", "on_done")
+    __slots__ = ("links", "solo", "remaining", "rate", "token")
 
-    def __init__(self, links: tuple[int, ...], cap: float, solo: float, nbytes: float,
-                 on_done: Callable[[], None]) -> None:
+    def __init__(self, links: tuple[int, ...], solo: float, nbytes: float, token: int) -> None:
         self.links = links
-        self.cap = cap
         self.solo = solo
         self.remaining = nbytes
         self.rate = solo
-        self.on_done = on_done
+        self.token = token
 
 
 class FlowNetwork:
-    """Links with capacities and the flows crossing them."""
+    """Links with capacities and the flows crossing them.
 
-    def __init__(self, env: simpy.Environment, capacities: tuple[float, ...] = ()) -> None:
+    Flows that start in the same cycle join together, and flows that finish in the
+    same cycle leave together: rates are recomputed once per cycle in which something
+    changes, whatever the number of transfers involved, and ``on_finish`` hears of
+    every flow that finished in a cycle at once.
+    """
+
+    def __init__(self, env: simpy.Environment, capacities: tuple[float, ...] = (),
+                 on_finish: Callable[[list[int]], None] | None = None) -> None:
         """``capacities`` pre-registers unnamed links (a plan made elsewhere knows
-        their indices)."""
+        their indices); ``on_finish(tokens)`` is called with the tokens of the flows
+        that finished, in the cycle they finished."""
         self.env = env
         self.names: list[str] = [f"link{i}" for i in range(len(capacities))]
         self.capacity: list[float] = [float(c) for c in capacities]
+        self.on_finish = on_finish
         self._flows: list[_Flow] = []
+        self._starting: dict[int, list[_Flow]] = {}
+        """Flows waiting for their start cycle, by cycle (one SimPy event per cycle)."""
         self._demand: list[float] = [0.0] * len(capacities)
         self._oversubscribed: set[int] = set()
         """Links whose flows' solo rates add up to more than their capacity."""
@@ -76,47 +91,62 @@ class FlowNetwork:
         self._demand.append(0.0)
         return len(self.names) - 1
 
-    def transfer(self, links: tuple[int, ...], nbytes: float, cap: float, delay: int,
-                 on_done: Callable[[], None]) -> None:
-        """Move ``nbytes`` over ``links`` at most ``cap`` bytes/cycle, starting after
-        ``delay`` cycles; ``on_done()`` is called when the last byte arrives."""
-        solo = solo_rate(links, cap, self.capacity)
-        if nbytes <= 0:
-            self.env.timeout(delay).callbacks.append(lambda _e: on_done())
-            return
-        flow = _Flow(links, cap, solo, float(nbytes), on_done)
-        if delay:
-            self.env.timeout(delay).callbacks.append(lambda _e: self._start(flow))
+    def transfer(self, links: tuple[int, ...], nbytes: float, solo: float, at: int,
+                 token: int) -> None:
+        """Move ``nbytes`` over ``links``, at most ``solo`` bytes/cycle (see
+        :func:`solo_rate`), starting in cycle ``at`` (not before now); ``token`` is
+        handed to ``on_finish`` when the last byte arrives."""
+        flow = _Flow(links, solo, float(nbytes), token)
+        batch = self._starting.get(at)
+        if batch is None:
+            self._starting[at] = [flow]
+            self.env.timeout(at - self.env.now).callbacks.append(self._begin)
         else:
-            self._start(flow)
+            batch.append(flow)
 
     # -- internals ------------------------------------------------------------------
-    def _start(self, flow: _Flow) -> None:
+    def _begin(self, _event: simpy.Event) -> None:
+        """The flows due this cycle join; empty ones finish on the spot."""
+        batch = self._starting.pop(self.env.now)
         self._advance()
-        self._flows.append(flow)
-        self._add_demand(flow, flow.solo)
+        empty = []
+        flows = self._flows
+        for flow in batch:
+            if flow.remaining > 0:
+                flows.append(flow)
+                self._add_demand(flow, flow.solo)
+            else:
+                empty.append(flow.token)
         if self._oversubscribed:
             self._share()
         self._schedule_wake()
+        if empty:
+            self.on_finish(empty)
 
     def _on_wake(self, generation: int) -> None:
         if generation != self._generation:
             return  # superseded by a later start or finish
         self._advance()
-        finished = [f for f in self._flows if f.remaining <= f.rate * _DONE]
+        finished = []
+        still = []
+        for f in self._flows:
+            if f.remaining <= f.rate * _DONE:
+                finished.append(f)
+            else:
+                still.append(f)
         if finished:
-            self._flows = [f for f in self._flows if f.remaining > f.rate * _DONE]
+            self._flows = still
             for flow in finished:
                 self._add_demand(flow, -flow.solo)
             if self._oversubscribed:
                 self._share()
             else:
-                for f in self._flows:
+                for f in still:
                     f.rate = f.solo
         self._wake_at = -1
         self._schedule_wake()
-        for flow in finished:
-            flow.on_done()
+        if finished:
+            self.on_finish([f.token for f in finished])
 
     def _add_demand(self, flow: _Flow, amount: float) -> None:
         demand, capacity, over = self._demand, self.capacity, self._oversubscribed
@@ -136,14 +166,22 @@ class FlowNetwork:
             return
         (link,) = self._oversubscribed
         sharing = []
+        slowest = math.inf
         for f in self._flows:
             if link in f.links:
                 sharing.append(f)
+                if f.solo < slowest:
+                    slowest = f.solo
             else:
                 f.rate = f.solo
-        sharing.sort(key=_solo)
         left = self.capacity[link]
         count = len(sharing)
+        fair = left / count
+        if slowest > fair:  # every flow wants more than an equal share: that is the fill
+            for f in sharing:
+                f.rate = fair
+            return
+        sharing.sort(key=_solo)
         for k, f in enumerate(sharing):
             share = left / (count - k)
             if f.solo <= share:
@@ -169,7 +207,8 @@ class FlowNetwork:
             self._wake_at = -1
             return
         now = self.env.now
-        wake_at = now + min(cycles_to_move(f.remaining, f.rate) for f in self._flows)
+        # the ceiling is monotone: ceil of the soonest exact finish = the soonest ceil
+        wake_at = now + whole_cycles(min([f.remaining / f.rate for f in self._flows]))
         if wake_at == self._wake_at:
             return  # the pending wake-up is still the right one
         self._generation += 1
@@ -178,7 +217,8 @@ class FlowNetwork:
         self.env.timeout(wake_at - now).callbacks.append(lambda _e: self._on_wake(generation))
 
     def _water_fill(self) -> None:
-        """Max-min fair rates, each flow also limited by its cap."""
+        """Max-min fair rates, each flow also limited by its solo rate (its cap, or a
+        link it would fill alone)."""
         left = list(self.capacity)
         users = [0] * len(left)
         for f in self._flows:
@@ -188,10 +228,10 @@ class FlowNetwork:
         pending = self._flows
         while pending:
             share = min(left[link] / users[link] for link in used if users[link])
-            fixed = [f for f in pending if f.cap <= share]
+            fixed = [f for f in pending if f.solo <= share]
             if fixed:
                 for f in fixed:
-                    f.rate = f.cap
+                    f.rate = f.solo
             else:
                 limit = share * _SLACK
                 fixed = [f for f in pending

@@ -65,12 +65,16 @@ class SimResult:
     host_link_bytes: int
     matmul_flops: int
     flops: int
-    sram_peak_bytes: Mapping[str, int]
     link_bytes: Mapping[str, int] = field(default_factory=dict)
     """Bytes each shared link carried (``dram``, ``noc.coreN``, ``sramN.port``,
     ``shared.port``, ``host_link``)."""
     outputs: Mapping[str, np.ndarray] | None = None
     """Final DRAM tensor values in functional mode (bf16 as float32); None otherwise."""
+
+    @property
+    def sram_peak_bytes(self) -> Mapping[str, int]:
+        """Per SRAM space, the highest byte address the program touches."""
+        return self.program.sram_high_water
 
     # -- time ---------------------------------------------------------------------
     @property

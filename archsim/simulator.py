@@ -11,9 +11,9 @@ simulated in SimPy by the flow network (:mod:`archsim.bandwidth`).
 
 from __future__ import annotations
 
-import math
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Mapping
+from functools import cached_property
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
@@ -21,15 +21,14 @@ from typing import Any
 import numpy as np
 import simpy
 
-from archsim.bandwidth import FlowNetwork
+from archsim.bandwidth import FlowNetwork, solo_rate
 from archsim.chip import Chip
 from archsim.config.model import NpuConfig
 from archsim.errors import SimulationError
 from archsim.functional import FunctionalExecutor, HostFunction, Memory
 from archsim.result import SimResult
-from archsim.timing import CommandTiming
-from compiler.ir.access import sram_operands
-from compiler.ir.ops import Op, Program
+from archsim.timing import COST_KEY, CommandTiming, cost_key
+from compiler.ir.ops import Program
 
 
 class Simulator:
@@ -52,8 +51,8 @@ class Simulator:
 
 class _Plan:
     """Everything about a run that does not depend on time: per-command costs,
-    dependencies as indices, engine queues, the links and their traffic, SRAM
-    high-water marks, and the totals that follow from the costs alone."""
+    dependencies as indices, engine queues, the links and their traffic, and the
+    totals that follow from the costs alone."""
 
     def __init__(self, program: Program, config: NpuConfig) -> None:
         self.program = program
@@ -66,40 +65,66 @@ class _Plan:
             index = {c.id: i for i, c in enumerate(commands)}
             self.deps = [tuple(index[d] for d in c.deps) for c in commands]
         chip = Chip(simpy.Environment(), config, program.tensor_map)
-        # Double-buffered loops repeat identical commands: cost each distinct one once.
-        memo: dict[tuple[str, Op], CommandTiming] = {}
-        self.timings: list[CommandTiming] = []
-        for c in commands:
-            key = (c.engine, c.op)
-            timing = memo.get(key)
-            if timing is None:
-                timing = memo[key] = chip.timing(c.engine, c.op)
-            self.timings.append(timing)
+        capacity = chip.network.capacity
+        # Each distinct (engine, op shape) is costed once: loops repeat a few shapes.
+        shapes: dict[tuple[str, type, Hashable], int] = {}
+        timings: list[CommandTiming] = []
+        steps: list[_Step] = []
+        engines: list[str] = []
+        kinds: list[int] = []
         self.queues: dict[str, list[int]] = {}
+        self.engine_index: list[int] = []
+        queue_index: dict[str, int] = {}
         for i, c in enumerate(commands):
-            self.queues.setdefault(c.engine, []).append(i)
+            op, engine = c.op, c.engine
+            cls = type(op)
+            key = (engine, cls, COST_KEY[cls](op) if cls in COST_KEY else cost_key(op))
+            kind = shapes.get(key)
+            if kind is None:
+                kind = shapes[key] = len(timings)
+                timing = chip.timing(engine, op)
+                timings.append(timing)
+                engines.append(engine)
+                solo = solo_rate(timing.links, timing.cap, capacity) if timing.links else 0.0
+                steps.append((timing.fixed_cycles, timing.links, timing.nbytes, solo))
+            kinds.append(kind)
+            q = queue_index.get(engine)
+            if q is None:
+                q = queue_index[engine] = len(self.queues)
+                self.queues[engine] = []
+            self.queues[engine].append(i)
+            self.engine_index.append(q)
+        self.steps = [steps[k] for k in kinds]
+        """Per command: (fixed cycles, links, bytes, solo rate) — what the run reads."""
         self.link_names = tuple(chip.network.names)
-        self.link_capacities = tuple(chip.network.capacity)
+        self.link_capacities = tuple(capacity)
+        kind_of = np.asarray(kinds, dtype=np.intp)
+        counts = np.bincount(kind_of, minlength=len(timings))
         moved = [0.0] * len(self.link_names)
-        for t in self.timings:
-            for link in t.links:
-                moved[link] += t.nbytes
+        for timing, count in zip(timings, counts.tolist()):
+            for link in timing.links:
+                moved[link] += timing.nbytes * count
         self.link_bytes = MappingProxyType({name: int(b) for name, b in
                                            zip(self.link_names, moved)})
-        field = {name: np.fromiter(map(attrgetter(name), self.timings), np.float64, self.n)
+        field = {name: np.fromiter(map(attrgetter(name), timings), np.float64, len(timings))
                  for name in ("flops", "nbytes", "dram_read", "dram_written", "host_bytes")}
-        self.flops = field["flops"].astype(np.int64)
-        self.nbytes = field["nbytes"].astype(np.int64)
-        self.dram_read = int(field["dram_read"].sum())
-        self.dram_written = int(field["dram_written"].sum())
-        self.host_bytes = int(field["host_bytes"].sum())
-        self.matmul_flops = sum(int(self.flops[q].sum()) for e, q in self.queues.items()
-                                if ".mxu" in e)
-        self.sram_peak = MappingProxyType(_sram_high_water(op for _, op in memo))
-        capacity = _space_sizes(config)
-        # functional runs allocate only the SRAM the program touches
-        self.sram_sizes = {space: min(capacity.get(space, end), end)
-                           for space, end in self.sram_peak.items()}
+        self.flops = field["flops"].astype(np.int64)[kind_of]
+        self.nbytes = field["nbytes"].astype(np.int64)[kind_of]
+        self.dram_read, self.dram_written, self.host_bytes = (
+            int(field[name] @ counts) for name in ("dram_read", "dram_written", "host_bytes"))
+        self.matmul_flops = int(sum(int(t.flops) * int(count) for t, engine, count
+                                    in zip(timings, engines, counts) if ".mxu" in engine))
+
+    @cached_property
+    def sram_sizes(self) -> dict[str, int]:
+        """Bytes to allocate per SRAM space in a functional run: only what the program
+        touches."""
+        capacity = _space_sizes(self.config)
+        return {space: min(capacity.get(space, end), end)
+                for space, end in self.program.sram_high_water.items()}
+
+
+_Step = tuple[int, tuple[int, ...], float, float]
 
 
 class _ProgramCache:
@@ -162,16 +187,17 @@ class _Run:
         self.program = plan.program
         self.config = plan.config
         self.env = simpy.Environment()
-        self.network = FlowNetwork(self.env, plan.link_capacities)
+        self.network = FlowNetwork(self.env, plan.link_capacities, self._transferred)
         self.n = plan.n
         self.deps = plan.deps
-        self.timings = plan.timings
+        self.steps = plan.steps
         self.queues = plan.queues
         self.starts = [0] * self.n
-        self.ends = [0] * self.n
-        self.done = [False] * self.n
+        self.ends = [-1] * self.n
+        """A command's end cycle; -1 until it is resolved."""
         self.waiters: dict[int, list[_Engine]] = {}
-        self.engines: list[_Engine] = []
+        self.engines = [_Engine(queue) for queue in self.queues.values()]
+        self.owner = [self.engines[k] for k in plan.engine_index]
         self.ready: list[_Engine] = []
         self.executor: FunctionalExecutor | None = None
         if inputs is not None:
@@ -179,11 +205,10 @@ class _Run:
             self.executor = FunctionalExecutor(memory, host_functions)
 
     def execute(self) -> SimResult:
-        self.engines = [_Engine(queue) for queue in self.queues.values()]
-        self.ready: list[_Engine] = list(self.engines)
+        self.ready.extend(self.engines)
         self._drain()
         self.env.run()
-        if not all(self.done):
+        if -1 in self.ends:
             raise SimulationError(self._stuck_message())
         return self._result()
 
@@ -198,46 +223,52 @@ class _Run:
             self._advance(ready.pop())
 
     def _advance(self, engine: _Engine) -> None:
-        deps, done, ends, timings = self.deps, self.done, self.ends, self.timings
+        if engine.busy:
+            return
+        deps, ends, steps, waiters = self.deps, self.ends, self.steps, self.waiters
         queue = engine.queue
-        while engine.pos < len(queue) and not engine.busy:
-            i = queue[engine.pos]
-            start = engine.free_at
+        pos = engine.pos
+        free = engine.free_at
+        while pos < len(queue):
+            i = queue[pos]
+            start = free
             for d in deps[i]:
-                if not done[d]:
-                    self.waiters.setdefault(d, []).append(engine)
+                end = ends[d]
+                if end < 0:
+                    waiters.setdefault(d, []).append(engine)
+                    engine.pos, engine.free_at = pos, free
                     return
-                if ends[d] > start:
-                    start = ends[d]
+                if end > start:
+                    start = end
             self.starts[i] = start
             if self.executor is not None:
                 self.execute_command(i)
-            timing = timings[i]
-            if timing.links:
-                engine.busy = True
-                delay = start - self.env.now + timing.fixed_cycles
-                self.network.transfer(timing.links, timing.nbytes, timing.cap, delay,
-                                      lambda i=i, engine=engine: self._transferred(i, engine))
+            fixed, links, nbytes, solo = steps[i]
+            if links:
+                engine.pos, engine.free_at, engine.busy = pos, free, True
+                self.network.transfer(links, nbytes, solo, start + fixed, i)
                 return
-            end = start + timing.fixed_cycles
-            engine.free_at = end
+            free = ends[i] = start + fixed
+            woken = waiters.pop(i, None)
+            if woken:
+                self.ready.extend(woken)
+            pos += 1
+        engine.pos, engine.free_at = pos, free
+
+    def _transferred(self, finished: list[int]) -> None:
+        """Transfers that ended this cycle free their engines and wake their waiters."""
+        now = self.env.now
+        ends, owner, ready, waiters = self.ends, self.owner, self.ready, self.waiters
+        for i in finished:
+            engine = owner[i]
+            engine.busy = False
+            engine.free_at = ends[i] = now
             engine.pos += 1
-            self._resolved(i, end)
-
-    def _transferred(self, i: int, engine: _Engine) -> None:
-        engine.busy = False
-        engine.free_at = self.env.now
-        engine.pos += 1
-        self._resolved(i, self.env.now)
-        self.ready.append(engine)
+            ready.append(engine)
+            woken = waiters.pop(i, None)
+            if woken:
+                ready.extend(woken)
         self._drain()
-
-    def _resolved(self, i: int, end: int) -> None:
-        self.ends[i] = end
-        self.done[i] = True
-        waiting = self.waiters.pop(i, None)
-        if waiting:
-            self.ready.extend(waiting)
 
     def execute_command(self, i: int) -> None:
         try:
@@ -253,13 +284,13 @@ class _Run:
         commands = self.program.commands
         lines = []
         for engine, queue in self.queues.items():
-            head = next((i for i in queue if not self.done[i]), None)
+            head = next((i for i in queue if self.ends[i] < 0), None)
             if head is None:
                 continue
-            waiting = [commands[d].id for d in self.deps[head] if not self.done[d]]
+            waiting = [commands[d].id for d in self.deps[head] if self.ends[d] < 0]
             lines.append(f"command {commands[head].id} on {engine} waits on "
                          f"{', '.join(map(str, waiting))}")
-        stuck = sum(1 for d in self.done if not d)
+        stuck = self.ends.count(-1)
         return (f"simulation of {self.program.name!r} cannot finish: {stuck} commands never "
                 f"started; " + "; ".join(lines))
 
@@ -286,7 +317,6 @@ class _Run:
             host_link_bytes=plan.host_bytes,
             matmul_flops=plan.matmul_flops,
             flops=int(plan.flops.sum()),
-            sram_peak_bytes=plan.sram_peak,
             link_bytes=plan.link_bytes,
             outputs=outputs,
         )
@@ -297,14 +327,3 @@ def _space_sizes(config: NpuConfig) -> dict[str, int]:
     if config.shared_sram.size_bytes:
         sizes["shared"] = config.shared_sram.size_bytes
     return sizes
-
-
-def _sram_high_water(ops: Iterable[Op]) -> dict[str, int]:
-    """Per SRAM space, the highest byte address any op touches: the scratchpad a
-    schedule needs."""
-    peak: dict[str, int] = {}
-    for op in ops:
-        for _, ref in sram_operands(op):
-            if ref.end > peak.get(ref.space, 0):
-                peak[ref.space] = ref.end
-    return peak

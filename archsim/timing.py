@@ -3,11 +3,36 @@
 Each hardware block turns an op into a :class:`CommandTiming`: a fixed part (latency
 or compute cycles) and, for data movement, a flow over shared links. The simulator's
 inner loop only reads these, so it allocates nothing per command.
+
+A command's cost depends on its engine and its op's *shape* (sizes, dtypes, kinds,
+which memories it connects), never on its addresses. :data:`COST_KEY` says, per op
+class, which fields that is, so a plan costs each distinct shape once: a
+double-buffered loop repeats a handful of shapes at thousands of addresses.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple
+
+from compiler.ir.operands import DramRef, SramRef
+from compiler.ir.ops import (
+    Binary,
+    Cast,
+    Copy,
+    Gather,
+    HostOp,
+    HostTransfer,
+    Load,
+    MatMul,
+    Op,
+    Reduce,
+    Select,
+    Store,
+    Transpose,
+    Unary,
+    VCopy,
+)
 
 
 class CommandTiming(NamedTuple):
@@ -27,3 +52,43 @@ class CommandTiming(NamedTuple):
 
 def compute(cycles: int, flops: int = 0) -> CommandTiming:
     return CommandTiming(fixed_cycles=cycles, flops=flops)
+
+
+def _box(ref: DramRef) -> tuple[Any, ...]:
+    """A DRAM box without its position: the tensor, and length and step per dim."""
+    return (ref.tensor, *[(s.stop - s.start, s.step) for s in ref.slices])
+
+
+def _shape(operand: Any) -> Any:
+    """An SRAM operand's shape (a Scalar operand has none)."""
+    return operand.shape if type(operand) is SramRef else None
+
+
+COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
+    Load: lambda op: (_box(op.src), op.dst.space),
+    Store: lambda op: (_box(op.dst), op.src.space),
+    Copy: lambda op: (op.src.space, op.dst.space, op.src.shape, op.src.dtype),
+    Gather: lambda op: (_box(op.table), op.indices.shape, op.dst.space),
+    MatMul: lambda op: (op.a.shape, op.a.dtype, op.b.shape),
+    Unary: lambda op: (op.kind, op.src.shape, op.dst.shape),
+    Binary: lambda op: (op.kind, _shape(op.a), _shape(op.b), op.dst.shape),
+    Select: lambda op: (_shape(op.cond), _shape(op.a), _shape(op.b), op.dst.shape),
+    Cast: lambda op: (op.src.shape, op.dst.shape),
+    Reduce: lambda op: (op.src.shape, op.dst.shape, op.axis),
+    Transpose: lambda op: (op.src.shape, op.dst.shape),
+    VCopy: lambda op: (op.src.shape, op.dst.shape),
+    HostTransfer: lambda op: (_box(op.ref), op.to_device),
+    HostOp: lambda op: op.cycles,
+}
+"""Per op class, the fields its cost depends on (see the module docstring). A block
+whose timing starts reading another field must add it here; a test checks, over real
+compiler output, that commands with equal keys cost the same."""
+
+
+def cost_key(op: Op) -> Hashable:
+    """The shape of ``op`` that its cost depends on."""
+    try:
+        return COST_KEY[type(op)](op)
+    except KeyError:
+        raise TypeError(f"archsim.timing.COST_KEY has no entry for op class "
+                        f"{type(op).__name__}; add one") from None

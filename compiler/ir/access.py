@@ -16,6 +16,8 @@ writes DRAM here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from compiler.ir.operands import DramRef, SramRef
 from compiler.ir.ops import (
     Binary,
@@ -144,3 +146,21 @@ def dram_writes(op: Op) -> tuple[str, ...]:
     if isinstance(op, HostOp):
         return op.outputs
     return tuple(ref.tensor for _, ref, is_write in dram_refs(op) if is_write)
+
+
+_SRAM_FIELDS: dict[type[Op], tuple[str, ...]] = {
+    cls: tuple(dict.fromkeys(SRAM_READ_FIELDS[cls] + SRAM_WRITE_FIELDS[cls]))
+    for cls in SRAM_READ_FIELDS
+}
+"""Every field that may hold an SRAM operand (read or written), per op class."""
+
+
+def sram_high_water(ops: Iterable[Op]) -> dict[str, int]:
+    """Per SRAM space, the highest byte address any of ``ops`` touches."""
+    peak: dict[str, int] = {}
+    for op in ops:
+        for name in _table_row(_SRAM_FIELDS, op):
+            ref = getattr(op, name)
+            if type(ref) is SramRef and ref.end > peak.get(ref.space, 0):
+                peak[ref.space] = ref.end
+    return peak

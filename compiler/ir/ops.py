@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from types import MappingProxyType
 
 from compiler.ir.operands import DramRef, DramTensor, Scalar, SramRef
 
@@ -301,6 +303,14 @@ class Program:
     def tensor_map(self) -> dict[str, DramTensor]:
         """Tensors by name (computed once; do not mutate)."""
         return {t.name: t for t in self.tensors}
+
+    @cached_property
+    def sram_high_water(self) -> Mapping[str, int]:
+        """Per SRAM space, the highest byte address any command touches: the
+        scratchpad the schedule needs (computed once)."""
+        from compiler.ir.access import sram_high_water
+
+        return MappingProxyType(sram_high_water(c.op for c in self.commands))
 
 
 ENGINE_PATTERN = re.compile(r"core([0-9]+)\.(?:(dma|mxu)[0-9]+|(vpu)[0-9]*)|(tdma|hdma|host)")
