@@ -76,6 +76,8 @@ class FlowNetwork:
         self._starting: dict[int, list[_Flow]] = {}
         """Flows waiting for their start cycle, by cycle (one SimPy event per cycle)."""
         self._demand: list[float] = [0.0] * len(capacities)
+        self._limit: list[float] = [c * _SLACK for c in self.capacity]
+        """Demand above which a link is oversubscribed (its capacity, less float noise)."""
         self._oversubscribed: set[int] = set()
         """Links whose flows' solo rates add up to more than their capacity."""
         self._updated_at = 0
@@ -89,14 +91,15 @@ class FlowNetwork:
         self.names.append(name)
         self.capacity.append(float(bytes_per_cycle))
         self._demand.append(0.0)
+        self._limit.append(float(bytes_per_cycle) * _SLACK)
         return len(self.names) - 1
 
     def transfer(self, links: tuple[int, ...], nbytes: float, solo: float, at: int,
                  token: int) -> None:
-        """Move ``nbytes`` over ``links``, at most ``solo`` bytes/cycle (see
+        """Move ``nbytes`` (a float) over ``links``, at most ``solo`` bytes/cycle (see
         :func:`solo_rate`), starting in cycle ``at`` (not before now); ``token`` is
         handed to ``on_finish`` when the last byte arrives."""
-        flow = _Flow(links, solo, float(nbytes), token)
+        flow = _Flow(links, solo, nbytes, token)
         batch = self._starting.get(at)
         if batch is None:
             self._starting[at] = [flow]
@@ -109,15 +112,18 @@ class FlowNetwork:
         """The flows due this cycle join; empty ones finish on the spot."""
         batch = self._starting.pop(self.env.now)
         self._advance()
+        flows, demand, limit, over = self._flows, self._demand, self._limit, self._oversubscribed
         empty = []
-        flows = self._flows
         for flow in batch:
-            if flow.remaining > 0:
-                flows.append(flow)
-                self._add_demand(flow, flow.solo)
-            else:
+            if flow.remaining <= 0:
                 empty.append(flow.token)
-        if self._oversubscribed:
+                continue
+            flows.append(flow)
+            for link in flow.links:  # demand only grows here
+                demand[link] += flow.solo
+                if demand[link] > limit[link]:
+                    over.add(link)
+        if over:
             self._share()
         self._schedule_wake()
         if empty:
@@ -136,9 +142,13 @@ class FlowNetwork:
                 still.append(f)
         if finished:
             self._flows = still
+            demand, limit, over = self._demand, self._limit, self._oversubscribed
             for flow in finished:
-                self._add_demand(flow, -flow.solo)
-            if self._oversubscribed:
+                for link in flow.links:  # demand only shrinks here
+                    demand[link] -= flow.solo
+                    if demand[link] <= limit[link]:
+                        over.discard(link)
+            if over:
                 self._share()
             else:
                 for f in still:
@@ -147,15 +157,6 @@ class FlowNetwork:
         self._schedule_wake()
         if finished:
             self.on_finish([f.token for f in finished])
-
-    def _add_demand(self, flow: _Flow, amount: float) -> None:
-        demand, capacity, over = self._demand, self.capacity, self._oversubscribed
-        for link in flow.links:
-            demand[link] += amount
-            if demand[link] > capacity[link] * _SLACK:
-                over.add(link)
-            else:
-                over.discard(link)
 
     def _share(self) -> None:
         """Max-min fair rates. With one oversubscribed link (the common case: DRAM),

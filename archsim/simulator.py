@@ -59,11 +59,10 @@ class _Plan:
         self.config = config
         commands = program.commands
         self.n = len(commands)
-        if all(c.id == i for i, c in enumerate(commands)):
-            self.deps = [c.deps for c in commands]
-        else:
+        self.deps = [c.deps for c in commands]
+        if [c.id for c in commands] != list(range(self.n)):
             index = {c.id: i for i, c in enumerate(commands)}
-            self.deps = [tuple(index[d] for d in c.deps) for c in commands]
+            self.deps = [tuple(index[d] for d in deps) for deps in self.deps]
         chip = Chip(simpy.Environment(), config, program.tensor_map)
         capacity = chip.network.capacity
         # Each distinct (engine, op shape) is costed once: loops repeat a few shapes.
@@ -72,33 +71,33 @@ class _Plan:
         steps: list[_Step] = []
         engines: list[str] = []
         kinds: list[int] = []
-        self.queues: dict[str, list[int]] = {}
-        self.engine_index: list[int] = []
-        queue_index: dict[str, int] = {}
-        for i, c in enumerate(commands):
-            op, engine = c.op, c.engine
+        for c in commands:
+            op = c.op
             cls = type(op)
-            key = (engine, cls, COST_KEY[cls](op) if cls in COST_KEY else cost_key(op))
+            key = (c.engine, cls, COST_KEY[cls](op) if cls in COST_KEY else cost_key(op))
             kind = shapes.get(key)
             if kind is None:
                 kind = shapes[key] = len(timings)
-                timing = chip.timing(engine, op)
+                timing = chip.timing(c.engine, op)
                 timings.append(timing)
-                engines.append(engine)
+                engines.append(c.engine)
                 solo = solo_rate(timing.links, timing.cap, capacity) if timing.links else 0.0
-                steps.append((timing.fixed_cycles, timing.links, timing.nbytes, solo))
+                steps.append((timing.fixed_cycles, timing.links, float(timing.nbytes), solo))
             kinds.append(kind)
-            q = queue_index.get(engine)
-            if q is None:
-                q = queue_index[engine] = len(self.queues)
-                self.queues[engine] = []
-            self.queues[engine].append(i)
-            self.engine_index.append(q)
+        kind_of = np.asarray(kinds, dtype=np.intp)
+        # engine queues, in order of each engine's first command
+        numbers: dict[str, int] = {}
+        engine_of = np.asarray([numbers.setdefault(e, len(numbers)) for e in engines],
+                               dtype=np.intp)[kind_of]
+        order = np.argsort(engine_of, kind="stable")
+        bounds = np.searchsorted(engine_of[order], np.arange(len(numbers) + 1)).tolist()
+        self.queues: dict[str, list[int]] = {
+            engine: order[bounds[k]:bounds[k + 1]].tolist() for engine, k in numbers.items()}
+        self.engine_index: list[int] = engine_of.tolist()
         self.steps = [steps[k] for k in kinds]
         """Per command: (fixed cycles, links, bytes, solo rate) — what the run reads."""
         self.link_names = tuple(chip.network.names)
         self.link_capacities = tuple(capacity)
-        kind_of = np.asarray(kinds, dtype=np.intp)
         counts = np.bincount(kind_of, minlength=len(timings))
         moved = [0.0] * len(self.link_names)
         for timing, count in zip(timings, counts.tolist()):
@@ -225,11 +224,13 @@ class _Run:
     def _advance(self, engine: _Engine) -> None:
         if engine.busy:
             return
-        deps, ends, steps, waiters = self.deps, self.ends, self.steps, self.waiters
+        deps, starts, ends, steps = self.deps, self.starts, self.ends, self.steps
+        waiters, functional = self.waiters, self.executor is not None
         queue = engine.queue
         pos = engine.pos
         free = engine.free_at
-        while pos < len(queue):
+        count = len(queue)
+        while pos < count:
             i = queue[pos]
             start = free
             for d in deps[i]:
@@ -240,8 +241,8 @@ class _Run:
                     return
                 if end > start:
                     start = end
-            self.starts[i] = start
-            if self.executor is not None:
+            starts[i] = start
+            if functional:
                 self.execute_command(i)
             fixed, links, nbytes, solo = steps[i]
             if links:

@@ -55,8 +55,11 @@ def compute(cycles: int, flops: int = 0) -> CommandTiming:
 
 
 def _box(ref: DramRef) -> tuple[Any, ...]:
-    """A DRAM box without its position: the tensor, and length and step per dim."""
-    return (ref.tensor, *[(s.stop - s.start, s.step) for s in ref.slices])
+    """A DRAM box without its position: the tensor, then length and step per dim."""
+    key: tuple[Any, ...] = (ref.tensor,)
+    for s in ref.slices:
+        key += (s.stop - s.start, s.step)
+    return key
 
 
 def _shape(operand: Any) -> Any:
