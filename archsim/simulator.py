@@ -84,6 +84,9 @@ class _Plan:
                 solo = solo_rate(timing.links, timing.cap, capacity) if timing.links else 0.0
                 steps.append((timing.fixed_cycles, timing.links, float(timing.nbytes), solo))
             kinds.append(kind)
+        self.timings = timings
+        """Distinct costs; ``timings[kinds[i]]`` is command i's."""
+        self.kinds = kinds
         kind_of = np.asarray(kinds, dtype=np.intp)
         # engine queues, in order of each engine's first command
         numbers: dict[str, int] = {}
@@ -160,6 +163,13 @@ def _plan_for(program: Program, config: NpuConfig, verify: bool) -> _Plan:
     if plan is None:
         plan = entry.plans[config] = _Plan(program, config)
     return plan
+
+
+def command_timings(program: Program, config: NpuConfig) -> list[CommandTiming]:
+    """What each command of ``program`` costs on ``config``, in program order (from the
+    plan a run made, or makes it)."""
+    plan = _plan_for(program, config, verify=False)
+    return [plan.timings[k] for k in plan.kinds]
 
 
 class _Engine:

@@ -9,6 +9,7 @@ operand text) are derived here once, from the program and the chip's cost tables
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -168,28 +169,39 @@ class ReportData:
 ResultLike = Union["SimResult", ReportData]
 
 
+_DERIVED: dict[int, ReportData] = {}
+"""Report data per SimResult object (every report of one result shares it); an entry
+goes away with its result."""
+
+
 def report_data(result: ResultLike) -> ReportData:
-    """``result`` as :class:`ReportData` (unchanged if it already is one)."""
+    """``result`` as :class:`ReportData` (unchanged if it already is one; derived once
+    per SimResult)."""
     if isinstance(result, ReportData):
         return result
-    return from_sim_result(result)
+    key = id(result)
+    data = _DERIVED.get(key)
+    if data is None:
+        data = _DERIVED[key] = from_sim_result(result)
+        weakref.finalize(result, _DERIVED.pop, key, None)
+    return data
 
 
 def from_sim_result(result: SimResult) -> ReportData:
     import simpy
 
     from archsim.chip import Chip
+    from archsim.simulator import command_timings
 
     config = result.config
     program = result.program
-    chip = Chip(simpy.Environment(), config, program.tensor_map)
-    capacities = chip.network.capacity
+    capacities = Chip(simpy.Environment(), config, program.tensor_map).network.capacity
     records = []
     # Tiled programs repeat the same ops (same buffers) many times: describe each once.
     described: dict[Op, tuple[str, tuple[Region, ...], tuple[Region, ...]]] = {}
-    for command, start, end, nbytes, flops in zip(program.commands, result.starts, result.ends,
-                                                   result.command_bytes, result.command_flops):
-        timing = chip.timing(command.engine, command.op)
+    for command, timing, start, end, nbytes, flops in zip(
+            program.commands, command_timings(program, config), result.starts, result.ends,
+            result.command_bytes, result.command_flops):
         description = described.get(command.op)
         if description is None:
             description = described[command.op] = (
