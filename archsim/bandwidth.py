@@ -133,15 +133,9 @@ class FlowNetwork:
         if generation != self._generation:
             return  # superseded by a later start or finish
         self._advance()
-        finished = []
-        still = []
-        for f in self._flows:
-            if f.remaining <= f.rate * _DONE:
-                finished.append(f)
-            else:
-                still.append(f)
+        finished = [f for f in self._flows if f.remaining <= f.rate * _DONE]
         if finished:
-            self._flows = still
+            self._flows = still = [f for f in self._flows if f.remaining > f.rate * _DONE]
             demand, limit, over = self._demand, self._limit, self._oversubscribed
             for flow in finished:
                 for link in flow.links:  # demand only shrinks here
