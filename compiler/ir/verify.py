@@ -31,24 +31,21 @@ What is checked, in the order problems are listed:
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
 import functools
 import math
 import re
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from archsim.config.model import NpuConfig
 from archsim.errors import VerifyError
 from compiler.ir.access import (
+    DRAM_REF_FIELDS,
     SRAM_READ_FIELDS,
+    SRAM_WRITE_FIELDS,
     dram_refs,
     sram_operands,
-    sram_reads,
-    sram_writes,
 )
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import ROLES, DramRef, DramTensor, Scalar, Shape, SramRef, numel
@@ -77,6 +74,7 @@ from compiler.ir.ops import (
     engine_kind,
 )
 from compiler.ir.text import format_dram_ref, format_shape, format_type
+from compiler.ir.verify_order import WaitGraph, format_region, race_problems
 
 __all__ = ["find_problems", "verify"]
 
@@ -92,19 +90,22 @@ def find_problems(program: Program, config: NpuConfig) -> list[str]:
     """Every problem of ``program`` on ``config``, as messages (empty if valid)."""
     machine = _Machine.from_config(config)
     tensors = program.tensor_map
+    commands = program.commands
     problems = _tensor_problems(program.tensors)
-    ids = {cmd.id for cmd in program.commands}
-    for cmd in program.commands:
-        prefix = _describe(cmd)
-        problems += [f"{prefix}: {p}" for p in _command_problems(cmd, machine, tensors, ids)]
-    duplicates = _duplicate_id_problems(program.commands)
+    ids = {cmd.id for cmd in commands}
+    screen = _Screen(machine, tensors, ids)
+    for cmd in commands:
+        if not screen.passes(cmd):
+            prefix = _describe(cmd)
+            problems += [f"{prefix}: {p}" for p in _command_problems(cmd, machine, tensors, ids)]
+    duplicates = _duplicate_id_problems(commands)
     if duplicates:
         return problems + duplicates
-    graph = _WaitGraph.build(program.commands)
+    graph = WaitGraph.build(commands)
     order, cycles = graph.topological_order()
     if cycles:
         return problems + [graph.describe_cycle(cycle) for cycle in cycles]
-    return problems + _race_problems(program.commands, graph, order)
+    return problems + race_problems(commands, graph, order, _describe)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -215,7 +216,7 @@ def _command_problems(cmd: Command, machine: _Machine, tensors: dict[str, DramTe
     if type(op) not in ALL_OPS:
         yield f"op: unknown op class {type(op).__name__}"
         return
-    yield from _engine_problems(cmd.engine, op, machine)
+    yield from _engine_problems(cmd.engine, type(op), machine)
     yield from _dep_problems(cmd, ids)
     for field, ref in sram_operands(op):
         yield from (f"field {field}: {p}" for p in _sram_problems(ref, cmd.engine, machine))
@@ -224,15 +225,136 @@ def _command_problems(cmd: Command, machine: _Machine, tensors: dict[str, DramTe
     yield from _OP_CHECKS[type(op)](op, machine, tensors)
 
 
-def _engine_problems(engine: str, op: Op, machine: _Machine) -> Iterator[str]:
+# ---------------------------------------------------------------- screening
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """The fields of an op class, by the part they play in its checks."""
+
+    sram: tuple[str, ...]
+    """Fields that may hold an SRAM operand, each once (a Scalar is skipped)."""
+    dram: tuple[tuple[str, bool], ...]
+    """Fields holding a DRAM box, with whether the op writes it."""
+    other: tuple[str, ...]
+    """Every other field (kinds, axes, flags, host tensors)."""
+
+    @classmethod
+    def of(cls, op_type: type[Op]) -> "_Fields":
+        sram = tuple(dict.fromkeys(SRAM_READ_FIELDS[op_type] + SRAM_WRITE_FIELDS[op_type]))
+        dram = DRAM_REF_FIELDS.get(op_type, ())
+        dram_names = {name for name, _ in dram}
+        other = tuple(f.name for f in dataclasses.fields(op_type)
+                      if f.name not in sram and f.name not in dram_names)
+        return cls(sram, dram, other)
+
+
+_FIELDS: dict[type[Op], _Fields] = {op_type: _Fields.of(op_type) for op_type in ALL_OPS}
+
+SramKey = tuple[str, str, int, Shape, DType]
+"""An engine and an SRAM region's space, offset, shape and dtype: all that the region's
+problems depend on."""
+
+
+class _Screen:
+    """A quick, exact answer to "is this command free of problems?", so that only the
+    commands with problems are explained (by :func:`_command_problems`).
+
+    A program names a handful of engines, reuses its SRAM regions and repeats a few
+    operand shapes, so the verdicts are remembered: per engine and op class, per engine
+    and SRAM region, and per *signature* of an op (its operands' shapes and dtypes,
+    DRAM boxes by tensor and shape, and its other fields), which decides the op's shape
+    checks. Only deps and DRAM box bounds are checked for every command.
+    """
+
+    def __init__(self, machine: _Machine, tensors: dict[str, DramTensor],
+                 ids: set[int]) -> None:
+        self.machine = machine
+        self.tensors = tensors
+        self.ids = ids
+        self.engine_ops: dict[tuple[str, type[Op]], bool] = {}
+        self.regions: dict[SramKey, bool] = {}
+        self.signatures: dict[tuple[object, ...], bool] = {}
+
+    def passes(self, cmd: Command) -> bool:
+        """True only if ``cmd`` has no problem."""
+        op, engine = cmd.op, cmd.engine
+        fields = _FIELDS.get(type(op))
+        if fields is None:
+            return False  # an unknown op class
+        deps = cmd.deps
+        if deps and (cmd.id in deps or not self.ids.issuperset(deps)):
+            return False
+        try:
+            return (self._engine_op_passes(engine, op)
+                    and self._operands_pass(engine, op, fields))
+        except TypeError:  # an unhashable field (say, a list for a shape)
+            return False
+
+    def _engine_op_passes(self, engine: str, op: Op) -> bool:
+        key = (engine, type(op))
+        verdict = self.engine_ops.get(key)
+        if verdict is None:
+            verdict = self.engine_ops[key] = not any(
+                _engine_problems(engine, type(op), self.machine))
+        return verdict
+
+    def _operands_pass(self, engine: str, op: Op, fields: _Fields) -> bool:
+        """Checks the SRAM regions and DRAM boxes while building the op's signature,
+        then the signature."""
+        regions = self.regions
+        signature: list[object] = [type(op)]
+        for field in fields.sram:
+            ref = getattr(op, field)
+            if not isinstance(ref, SramRef):
+                signature.append(None)
+                continue
+            key = (engine, ref.space, ref.offset, ref.shape, ref.dtype)
+            verdict = regions.get(key)
+            if verdict is None:
+                verdict = regions[key] = not any(_sram_problems(ref, engine, self.machine))
+            if not verdict:
+                return False
+            signature += (ref.shape, ref.dtype)
+        for field, is_write in fields.dram:
+            ref = getattr(op, field)
+            if not _box_passes(ref, is_write, self.tensors):
+                return False
+            signature += (ref.tensor, ref.shape)
+        signature += [getattr(op, field) for field in fields.other]
+        key = tuple(signature)
+        verdict = self.signatures.get(key)
+        if verdict is None:
+            verdict = self.signatures[key] = not any(
+                _OP_CHECKS[type(op)](op, self.machine, self.tensors))
+        return verdict
+
+
+def _box_passes(ref: DramRef, is_write: bool, tensors: dict[str, DramTensor]) -> bool:
+    """True only if :func:`_dram_problems` finds nothing: the tensor exists, is not an
+    input being written, and every slice has a positive step and lies inside it."""
+    tensor = tensors.get(ref.tensor)
+    if tensor is None or (is_write and tensor.role == "in"):
+        return False
+    shape = tensor.shape
+    if len(ref.slices) != len(shape):
+        return False
+    for s, size in zip(ref.slices, shape):
+        if s.step <= 0 or not 0 <= s.start <= s.stop <= size:
+            return False
+    return True
+
+
+def _engine_problems(engine: str, op_type: type[Op], machine: _Machine) -> Iterator[str]:
     if engine not in machine.engines:
         yield (f"engine: unknown engine {engine!r} "
                f"({machine.name} has {machine.describe_engines()})")
     kind, _ = _engine_info(engine)
     allowed = ENGINE_OPS.get(kind, ())
-    if kind and type(op) not in allowed:
+    if kind and op_type not in allowed:
         names = ", ".join(o.mnemonic for o in allowed)
-        yield f"op: {op.mnemonic} cannot run on a {kind} engine ({kind} engines run {names})"
+        yield (f"op: {op_type.mnemonic} cannot run on a {kind} engine "
+               f"({kind} engines run {names})")
 
 
 def _dep_problems(cmd: Command, ids: set[int]) -> Iterator[str]:
@@ -241,10 +363,6 @@ def _dep_problems(cmd: Command, ids: set[int]) -> Iterator[str]:
             yield "deps: depends on itself"
         elif dep not in ids:
             yield f"deps: depends on unknown command {dep}"
-
-
-def _format_region(space: str, start: int, end: int) -> str:
-    return f"{space}[0x{start:06x}:0x{end:06x}]"
 
 
 def _sram_problems(ref: SramRef, engine: str, machine: _Machine) -> Iterator[str]:
@@ -262,7 +380,7 @@ def _sram_problems(ref: SramRef, engine: str, machine: _Machine) -> Iterator[str
         return
     nbytes = math.prod(ref.shape) * itemsize
     if offset + nbytes > capacity:
-        yield (f"region {_format_region(ref.space, offset, offset + nbytes)} ({nbytes} bytes) "
+        yield (f"region {format_region(ref.space, offset, offset + nbytes)} ({nbytes} bytes) "
                f"exceeds {ref.space} capacity of {capacity} bytes")
     if offset % itemsize:
         yield (f"offset 0x{offset:06x} is not aligned to the {itemsize}-byte "
@@ -290,23 +408,23 @@ def _reach_problems(space: str, engine: str) -> Iterator[str]:
 
 
 def _dram_problems(ref: DramRef, is_write: bool, tensors: dict[str, DramTensor]
-                   ) -> Iterator[str]:
+                   ) -> list[str]:
     tensor = tensors.get(ref.tensor)
     if tensor is None:
-        yield f"unknown DRAM tensor %{ref.tensor}"
-        return
-    if is_write and tensor.role == "in":
-        yield _write_to_input(tensor.name)
+        return [f"unknown DRAM tensor %{ref.tensor}"]
+    problems = [_write_to_input(tensor.name)] if is_write and tensor.role == "in" else []
     if len(ref.slices) != len(tensor.shape):
-        yield (f"{format_dram_ref(ref)} has {len(ref.slices)} slices but %{tensor.name} "
-               f"has rank {len(tensor.shape)}")
-        return
+        problems.append(f"{format_dram_ref(ref)} has {len(ref.slices)} slices but "
+                        f"%{tensor.name} has rank {len(tensor.shape)}")
+        return problems
     for dim, (s, size) in enumerate(zip(ref.slices, tensor.shape)):
         if s.step <= 0:
-            yield f"slice {dim} of {format_dram_ref(ref)} has step {s.step}; steps must be > 0"
+            problems.append(f"slice {dim} of {format_dram_ref(ref)} has step {s.step}; "
+                            f"steps must be > 0")
         elif not 0 <= s.start <= s.stop <= size:
-            yield (f"slice {dim} of {format_dram_ref(ref)} is out of bounds for "
-                   f"%{tensor.name} dim {dim} of size {size}")
+            problems.append(f"slice {dim} of {format_dram_ref(ref)} is out of bounds for "
+                            f"%{tensor.name} dim {dim} of size {size}")
+    return problems
 
 
 def _write_to_input(name: str) -> str:
@@ -353,22 +471,23 @@ def _dram_side(ref: DramRef, tensors: dict[str, DramTensor]) -> DramTensor | Non
     return tensor
 
 
-def _transfer_problems(field: str, sram: SramRef, other: str, other_shape: Shape,
-                       other_dtype: DType) -> Iterator[str]:
-    """Load/Store/Copy: equal element counts, no conversion."""
+def _transfer_problems(field: str, sram: SramRef, other: Callable[[], str],
+                       other_shape: Shape, other_dtype: DType) -> Iterator[str]:
+    """Load/Store/Copy: equal element counts, no conversion. ``other`` names the other
+    side (called only for a message: most transfers are fine)."""
     if numel(sram.shape) != numel(other_shape):
         yield (f"field {field}: {_typed(sram)} has {numel(sram.shape)} elements but "
-               f"{other} has {numel(other_shape)}")
+               f"{other()} has {numel(other_shape)}")
     if sram.dtype != other_dtype:
-        yield (f"field {field}: dtype {sram.dtype} does not match {other}'s {other_dtype} "
-               f"(DMA does not convert; use a cast)")
+        yield (f"field {field}: dtype {sram.dtype} does not match {other()}'s "
+               f"{other_dtype} (DMA does not convert; use a cast)")
 
 
 @_checks(Load)
 def _check_load(op: Load, machine: _Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
     tensor = _dram_side(op.src, tensors)
     if tensor is not None:
-        yield from _transfer_problems("dst", op.dst, f"source {format_dram_ref(op.src)}",
+        yield from _transfer_problems("dst", op.dst, lambda: f"source {format_dram_ref(op.src)}",
                                       op.src.shape, tensor.dtype)
 
 
@@ -377,14 +496,15 @@ def _check_store(op: Store, machine: _Machine, tensors: dict[str, DramTensor]
                  ) -> Iterator[str]:
     tensor = _dram_side(op.dst, tensors)
     if tensor is not None:
-        yield from _transfer_problems("src", op.src, f"destination {format_dram_ref(op.dst)}",
+        yield from _transfer_problems("src", op.src,
+                                      lambda: f"destination {format_dram_ref(op.dst)}",
                                       op.dst.shape, tensor.dtype)
 
 
 @_checks(Copy)
 def _check_copy(op: Copy, machine: _Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
-    yield from _transfer_problems("dst", op.dst, f"src {_typed(op.src)}", op.src.shape,
-                                  op.src.dtype)
+    yield from _transfer_problems("dst", op.dst, lambda: f"src {_typed(op.src)}",
+                                  op.src.shape, op.src.dtype)
 
 
 _INDEX_DTYPES: tuple[DType, ...] = (DType.i32, DType.i64)
@@ -553,258 +673,3 @@ def _check_host_op(op: HostOp, machine: _Machine, tensors: dict[str, DramTensor]
                 yield f"field outputs: {_write_to_input(name)}"
     if op.cycles < 0:
         yield f"field cycles: must be >= 0, got {op.cycles}"
-
-
-# ---------------------------------------------------------------- ordering
-
-
-@dataclass(frozen=True)
-class _WaitGraph:
-    """Who waits for whom, by command position: deps plus the queue predecessor."""
-
-    commands: Sequence[Command]
-    engine_index: list[int]
-    """Index of each command's engine among the engines the program uses."""
-    queue_pos: list[int]
-    """Position of each command in its engine's queue."""
-    deps: list[tuple[int, ...]]
-    """Positions of each command's known deps (self-deps and unknown ids dropped)."""
-    queue_prev: list[int | None]
-    """Position of the command ahead in the same queue."""
-
-    @classmethod
-    def build(cls, commands: Sequence[Command]) -> "_WaitGraph":
-        position = {cmd.id: p for p, cmd in enumerate(commands)}
-        engines: dict[str, int] = {}
-        last_on_engine: dict[str, int] = {}
-        engine_index, queue_pos, deps, queue_prev = [], [], [], []
-        for p, cmd in enumerate(commands):
-            engine_index.append(engines.setdefault(cmd.engine, len(engines)))
-            queue_prev.append(last_on_engine.get(cmd.engine))
-            queue_pos.append(0 if queue_prev[-1] is None else queue_pos[queue_prev[-1]] + 1)
-            last_on_engine[cmd.engine] = p
-            known = (position[d] for d in cmd.deps if d in position and d != cmd.id)
-            deps.append(tuple(dict.fromkeys(known)))
-        return cls(commands, engine_index, queue_pos, deps, queue_prev)
-
-    @property
-    def engine_count(self) -> int:
-        return max(self.engine_index, default=-1) + 1
-
-    def waits_for(self, p: int) -> tuple[int, ...]:
-        prev = self.queue_prev[p]
-        if prev is None or prev in self.deps[p]:
-            return self.deps[p]
-        return (*self.deps[p], prev)
-
-    def topological_order(self) -> tuple[list[int], list[list[int]]]:
-        """Kahn's algorithm. Returns the order of every runnable command and, if some
-        cannot run, the wait-for cycles among them (each listed once)."""
-        n = len(self.commands)
-        waiting = [len(self.waits_for(p)) for p in range(n)]
-        unblocks: list[list[int]] = [[] for _ in range(n)]
-        for p in range(n):
-            for q in self.waits_for(p):
-                unblocks[q].append(p)
-        ready = deque(p for p in range(n) if waiting[p] == 0)
-        order: list[int] = []
-        while ready:
-            p = ready.popleft()
-            order.append(p)
-            for s in unblocks[p]:
-                waiting[s] -= 1
-                if waiting[s] == 0:
-                    ready.append(s)
-        if len(order) == n:
-            return order, []
-        return order, self._cycles(stuck={p for p in range(n) if waiting[p] > 0})
-
-    def _cycles(self, stuck: set[int]) -> list[list[int]]:
-        """Cycles among commands that never became ready. Every stuck command waits for
-        another stuck one, so walking wait-for edges inside ``stuck`` must loop."""
-        walked: set[int] = set()
-        cycles: list[list[int]] = []
-        for start in sorted(stuck):
-            path: dict[int, int] = {}
-            p = start
-            while p not in path and p not in walked:
-                path[p] = len(path)
-                p = next(q for q in self.waits_for(p) if q in stuck)
-            walked.update(path)
-            if p in path:
-                cycle = list(path)[path[p]:]
-                first = cycle.index(min(cycle))
-                cycles.append(cycle[first:] + cycle[:first])
-        return cycles
-
-    def describe_cycle(self, cycle: list[int]) -> str:
-        """``deadlock: command 3 (core0.dma0) waits on command 7 (core0.mxu0), which is
-        queued on core0.mxu0 behind command 5, which waits on command 3``."""
-        head = self.commands[cycle[0]]
-        parts = [f"deadlock: command {head.id} ({head.engine})"]
-        for here, there in zip(cycle, cycle[1:] + cycle[:1]):
-            target = self.commands[there]
-            if there in self.deps[here]:
-                step = f"waits on command {target.id}"
-                if there != cycle[0]:
-                    step += f" ({target.engine})"
-            else:
-                step = f"is queued on {target.engine} behind command {target.id}"
-            parts.append(step)
-        return parts[0] + " " + ", which ".join(parts[1:])
-
-
-# ---------------------------------------------------------------- SRAM races
-
-
-def _vector_clocks(graph: _WaitGraph, order: list[int]) -> np.ndarray:
-    """``done[p, e]``: the highest queue position on engine ``e`` known to have finished
-    when command ``p`` finishes (-1: none). Filled in topological order."""
-    done = np.full((len(order), max(graph.engine_count, 1)), -1, dtype=np.int64)
-    for p in order:
-        waits = graph.waits_for(p)
-        if len(waits) == 1:
-            done[p] = done[waits[0]]
-        elif waits:
-            done[p] = done[list(waits)].max(axis=0)
-        done[p, graph.engine_index[p]] = graph.queue_pos[p]
-    return done
-
-
-Access = tuple[int, str]
-"""A command position and the op field through which it touches SRAM."""
-
-History = tuple[Access | None, tuple[Access, ...]]
-"""Of a byte interval: the last writer, and the latest reader per engine since then."""
-
-_UNTOUCHED: History = (None, ())
-
-
-class _SpaceHistory:
-    """Disjoint, sorted byte intervals of one SRAM space with their :data:`History`."""
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-        self.histories: list[History] = []
-
-    def update(self, start: int, end: int, change: Callable[[History], History]
-               ) -> list[History]:
-        """Replace the history of every byte in ``[start, end)`` by ``change(old)``;
-        returns the distinct old histories seen there (untouched gaps included).
-        Neighbours that end up equal are merged, so a write leaves one interval."""
-        lo = bisect.bisect_right(self.ends, start)
-        hi = bisect.bisect_left(self.starts, end)
-        starts, ends, histories = self.starts, self.ends, self.histories
-        old: list[History] = []
-        pieces: list[tuple[int, int, History]] = []
-        if lo < hi and starts[lo] < start:
-            pieces.append((starts[lo], start, histories[lo]))
-        cursor = start
-        for k in range(lo, hi):
-            s, e, h = max(starts[k], start), min(ends[k], end), histories[k]
-            if cursor < s:
-                old.append(_UNTOUCHED)
-                _append_merged(pieces, cursor, s, change(_UNTOUCHED))
-            old.append(h)
-            _append_merged(pieces, s, e, change(h))
-            cursor = e
-        if cursor < end:
-            old.append(_UNTOUCHED)
-            _append_merged(pieces, cursor, end, change(_UNTOUCHED))
-        if lo < hi and ends[hi - 1] > end:
-            pieces.append((end, ends[hi - 1], histories[hi - 1]))
-        starts[lo:hi] = [p[0] for p in pieces]
-        ends[lo:hi] = [p[1] for p in pieces]
-        histories[lo:hi] = [p[2] for p in pieces]
-        return old
-
-
-def _append_merged(pieces: list[tuple[int, int, History]], start: int, end: int,
-                   history: History) -> None:
-    if pieces and pieces[-1][1] == start and pieces[-1][2] == history:
-        pieces[-1] = (pieces[-1][0], end, history)
-    else:
-        pieces.append((start, end, history))
-
-
-class _RaceFinder:
-    """Replays SRAM accesses in a topological order and reports unordered conflicts."""
-
-    def __init__(self, commands: Sequence[Command], graph: _WaitGraph,
-                 done: np.ndarray) -> None:
-        self.commands = commands
-        self.graph = graph
-        self.done = done
-        self.spaces: dict[str, _SpaceHistory] = {}
-        self.reported: set[tuple[int, int]] = set()
-        self.problems: list[str] = []
-
-    def ordered(self, first: int, then: int) -> bool:
-        """Does command ``first`` finish before command ``then`` starts?"""
-        g = self.graph
-        engine = g.engine_index[first]
-        if engine == g.engine_index[then]:
-            return g.queue_pos[first] < g.queue_pos[then]
-        return bool(self.done[then, engine] >= g.queue_pos[first])
-
-    def visit(self, p: int) -> None:
-        op = self.commands[p].op
-        if type(op) not in SRAM_READ_FIELDS:
-            return  # an unknown op class, reported with its command
-        for field, ref in sram_reads(op):
-            self._access(p, field, ref, write=False)
-        for field, ref in sram_writes(op):
-            self._access(p, field, ref, write=True)
-
-    def _access(self, p: int, field: str, ref: SramRef, write: bool) -> None:
-        nbytes = math.prod(ref.shape) * ref.dtype.itemsize
-        if nbytes <= 0:
-            return
-        space = self.spaces.get(ref.space)
-        if space is None:
-            space = self.spaces[ref.space] = _SpaceHistory()
-        me: Access = (p, field)
-        if write:
-            written: History = (me, ())
-            old = space.update(ref.offset, ref.offset + nbytes, lambda _: written)
-        else:
-            engine = self.graph.engine_index[p]
-            old = space.update(ref.offset, ref.offset + nbytes,
-                               lambda h: self._with_reader(h, me, engine))
-        for writer, readers in dict.fromkeys(old):
-            if writer is not None:
-                self._conflict(writer, "writes", me, ref, write)
-            if write:
-                for reader in readers:
-                    self._conflict(reader, "reads", me, ref, write)
-
-    def _with_reader(self, history: History, reader: Access, engine: int) -> History:
-        engine_of = self.graph.engine_index
-        writer, readers = history
-        others = tuple(r for r in readers if engine_of[r[0]] != engine)
-        return (writer, (*others, reader))
-
-    def _conflict(self, earlier: Access, how: str, me: Access, ref: SramRef,
-                  write: bool) -> None:
-        first, then = earlier[0], me[0]
-        if first == then or (first, then) in self.reported or self.ordered(first, then):
-            return
-        self.reported.add((first, then))
-        other_cmd = self.commands[first]
-        other_ref: SramRef = getattr(other_cmd.op, earlier[1])
-        start, end = max(ref.offset, other_ref.offset), min(ref.end, other_ref.end)
-        verb = "writes" if write else "reads"
-        self.problems.append(
-            f"{_describe(self.commands[then])}: field {me[1]}: {verb} "
-            f"{_format_region(ref.space, start, end)}, which {_describe(other_cmd)} "
-            f"{how} (field {earlier[1]}), but neither command waits for the other "
-            f"(add a dependency)")
-
-
-def _race_problems(commands: Sequence[Command], graph: _WaitGraph,
-                   order: list[int]) -> list[str]:
-    finder = _RaceFinder(commands, graph, _vector_clocks(graph, order))
-    for p in order:
-        finder.visit(p)
-    return finder.problems
