@@ -74,6 +74,7 @@ class Memory:
         self.space_sizes = dict(space_sizes)
         self.dram: dict[str, np.ndarray] = {}
         self.sram: dict[str, np.ndarray] = {}
+        self._views: dict[SramRef, np.ndarray] = {}
         unknown = sorted(set(inputs) - set(tensors))
         if unknown:
             raise SimulationError(f"inputs name unknown DRAM tensors: {', '.join(unknown)} "
@@ -104,14 +105,21 @@ class Memory:
         return buf
 
     def view(self, ref: SramRef) -> np.ndarray:
-        raw = self.space(ref.space)[ref.offset:ref.end]
-        return raw.view(ref.dtype.storage).reshape(ref.shape)
+        """The region as an array over the space's bytes (made once per region:
+        tiled loops touch the same few regions over and over)."""
+        view = self._views.get(ref)
+        if view is None:
+            raw = self.space(ref.space)[ref.offset:ref.end]
+            view = self._views[ref] = raw.view(ref.dtype.storage).reshape(ref.shape)
+        return view
 
     def read(self, ref: SramRef) -> np.ndarray:
         return to_values(self.view(ref), ref.dtype)
 
     def write(self, ref: SramRef, values: np.ndarray) -> None:
-        self.view(ref)[...] = to_stored(np.broadcast_to(values, ref.shape), ref.dtype)
+        if getattr(values, "shape", None) != ref.shape:
+            values = np.broadcast_to(values, ref.shape)
+        self.view(ref)[...] = to_stored(values, ref.dtype)
 
     def box(self, ref: DramRef) -> tuple[slice, ...]:
         return tuple(slice(s.start, s.stop, s.step) for s in ref.slices)
