@@ -82,7 +82,11 @@ class FlowNetwork:
         """Links whose flows' solo rates add up to more than their capacity."""
         self._updated_at = 0
         self._wake_at = -1
-        self._generation = 0
+        """Cycle of the next completion (-1: no flows)."""
+        self._armed: set[int] = set()
+        """Cycles with a wake-up event outstanding. A wake-up that comes too early
+        (flows slowed down after it was set) re-arms itself, so rates changing many
+        times before a completion cost no extra events."""
 
     def add_link(self, name: str, bytes_per_cycle: float) -> int:
         """Register a link; returns its index (used in flow paths)."""
@@ -129,9 +133,12 @@ class FlowNetwork:
         if empty:
             self.on_finish(empty)
 
-    def _on_wake(self, generation: int) -> None:
-        if generation != self._generation:
-            return  # superseded by a later start or finish
+    def _on_wake(self, _event: simpy.Event) -> None:
+        now = self.env.now
+        self._armed.discard(now)
+        if self._wake_at != now:  # set before flows slowed down (or all left)
+            self._arm()
+            return
         self._advance()
         finished = [f for f in self._flows if f.remaining <= f.rate * _DONE]
         if finished:
@@ -147,7 +154,6 @@ class FlowNetwork:
             else:
                 for f in still:
                     f.rate = f.solo
-        self._wake_at = -1
         self._schedule_wake()
         if finished:
             self.on_finish([f.token for f in finished])
@@ -197,19 +203,22 @@ class FlowNetwork:
             self._updated_at = now
 
     def _schedule_wake(self) -> None:
+        """Set the next completion (rates just changed) and make sure a wake-up event
+        comes no later."""
         if not self._flows:
-            self._generation += 1
             self._wake_at = -1
             return
-        now = self.env.now
         # the ceiling is monotone: ceil of the soonest exact finish = the soonest ceil
-        wake_at = now + whole_cycles(min([f.remaining / f.rate for f in self._flows]))
-        if wake_at == self._wake_at:
-            return  # the pending wake-up is still the right one
-        self._generation += 1
-        self._wake_at = wake_at
-        generation = self._generation
-        self.env.timeout(wake_at - now).callbacks.append(lambda _e: self._on_wake(generation))
+        self._wake_at = self.env.now + whole_cycles(
+            min([f.remaining / f.rate for f in self._flows]))
+        self._arm()
+
+    def _arm(self) -> None:
+        wake_at = self._wake_at
+        if wake_at < 0 or (self._armed and min(self._armed) <= wake_at):
+            return
+        self._armed.add(wake_at)
+        self.env.timeout(wake_at - self.env.now).callbacks.append(self._on_wake)
 
     def _water_fill(self) -> None:
         """Max-min fair rates, each flow also limited by its solo rate (its cap, or a

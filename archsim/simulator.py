@@ -27,7 +27,7 @@ from archsim.config.model import NpuConfig
 from archsim.errors import SimulationError
 from archsim.functional import FunctionalExecutor, HostFunction, Memory
 from archsim.result import SimResult
-from archsim.timing import COST_KEY, CommandTiming, cost_key
+from archsim.timing import COST_KEY, CommandTiming, no_cost_key
 from compiler.ir.ops import Program
 
 
@@ -71,10 +71,11 @@ class _Plan:
         steps: list[_Step] = []
         engines: list[str] = []
         kinds: list[int] = []
+        key_of = COST_KEY.get
         for c in commands:
             op = c.op
             cls = type(op)
-            key = (c.engine, cls, COST_KEY[cls](op) if cls in COST_KEY else cost_key(op))
+            key = (c.engine, cls, key_of(cls, no_cost_key)(op))
             kind = shapes.get(key)
             if kind is None:
                 kind = shapes[key] = len(timings)

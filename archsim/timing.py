@@ -90,8 +90,9 @@ compiler output, that commands with equal keys cost the same."""
 
 def cost_key(op: Op) -> Hashable:
     """The shape of ``op`` that its cost depends on."""
-    try:
-        return COST_KEY[type(op)](op)
-    except KeyError:
-        raise TypeError(f"archsim.timing.COST_KEY has no entry for op class "
-                        f"{type(op).__name__}; add one") from None
+    return COST_KEY.get(type(op), no_cost_key)(op)
+
+
+def no_cost_key(op: Op) -> Hashable:
+    raise TypeError(f"archsim.timing.COST_KEY has no entry for op class "
+                    f"{type(op).__name__}; add one")
