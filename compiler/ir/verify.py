@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -227,17 +228,23 @@ def _command_problems(cmd: Command, machine: _Machine, tensors: dict[str, DramTe
 
 # ---------------------------------------------------------------- screening
 
+_REGION_PARTS = ("space", "offset", "shape", "dtype")
+"""What an SRAM operand's problems (and its part in the op's checks) depend on."""
+
 
 @dataclass(frozen=True)
 class _Fields:
     """The fields of an op class, by the part they play in its checks."""
 
     sram: tuple[str, ...]
-    """Fields that may hold an SRAM operand, each once (a Scalar is skipped)."""
+    """Fields that may hold an SRAM operand, each once."""
     dram: tuple[tuple[str, bool], ...]
     """Fields holding a DRAM box, with whether the op writes it."""
     other: tuple[str, ...]
     """Every other field (kinds, axes, flags, host tensors)."""
+    key: Callable[[Op], tuple[object, ...]]
+    """The region parts of every SRAM operand and the other fields, in one call (it
+    raises AttributeError when an operand is a Scalar)."""
 
     @classmethod
     def of(cls, op_type: type[Op]) -> "_Fields":
@@ -246,25 +253,32 @@ class _Fields:
         dram_names = {name for name, _ in dram}
         other = tuple(f.name for f in dataclasses.fields(op_type)
                       if f.name not in sram and f.name not in dram_names)
-        return cls(sram, dram, other)
+        parts = [f"{field}.{part}" for field in sram for part in _REGION_PARTS]
+        # two names at least, so the getter always returns a tuple
+        return cls(sram, dram, other, operator.attrgetter("__class__", *parts, *other))
+
+    def slow_key(self, op: Op) -> tuple[object, ...]:
+        """``key`` for an op with a Scalar operand (None stands for the Scalar)."""
+        parts: list[object] = [type(op)]
+        for field in self.sram:
+            ref = getattr(op, field)
+            parts += ([getattr(ref, part) for part in _REGION_PARTS]
+                      if isinstance(ref, SramRef) else [None] * len(_REGION_PARTS))
+        return (*parts, *(getattr(op, field) for field in self.other))
 
 
 _FIELDS: dict[type[Op], _Fields] = {op_type: _Fields.of(op_type) for op_type in ALL_OPS}
-
-SramKey = tuple[str, str, int, Shape, DType]
-"""An engine and an SRAM region's space, offset, shape and dtype: all that the region's
-problems depend on."""
 
 
 class _Screen:
     """A quick, exact answer to "is this command free of problems?", so that only the
     commands with problems are explained (by :func:`_command_problems`).
 
-    A program names a handful of engines, reuses its SRAM regions and repeats a few
-    operand shapes, so the verdicts are remembered: per engine and op class, per engine
-    and SRAM region, and per *signature* of an op (its operands' shapes and dtypes,
-    DRAM boxes by tensor and shape, and its other fields), which decides the op's shape
-    checks. Only deps and DRAM box bounds are checked for every command.
+    Apart from its deps and the bounds of its DRAM boxes, whether a command has a
+    problem depends only on its engine, its op class, the space, offset, shape and
+    dtype of its SRAM operands, the tensor and shape of its DRAM boxes and the op's
+    other fields. Programs repeat those a lot (the same buffers, tiles and engines), so
+    the verdict is remembered per such *key*: most commands cost a key and a lookup.
     """
 
     def __init__(self, machine: _Machine, tensors: dict[str, DramTensor],
@@ -272,13 +286,11 @@ class _Screen:
         self.machine = machine
         self.tensors = tensors
         self.ids = ids
-        self.engine_ops: dict[tuple[str, type[Op]], bool] = {}
-        self.regions: dict[SramKey, bool] = {}
-        self.signatures: dict[tuple[object, ...], bool] = {}
+        self.verdicts: dict[tuple[object, ...], bool] = {}
 
     def passes(self, cmd: Command) -> bool:
         """True only if ``cmd`` has no problem."""
-        op, engine = cmd.op, cmd.engine
+        op = cmd.op
         fields = _FIELDS.get(type(op))
         if fields is None:
             return False  # an unknown op class
@@ -286,48 +298,36 @@ class _Screen:
         if deps and (cmd.id in deps or not self.ids.issuperset(deps)):
             return False
         try:
-            return (self._engine_op_passes(engine, op)
-                    and self._operands_pass(engine, op, fields))
-        except TypeError:  # an unhashable field (say, a list for a shape)
+            key = (cmd.engine, self._operand_key(op, fields))
+            verdict = self.verdicts.get(key)
+        except (TypeError, _BadBox):  # an unhashable field (a list for a shape), a bad box
             return False
-
-    def _engine_op_passes(self, engine: str, op: Op) -> bool:
-        key = (engine, type(op))
-        verdict = self.engine_ops.get(key)
         if verdict is None:
-            verdict = self.engine_ops[key] = not any(
-                _engine_problems(engine, type(op), self.machine))
+            verdict = self.verdicts[key] = not any(
+                _command_problems(cmd, self.machine, self.tensors, self.ids))
         return verdict
 
-    def _operands_pass(self, engine: str, op: Op, fields: _Fields) -> bool:
-        """Checks the SRAM regions and DRAM boxes while building the op's signature,
-        then the signature."""
-        regions = self.regions
-        signature: list[object] = [type(op)]
-        for field in fields.sram:
-            ref = getattr(op, field)
-            if not isinstance(ref, SramRef):
-                signature.append(None)
-                continue
-            key = (engine, ref.space, ref.offset, ref.shape, ref.dtype)
-            verdict = regions.get(key)
-            if verdict is None:
-                verdict = regions[key] = not any(_sram_problems(ref, engine, self.machine))
-            if not verdict:
-                return False
-            signature += (ref.shape, ref.dtype)
+    def _operand_key(self, op: Op, fields: _Fields) -> tuple[object, ...]:
+        """What the command's problems depend on in its op: :attr:`_Fields.key` and
+        the tensor and shape of each DRAM box. Raises :class:`_BadBox` if a box has
+        a problem (its slices are not part of the key)."""
+        try:
+            key = fields.key(op)
+        except AttributeError:  # a Scalar operand
+            key = fields.slow_key(op)
+        if not fields.dram:
+            return key
+        boxes = []
         for field, is_write in fields.dram:
             ref = getattr(op, field)
             if not _box_passes(ref, is_write, self.tensors):
-                return False
-            signature += (ref.tensor, ref.shape)
-        signature += [getattr(op, field) for field in fields.other]
-        key = tuple(signature)
-        verdict = self.signatures.get(key)
-        if verdict is None:
-            verdict = self.signatures[key] = not any(
-                _OP_CHECKS[type(op)](op, self.machine, self.tensors))
-        return verdict
+                raise _BadBox
+            boxes += (ref.tensor, ref.shape)
+        return (key, *boxes)
+
+
+class _BadBox(Exception):
+    """A DRAM box with a problem (see :func:`_box_passes`)."""
 
 
 def _box_passes(ref: DramRef, is_write: bool, tensors: dict[str, DramTensor]) -> bool:

@@ -22,9 +22,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from compiler.ir.access import SRAM_READ_FIELDS, sram_reads, sram_writes
+from compiler.ir.access import SRAM_READ_FIELDS, SRAM_WRITE_FIELDS
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Command, Op
+from compiler.ir.ops import Command, MatMul, Op
 
 __all__ = ["WaitGraph", "race_problems"]
 
@@ -162,12 +162,21 @@ class WaitGraph:
 
 
 def _known_deps(cmd: Command, position: dict[int, int]) -> tuple[int, ...]:
-    """Positions of the deps of ``cmd`` that name another existing command, each once."""
+    """Positions of the deps of ``cmd`` that name another existing command, each once,
+    in the order written."""
     deps = cmd.deps
-    if len(deps) == 1:  # the common case, without building a dict
-        p = position.get(deps[0])
-        return () if p is None or deps[0] == cmd.id else (p,)
-    return tuple(dict.fromkeys(position[d] for d in deps if d in position and d != cmd.id))
+    if not deps:
+        return ()
+    try:
+        known = tuple(map(position.__getitem__, deps))  # the usual case: all exist
+    except KeyError:
+        known = tuple(position[d] for d in deps if d in position)
+    if cmd.id in deps:
+        own = position[cmd.id]
+        known = tuple(p for p in known if p != own)
+    if len(known) < 2 or len(set(known)) == len(known):
+        return known
+    return tuple(dict.fromkeys(known))
 
 
 # ---------------------------------------------------------------- happens-before
@@ -219,6 +228,64 @@ class _Clocks:
         return self.seen[then][engine] >= self.queue_pos[first]
 
 
+class _HappensBefore:
+    """Does command ``first`` finish before command ``then`` starts?
+
+    Nearly always the queue (same engine) or a direct dep says so. Otherwise a search
+    walks back from ``then`` over what it waits for, looking for a command on
+    ``first``'s engine at or after ``first``; it skips commands on that engine before
+    ``first`` and commands earlier than ``first`` in the topological order, as nothing
+    they wait for can be ``first`` or after it. Searches share a step budget
+    proportional to the program: a program needing more (deeply interleaved, or with
+    many races) gets vector clocks for every command instead, which answer each
+    question in one step.
+    """
+
+    search_steps = (4, 1000)
+    """The searches' budget: so many steps per command, plus so many."""
+
+    def __init__(self, graph: WaitGraph, order: list[int]) -> None:
+        self.graph = graph
+        self.order = order
+        self.rank = [0] * len(order)
+        """Each command's place in ``order``."""
+        for i, p in enumerate(order):
+            self.rank[p] = i
+        per_command, base = self.search_steps
+        self.budget = per_command * len(order) + base
+        self.clocks: _Clocks | None = None
+
+    def ordered(self, first: int, then: int) -> bool:
+        graph = self.graph
+        if graph.engine_index[first] == graph.engine_index[then]:
+            return graph.queue_pos[first] < graph.queue_pos[then]
+        if first in graph.deps[then]:
+            return True
+        if self.clocks is None and self.budget <= 0:
+            self.clocks = _Clocks(graph, self.order)
+        if self.clocks is not None:
+            return self.clocks.ordered(first, then)
+        return self._search(first, then)
+
+    def _search(self, first: int, then: int) -> bool:
+        """Is some command on ``first``'s engine, at or after it, among the commands
+        ``then`` waits for, directly or not?"""
+        engine_index, queue_pos, waits = (self.graph.engine_index, self.graph.queue_pos,
+                                          self.graph.waits)
+        engine, pos, rank = engine_index[first], queue_pos[first], self.rank[first]
+        todo, seen = [then], {then}
+        while todo:
+            self.budget -= 1
+            for w in waits[todo.pop()]:
+                if engine_index[w] == engine:
+                    if queue_pos[w] >= pos:
+                        return True
+                elif w not in seen and self.rank[w] > rank:
+                    seen.add(w)
+                    todo.append(w)
+        return False
+
+
 # ---------------------------------------------------------------- SRAM histories
 
 
@@ -243,15 +310,15 @@ class _SpaceHistory:
         self.ends: list[int] = []
         self.histories: list[History] = []
 
-    def write(self, start: int, end: int, history: History) -> list[History]:
+    def write(self, start: int, end: int, history: History) -> Sequence[History]:
         """Give ``[start, end)`` the history ``history``; returns the old histories of
         the touched intervals in address order (untouched gaps left out)."""
         starts, ends, histories = self.starts, self.ends, self.histories
         lo = bisect.bisect_right(ends, start)
         if lo < len(starts) and starts[lo] == start and ends[lo] == end:
-            old = [histories[lo]]  # exactly the last interval touched here
+            old = histories[lo]  # exactly the last interval touched here
             histories[lo] = history
-            return old
+            return (old,)
         hi = bisect.bisect_left(starts, end, lo)
         old = histories[lo:hi]
         pieces = [(start, end, history)]
@@ -262,16 +329,25 @@ class _SpaceHistory:
         self._replace(lo, hi, pieces)
         return old
 
+    def read(self, start: int, end: int, reader: Access, engine_of: list[int]
+             ) -> Sequence[History]:
+        """``reader`` becomes the latest reader of ``[start, end)`` for its engine;
+        returns the old histories there in address order (untouched gaps included).
+        ``engine_of`` gives the engine index of each command position."""
+        starts, ends, histories = self.starts, self.ends, self.histories
+        lo = bisect.bisect_right(ends, start)
+        if lo < len(starts) and starts[lo] == start and ends[lo] == end:
+            old = histories[lo]  # exactly the last interval touched here
+            histories[lo] = _with_reader(old, reader, engine_of)
+            return (old,)
+        return self.update(start, end, lambda h: _with_reader(h, reader, engine_of))
+
     def update(self, start: int, end: int, change: Callable[[History], History]
                ) -> list[History]:
         """Replace the history ``h`` of every byte in ``[start, end)`` by ``change(h)``;
         returns the old histories there in address order (untouched gaps included)."""
         starts, ends, histories = self.starts, self.ends, self.histories
         lo = bisect.bisect_right(ends, start)
-        if lo < len(starts) and starts[lo] == start and ends[lo] == end:
-            old = [histories[lo]]
-            histories[lo] = change(old[0])
-            return old
         hi = bisect.bisect_left(starts, end, lo)
         old: list[History] = []
         pieces: list[tuple[int, int, History]] = []
@@ -301,66 +377,86 @@ class _SpaceHistory:
         self.histories[lo:hi] = [p[2] for p in pieces]
 
 
+def _with_reader(history: History, reader: Access, engine_of: list[int]) -> History:
+    """``history`` with ``reader`` as the latest reader of its engine."""
+    writer, readers = history
+    if readers:
+        engine = engine_of[reader[0]]
+        if len(readers) == 1:
+            if engine_of[readers[0][0]] == engine:
+                readers = ()
+        else:
+            readers = tuple(r for r in readers if engine_of[r[0]] != engine)
+    return (writer, (*readers, reader))
+
+
 # ---------------------------------------------------------------- the replay
 
 
 class _RaceFinder:
     """Replays SRAM accesses in a topological order and reports unordered conflicts."""
 
-    def __init__(self, commands: Sequence[Command], graph: WaitGraph, clocks: _Clocks,
-                 describe: Describe) -> None:
+    def __init__(self, commands: Sequence[Command], graph: WaitGraph,
+                 clocks: _HappensBefore, describe: Describe) -> None:
         self.commands = commands
         self.engine_index = graph.engine_index
-        self.clocks = clocks
+        self.ordered = clocks.ordered
         self.describe = describe
         self.spaces: dict[str, _SpaceHistory] = {}
         self.reported: set[tuple[int, int]] = set()
         self.problems: list[str] = []
 
     def visit(self, p: int, op: Op) -> None:
-        """Replay the reads, then the writes, of command ``p`` running ``op``."""
-        for field, ref in sram_reads(op):
-            self._access(p, field, ref, write=False)
-        for field, ref in sram_writes(op):
-            self._access(p, field, ref, write=True)
+        """Replay the reads, then the writes, of command ``p`` running ``op`` (the
+        fields of :func:`~compiler.ir.access.sram_reads` and ``sram_writes``)."""
+        op_type = type(op)
+        for field in SRAM_READ_FIELDS[op_type]:
+            ref = getattr(op, field)
+            if isinstance(ref, SramRef):  # not a Scalar
+                self._read(p, field, ref)
+        if op_type is MatMul and op.accumulate:  # it adds to what ``out`` holds
+            self._read(p, "out", op.out)
+        for field in SRAM_WRITE_FIELDS[op_type]:
+            self._write(p, field, getattr(op, field))
 
-    def _access(self, p: int, field: str, ref: SramRef, write: bool) -> None:
+    def _read(self, p: int, field: str, ref: SramRef) -> None:
         nbytes = math.prod(ref.shape) * ref.dtype.itemsize
         if nbytes <= 0:
             return
-        space = self.spaces.get(ref.space)
-        if space is None:
-            space = self.spaces[ref.space] = _SpaceHistory()
         me: Access = (p, field)
-        start = ref.offset
-        if write:
-            old = space.write(start, start + nbytes, (me, ()))
-        else:
-            old = space.update(start, start + nbytes, self._add_reader(me))
+        old = self._space(ref.space).read(ref.offset, ref.offset + nbytes, me,
+                                          self.engine_index)
+        ordered = self.ordered
+        for writer, _ in (old if len(old) == 1 else dict.fromkeys(old)):
+            if writer is not None and writer[0] != p and not ordered(writer[0], p):
+                self._report(writer, "writes", me, ref, False)
+
+    def _write(self, p: int, field: str, ref: SramRef) -> None:
+        nbytes = math.prod(ref.shape) * ref.dtype.itemsize
+        if nbytes <= 0:
+            return
+        me: Access = (p, field)
+        old = self._space(ref.space).write(ref.offset, ref.offset + nbytes, (me, ()))
+        ordered = self.ordered
         for writer, readers in (old if len(old) == 1 else dict.fromkeys(old)):
-            if writer is not None and writer[0] != p:
-                self._conflict(writer, "writes", me, ref, write)
-            if write:
-                for reader in readers:
-                    if reader[0] != p:
-                        self._conflict(reader, "reads", me, ref, write)
+            if writer is not None and writer[0] != p and not ordered(writer[0], p):
+                self._report(writer, "writes", me, ref, True)
+            for reader in readers:
+                if reader[0] != p and not ordered(reader[0], p):
+                    self._report(reader, "reads", me, ref, True)
 
-    def _add_reader(self, reader: Access) -> Callable[[History], History]:
-        """A history change: ``reader`` becomes its engine's latest reader."""
-        engine_of = self.engine_index
-        engine = engine_of[reader[0]]
+    def _space(self, name: str) -> _SpaceHistory:
+        space = self.spaces.get(name)
+        if space is None:
+            space = self.spaces[name] = _SpaceHistory()
+        return space
 
-        def change(history: History) -> History:
-            writer, readers = history
-            if readers:
-                readers = tuple(r for r in readers if engine_of[r[0]] != engine)
-            return (writer, (*readers, reader))
-        return change
-
-    def _conflict(self, earlier: Access, how: str, me: Access, ref: SramRef,
-                  write: bool) -> None:
+    def _report(self, earlier: Access, how: str, me: Access, ref: SramRef,
+                write: bool) -> None:
+        """A race between ``earlier`` and ``me`` (unordered), unless reported already
+        for the same two commands."""
         first, then = earlier[0], me[0]
-        if (first, then) in self.reported or self.clocks.ordered(first, then):
+        if (first, then) in self.reported:
             return
         self.reported.add((first, then))
         other_cmd = self.commands[first]
@@ -378,7 +474,7 @@ def race_problems(commands: Sequence[Command], graph: WaitGraph, order: list[int
                   describe: Describe) -> list[str]:
     """Every unordered pair of commands touching common SRAM bytes, one writing, found
     by replaying the commands in ``order`` (a topological order of ``graph``)."""
-    finder = _RaceFinder(commands, graph, _Clocks(graph, order), describe)
+    finder = _RaceFinder(commands, graph, _HappensBefore(graph, order), describe)
     for p in order:
         op = commands[p].op
         if type(op) in SRAM_READ_FIELDS:  # else an unknown op class, reported already
