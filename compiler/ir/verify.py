@@ -31,8 +31,10 @@ What is checked, in the order problems are listed:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import gc
 import math
 import operator
 import re
@@ -89,6 +91,28 @@ def verify(program: Program, config: NpuConfig) -> None:
 
 def find_problems(program: Program, config: NpuConfig) -> list[str]:
     """Every problem of ``program`` on ``config``, as messages (empty if valid)."""
+    with _collector_paused():
+        return _find_problems(program, config)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector is off inside (if it was on).
+
+    The verifier builds no reference cycles (what it allocates is freed by reference
+    counting), but it allocates enough to set off full collections, and each walks every
+    object of the program: for a large program, about as long as verifying it."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _find_problems(program: Program, config: NpuConfig) -> list[str]:
     machine = _Machine.from_config(config)
     tensors = program.tensor_map
     commands = program.commands
@@ -320,29 +344,34 @@ class _Screen:
         boxes = []
         for field, is_write in fields.dram:
             ref = getattr(op, field)
-            if not _box_passes(ref, is_write, self.tensors):
+            shape = _box_shape(ref, is_write, self.tensors)
+            if shape is None:
                 raise _BadBox
-            boxes += (ref.tensor, ref.shape)
+            boxes += (ref.tensor, shape)
         return (key, *boxes)
 
 
 class _BadBox(Exception):
-    """A DRAM box with a problem (see :func:`_box_passes`)."""
+    """A DRAM box with a problem (see :func:`_box_shape`)."""
 
 
-def _box_passes(ref: DramRef, is_write: bool, tensors: dict[str, DramTensor]) -> bool:
-    """True only if :func:`_dram_problems` finds nothing: the tensor exists, is not an
-    input being written, and every slice has a positive step and lies inside it."""
+def _box_shape(ref: DramRef, is_write: bool, tensors: dict[str, DramTensor]
+               ) -> Shape | None:
+    """The shape of a DRAM box in which :func:`_dram_problems` finds nothing (its tensor
+    exists and is not an input being written; every slice has a positive step and lies
+    inside it), else None."""
     tensor = tensors.get(ref.tensor)
     if tensor is None or (is_write and tensor.role == "in"):
-        return False
-    shape = tensor.shape
-    if len(ref.slices) != len(shape):
-        return False
-    for s, size in zip(ref.slices, shape):
-        if s.step <= 0 or not 0 <= s.start <= s.stop <= size:
-            return False
-    return True
+        return None
+    if len(ref.slices) != len(tensor.shape):
+        return None
+    shape = []
+    for s, size in zip(ref.slices, tensor.shape):
+        start, stop, step = s.start, s.stop, s.step
+        if step <= 0 or not 0 <= start <= stop <= size:
+            return None
+        shape.append((stop - start + step - 1) // step)  # Slice.length, as start <= stop
+    return tuple(shape)
 
 
 def _engine_problems(engine: str, op_type: type[Op], machine: _Machine) -> Iterator[str]:

@@ -17,7 +17,6 @@ common access of a region exactly as it was last touched updates one interval in
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,30 +62,20 @@ class WaitGraph:
         """The graph of ``commands``, whose ids must be unique."""
         position = {cmd.id: p for p, cmd in enumerate(commands)}
         engines: dict[str, int] = {}
-        last_on_engine: list[int] = []  # by engine index
-        engine_index: list[int] = []
-        queue_pos: list[int] = []
-        all_deps: list[tuple[int, ...]] = []
+        engine_index = [engines.setdefault(cmd.engine, len(engines)) for cmd in commands]
+        last: list[int | None] = [None] * len(engines)
+        count = [0] * len(engines)
         queue_prev: list[int | None] = []
-        waits: list[tuple[int, ...]] = []
-        for p, cmd in enumerate(commands):
-            engine = engines.get(cmd.engine)
-            prev: int | None
-            if engine is None:
-                engine = engines[cmd.engine] = len(engines)
-                last_on_engine.append(p)
-                prev, pos = None, 0
-            else:
-                prev = last_on_engine[engine]
-                last_on_engine[engine] = p
-                pos = queue_pos[prev] + 1
-            deps = _known_deps(cmd, position)
-            engine_index.append(engine)
-            queue_pos.append(pos)
-            queue_prev.append(prev)
-            all_deps.append(deps)
-            waits.append(deps if prev is None or prev in deps else (*deps, prev))
-        return cls(commands, engine_index, queue_pos, all_deps, queue_prev, waits)
+        queue_pos: list[int] = []
+        for p, engine in enumerate(engine_index):
+            queue_prev.append(last[engine])
+            queue_pos.append(count[engine])
+            last[engine] = p
+            count[engine] += 1
+        deps = [_known_deps(cmd, position) for cmd in commands]
+        waits = [d if prev is None or prev in d else (*d, prev)
+                 for d, prev in zip(deps, queue_prev)]
+        return cls(commands, engine_index, queue_pos, deps, queue_prev, waits)
 
     @property
     def engine_count(self) -> int:
@@ -97,34 +86,19 @@ class WaitGraph:
         command and, if some cannot run, the wait-for cycles among them (each once)."""
         n = len(self.commands)
         waiting = [len(w) for w in self.waits]
-        first_after, after = self._unblocks()
+        unblocks: list[list[int]] = [[] for _ in range(n)]
+        for p, waits in enumerate(self.waits):
+            for q in waits:
+                unblocks[q].append(p)
         order = [p for p in range(n) if not waiting[p]]
         for p in order:  # the list is the queue: commands are appended as they unblock
-            for k in range(first_after[p], first_after[p + 1]):
-                s = after[k]
+            for s in unblocks[p]:
                 waiting[s] -= 1
                 if not waiting[s]:
                     order.append(s)
         if len(order) == n:
             return order, []
         return order, self._cycles(stuck={p for p in range(n) if waiting[p] > 0})
-
-    def _unblocks(self) -> tuple[list[int], list[int]]:
-        """Who waits for each command, in position order, as one flat list: command
-        ``p``'s waiters are ``after[first_after[p]:first_after[p + 1]]``. (Two lists
-        rather than one per command: fewer objects for the garbage collector to walk.)"""
-        counts = [0] * (len(self.commands) + 1)
-        for waits in self.waits:
-            for q in waits:
-                counts[q + 1] += 1
-        first_after = list(itertools.accumulate(counts))
-        after = [0] * first_after[-1]
-        fill = first_after[:-1]
-        for p, waits in enumerate(self.waits):
-            for q in waits:
-                after[fill[q]] = p
-                fill[q] += 1
-        return first_after, after
 
     def _cycles(self, stuck: set[int]) -> list[list[int]]:
         """Cycles among commands that never became ready. Every stuck command waits for
