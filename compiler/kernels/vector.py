@@ -353,11 +353,17 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     space = group.shape
     sets = ctx.sets
     budget = ctx.capacity // sets
-    total = tile_bytes(ctx, group, space, set())
+    def bytes_of(t: tuple[int, ...]) -> int:
+        return tile_bytes(ctx, group, t, set())
+
+    total = bytes_of(space)
     target = max(MIN_TILE_BYTES, total // (2 * ctx.cores)) if ctx.cores > 1 or sets > 1 \
         else budget
-    tile = choose_tile(space, group.whole_axes, min(budget, target),
-                       lambda t: tile_bytes(ctx, group, t, set()), kernel.name)
+    # the target spreads tiles over cores; a tile that cannot be that small (its
+    # reduced axes are long) may still fit the budget
+    smallest = bytes_of(tuple(n if d in group.whole_axes else 1 for d, n in enumerate(space)))
+    tile = choose_tile(space, group.whole_axes, min(budget, max(target, smallest)), bytes_of,
+                       kernel.name)
     boxes = tiles_of(space, tile)
     cores = min(ctx.cores, len(boxes))
     layouts = []
