@@ -23,10 +23,16 @@ What is checked, in the order problems are listed:
    run; each cycle found is reported with the commands on it.
 5. SRAM races: two commands touching overlapping SRAM bytes, at least one writing,
    must be ordered by happens-before (deps and queue order, transitively). Commands
-   are visited in a topological order with per-command vector clocks over engines;
-   each SRAM space keeps, per byte interval, the last writer and the latest reader
-   per engine since that write (enough, because one engine's reads are ordered).
-   Skipped when the program deadlocks (there is no order to check).
+   are visited in a topological order; each SRAM space keeps, per byte interval, the
+   last writer and the latest reader per engine since that write (enough, because one
+   engine's reads are ordered). Skipped when the program deadlocks (there is no order
+   to check). Checks 3 to 5 live in :mod:`compiler.ir.verify_order`.
+
+Most commands of a real program have no problem, and most of what decides that
+repeats from command to command (engines, buffers, tile shapes). So each command is
+first *screened* (:class:`_Screen`) with verdicts remembered per such repeated key,
+and only commands that may have a problem are *explained* by the checks below, which
+write the messages.
 """
 
 from __future__ import annotations
@@ -123,9 +129,8 @@ def _find_problems(program: Program, config: NpuConfig) -> list[str]:
         if not screen.passes(cmd):
             prefix = _describe(cmd)
             problems += [f"{prefix}: {p}" for p in _command_problems(cmd, machine, tensors, ids)]
-    duplicates = _duplicate_id_problems(commands)
-    if duplicates:
-        return problems + duplicates
+    if len(ids) < len(commands):
+        return problems + _duplicate_id_problems(commands)
     graph = WaitGraph.build(commands)
     order, cycles = graph.topological_order()
     if cycles:
@@ -241,7 +246,7 @@ def _command_problems(cmd: Command, machine: _Machine, tensors: dict[str, DramTe
     if type(op) not in ALL_OPS:
         yield f"op: unknown op class {type(op).__name__}"
         return
-    yield from _engine_problems(cmd.engine, type(op), machine)
+    yield from _engine_problems(cmd.engine, op, machine)
     yield from _dep_problems(cmd, ids)
     for field, ref in sram_operands(op):
         yield from (f"field {field}: {p}" for p in _sram_problems(ref, cmd.engine, machine))
@@ -374,16 +379,15 @@ def _box_shape(ref: DramRef, is_write: bool, tensors: dict[str, DramTensor]
     return tuple(shape)
 
 
-def _engine_problems(engine: str, op_type: type[Op], machine: _Machine) -> Iterator[str]:
+def _engine_problems(engine: str, op: Op, machine: _Machine) -> Iterator[str]:
     if engine not in machine.engines:
         yield (f"engine: unknown engine {engine!r} "
                f"({machine.name} has {machine.describe_engines()})")
     kind, _ = _engine_info(engine)
     allowed = ENGINE_OPS.get(kind, ())
-    if kind and op_type not in allowed:
+    if kind and type(op) not in allowed:
         names = ", ".join(o.mnemonic for o in allowed)
-        yield (f"op: {op_type.mnemonic} cannot run on a {kind} engine "
-               f"({kind} engines run {names})")
+        yield f"op: {op.mnemonic} cannot run on a {kind} engine ({kind} engines run {names})"
 
 
 def _dep_problems(cmd: Command, ids: set[int]) -> Iterator[str]:
@@ -437,23 +441,23 @@ def _reach_problems(space: str, engine: str) -> Iterator[str]:
 
 
 def _dram_problems(ref: DramRef, is_write: bool, tensors: dict[str, DramTensor]
-                   ) -> list[str]:
+                   ) -> Iterator[str]:
     tensor = tensors.get(ref.tensor)
     if tensor is None:
-        return [f"unknown DRAM tensor %{ref.tensor}"]
-    problems = [_write_to_input(tensor.name)] if is_write and tensor.role == "in" else []
+        yield f"unknown DRAM tensor %{ref.tensor}"
+        return
+    if is_write and tensor.role == "in":
+        yield _write_to_input(tensor.name)
     if len(ref.slices) != len(tensor.shape):
-        problems.append(f"{format_dram_ref(ref)} has {len(ref.slices)} slices but "
-                        f"%{tensor.name} has rank {len(tensor.shape)}")
-        return problems
+        yield (f"{format_dram_ref(ref)} has {len(ref.slices)} slices but %{tensor.name} "
+               f"has rank {len(tensor.shape)}")
+        return
     for dim, (s, size) in enumerate(zip(ref.slices, tensor.shape)):
         if s.step <= 0:
-            problems.append(f"slice {dim} of {format_dram_ref(ref)} has step {s.step}; "
-                            f"steps must be > 0")
+            yield f"slice {dim} of {format_dram_ref(ref)} has step {s.step}; steps must be > 0"
         elif not 0 <= s.start <= s.stop <= size:
-            problems.append(f"slice {dim} of {format_dram_ref(ref)} is out of bounds for "
-                            f"%{tensor.name} dim {dim} of size {size}")
-    return problems
+            yield (f"slice {dim} of {format_dram_ref(ref)} is out of bounds for "
+                   f"%{tensor.name} dim {dim} of size {size}")
 
 
 def _write_to_input(name: str) -> str:
@@ -500,23 +504,22 @@ def _dram_side(ref: DramRef, tensors: dict[str, DramTensor]) -> DramTensor | Non
     return tensor
 
 
-def _transfer_problems(field: str, sram: SramRef, other: Callable[[], str],
-                       other_shape: Shape, other_dtype: DType) -> Iterator[str]:
-    """Load/Store/Copy: equal element counts, no conversion. ``other`` names the other
-    side (called only for a message: most transfers are fine)."""
+def _transfer_problems(field: str, sram: SramRef, other: str, other_shape: Shape,
+                       other_dtype: DType) -> Iterator[str]:
+    """Load/Store/Copy: equal element counts, no conversion."""
     if numel(sram.shape) != numel(other_shape):
         yield (f"field {field}: {_typed(sram)} has {numel(sram.shape)} elements but "
-               f"{other()} has {numel(other_shape)}")
+               f"{other} has {numel(other_shape)}")
     if sram.dtype != other_dtype:
-        yield (f"field {field}: dtype {sram.dtype} does not match {other()}'s "
-               f"{other_dtype} (DMA does not convert; use a cast)")
+        yield (f"field {field}: dtype {sram.dtype} does not match {other}'s {other_dtype} "
+               f"(DMA does not convert; use a cast)")
 
 
 @_checks(Load)
 def _check_load(op: Load, machine: _Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
     tensor = _dram_side(op.src, tensors)
     if tensor is not None:
-        yield from _transfer_problems("dst", op.dst, lambda: f"source {format_dram_ref(op.src)}",
+        yield from _transfer_problems("dst", op.dst, f"source {format_dram_ref(op.src)}",
                                       op.src.shape, tensor.dtype)
 
 
@@ -525,15 +528,14 @@ def _check_store(op: Store, machine: _Machine, tensors: dict[str, DramTensor]
                  ) -> Iterator[str]:
     tensor = _dram_side(op.dst, tensors)
     if tensor is not None:
-        yield from _transfer_problems("src", op.src,
-                                      lambda: f"destination {format_dram_ref(op.dst)}",
+        yield from _transfer_problems("src", op.src, f"destination {format_dram_ref(op.dst)}",
                                       op.dst.shape, tensor.dtype)
 
 
 @_checks(Copy)
 def _check_copy(op: Copy, machine: _Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
-    yield from _transfer_problems("dst", op.dst, lambda: f"src {_typed(op.src)}",
-                                  op.src.shape, op.src.dtype)
+    yield from _transfer_problems("dst", op.dst, f"src {_typed(op.src)}", op.src.shape,
+                                  op.src.dtype)
 
 
 _INDEX_DTYPES: tuple[DType, ...] = (DType.i32, DType.i64)

@@ -5,19 +5,21 @@ waits for its deps and for the command ahead of it on its engine's in-order queu
 
 Deadlock is a cycle in that graph (Kahn's algorithm finds the commands that can never
 run). Races are found by replaying SRAM accesses in the topological order Kahn's
-algorithm gives, with happens-before answered by per-command vector clocks over
-engines and, per SRAM space, the last writer and the latest reader per engine of each
-byte interval.
+algorithm gives, keeping per SRAM space, for each byte interval, the last writer and
+the latest reader per engine; each earlier access a new one conflicts with must
+happen before it.
 
-The work is linear in commands, dependencies and touched intervals, with small
-constants: clocks are shared between commands until a dependency brings news, and the
-common access of a region exactly as it was last touched updates one interval in place.
+The work is about linear in commands, dependencies and touched intervals: most
+happens-before questions are answered by the queue or a direct dep, the rest by a
+short search (vector clocks only when searches would cost more), and the common access
+of a region exactly as it was last touched updates one interval in place.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -220,6 +222,8 @@ class _HappensBefore:
 
     def __init__(self, graph: WaitGraph, order: list[int]) -> None:
         self.graph = graph
+        self.engine_index, self.queue_pos, self.deps = (graph.engine_index, graph.queue_pos,
+                                                        graph.deps)
         self.order = order
         self.rank = [0] * len(order)
         """Each command's place in ``order``."""
@@ -230,13 +234,13 @@ class _HappensBefore:
         self.clocks: _Clocks | None = None
 
     def ordered(self, first: int, then: int) -> bool:
-        graph = self.graph
-        if graph.engine_index[first] == graph.engine_index[then]:
-            return graph.queue_pos[first] < graph.queue_pos[then]
-        if first in graph.deps[then]:
+        engine_index = self.engine_index
+        if engine_index[first] == engine_index[then]:
+            return self.queue_pos[first] < self.queue_pos[then]
+        if first in self.deps[then]:
             return True
         if self.clocks is None and self.budget <= 0:
-            self.clocks = _Clocks(graph, self.order)
+            self.clocks = _Clocks(self.graph, self.order)
         if self.clocks is not None:
             return self.clocks.ordered(first, then)
         return self._search(first, then)
@@ -376,7 +380,7 @@ class _RaceFinder:
         self.engine_index = graph.engine_index
         self.ordered = clocks.ordered
         self.describe = describe
-        self.spaces: dict[str, _SpaceHistory] = {}
+        self.spaces: defaultdict[str, _SpaceHistory] = defaultdict(_SpaceHistory)
         self.reported: set[tuple[int, int]] = set()
         self.problems: list[str] = []
 
@@ -398,7 +402,7 @@ class _RaceFinder:
         if nbytes <= 0:
             return
         me: Access = (p, field)
-        old = self._space(ref.space).read(ref.offset, ref.offset + nbytes, me,
+        old = self.spaces[ref.space].read(ref.offset, ref.offset + nbytes, me,
                                           self.engine_index)
         ordered = self.ordered
         for writer, _ in (old if len(old) == 1 else dict.fromkeys(old)):
@@ -410,7 +414,7 @@ class _RaceFinder:
         if nbytes <= 0:
             return
         me: Access = (p, field)
-        old = self._space(ref.space).write(ref.offset, ref.offset + nbytes, (me, ()))
+        old = self.spaces[ref.space].write(ref.offset, ref.offset + nbytes, (me, ()))
         ordered = self.ordered
         for writer, readers in (old if len(old) == 1 else dict.fromkeys(old)):
             if writer is not None and writer[0] != p and not ordered(writer[0], p):
@@ -418,12 +422,6 @@ class _RaceFinder:
             for reader in readers:
                 if reader[0] != p and not ordered(reader[0], p):
                     self._report(reader, "reads", me, ref, True)
-
-    def _space(self, name: str) -> _SpaceHistory:
-        space = self.spaces.get(name)
-        if space is None:
-            space = self.spaces[name] = _SpaceHistory()
-        return space
 
     def _report(self, earlier: Access, how: str, me: Access, ref: SramRef,
                 write: bool) -> None:
