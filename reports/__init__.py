@@ -12,6 +12,8 @@ matplotlib.
 - :func:`html_report` / :func:`write_html` — single-file HTML
 - :func:`to_json` / :func:`from_json` — machine-readable results
 - :func:`compare_table` — several runs side by side
+- :func:`sweep_table`, :func:`write_sweep_csv`, :func:`write_sweep_json`,
+  :func:`sweep_pareto_figure` — a design-space sweep (``archsim.sweep``)
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ from reports.json_report import from_json, read_json, to_json, write_json
 from reports.ops import OpRow, op_rows, op_table
 from reports.perfetto import export_perfetto, perfetto_trace
 from reports.summary import summary
+from reports.sweep import (
+    run_totals,
+    sweep_pareto_figure,
+    sweep_table,
+    sweep_to_json,
+    write_sweep_csv,
+    write_sweep_json,
+)
 
 # Figures and HTML load matplotlib: resolved on first use.
 _LAZY: dict[str, str] = {
@@ -48,8 +58,9 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "CriticalPath", "EngineTime", "OpRow", "ReportData", "compare_table", "critical_path",
     "critical_path_text", "engine_times", "export_perfetto", "from_json", "idle_text",
-    "op_rows", "op_table", "perfetto_trace", "read_json", "report_data", "summary",
-    "to_json", "write_json", *_LAZY,
+    "op_rows", "op_table", "perfetto_trace", "read_json", "report_data", "run_totals",
+    "summary", "sweep_pareto_figure", "sweep_table", "sweep_to_json", "to_json",
+    "write_json", "write_sweep_csv", "write_sweep_json", *_LAZY,
 ]
 
 

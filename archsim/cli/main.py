@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "results to DIR")
     compare.set_defaults(handler=commands.compare)
 
+    from archsim.cli import sweep
+
+    sweep.add_parser(sub)
+
     configs = sub.add_parser("configs", help="list hardware presets with their peak numbers")
     configs.set_defaults(handler=commands.configs)
 

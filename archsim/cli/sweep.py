@@ -1,0 +1,153 @@
+"""``archsim sweep``: one model on the cartesian product of ``--grid`` config values.
+
+The command parses the grid, runs :func:`archsim.sweep.sweep` on the chosen backend
+and prints :func:`reports.sweep_table`; with ``--out`` it writes sweep.csv, sweep.json
+and pareto.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GRID_SYNTAX = "expected PATH=V1,V2,... (e.g. core.matrix.rows=64,128,256)"
+
+
+def grid_axis(text: str) -> tuple[str, tuple[Any, ...]]:
+    """``core.matrix.rows=64,128`` -> ``("core.matrix.rows", (64, 128))``; each value
+    is read as YAML, like ``--set``. argparse reports the error with the argument named."""
+    path, eq, values = text.partition("=")
+    items = [item.strip() for item in values.split(",")]
+    if not eq or not path.strip() or not all(items):
+        raise argparse.ArgumentTypeError(f"{GRID_SYNTAX}, got {text!r}")
+    return path.strip(), tuple(yaml.safe_load(item) for item in items)
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``sweep`` on the subparsers of ``archsim``."""
+    from archsim.config import DEFAULT_PRESET
+    from archsim.sweep import BACKENDS
+    from reports.figures import COST_METRICS
+
+    p = sub.add_parser(
+        "sweep", help="simulate one model on a grid of hardware configs",
+        description="Simulate MODEL on every combination of the --grid values applied to "
+                    "--config (after the fixed --set overrides), in parallel, and print one "
+                    "row per point sorted by latency with the Pareto-optimal points marked "
+                    "(latency vs --cost). Sweeps are performance-only by default: only "
+                    "timing matters, and cycles equal those of a functional run. A point "
+                    "whose values are invalid or whose model does not fit is listed with "
+                    "its error; the other points still run.",
+        epilog="example: archsim sweep gemm --config atom --grid core.matrix.rows=64,128,256 "
+               "--grid dram.channels=8,16 --out sweep/")
+    p.add_argument("model", metavar="MODEL",
+                   help="built-in workload (see 'archsim workloads'), a .py file, or a "
+                        ".rbln program")
+    p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
+                   help=f"base preset name or YAML file (default: {DEFAULT_PRESET})")
+    p.add_argument("--grid", "-g", action="append", required=True, type=grid_axis,
+                   metavar="PATH=V1,V2,...",
+                   help="a swept config field and its values, e.g. core.matrix.rows=64,128 "
+                        "(repeat for more axes; the sweep is their cartesian product)")
+    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                   dest="overrides",
+                   help="a fixed override applied to every point, e.g. dram.channels=16 "
+                        "(repeatable)")
+    p.add_argument("--workers", "-j", type=int, default=None, metavar="N",
+                   help=f"points run in parallel (default: the CPU count, "
+                        f"{os.cpu_count()} here; 1 runs them one by one in this process)")
+    p.add_argument("--ray", action="store_true",
+                   help="run points as Ray tasks (on the connected cluster, else a local "
+                        "Ray with --workers CPUs); needs pip install 'archsim[ray]'")
+    p.add_argument("--cost", choices=tuple(COST_METRICS), default="peak_flops",
+                   help="hardware cost for the Pareto front (default: peak_flops)")
+    p.add_argument("--out", metavar="DIR",
+                   help="write sweep.csv, sweep.json and pareto.png to DIR")
+    p.add_argument("--batch", type=int, default=None, help="batch size (built-in models)")
+    p.add_argument("--seq", type=int, default=None,
+                   help="sequence length, or the size for gemm (built-in models)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="number of layers (built-in transformer models)")
+    p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
+                   help="model dtype (built-in models; default: the matrix engine's "
+                        "native dtype)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--perf-only", dest="perf_only", action="store_true", default=True,
+                      help="performance-only: shapes only, no data (the default)")
+    mode.add_argument("--functional", dest="perf_only", action="store_false",
+                      help="also compute the numbers and check them against torch (slower; "
+                           "same cycles)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no per-point progress on stderr")
+    p.set_defaults(handler=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from archsim.cli.commands import resolve_config
+    from archsim.cli.main import EXIT_USAGE
+    from archsim.sweep import SweepPoint, sweep
+
+    import reports
+
+    grid: dict[str, tuple[Any, ...]] = {}
+    for path, values in args.grid:
+        if path in grid:
+            return _usage(f"argument --grid: {path} is given twice; list all its values "
+                          f"in one --grid", EXIT_USAGE)
+        grid[path] = values
+    fixed = [item for item in args.overrides if item.partition("=")[0].strip() in grid]
+    if fixed:
+        return _usage(f"argument --set: {fixed[0].partition('=')[0].strip()} is also swept "
+                      f"by --grid; drop one", EXIT_USAGE)
+    base = resolve_config(args.config, args.overrides)
+
+    def report(point: SweepPoint, done: int, total: int) -> None:
+        if args.quiet:
+            return
+        outcome = (f"{point.report.total_cycles:,} cycles" if point.report is not None
+                   else point.status)
+        print(f"[{done}/{total}] {point.label}: {outcome} ({point.wall_seconds:.2f} s)",
+              file=sys.stderr, flush=True)
+
+    points = sweep(args.model, base, grid, backend="ray" if args.ray else "process",
+                   workers=args.workers, batch=args.batch, seq=args.seq, layers=args.layers,
+                   dtype=args.dtype, perf_only=args.perf_only, on_point=report)
+    print(reports.sweep_table(points, cost=args.cost))
+    if args.out:
+        _write(points, args, grid, Path(args.out))
+    return 0 if any(p.ok for p in points) else 1
+
+
+def _write(points, args: argparse.Namespace, grid: dict[str, tuple[Any, ...]],
+           out: Path) -> None:
+    import reports
+
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"model": args.model, "config": args.config,
+            "fixed_overrides": {path.strip(): yaml.safe_load(value) for path, _, value
+                                in (item.partition("=") for item in args.overrides)},
+            "grid": {path: list(values) for path, values in grid.items()},
+            "workload": {"batch": args.batch, "seq": args.seq, "layers": args.layers,
+                         "dtype": args.dtype, "perf_only": args.perf_only}}
+    reports.write_sweep_csv(points, out / "sweep.csv", cost=args.cost)
+    reports.write_sweep_json(points, out / "sweep.json", cost=args.cost, meta=meta)
+    written = "sweep.csv, sweep.json"
+    if any(p.ok for p in points):
+        figure = reports.sweep_pareto_figure(points, cost=args.cost)
+        figure.savefig(out / "pareto.png", dpi=110, bbox_inches="tight")
+        written += ", pareto.png"
+    print(f"\nwrote {out}/: {written}")
+
+
+def _usage(message: str, code: int) -> int:
+    print(f"archsim sweep: error: {message}", file=sys.stderr)
+    return code
+
+
+__all__ = ["GRID_SYNTAX", "add_parser", "grid_axis", "run"]

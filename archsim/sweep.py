@@ -1,0 +1,281 @@
+"""Hardware design-space sweeps: one workload on the cartesian product of config values.
+
+    >>> from archsim.sweep import sweep
+    >>> points = sweep("gemm", "tiny", {"core.matrix.rows": [4, 8], "dram.channels": [1, 2]},
+    ...                seq=64)
+    >>> [(p.label, p.status, p.report.total_cycles if p.report else None) for p in points]
+
+Each point applies its grid values as overrides (``NpuConfig.with_overrides``) to the
+base config, then compiles and simulates the workload exactly as ``archsim run`` does
+(:func:`archsim.cli.workloads.simulate_model`), performance-only by default: its cycles
+equal those of ``archsim run MODEL --perf-only --set PATH=VALUE ...``. A point whose
+config is invalid or whose workload does not fit is recorded with its status and error
+text; it never stops the sweep. Errors that are not :class:`ArchsimError` are bugs and
+propagate.
+
+Points are independent, so they run on an execution backend from :data:`BACKENDS`
+(``serial`` in this process, ``process`` a local process pool, ``ray`` Ray tasks); all
+of them run the same :func:`run_point`. Each point returns a trace-free
+:class:`~reports.data.ReportData` (totals and peaks, ``commands=()``), small enough to
+ship between processes; tables, CSV, JSON and the Pareto plot are in
+:mod:`reports.sweep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from archsim.config import NpuConfig, load_config
+from archsim.errors import ArchsimError, CapacityError, ConfigError
+
+if TYPE_CHECKING:
+    from archsim.result import SimResult
+    from compiler.ir.ops import Program
+    from reports.data import ReportData
+
+STATUS_OK = "ok"
+
+ERROR_STATUS: tuple[tuple[type[ArchsimError], str], ...] = (
+    (ConfigError, "invalid config"),   # with_overrides rejected the point's values
+    (CapacityError, "does not fit"),   # no tiling fits the SRAM, DRAM too small...
+    (ArchsimError, "failed"),          # any other error a config can cause
+)
+"""A point's status by the error it raised; the first matching class wins."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every point runs: a built-in workload name, a ``.py`` model file or a
+    ``.rbln`` program (as ``archsim run MODEL``), or a scheduled :class:`Program`."""
+
+    model: str | Program
+    batch: int | None = None
+    seq: int | None = None
+    layers: int | None = None
+    dtype: str | None = None
+    perf_only: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.model if isinstance(self.model, str) else self.model.name
+
+
+@dataclass(frozen=True)
+class PointTask:
+    """One point to run: picklable, so any backend can ship it."""
+
+    index: int
+    workload: Workload
+    base: NpuConfig
+    overrides: Mapping[str, Any]
+    """Plain dicts here and in :class:`SweepPoint`: a MappingProxyType does not pickle."""
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point's outcome."""
+
+    index: int
+    """Position in the grid's cartesian product (first axis slowest)."""
+    overrides: Mapping[str, Any]
+    """The grid values of this point, by dotted path."""
+    status: str
+    """``ok`` or a status of :data:`ERROR_STATUS`."""
+    error: str = ""
+    """The error text on one line (empty when ok)."""
+    report: ReportData | None = field(default=None, repr=False)
+    """Totals of the run without its trace (None unless ok)."""
+    wall_seconds: float = 0.0
+    """Time this point took to compile and simulate (not a result: varies by host)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+    @property
+    def label(self) -> str:
+        """``rows=64 channels=8``: the last part of each path (the full path where two
+        axes end the same)."""
+        return point_label(self.overrides)
+
+
+def point_label(overrides: Mapping[str, Any]) -> str:
+    short = [path.rpartition(".")[2] for path in overrides]
+    names = [s if short.count(s) == 1 else path for s, path in zip(short, overrides)]
+    return " ".join(f"{name}={value}" for name, value in zip(names, overrides.values()))
+
+
+# ---------------------------------------------------------------- the grid
+
+
+def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """The cartesian product of the axes, first axis slowest; one empty point for an
+    empty grid."""
+    for path, values in grid.items():
+        if not path or not isinstance(values, Sequence) or isinstance(values, str):
+            raise ArchsimError(f"grid axis {path!r}: expected a dotted path and a list of "
+                               f"values, got {values!r}")
+        if not values:
+            raise ArchsimError(f"grid axis {path!r} has no values")
+    paths = list(grid)
+    return [dict(zip(paths, combo)) for combo in itertools.product(*grid.values())]
+
+
+# ---------------------------------------------------------------- one point
+
+
+def run_point(task: PointTask) -> SweepPoint:
+    """Build the point's config, compile and simulate; every backend runs this."""
+    start = time.perf_counter()
+    try:
+        config = task.base.with_overrides(dict(task.overrides))
+        result = _simulate(task.workload, config)
+    except ArchsimError as exc:
+        return SweepPoint(task.index, task.overrides, _status(exc), one_line(exc),
+                          wall_seconds=time.perf_counter() - start)
+    from reports.sweep import run_totals
+
+    return SweepPoint(task.index, task.overrides, STATUS_OK, "", run_totals(result),
+                      wall_seconds=time.perf_counter() - start)
+
+
+def _simulate(workload: Workload, config: NpuConfig) -> SimResult:
+    if not isinstance(workload.model, str):
+        from archsim.simulator import Simulator
+
+        return Simulator(config).run(workload.model)
+    from archsim.cli.commands import Progress
+    from archsim.cli.workloads import simulate_model
+
+    args = argparse.Namespace(model=workload.model, batch=workload.batch, seq=workload.seq,
+                              layers=workload.layers, dtype=workload.dtype,
+                              perf_only=workload.perf_only, quiet=True)
+    return simulate_model(args, config, Progress(quiet=True))
+
+
+def _status(exc: ArchsimError) -> str:
+    return next(status for kind, status in ERROR_STATUS if isinstance(exc, kind))
+
+
+def one_line(exc: ArchsimError) -> str:
+    """The error's text on one line (a ConfigError's problems joined by ``; ``)."""
+    if isinstance(exc, ConfigError):
+        return "; ".join(exc.problems)
+    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+
+
+# ---------------------------------------------------------------- backends
+
+Backend = Callable[[Sequence[PointTask], int], Iterator[SweepPoint]]
+"""(tasks, workers) -> points in completion order."""
+
+
+def _run_serial(tasks: Sequence[PointTask], workers: int) -> Iterator[SweepPoint]:
+    for task in tasks:
+        yield run_point(task)
+
+
+def _run_process_pool(tasks: Sequence[PointTask], workers: int) -> Iterator[SweepPoint]:
+    """A local pool. Workers fork from a clean server process that has imported torch
+    and the compiler once (never from this process, whose threads fork would copy)."""
+    if workers <= 1 or len(tasks) <= 1:
+        yield from _run_serial(tasks, workers)
+        return
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["archsim.sweep", "archsim.cli.workloads", "torch",
+                                    "compiler"])
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)),
+                             mp_context=context) as pool:
+        futures = [pool.submit(run_point, task) for task in tasks]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+
+def _run_ray(tasks: Sequence[PointTask], workers: int) -> Iterator[SweepPoint]:
+    """Ray tasks: on the cluster this process is connected to, else a local Ray started
+    with ``workers`` CPUs."""
+    try:
+        import ray
+    except ImportError:
+        raise ArchsimError("the ray backend needs Ray: pip install ray "
+                           "(or pip install 'archsim[ray]')") from None
+    if not ray.is_initialized():
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(run_point)
+    pending = [remote.remote(task) for task in tasks]
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        for ref in pending:
+            ray.cancel(ref)
+
+
+BACKENDS: dict[str, Backend] = {
+    "serial": _run_serial,
+    "process": _run_process_pool,
+    "ray": _run_ray,
+}
+"""Execution backends by name; each runs :func:`run_point` on every task."""
+
+
+# ---------------------------------------------------------------- the sweep
+
+
+def sweep(model: str | Program, config: str | Path | NpuConfig,
+          grid: Mapping[str, Sequence[Any]], *, overrides: Mapping[str, Any] | None = None,
+          backend: str = "process", workers: int | None = None, batch: int | None = None,
+          seq: int | None = None, layers: int | None = None, dtype: str | None = None,
+          perf_only: bool = True,
+          on_point: Callable[[SweepPoint, int, int], None] | None = None
+          ) -> tuple[SweepPoint, ...]:
+    """Run ``model`` on every point of ``grid`` (dotted path -> values) applied to
+    ``config`` (a preset name, YAML path or ``NpuConfig``) with the fixed ``overrides``
+    first. Returns one :class:`SweepPoint` per grid point, in grid order.
+
+    ``model`` is what ``archsim run`` takes (a built-in workload, a ``.py`` or ``.rbln``
+    path) or a :class:`Program`; ``batch``/``seq``/``layers``/``dtype`` are the built-in
+    workloads' options. ``backend`` is a key of :data:`BACKENDS`; ``workers`` defaults
+    to ``os.cpu_count()``. ``on_point(point, done, total)`` is called as each point
+    finishes (in completion order).
+    """
+    run = BACKENDS.get(backend)
+    if run is None:
+        raise ArchsimError(f"unknown sweep backend {backend!r}; choose one of "
+                           f"{', '.join(BACKENDS)}")
+    workers = workers if workers is not None else os.cpu_count() or 1
+    if workers < 1:
+        raise ArchsimError(f"workers must be >= 1, got {workers}")
+    clash = sorted(set(grid) & set(overrides or {}))
+    if clash:
+        raise ArchsimError(f"{', '.join(clash)}: both swept and fixed; drop one")
+    base = config if isinstance(config, NpuConfig) else load_config(str(config))
+    if overrides:
+        base = base.with_overrides(dict(overrides))
+    workload = Workload(model, batch, seq, layers, dtype, perf_only)
+    tasks = [PointTask(i, workload, base, point)
+             for i, point in enumerate(grid_points(grid))]
+    points: list[SweepPoint] = []
+    for point in run(tasks, workers):
+        points.append(point)
+        if on_point is not None:
+            on_point(point, len(points), len(tasks))
+    return tuple(sorted(points, key=lambda p: p.index))
+
+
+__all__ = ["BACKENDS", "ERROR_STATUS", "PointTask", "STATUS_OK", "SweepPoint", "Workload",
+           "grid_points", "one_line", "point_label", "run_point", "sweep"]
