@@ -8,6 +8,7 @@ fusion (graph -> kernels) -> materialization (which values get DRAM tensors) -> 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -352,6 +353,10 @@ def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
     import torch.fx
 
     kwargs = dict(kwargs or {})
+    from compiler.lowerings.registry import LOWERINGS
+
+    if op not in LOWERINGS and op in _op_decompositions():
+        return compile_graph(_decomposed_graph(op, args, kwargs), config, options)
     fx_graph = torch.fx.Graph()
     counter = [0]
 
@@ -386,6 +391,38 @@ def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
         fx_graph.output(tuple(items))
     gm = torch.fx.GraphModule(torch.nn.Module(), fx_graph)
     return compile_graph(gm, config, options)
+
+
+@functools.cache
+def _op_decompositions() -> dict[Any, Any]:
+    """torch's core-ATen decompositions (what aot_autograd applies before graphs reach
+    the compiler), for eager ops without a lowering of their own: backward ops such as
+    ``gelu_backward`` or ``_softmax_backward_data`` become ops that have one."""
+    from torch._decomp import core_aten_decompositions
+
+    return core_aten_decompositions()
+
+
+def _decomposed_graph(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``op`` on ``args`` traced through its decomposition on meta tensors: a graph whose
+    inputs are the tensors of ``args``/``kwargs`` in order, returning a tuple."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
+    positions = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+
+    def call(*tensors: Any) -> Any:
+        filled = list(leaves)
+        for i, t in zip(positions, tensors):
+            filled[i] = t
+        call_args, call_kwargs = torch.utils._pytree.tree_unflatten(filled, spec)
+        out = op(*call_args, **call_kwargs)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    metas = [torch.empty(tuple(leaves[i].shape), dtype=leaves[i].dtype, device="meta")
+             for i in positions]
+    return make_fx(call, decomposition_table=_op_decompositions())(*metas)
 
 
 def export_decompositions() -> dict[Any, Any]:

@@ -71,6 +71,14 @@ REDUCTION: tuple[OpOverload, ...] = (
     aten.amin.default,
 )
 
+BACKWARD: tuple[OpOverload, ...] = (
+    aten.threshold_backward.default, aten.gelu_backward.default,
+    aten.sigmoid_backward.default, aten.tanh_backward.default, aten.silu_backward.default,
+    aten._softmax_backward_data.default, aten._log_softmax_backward_data.default,
+)
+"""Autograd's backward ops: compiled through torch's core-ATen decompositions (the
+compiler has no lowering of its own for them), as in compiled training graphs."""
+
 IN_PLACE: dict[OpOverload, OpOverload] = {
     aten.add_.Tensor: aten.add.Tensor, aten.sub_.Tensor: aten.sub.Tensor,
     aten.mul_.Tensor: aten.mul.Tensor, aten.div_.Tensor: aten.div.Tensor,
@@ -84,7 +92,8 @@ COMPILE_AS: dict[OpOverload, OpOverload] = {
 """Ops that reach the device under another name than the one the compiler lowers."""
 
 COMPILED_OPS: tuple[OpOverload, ...] = (
-    *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *IN_PLACE, *COMPILE_AS,
+    *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *IN_PLACE,
+    *COMPILE_AS,
 )
 """Every op whose eager calls on npu go through the compiler and the simulator."""
 

@@ -1,0 +1,71 @@
+"""Autograd's backward ops run on the device in eager mode: the compiler lowers them
+through torch's core-ATen decompositions (they have no lowering of their own), and the
+numbers equal torch's on CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import torch_bridge  # noqa: F401 - registers the npu device
+from torch_bridge import runtime
+
+aten = torch.ops.aten
+
+
+def _cases() -> list[tuple[str, object, tuple, dict]]:
+    torch.manual_seed(0)
+    g, x = torch.randn(6, 10), torch.randn(6, 10)
+    y, logy = torch.softmax(x, -1), torch.log_softmax(x, -1)
+    return [
+        ("threshold_backward", aten.threshold_backward.default, (g, x, 0.0), {}),
+        ("gelu_backward", aten.gelu_backward.default, (g, x), {}),
+        ("gelu_backward tanh", aten.gelu_backward.default, (g, x), {"approximate": "tanh"}),
+        ("sigmoid_backward", aten.sigmoid_backward.default, (g, torch.sigmoid(x)), {}),
+        ("tanh_backward", aten.tanh_backward.default, (g, torch.tanh(x)), {}),
+        ("silu_backward", aten.silu_backward.default, (g, x), {}),
+        ("_softmax_backward_data", aten._softmax_backward_data.default,
+         (g, y, -1, torch.float32), {}),
+        ("_log_softmax_backward_data", aten._log_softmax_backward_data.default,
+         (g, logy, 1, torch.float32), {}),
+    ]
+
+
+def _npu(value: object) -> object:
+    return value.npu() if isinstance(value, torch.Tensor) else value
+
+
+@pytest.mark.parametrize("name,op,args,kwargs", _cases(), ids=[c[0] for c in _cases()])
+def test_backward_op_runs_on_the_device_and_matches_cpu(name, op, args, kwargs) -> None:
+    device_args = tuple(map(_npu, args))
+    line = runtime.reset_timeline()
+    got = op(*device_args, **kwargs)
+    (event,) = line.events
+    assert_close(got.cpu(), op(*args, **kwargs), rtol=1e-5, atol=1e-6)
+    assert (event.op, event.kind) == (str(op).rsplit(".", 1)[0], "device")
+    assert event.cycles > 0 and event.flops > 0
+
+
+def test_mlp_backward_runs_on_the_device_with_cpu_gradients() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 10))
+    x, target = torch.randn(8, 16), torch.randn(8, 10).softmax(-1)
+    device_model = __import__("copy").deepcopy(model).npu()
+
+    def loss_of(m: torch.nn.Module, inputs: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+        return -(want * torch.log_softmax(m(inputs), -1)).sum()
+
+    loss_of(model, x, target).backward()
+    x_npu, target_npu = x.npu(), target.npu()
+    line = runtime.reset_timeline()
+    loss_of(device_model, x_npu, target_npu).backward()
+    for cpu_param, npu_param in zip(model.parameters(), device_model.parameters()):
+        assert_close(npu_param.grad.cpu(), cpu_param.grad, rtol=1e-4, atol=1e-5)
+    on_device = {e.op for e in line.events if e.kind == "device"}
+    assert {"aten.threshold_backward", "aten.gelu_backward",
+            "aten._log_softmax_backward_data"} <= on_device
+    assert not [e.op for e in line.events if e.kind == "host"]
