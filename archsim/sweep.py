@@ -68,6 +68,22 @@ class Workload:
     def name(self) -> str:
         return self.model if isinstance(self.model, str) else self.model.name
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """A program travels to other processes as its ``.rbln`` text: a used Program
+        caches read-only mappings, which do not pickle."""
+        options = (self.batch, self.seq, self.layers, self.dtype, self.perf_only)
+        if isinstance(self.model, str):
+            return Workload, (self.model, *options)
+        from compiler.ir.text import print_program
+
+        return _workload_from_text, (print_program(self.model), self.model.name, *options)
+
+
+def _workload_from_text(text: str, name: str, *options: Any) -> Workload:
+    from compiler.ir.text import parse_program
+
+    return Workload(parse_program(text, source=name), *options)
+
 
 @dataclass(frozen=True)
 class PointTask:
@@ -191,8 +207,7 @@ def _run_process_pool(tasks: Sequence[PointTask], workers: int) -> Iterator[Swee
         yield from _run_serial(tasks, workers)
         return
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["archsim.sweep", "archsim.cli.workloads", "torch",
-                                    "compiler"])
+    context.set_forkserver_preload(_preload(tasks))
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)),
                              mp_context=context) as pool:
         futures = [pool.submit(run_point, task) for task in tasks]
@@ -202,6 +217,17 @@ def _run_process_pool(tasks: Sequence[PointTask], workers: int) -> Iterator[Swee
         finally:
             for future in futures:
                 future.cancel()
+
+
+def _preload(tasks: Sequence[PointTask]) -> list[str]:
+    """Modules the pool's server imports once (torch takes seconds per process), if
+    the points compile models; only the first pool of a process starts the server."""
+    modules = ["archsim.sweep", "archsim.simulator"]
+    if any(isinstance(task.workload.model, str) for task in tasks):
+        # torch._dynamo and torch.export load lazily on the first export (~2 s)
+        modules += ["torch", "torch._dynamo", "torch.export", "compiler",
+                    "archsim.cli.workloads"]
+    return modules
 
 
 def _run_ray(tasks: Sequence[PointTask], workers: int) -> Iterator[SweepPoint]:

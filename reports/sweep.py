@@ -81,7 +81,8 @@ def _sram_peak_per_core(data: ReportData) -> int:
 
 METRICS: dict[str, Metric] = {
     "latency_cycles": Metric("latency (cycles)", lambda d: d.total_cycles, format_cycles),
-    "latency_us": Metric("latency", lambda d: d.seconds * 1e6, lambda v: format_us(v * 1e-6)),
+    "latency_us": Metric("latency", lambda d: d.cycles_to_us(d.total_cycles),
+                         lambda v: format_us(v * 1e-6)),
     "matrix_utilization": Metric("matrix util", lambda d: _ratio(d.achieved_flops, d.peak_flops),
                                  lambda v: f"{100 * v:.1f}%"),
     "dram_bandwidth_utilization": Metric(
