@@ -30,6 +30,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,10 +64,6 @@ class Workload:
     layers: int | None = None
     dtype: str | None = None
     perf_only: bool = True
-
-    @property
-    def name(self) -> str:
-        return self.model if isinstance(self.model, str) else self.model.name
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """A program travels to other processes as its ``.rbln`` text: a used Program
@@ -214,6 +211,10 @@ def _run_process_pool(tasks: Sequence[PointTask], workers: int) -> Iterator[Swee
         try:
             for future in as_completed(futures):
                 yield future.result()
+        except BrokenProcessPool:
+            raise ArchsimError("a sweep worker process died: out of memory, or a script "
+                               "calls sweep() outside 'if __name__ == \"__main__\":' "
+                               "(workers import the main script)") from None
         finally:
             for future in futures:
                 future.cancel()
@@ -224,8 +225,10 @@ def _preload(tasks: Sequence[PointTask]) -> list[str]:
     the points compile models; only the first pool of a process starts the server."""
     modules = ["archsim.sweep", "archsim.simulator"]
     if any(isinstance(task.workload.model, str) for task in tasks):
-        # torch._dynamo and torch.export load lazily on the first export (~2 s)
-        modules += ["torch", "torch._dynamo", "torch.export", "compiler",
+        # torch loads these lazily on the first export and compile (~3 s)
+        modules += ["torch", "torch._dynamo", "torch.export", "torch._export",
+                    "torch._functorch.aot_autograd", "torch._inductor.decomposition",
+                    "networkx", "compiler.compile", "compiler.lowerings", "compiler.kernels",
                     "archsim.cli.workloads"]
     return modules
 
@@ -278,6 +281,9 @@ def sweep(model: str | Program, config: str | Path | NpuConfig,
     workloads' options. ``backend`` is a key of :data:`BACKENDS`; ``workers`` defaults
     to ``os.cpu_count()``. ``on_point(point, done, total)`` is called as each point
     finishes (in completion order).
+
+    The process pool's workers import the main script, as with any multiprocessing: in
+    a script, call this under ``if __name__ == "__main__":`` (notebooks need nothing).
     """
     run = BACKENDS.get(backend)
     if run is None:

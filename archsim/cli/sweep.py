@@ -42,7 +42,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "(latency vs --cost). Sweeps are performance-only by default: only "
                     "timing matters, and cycles equal those of a functional run. A point "
                     "whose values are invalid or whose model does not fit is listed with "
-                    "its error; the other points still run.",
+                    "its error; the other points still run (the exit status is 1 only if "
+                    "no point ran).",
         epilog="example: archsim sweep gemm --config atom --grid core.matrix.rows=64,128,256 "
                "--grid dram.channels=8,16 --out sweep/")
     p.add_argument("model", metavar="MODEL",
