@@ -234,6 +234,7 @@ class _HappensBefore:
         self.clocks: _Clocks | None = None
 
     def ordered(self, first: int, then: int) -> bool:
+        """Does command ``first`` finish before command ``then`` starts?"""
         engine_index = self.engine_index
         if engine_index[first] == engine_index[then]:
             return self.queue_pos[first] < self.queue_pos[then]
