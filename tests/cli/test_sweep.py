@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from archsim.sweep import BACKENDS, SweepPoint, grid_points, point_label, sweep
 from compiler.ir import DType, Load, SramRef, Store, Unary, UnaryKind
 from compiler.ir.builder import ProgramBuilder
 from compiler.ir.ops import Program
+from compiler.ir.text import save_program
 from reports.data import ReportData
 from reports.sweep import by_latency, pareto_points, sweep_table, sweep_to_json
 
@@ -191,6 +193,21 @@ class TestProcessPool:
         pooled = sweep(exp8, "tiny", grid, backend="process", workers=2)
         assert without_wall_time(pooled) == without_wall_time(serial)
         assert [p.status for p in pooled].count("invalid config") == 2
+
+    def test_script_without_main_guard(self, tmp_path: Path, exp8: Program) -> None:
+        save_program(exp8, tmp_path / "exp8.rbln")
+        script = tmp_path / "no_guard.py"
+        script.write_text("from archsim.sweep import sweep\n"
+                          "from compiler.ir.text import load_program\n"
+                          f"sweep(load_program({str(tmp_path / 'exp8.rbln')!r}), 'tiny', "
+                          "{'dram.channels': [1, 2]}, workers=2)\n")
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines()[-1] == (
+            "archsim.errors.ArchsimError: a sweep worker process died: out of memory, or a "
+            "script calls sweep() outside 'if __name__ == \"__main__\":' (workers import the "
+            "main script)")
 
     def test_process_is_the_default_backend(self) -> None:
         assert list(BACKENDS) == ["serial", "process", "ray"]
