@@ -224,7 +224,8 @@ def _preload(tasks: Sequence[PointTask]) -> list[str]:
     """Modules the pool's server imports once (torch takes seconds per process), if
     the points compile models; only the first pool of a process starts the server."""
     modules = ["archsim.sweep", "archsim.simulator"]
-    if any(isinstance(task.workload.model, str) for task in tasks):
+    if any(isinstance(task.workload.model, str) and not task.workload.model.endswith(".rbln")
+           for task in tasks):
         # torch loads these lazily on the first export and compile (~3 s)
         modules += ["torch", "torch._dynamo", "torch.export", "torch._export",
                     "torch._functorch.aot_autograd", "torch._inductor.decomposition",
@@ -234,15 +235,19 @@ def _preload(tasks: Sequence[PointTask]) -> list[str]:
 
 
 def _run_ray(tasks: Sequence[PointTask], workers: int) -> Iterator[SweepPoint]:
-    """Ray tasks: on the cluster this process is connected to, else a local Ray started
-    with ``workers`` CPUs."""
+    """Ray tasks: on the Ray this process is connected to, else on the cluster
+    ``RAY_ADDRESS`` names, else on a new local Ray with ``workers`` CPUs. Workers must
+    be able to import archsim (local ones share this Python)."""
     try:
         import ray
     except ImportError:
         raise ArchsimError("the ray backend needs Ray: pip install ray "
                            "(or pip install 'archsim[ray]')") from None
-    if not ray.is_initialized():
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    if not ray.is_initialized() and os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False)
+    elif not ray.is_initialized():
+        ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                 log_to_driver=False)
     remote = ray.remote(run_point)
     pending = [remote.remote(task) for task in tasks]
     try:

@@ -63,8 +63,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help=f"points run in parallel (default: the CPU count, "
                         f"{os.cpu_count()} here; 1 runs them one by one in this process)")
     p.add_argument("--ray", action="store_true",
-                   help="run points as Ray tasks (on the connected cluster, else a local "
-                        "Ray with --workers CPUs); needs pip install 'archsim[ray]'")
+                   help="run points as Ray tasks (on the cluster RAY_ADDRESS names, else "
+                        "on a new local Ray with --workers CPUs); needs pip install "
+                        "'archsim[ray]'")
     p.add_argument("--cost", choices=tuple(COST_METRICS), default="peak_flops",
                    help="hardware cost for the Pareto front (default: peak_flops)")
     p.add_argument("--out", metavar="DIR",

@@ -228,11 +228,15 @@ class TestRay:
                                  "--grid", f"{CHANNELS}=1", "-q")
         assert (code, out, err) == (1, "", f"archsim: error: {message}\n")
 
-    def test_ray_gives_the_serial_points(self, exp8: Program) -> None:
+    def test_ray_gives_the_serial_points(self, exp8: Program, tmp_path_factory) -> None:
         ray = pytest.importorskip("ray")
         grid = {CHANNELS: [1, 2, "x"], DMA_BW: [32]}
+        # Connected beforehand (here: to keep Ray's files in the test's temp dir), the
+        # sweep uses that Ray as it is.
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _temp_dir=str(tmp_path_factory.mktemp("ray")))
         try:
-            pooled = sweep(exp8, "tiny", grid, backend="ray", workers=2)
+            pooled = sweep(exp8, "tiny", grid, backend="ray")
         finally:
             ray.shutdown()
         assert without_wall_time(pooled) == without_wall_time(
