@@ -10,10 +10,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from archsim.sweep import SweepPoint
 
 GRID_SYNTAX = "expected PATH=V1,V2,... (e.g. core.matrix.rows=64,128,256)"
 
@@ -76,14 +80,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=None,
                    help="number of layers (built-in transformer models)")
     p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
-                   help="model dtype (built-in models; default: the matrix engine's "
-                        "native dtype)")
+                   help="model dtype (built-in models; default: each point's matrix "
+                        "engine's native dtype, f32 with --functional)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--perf-only", dest="perf_only", action="store_true", default=True,
                       help="performance-only: shapes only, no data (the default)")
     mode.add_argument("--functional", dest="perf_only", action="store_false",
-                      help="also compute the numbers and check them against torch (slower; "
-                           "same cycles)")
+                      help="run with data (f32 unless --dtype) instead: slower, and the "
+                           "same cycles for the same dtype")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no per-point progress on stderr")
     p.set_defaults(handler=run)
@@ -92,7 +96,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from archsim.cli.commands import resolve_config
-    from archsim.cli.main import EXIT_USAGE
     from archsim.sweep import SweepPoint, sweep
 
     import reports
@@ -101,12 +104,12 @@ def run(args: argparse.Namespace) -> int:
     for path, values in args.grid:
         if path in grid:
             return _usage(f"argument --grid: {path} is given twice; list all its values "
-                          f"in one --grid", EXIT_USAGE)
+                          f"in one --grid")
         grid[path] = values
     fixed = [item for item in args.overrides if item.partition("=")[0].strip() in grid]
     if fixed:
         return _usage(f"argument --set: {fixed[0].partition('=')[0].strip()} is also swept "
-                      f"by --grid; drop one", EXIT_USAGE)
+                      f"by --grid; drop one")
     base = resolve_config(args.config, args.overrides)
 
     def report(point: SweepPoint, done: int, total: int) -> None:
@@ -126,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if any(p.ok for p in points) else 1
 
 
-def _write(points, args: argparse.Namespace, grid: dict[str, tuple[Any, ...]],
+def _write(points: Sequence[SweepPoint], args: argparse.Namespace, grid: dict[str, tuple[Any, ...]],
            out: Path) -> None:
     import reports
 
@@ -147,9 +150,12 @@ def _write(points, args: argparse.Namespace, grid: dict[str, tuple[Any, ...]],
     print(f"\nwrote {out}/: {written}")
 
 
-def _usage(message: str, code: int) -> int:
+def _usage(message: str) -> int:
+    """An argument error found after parsing, printed like argparse's own."""
+    from archsim.cli.main import EXIT_USAGE
+
     print(f"archsim sweep: error: {message}", file=sys.stderr)
-    return code
+    return EXIT_USAGE
 
 
 __all__ = ["GRID_SYNTAX", "add_parser", "grid_axis", "run"]
