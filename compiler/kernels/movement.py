@@ -11,16 +11,26 @@ from compiler.graph import Value
 from compiler.ir.operands import DramRef, Scalar, Slice
 from compiler.ir.ops import Binary, BinaryKind, Gather
 from compiler.kernels.common import Box, Context, box_shape, ceil_div
-from compiler.kernels.vector import choose_tile, load_box, store_box, sub, tiles_of
+from compiler.kernels.vector import (
+    MIN_TILE_BYTES,
+    choose_tile,
+    load_box,
+    store_box,
+    sub,
+    tiles_of,
+)
 from compiler.plan import Kernel
 
 
 def _copy(ctx: Context, src: Value, dst: Value, offset: tuple[int, ...], source: str,
           first_core: int = 0) -> int:
-    """Copy all of ``src`` into ``dst`` at ``offset`` (per dim), tiled; returns tiles."""
+    """Copy all of ``src`` into ``dst`` at ``offset`` (per dim), tiled so that every
+    core's DMA engines take part; returns tiles."""
     sets = ctx.sets
-    budget = ctx.capacity // sets
     item = src.dtype.itemsize
+    budget = ctx.capacity // sets
+    if ctx.cores > 1:  # one core gains nothing from smaller tiles
+        budget = min(budget, max(MIN_TILE_BYTES, _numel(src.shape) * item // (2 * ctx.cores)))
     tile = choose_tile(src.shape, set(), budget,
                        lambda t: _numel(t) * item, source)
     boxes = tiles_of(src.shape, tile)
@@ -57,29 +67,39 @@ def lower_cat_kernel(ctx: Context, kernel: Kernel) -> None:
 
 
 def lower_pad_kernel(ctx: Context, kernel: Kernel) -> None:
+    """Border strips are stored from a filled SRAM buffer, the interior is copied.
+    The left and right strips are one narrow run per row (each rounded up to the DRAM
+    access granularity), so the strips are cut along the leading dims and spread over
+    every core's DMA engines rather than queued on one."""
     node = kernel.anchor
     spec: g.Pad = node.spec
     x, out = node.inputs[0], node.out
     top, bottom, left, right = spec.pads
     lead = out.shape[:-2]
     h, w = out.shape[-2:]
-    lead_box = tuple((0, n) for n in lead)
     strips = [((0, top), (0, w)), ((h - bottom, h), (0, w)),
               ((top, h - bottom), (0, left)), ((top, h - bottom), (w - right, w))]
     strips = [s for s in strips if s[0][1] > s[0][0] and s[1][1] > s[1][0]]
     item = out.dtype.itemsize
     strip_elems = max((_numel(box_shape(s)) for s in strips), default=1)
-    fill_tile = choose_tile(lead + (1,), set(), ctx.capacity // 4,
+    # enough leading-dim tiles that every core gets some strips
+    spread = _numel(lead) * strip_elems * item * len(strips) // ctx.cores
+    fill_tile = choose_tile(lead + (1,), set(), min(ctx.capacity // 4, spread),
                             lambda t: _numel(t) * strip_elems * item, node.source)
-    arena = Arena("sram0", ctx.capacity)
-    fill = arena.alloc(fill_tile[:-1] + (strip_elems,), out.dtype, "pad fill")
-    ctx.em.emit("core0.vpu", Binary(BinaryKind.add, Scalar(spec.value), Scalar(0.0), fill),
-                node.source)
-    for lead_tile in tiles_of(lead, fill_tile[:-1]):
-        for rows, cols in strips:
-            box = lead_tile + (rows, cols)
-            store_box(ctx, out, box, sub(fill, box_shape(box)), 0, node.source)
-    _copy(ctx, x, out, (0,) * len(lead) + (top, left), node.source, 1 % ctx.cores)
+    stores = [(lead_tile + (rows, cols)) for lead_tile in tiles_of(lead, fill_tile[:-1])
+              for rows, cols in strips]
+    cores = min(ctx.cores, len(stores))
+    fills = []
+    for core in range(cores):
+        fill = Arena(f"sram{core}", ctx.capacity).alloc(fill_tile[:-1] + (strip_elems,),
+                                                        out.dtype, "pad fill")
+        ctx.em.emit(f"core{core}.vpu",
+                    Binary(BinaryKind.add, Scalar(spec.value), Scalar(0.0), fill), node.source)
+        fills.append(fill)
+    for i, box in enumerate(stores):
+        store_box(ctx, out, box, sub(fills[i % cores], box_shape(box)), i % cores,
+                  node.source)
+    _copy(ctx, x, out, (0,) * len(lead) + (top, left), node.source, len(stores) % ctx.cores)
 
 
 def _gather_tile(ctx: Context, count: int, cols: int, index_bytes: int, row_item: int,

@@ -15,9 +15,10 @@ from compiler_helpers import config
 
 aten = torch.ops.aten
 
-FLOORS = {"atom": 0.25, "tpu-v3": 0.14}
-"""Useful matrix utilization (atom 0.270, tpu-v3 0.161 when written; 0.03 before the
-pixel-streaming schedule)."""
+FLOORS = {"atom": 0.30, "tpu-v3": 0.14}
+"""Useful matrix utilization (atom 0.324 since the pad kernel spreads its border stores
+and interior copy over every core, 0.271 before; tpu-v3 (one core) 0.156; 0.03 before
+the pixel-streaming schedule)."""
 
 
 @pytest.mark.parametrize("preset", sorted(FLOORS))
