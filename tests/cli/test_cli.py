@@ -9,22 +9,13 @@ from pathlib import Path
 import pytest
 
 from archsim.cli.main import main
-from compiler.ir import DType, Load, SramRef, Store, Unary, UnaryKind
-from compiler.ir.builder import ProgramBuilder
 from compiler.ir.text import save_program
 
 
 @pytest.fixture
-def program_file(tmp_path: Path) -> Path:
-    b = ProgramBuilder("exp8")
-    b.tensor("x", (8, 8), DType.f32, "in")
-    b.tensor("y", (8, 8), DType.f32, "out")
-    t0, t1 = SramRef("sram0", 0, (8, 8), DType.f32), SramRef("sram0", 256, (8, 8), DType.f32)
-    load = b.add("core0.dma0", Load(b.ref("x"), t0), source="aten.exp")
-    exp = b.add("core0.vpu", Unary(UnaryKind.exp, t0, t1), [load], source="aten.exp")
-    b.add("core0.dma0", Store(t1, b.ref("y")), [exp], source="aten.exp")
+def program_file(tmp_path: Path, exp8) -> Path:
     path = tmp_path / "exp8.rbln"
-    save_program(b.build(), path)
+    save_program(exp8, path)
     return path
 
 
