@@ -228,44 +228,47 @@ class _Run:
     # event. Transfers share links, so their end comes from the flow network.
 
     def _drain(self) -> None:
-        ready = self.ready
-        while ready:
-            self._advance(ready.pop())
-
-    def _advance(self, engine: _Engine) -> None:
-        if engine.busy:
-            return
+        """Advance every ready engine through its queue until it starts a transfer,
+        waits on a dependency or runs out of commands (one loop for all of them: this
+        is the simulator's innermost code)."""
         deps, starts, ends, steps = self.deps, self.starts, self.ends, self.steps
-        waiters, functional = self.waiters, self.executor is not None
-        queue = engine.queue
-        pos = engine.pos
-        free = engine.free_at
-        count = len(queue)
-        while pos < count:
-            i = queue[pos]
-            start = free
-            for d in deps[i]:
-                end = ends[d]
-                if end < 0:
-                    waiters.setdefault(d, []).append(engine)
-                    engine.pos, engine.free_at = pos, free
-                    return
-                if end > start:
-                    start = end
-            starts[i] = start
-            if functional:
-                self.execute_command(i)
-            fixed, links, nbytes, solo = steps[i]
-            if links:
-                engine.pos, engine.free_at, engine.busy = pos, free, True
-                self.network.transfer(links, nbytes, solo, start + fixed, i)
-                return
-            free = ends[i] = start + fixed
-            woken = waiters.pop(i, None)
-            if woken:
-                self.ready.extend(woken)
-            pos += 1
-        engine.pos, engine.free_at = pos, free
+        waiters, ready, transfer = self.waiters, self.ready, self.network.transfer
+        functional = self.executor is not None
+        while ready:
+            engine = ready.pop()
+            if engine.busy:
+                continue
+            queue = engine.queue
+            pos = engine.pos
+            free = engine.free_at
+            count = len(queue)
+            while pos < count:
+                i = queue[pos]
+                start = free
+                for d in deps[i]:
+                    end = ends[d]
+                    if end < 0:  # wait: the engine is ready again when d ends
+                        waiters.setdefault(d, []).append(engine)
+                        break
+                    if end > start:
+                        start = end
+                else:
+                    starts[i] = start
+                    if functional:
+                        self.execute_command(i)
+                    fixed, links, nbytes, solo = steps[i]
+                    if links:  # in flight until the flow network says it ended
+                        engine.busy = True
+                        transfer(links, nbytes, solo, start + fixed, i)
+                        break
+                    free = ends[i] = start + fixed
+                    woken = waiters.pop(i, None)
+                    if woken:
+                        ready.extend(woken)
+                    pos += 1
+                    continue
+                break
+            engine.pos, engine.free_at = pos, free
 
     def _transferred(self, finished: list[int]) -> None:
         """Transfers that ended this cycle free their engines and wake their waiters."""
