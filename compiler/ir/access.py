@@ -148,7 +148,7 @@ def dram_writes(op: Op) -> tuple[str, ...]:
     return tuple(ref.tensor for _, ref, is_write in dram_refs(op) if is_write)
 
 
-_SRAM_FIELDS: dict[type[Op], tuple[str, ...]] = {
+SRAM_FIELDS: dict[type[Op], tuple[str, ...]] = {
     cls: tuple(dict.fromkeys(SRAM_READ_FIELDS[cls] + SRAM_WRITE_FIELDS[cls]))
     for cls in SRAM_READ_FIELDS
 }
@@ -159,7 +159,7 @@ def sram_high_water(ops: Iterable[Op]) -> dict[str, int]:
     """Per SRAM space, the highest byte address any of ``ops`` touches."""
     peak: dict[str, int] = {}
     for op in ops:
-        for name in _table_row(_SRAM_FIELDS, op):
+        for name in _table_row(SRAM_FIELDS, op):
             ref = getattr(op, name)
             if type(ref) is SramRef and ref.end > peak.get(ref.space, 0):
                 peak[ref.space] = ref.end

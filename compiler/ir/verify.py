@@ -51,8 +51,7 @@ from archsim.config.model import NpuConfig
 from archsim.errors import VerifyError
 from compiler.ir.access import (
     DRAM_REF_FIELDS,
-    SRAM_READ_FIELDS,
-    SRAM_WRITE_FIELDS,
+    SRAM_FIELDS,
     dram_refs,
     sram_operands,
 )
@@ -277,7 +276,7 @@ class _Fields:
 
     @classmethod
     def of(cls, op_type: type[Op]) -> "_Fields":
-        sram = tuple(dict.fromkeys(SRAM_READ_FIELDS[op_type] + SRAM_WRITE_FIELDS[op_type]))
+        sram = SRAM_FIELDS[op_type]
         dram = DRAM_REF_FIELDS.get(op_type, ())
         dram_names = {name for name, _ in dram}
         other = tuple(f.name for f in dataclasses.fields(op_type)
