@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from archsim.errors import LoweringError
 from compiler import graph as g
 from compiler.graph import Graph, Operand, Shape, Value
@@ -179,6 +181,14 @@ class GraphBuilder:
 
     def splat(self, value: float, shape: Shape, dtype: DType) -> Value:
         return self.add(g.Splat(float(value)), (), tuple(shape), dtype, "full")
+
+    def arange(self, count: int, shape: Shape, scale: int = 1) -> Value:
+        """A compile-time i64 tensor of ``0, scale, 2*scale...`` (``count`` of them,
+        laid out as ``shape``): row offsets, column numbers."""
+        value = self.add(g.Constant(), (), tuple(shape), DType.i64, "arange")
+        self.graph.constants[value.id] = (np.arange(count, dtype=np.int64) * scale).reshape(
+            shape)
+        return value
 
 
 def _scalar(x: Operand, dtype: DType) -> Operand:

@@ -79,6 +79,10 @@ BACKWARD: tuple[OpOverload, ...] = (
 """Autograd's backward ops: compiled through torch's core-ATen decompositions (the
 compiler has no lowering of its own for them), as in compiled training graphs."""
 
+LOSS: tuple[OpOverload, ...] = (aten.nll_loss_forward.default, aten.nll_loss_backward.default)
+"""``cross_entropy`` is ``log_softmax`` + ``nll_loss``; nll_loss also goes through the
+decompositions (each row's target is picked by a select against the column numbers)."""
+
 IN_PLACE: dict[OpOverload, OpOverload] = {
     aten.add_.Tensor: aten.add.Tensor, aten.sub_.Tensor: aten.sub.Tensor,
     aten.mul_.Tensor: aten.mul.Tensor, aten.div_.Tensor: aten.div.Tensor,
@@ -92,8 +96,8 @@ COMPILE_AS: dict[OpOverload, OpOverload] = {
 """Ops that reach the device under another name than the one the compiler lowers."""
 
 COMPILED_OPS: tuple[OpOverload, ...] = (
-    *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *IN_PLACE,
-    *COMPILE_AS,
+    *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS,
+    *IN_PLACE, *COMPILE_AS,
 )
 """Every op whose eager calls on npu go through the compiler and the simulator."""
 

@@ -12,6 +12,7 @@ from compiler import graph as g
 from compiler.graph import Value, base_of
 from compiler.graph_builder import GraphBuilder, normalize_dim
 from compiler.ir.dtypes import DType
+from compiler.ir.ops import BinaryKind, ReduceKind
 from compiler.lowerings.registry import lowering
 
 aten = torch.ops.aten
@@ -154,13 +155,41 @@ def lower_index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Val
 @lowering(aten.gather.default)
 def lower_gather(b: GraphBuilder, x: Value, dim: int, index: Value,
                  sparse_grad: bool = False) -> Value:
-    if len(x.shape) != 2 or len(index.shape) != 2 or normalize_dim(dim, 2, b.source) != 0:
-        raise NotImplementedError("gather is an indexed DMA only along dim 0 of 2-D tensors")
+    if len(x.shape) != 2 or len(index.shape) != 2:
+        raise NotImplementedError("gather is lowered only on 2-D tensors")
+    if normalize_dim(dim, 2, b.source) == 1:
+        return _gather_one_per_row(b, x, index)
     if base_of(x) is not x or index.shape[1] > x.shape[1] or 0 in index.shape:
         raise NotImplementedError("gather needs a dense table at least as wide as the index")
     if index.dtype not in _INDEX_DTYPES:
         index = b.cast(index, DType.i64)
     return b.add(g.Gather(per_column=True), (x, index), index.shape, x.dtype, "gather")
+
+
+def _gather_one_per_row(b: GraphBuilder, x: Value, index: Value) -> Value:
+    """``x[i, index[i, 0]]`` (nll_loss picking each row's target): the row masked to its
+    picked column against the column numbers, then summed — vector work over the rows,
+    where an indexed DMA would need the table as one-element rows."""
+    if index.shape != (x.shape[0], 1):
+        raise NotImplementedError("gather along dim 1 is lowered only with one index per "
+                                  "row")
+    columns = b.arange(x.shape[1], (1, x.shape[1]))
+    hit = b.binary(BinaryKind.eq, b.cast(index, DType.i64), columns)
+    return b.reduce(ReduceKind.sum, b.select(hit, x, 0), (1,), keepdim=True)
+
+
+@lowering(aten.scatter.value)
+def lower_scatter_value(b: GraphBuilder, x: Value, dim: int, index: Value,
+                        value: float) -> Value:
+    """``x`` with ``value`` at one index per row along the last dim (nll_loss's
+    backward): a select against the column numbers, no scatter DMA needed."""
+    if len(x.shape) < 1 or normalize_dim(dim, len(x.shape), b.source) != len(x.shape) - 1 \
+            or index.shape != x.shape[:-1] + (1,):
+        raise NotImplementedError("scatter of a value is lowered only along the last dim "
+                                  "with one index per row")
+    columns = b.arange(x.shape[-1], (1,) * (len(x.shape) - 1) + (x.shape[-1],))
+    hit = b.binary(BinaryKind.eq, b.cast(index, DType.i64), columns)
+    return b.select(hit, value, x)
 
 
 _INDEX_DTYPES = (DType.i32, DType.i64)

@@ -1,6 +1,6 @@
-"""Autograd's backward ops run on the device in eager mode: the compiler lowers them
-through torch's core-ATen decompositions (they have no lowering of their own), and the
-numbers equal torch's on CPU."""
+"""Autograd's backward ops and nll_loss run on the device in eager mode: the compiler
+lowers them through torch's core-ATen decompositions (they have no lowering of their
+own), and the numbers equal torch's on CPU."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def _cases() -> list[tuple[str, object, tuple, dict]]:
     torch.manual_seed(0)
     g, x = torch.randn(6, 10), torch.randn(6, 10)
     y, logy = torch.softmax(x, -1), torch.log_softmax(x, -1)
+    target = torch.tensor([3, 7, 0, 9, -100, 2])  # -100: ignored
     return [
         ("threshold_backward", aten.threshold_backward.default, (g, x, 0.0), {}),
         ("gelu_backward", aten.gelu_backward.default, (g, x), {}),
@@ -30,6 +31,10 @@ def _cases() -> list[tuple[str, object, tuple, dict]]:
          (g, y, -1, torch.float32), {}),
         ("_log_softmax_backward_data", aten._log_softmax_backward_data.default,
          (g, logy, 1, torch.float32), {}),
+        ("nll_loss_forward", aten.nll_loss_forward.default,
+         (logy, target, None, 1, -100), {}),
+        ("nll_loss_backward", aten.nll_loss_backward.default,
+         (torch.tensor(1.0), logy, target, None, 1, -100, torch.tensor(5.0)), {}),
     ]
 
 
@@ -43,21 +48,24 @@ def test_backward_op_runs_on_the_device_and_matches_cpu(name, op, args, kwargs) 
     line = runtime.reset_timeline()
     got = op(*device_args, **kwargs)
     (event,) = line.events
-    assert_close(got.cpu(), op(*args, **kwargs), rtol=1e-5, atol=1e-6)
+    want = op(*args, **kwargs)
+    for got_one, want_one in zip(*((t,) if isinstance(t, torch.Tensor) else t
+                                   for t in (got, want))):
+        assert_close(got_one.cpu(), want_one, rtol=1e-5, atol=1e-6)
     assert (event.op, event.kind) == (str(op).rsplit(".", 1)[0], "device")
     assert event.cycles > 0 and event.flops > 0
 
 
-def test_mlp_backward_runs_on_the_device_with_cpu_gradients() -> None:
+def test_mlp_cross_entropy_backward_runs_on_the_device_with_cpu_gradients() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 32), torch.nn.GELU(),
                                 torch.nn.Linear(32, 10))
-    x, target = torch.randn(8, 16), torch.randn(8, 10).softmax(-1)
+    x, target = torch.randn(8, 16), torch.tensor([1, 4, 9, 0, 3, 3, 7, 2])
     device_model = __import__("copy").deepcopy(model).npu()
 
     def loss_of(m: torch.nn.Module, inputs: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
-        return -(want * torch.log_softmax(m(inputs), -1)).sum()
+        return F.cross_entropy(m(inputs), want)
 
     loss_of(model, x, target).backward()
     x_npu, target_npu = x.npu(), target.npu()
@@ -66,6 +74,6 @@ def test_mlp_backward_runs_on_the_device_with_cpu_gradients() -> None:
     for cpu_param, npu_param in zip(model.parameters(), device_model.parameters()):
         assert_close(npu_param.grad.cpu(), cpu_param.grad, rtol=1e-4, atol=1e-5)
     on_device = {e.op for e in line.events if e.kind == "device"}
-    assert {"aten.threshold_backward", "aten.gelu_backward",
-            "aten._log_softmax_backward_data"} <= on_device
+    assert {"aten.threshold_backward", "aten.gelu_backward", "aten._log_softmax_backward_data",
+            "aten.nll_loss_forward", "aten.nll_loss_backward"} <= on_device
     assert not [e.op for e in line.events if e.kind == "host"]

@@ -316,7 +316,9 @@ class TestAutograd:
             return out
 
         cpu, npu = losses("cpu"), losses("npu")
-        assert npu == cpu
+        # cross_entropy's nll_loss now runs on the device, whose sum adds in another
+        # order than torch's CPU kernel: equal to the last bit or two
+        assert_close(npu, cpu, rtol=1e-6, atol=0)
         assert npu[2] < npu[0]
 
     def test_exit_right_after_backward(self) -> None:
