@@ -114,8 +114,9 @@ class FlowNetwork:
     # -- internals ------------------------------------------------------------------
     def _begin(self, _event: simpy.Event) -> None:
         """The flows due this cycle join; empty ones finish on the spot."""
-        batch = self._starting.pop(self.env.now)
-        self._advance()
+        now = self.env.now
+        batch = self._starting.pop(now)
+        self._advance(now)
         flows, demand, limit, over = self._flows, self._demand, self._limit, self._oversubscribed
         empty = []
         for flow in batch:
@@ -129,7 +130,7 @@ class FlowNetwork:
                     over.add(link)
         if over:
             self._share()
-        self._schedule_wake()
+        self._schedule_wake(now)
         if empty:
             self.on_finish(empty)
 
@@ -137,9 +138,9 @@ class FlowNetwork:
         now = self.env.now
         self._armed.discard(now)
         if self._wake_at != now:  # set before flows slowed down (or all left)
-            self._arm()
+            self._arm(now)
             return
-        self._advance()
+        self._advance(now)
         finished = [f for f in self._flows if f.remaining <= f.rate * _DONE]
         if finished:
             self._flows = still = [f for f in self._flows if f.remaining > f.rate * _DONE]
@@ -154,7 +155,7 @@ class FlowNetwork:
             else:
                 for f in still:
                     f.rate = f.solo
-        self._schedule_wake()
+        self._schedule_wake(now)
         if finished:
             self.on_finish([f.token for f in finished])
 
@@ -193,32 +194,31 @@ class FlowNetwork:
                 g.rate = share
             return
 
-    def _advance(self) -> None:
+    def _advance(self, now: int) -> None:
         """Drain the bytes moved since the last update at the current rates."""
-        now = self.env.now
         elapsed = now - self._updated_at
         if elapsed:
             for f in self._flows:
                 f.remaining -= f.rate * elapsed
             self._updated_at = now
 
-    def _schedule_wake(self) -> None:
+    def _schedule_wake(self, now: int) -> None:
         """Set the next completion (rates just changed) and make sure a wake-up event
         comes no later."""
         if not self._flows:
             self._wake_at = -1
             return
         # the ceiling is monotone: ceil of the soonest exact finish = the soonest ceil
-        self._wake_at = self.env.now + whole_cycles(
+        self._wake_at = now + whole_cycles(
             min([f.remaining / f.rate for f in self._flows]))
-        self._arm()
+        self._arm(now)
 
-    def _arm(self) -> None:
+    def _arm(self, now: int) -> None:
         wake_at = self._wake_at
         if wake_at < 0 or (self._armed and min(self._armed) <= wake_at):
             return
         self._armed.add(wake_at)
-        self.env.timeout(wake_at - self.env.now).callbacks.append(self._on_wake)
+        self.env.timeout(wake_at - now).callbacks.append(self._on_wake)
 
     def _water_fill(self) -> None:
         """Max-min fair rates, each flow also limited by its solo rate (its cap, or a
