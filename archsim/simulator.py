@@ -89,15 +89,7 @@ class _Plan:
         """Distinct costs; ``timings[kinds[i]]`` is command i's."""
         self.kinds = kinds
         kind_of = np.asarray(kinds, dtype=np.intp)
-        # engine queues, in order of each engine's first command
-        numbers: dict[str, int] = {}
-        engine_of = np.asarray([numbers.setdefault(e, len(numbers)) for e in engines],
-                               dtype=np.intp)[kind_of]
-        order = np.argsort(engine_of, kind="stable")
-        bounds = np.searchsorted(engine_of[order], np.arange(len(numbers) + 1)).tolist()
-        self.queues: dict[str, list[int]] = {
-            engine: order[bounds[k]:bounds[k + 1]].tolist() for engine, k in numbers.items()}
-        self.engine_index: list[int] = engine_of.tolist()
+        self.queues, self.engine_index = _engine_queues(engines, kind_of)
         self.steps = [steps[k] for k in kinds]
         """Per command: (fixed cycles, links, bytes, solo rate) — what the run reads."""
         self.link_names = tuple(chip.network.names)
@@ -128,6 +120,20 @@ class _Plan:
 
 
 _Step = tuple[int, tuple[int, ...], float, float]
+
+
+def _engine_queues(engines: list[str], kind_of: np.ndarray) -> tuple[dict[str, list[int]],
+                                                                     list[int]]:
+    """Each engine's queue (command indices in program order), engines in order of
+    their first command, and each command's engine number. ``engines[k]`` is the engine
+    of cost kind ``k``; ``kind_of[i]`` is command i's kind."""
+    numbers: dict[str, int] = {}
+    engine_of = np.asarray([numbers.setdefault(e, len(numbers)) for e in engines],
+                           dtype=np.intp)[kind_of]
+    order = np.argsort(engine_of, kind="stable")
+    bounds = np.searchsorted(engine_of[order], np.arange(len(numbers) + 1)).tolist()
+    queues = {engine: order[bounds[k]:bounds[k + 1]].tolist() for engine, k in numbers.items()}
+    return queues, engine_of.tolist()
 
 
 class _ProgramCache:
