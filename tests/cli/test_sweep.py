@@ -215,7 +215,8 @@ class TestRay:
         assert (code, out, err) == (1, "", f"archsim: error: {message}\n")
 
     def test_ray_gives_the_serial_points(self, exp8: Program, tmp_path_factory) -> None:
-        ray = pytest.importorskip("ray")
+        import ray  # in the test extra: the Ray backend is tested for real
+
         grid = {CHANNELS: [1, 2, "x"], DMA_BW: [32]}
         # Connected beforehand (here: to keep Ray's files in the test's temp dir), the
         # sweep uses that Ray as it is.
