@@ -23,6 +23,20 @@ def lower_view(b: GraphBuilder, x: Value, shape: list[int]) -> Value:
     return b.view(x, tuple(shape))
 
 
+@lowering(aten.flatten.using_ints)
+def lower_flatten(b: GraphBuilder, x: Value, start_dim: int = 0, end_dim: int = -1) -> Value:
+    """``torch.flatten`` (kept whole when a program is exported without decompositions,
+    as ``archsim run`` does): a view."""
+    if not x.shape:
+        return b.view(x, (1,))
+    start = normalize_dim(start_dim, len(x.shape), b.source)
+    end = normalize_dim(end_dim, len(x.shape), b.source)
+    merged = 1
+    for n in x.shape[start:end + 1]:
+        merged *= n
+    return b.view(x, x.shape[:start] + (merged,) + x.shape[end + 1:])
+
+
 @lowering(aten.alias.default, aten.detach.default, aten.clone.default,
           aten.contiguous.default, aten.lift_fresh_copy.default)
 def lower_identity(b: GraphBuilder, x: Value, *args: Any, **kwargs: Any) -> Value:

@@ -55,3 +55,4 @@ def test_scatter_along_the_first_dim_is_host_work() -> None:
     compiled = compile_op(aten.scatter.value, (x, 0, torch.zeros(1, 10, dtype=torch.long), 2.0),
                           {}, config("tiny"))
     assert compiled.fallbacks == ("scatter_value: aten.scatter.value",)
+

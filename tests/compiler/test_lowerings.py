@@ -346,3 +346,12 @@ def test_flash_attention_never_holds_the_score_matrix() -> None:
     scores = 512 * 512 * 4
     assert max(result.sram_peak_bytes.values()) <= cfg.core.scratchpad.size_bytes < scores
     assert not [t for t in compiled.program.tensors if t.role == "temp"]
+
+
+@pytest.mark.parametrize("dims", [(1, -1), (0, 1), (2, 3), (-2, -1)])
+def test_flatten_is_a_view(dims: tuple[int, int]) -> None:
+    # archsim run exports without decompositions, so torch.flatten arrives whole (it
+    # ran on the host in ResNet before it had a lowering)
+    x = torch.randn(2, 3, 4, 5)
+    compiled, _ = check_op(aten.flatten.using_ints, (x, *dims), "tiny")
+    assert not compiled.fallbacks
