@@ -89,6 +89,19 @@ def lower_expand(b: GraphBuilder, x: Value, size: list[int], *, implicit: bool =
     return b.broadcast(x, shape)
 
 
+@lowering(aten.repeat_interleave.self_int)
+def lower_repeat_interleave(b: GraphBuilder, x: Value, repeats: int, dim: int | None = None,
+                            *, output_size: int | None = None) -> Value:
+    """Each slice along ``dim`` ``repeats`` times in a row (grouped-query attention's
+    K/V heads): a broadcast along a new axis after ``dim``, merged into it."""
+    if dim is None:
+        x, dim = b.view(x, (-1,)), 0
+    d = normalize_dim(dim, len(x.shape), b.source)
+    split = x.shape[:d + 1] + (1,) + x.shape[d + 1:]
+    wide = b.broadcast(b.view(x, split), split[:d + 1] + (repeats,) + split[d + 2:])
+    return b.view(wide, x.shape[:d] + (x.shape[d] * repeats,) + x.shape[d + 1:])
+
+
 @lowering(aten.slice.Tensor)
 def lower_slice(b: GraphBuilder, x: Value, dim: int = 0, start: int | None = None,
                 end: int | None = None, step: int = 1) -> Value:

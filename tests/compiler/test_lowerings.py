@@ -355,3 +355,12 @@ def test_flatten_is_a_view(dims: tuple[int, int]) -> None:
     x = torch.randn(2, 3, 4, 5)
     compiled, _ = check_op(aten.flatten.using_ints, (x, *dims), "tiny")
     assert not compiled.fallbacks
+
+
+@pytest.mark.parametrize("dim", [1, -1, None])
+def test_repeat_interleave_of_kv_heads(dim: int | None) -> None:
+    # grouped-query attention repeats each K/V head for its query heads (llama-small
+    # ran it as host work)
+    x = torch.randn(1, 2, 5, 4)
+    compiled, _ = check_op(aten.repeat_interleave.self_int, (x, 3, dim), "tiny")
+    assert not compiled.fallbacks
