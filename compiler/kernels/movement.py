@@ -28,11 +28,11 @@ def _copy(ctx: Context, src: Value, dst: Value, offset: tuple[int, ...], source:
     core's DMA engines take part; returns tiles."""
     sets = ctx.sets
     item = src.dtype.itemsize
-    budget = ctx.capacity // sets
-    if ctx.cores > 1:  # one core gains nothing from smaller tiles
-        budget = min(budget, max(MIN_TILE_BYTES, _numel(src.shape) * item // (2 * ctx.cores)))
-    tile = choose_tile(src.shape, set(), budget,
-                       lambda t: _numel(t) * item, source)
+    # one core gains nothing from smaller tiles
+    spread = max(MIN_TILE_BYTES, _numel(src.shape) * item // (2 * ctx.cores)) \
+        if ctx.cores > 1 else None
+    tile = choose_tile(src.shape, set(), ctx.capacity // sets,
+                       lambda t: _numel(t) * item, source, spread)
     boxes = tiles_of(src.shape, tile)
     cores = min(ctx.cores, len(boxes))
     bufs = []
@@ -84,8 +84,8 @@ def lower_pad_kernel(ctx: Context, kernel: Kernel) -> None:
     strip_elems = max((_numel(box_shape(s)) for s in strips), default=1)
     # enough leading-dim tiles that every core gets some strips
     spread = _numel(lead) * strip_elems * item * len(strips) // ctx.cores
-    fill_tile = choose_tile(lead + (1,), set(), min(ctx.capacity // 4, spread),
-                            lambda t: _numel(t) * strip_elems * item, node.source)
+    fill_tile = choose_tile(lead + (1,), set(), ctx.capacity // 4,
+                            lambda t: _numel(t) * strip_elems * item, node.source, spread)
     stores = [(lead_tile + (rows, cols)) for lead_tile in tiles_of(lead, fill_tile[:-1])
               for rows, cols in strips]
     cores = min(ctx.cores, len(stores))

@@ -137,8 +137,16 @@ def sub(ref: SramRef, shape: tuple[int, ...], element_offset: int = 0) -> SramRe
 
 
 def choose_tile(space: tuple[int, ...], whole: set[int], budget: int,
-                bytes_of: Callable[[tuple[int, ...]], int], what: str) -> tuple[int, ...]:
-    """Largest leading-dims-split tile within ``budget`` bytes; whole axes never split."""
+                bytes_of: Callable[[tuple[int, ...]], int], what: str,
+                target: int | None = None) -> tuple[int, ...]:
+    """Largest leading-dims-split tile within ``budget`` bytes; whole axes never split.
+
+    ``target`` (bytes) asks for smaller tiles, to spread them over cores; it is a wish,
+    not a limit: a tile that cannot be that small is as small as it can be, if that
+    fits the budget."""
+    if target is not None:
+        smallest = bytes_of(tuple(n if d in whole else 1 for d, n in enumerate(space)))
+        budget = min(budget, max(target, smallest))
     tile = list(space)
     if bytes_of(tuple(tile)) <= budget:
         return tuple(tile)
@@ -359,11 +367,7 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     total = bytes_of(space)
     target = max(MIN_TILE_BYTES, total // (2 * ctx.cores)) if ctx.cores > 1 or sets > 1 \
         else budget
-    # the target spreads tiles over cores; a tile that cannot be that small (its
-    # reduced axes are long) may still fit the budget
-    smallest = bytes_of(tuple(n if d in group.whole_axes else 1 for d, n in enumerate(space)))
-    tile = choose_tile(space, group.whole_axes, min(budget, max(target, smallest)), bytes_of,
-                       kernel.name)
+    tile = choose_tile(space, group.whole_axes, budget, bytes_of, kernel.name, target)
     boxes = tiles_of(space, tile)
     cores = min(ctx.cores, len(boxes))
     layouts = []

@@ -364,3 +364,14 @@ def test_repeat_interleave_of_kv_heads(dim: int | None) -> None:
     x = torch.randn(1, 2, 5, 4)
     compiled, _ = check_op(aten.repeat_interleave.self_int, (x, 3, dim), "tiny")
     assert not compiled.fallbacks
+
+
+def test_padded_single_channel_conv_on_many_cores() -> None:
+    # the pad kernel cuts its border strips along the leading dims to spread them over
+    # cores; with one image of one channel there is a single leading element, which
+    # must still be a tile (this raised CapacityError on atom's 8 cores)
+    torch.manual_seed(0)
+    x, w = torch.randn(1, 1, 28, 28), torch.randn(8, 1, 3, 3)
+    compiled, _ = check_op(aten.convolution.default,
+                           (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), "atom")
+    assert not compiled.fallbacks
