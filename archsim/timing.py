@@ -63,8 +63,9 @@ def _box(ref: DramRef) -> tuple[Any, ...]:
 
 
 def _shape(operand: Any) -> Any:
-    """An SRAM operand's shape (a Scalar operand has none)."""
-    return operand.shape if type(operand) is SramRef else None
+    """An SRAM operand's shape and dtype (a Scalar operand has none): vector ops are
+    timed by elements and by the bytes they stream through the scratchpad."""
+    return (operand.shape, operand.dtype) if type(operand) is SramRef else None
 
 
 COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
@@ -73,13 +74,13 @@ COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
     Copy: lambda op: (op.src.space, op.dst.space, op.src.shape, op.src.dtype),
     Gather: lambda op: (_box(op.table), op.indices.shape, op.dst.space),
     MatMul: lambda op: (op.a.shape, op.a.dtype, op.b.shape),
-    Unary: lambda op: (op.kind, op.src.shape, op.dst.shape),
-    Binary: lambda op: (op.kind, _shape(op.a), _shape(op.b), op.dst.shape),
-    Select: lambda op: (_shape(op.cond), _shape(op.a), _shape(op.b), op.dst.shape),
-    Cast: lambda op: (op.src.shape, op.dst.shape),
-    Reduce: lambda op: (op.src.shape, op.dst.shape, op.axis),
-    Transpose: lambda op: (op.src.shape, op.dst.shape),
-    VCopy: lambda op: (op.src.shape, op.dst.shape),
+    Unary: lambda op: (op.kind, _shape(op.src), _shape(op.dst)),
+    Binary: lambda op: (op.kind, _shape(op.a), _shape(op.b), _shape(op.dst)),
+    Select: lambda op: (_shape(op.cond), _shape(op.a), _shape(op.b), _shape(op.dst)),
+    Cast: lambda op: (_shape(op.src), _shape(op.dst)),
+    Reduce: lambda op: (_shape(op.src), _shape(op.dst), op.axis),
+    Transpose: lambda op: (_shape(op.src), _shape(op.dst)),
+    VCopy: lambda op: (_shape(op.src), _shape(op.dst)),
     HostTransfer: lambda op: (_box(op.ref), op.to_device),
     HostOp: lambda op: op.cycles,
 }

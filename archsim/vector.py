@@ -1,10 +1,16 @@
 """The vector engine: ``lanes`` elements per cycle, scaled by each op class's cost.
 
-cycles = pipeline_latency + ceil(elements / lanes) * cost(op class)
-         (+ ceil(log2(axis length)) tree steps for a reduction)
+compute = ceil(elements / lanes) * cost(op class)
+          (+ ceil(log2(axis length)) tree steps for a reduction)
+cycles  = pipeline_latency + max(compute, ceil(sram bytes / sram_bandwidth))
 
 ``elements`` is the larger of what the op reads and writes; the class costs come from
-``config.core.vector.costs`` (cycles per element per lane).
+``config.core.vector.costs`` (cycles per element per lane). Every vector op is a pass
+over SRAM: it loads its operands from the scratchpad and stores its result back, so
+when ``sram_bandwidth_bytes_per_cycle`` is set an op also takes at least the bytes it
+reads and writes over that bandwidth. A multi-pass kernel (layer norm: reduce, center,
+square, reduce, scale) pays one pass per op, as it does on hardware whose vector
+registers hold a small part of a tile.
 """
 
 from __future__ import annotations
@@ -57,13 +63,19 @@ class VectorEngine:
         self.config = config
 
     def timing(self, op: Op) -> CommandTiming:
-        elements = max(numel(ref.shape) for _, ref in sram_operands(op))
+        operands = sram_operands(op)
+        elements = max(numel(ref.shape) for _, ref in operands)
         cls = op_class(op)
         cost = getattr(self.config.costs, cls)
-        cycles = self.config.pipeline_latency_cycles + ceil_div(elements, self.config.lanes) * cost
+        compute = ceil_div(elements, self.config.lanes) * cost
         if isinstance(op, Reduce):
             length = op.src.shape[op.axis]
-            cycles += math.ceil(math.log2(length)) if length > 1 else 0
+            compute += math.ceil(math.log2(length)) if length > 1 else 0
+        bandwidth = self.config.sram_bandwidth_bytes_per_cycle
+        if bandwidth:
+            moved = sum(ref.nbytes for _, ref in operands)
+            compute = max(compute, ceil_div(moved, bandwidth))
+        cycles = self.config.pipeline_latency_cycles + compute
         flops = 0 if cls in ("cast", "copy") or (isinstance(op, Binary) and op.kind in COMPARISON) \
             else elements
         return CommandTiming(fixed_cycles=cycles, flops=flops)

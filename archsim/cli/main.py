@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from archsim.errors import ArchsimError
@@ -79,9 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "results to DIR")
     compare.set_defaults(handler=commands.compare)
 
-    from archsim.cli import sweep
+    from archsim.cli import sweep, validate
 
     sweep.add_parser(sub)
+    validate.add_parser(sub)
 
     configs = sub.add_parser("configs", help="list hardware presets with their peak numbers")
     configs.set_defaults(handler=commands.configs)
@@ -103,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # torch.export's own use of a deprecated pytree API; nothing a user can act on
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

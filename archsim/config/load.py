@@ -9,6 +9,7 @@ dotted path and value.
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import fields, is_dataclass
 from importlib import resources
@@ -108,13 +109,16 @@ def _build(cls: type, data: Any, path: str, problems: list[str]) -> Any:
                 problems.append(f"{field_path}: missing")
             continue
         values[name] = _convert(hints[name], data[name], field_path, problems)
-    if any(v is None for v in values.values()) or len(problems) > 0:
+    if problems:  # every failed conversion adds one; optional fields may be None
         # keep collecting problems in sibling blocks, but build nothing invalid
         return None
     return cls(**values)
 
 
 def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
+    optional = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(optional) == 1:
+        return None if value is None else _convert(optional[0], value, path, problems)
     if is_dataclass(hint):
         return _build(hint, value, path, problems)
     if typing.get_origin(hint) is typing.Literal:

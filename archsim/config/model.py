@@ -11,6 +11,11 @@ from typing import Any, Literal
 
 Dataflow = Literal["ws", "os", "is"]
 DATAFLOWS: tuple[str, ...] = ("ws", "os", "is")
+Precision = Literal["default", "high", "highest"]
+F32_PASSES: dict[str, int] = {"default": 1, "high": 3, "highest": 6}
+"""bf16 passes an f32 matmul takes on a 16-bit array under each precision policy, as
+XLA defines them (``jax.lax.Precision``): DEFAULT rounds the operands to bf16 (one
+pass), HIGH is bf16x3 (three passes), HIGHEST is bf16x6 (six passes)."""
 MATRIX_INPUT_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "i8")
 MATRIX_ACCUMULATOR_DTYPES: tuple[str, ...] = ("f32", "i32")
 
@@ -44,9 +49,15 @@ class MatrixConfig:
     dataflow: Dataflow
     input_dtype: str
     accumulator_dtype: str
-    f32_passes: int = 3
-    """Passes an f32 matmul takes on an array whose native input is 16-bit
-    (like TPUs' bf16x3 "high" precision); 1 when the array's input_dtype is f32."""
+    f32_precision: Precision = "high"
+    """How an f32 matmul runs on an array whose native input is 16-bit: ``default``
+    (one bf16 pass, what XLA does on TPUs unless a program asks for more), ``high``
+    (bf16x3) or ``highest`` (bf16x6); see :data:`F32_PASSES`. Timing only: functional
+    runs compute in f32. Ignored when the array's input_dtype is f32."""
+
+    @property
+    def f32_passes(self) -> int:
+        return F32_PASSES[self.f32_precision]
 
     @property
     def macs_per_cycle(self) -> int:
@@ -70,6 +81,10 @@ class VectorConfig:
     lanes: int
     pipeline_latency_cycles: int
     costs: VectorCostsConfig = field(default_factory=VectorCostsConfig)
+    sram_bandwidth_bytes_per_cycle: int | None = None
+    """Scratchpad bytes per cycle the vector unit's loads and stores move together: an
+    op that streams its operands from SRAM and its result back takes at least
+    (bytes read + bytes written) / this. None: not modelled (compute-bound only)."""
 
 
 @dataclass(frozen=True)
@@ -223,7 +238,7 @@ def ceil_div(a: int, b: int) -> int:
 
 
 __all__ = [
-    "CoreConfig", "DATAFLOWS", "Dataflow", "DmaConfig", "DramConfig", "HostLinkConfig",
-    "MatrixConfig", "NocConfig", "NpuConfig", "ScratchpadConfig", "SharedSramConfig",
-    "VectorConfig", "VectorCostsConfig", "ceil_div",
+    "CoreConfig", "DATAFLOWS", "Dataflow", "DmaConfig", "DramConfig", "F32_PASSES",
+    "HostLinkConfig", "MatrixConfig", "NocConfig", "NpuConfig", "Precision",
+    "ScratchpadConfig", "SharedSramConfig", "VectorConfig", "VectorCostsConfig", "ceil_div",
 ]

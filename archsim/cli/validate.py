@@ -1,0 +1,53 @@
+"""``archsim validate``: simulated against measured cycles for the rows of a CSV file.
+
+See :mod:`archsim.validate` for the file format and :mod:`archsim.validation_workloads`
+for the workload names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``validate`` on the subparsers of ``archsim``."""
+    from archsim.config import DEFAULT_PRESET
+
+    p = sub.add_parser(
+        "validate", help="compare simulated cycles with measured cycles from a CSV file",
+        description="Simulate every workload of DATA.csv (a 'workload' column and one "
+                    "column of measured cycles named '*cycles') on --config, performance-"
+                    "only in float32 inputs, and print measured vs simulated cycles per "
+                    "row, the signed error, the roofline bound and the mean absolute "
+                    "error. Workload names: gemm_MxKxN, conv_BxHxWxCINxCOUTxKxSTRIDExPAD, "
+                    "layernorm_NxD, softmax_NxM, attention_HxSxD, bert_base, bert_large, "
+                    "resnet18, resnet50.")
+    p.add_argument("data", metavar="DATA.csv", help="measurements, e.g. "
+                   "../shared/data/tpuv3-calibration.csv")
+    p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
+                   help=f"preset name or YAML file (default: {DEFAULT_PRESET}; the TPU v3 "
+                        f"measurements are for tpu-v3)")
+    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                   dest="overrides", help="override a config field by dotted path, e.g. "
+                                          "core.matrix.f32_precision=high (repeatable)")
+    p.add_argument("--workload", "-w", action="append", default=[], metavar="NAME",
+                   help="only this row of DATA.csv (repeatable)")
+    p.add_argument("--json", metavar="FILE", help="also write the rows and the mean "
+                                                   "absolute error as JSON to FILE")
+    p.set_defaults(handler=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from archsim.cli.commands import resolve_config
+    from archsim.validate import validate, write_json
+
+    config = resolve_config(args.config, args.overrides)
+    report = validate(args.data, config, args.workload or None)
+    print(report.table())
+    if args.json:
+        write_json(report, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0

@@ -1,0 +1,114 @@
+"""``archsim validate`` and the workloads a measurements file names."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from archsim.cli.main import main
+from archsim.config import load_config
+from archsim.validate import ValidationDataError, read_measurements, validate
+from archsim.validation_workloads import WorkloadNameError, build_workload
+
+SMALL = {"gemm_128x256x64": 5000.0, "layernorm_64x768": 2000.0, "softmax_64x128": 900.0,
+         "attention_2x64x32": 1500.0, "conv_2x8x8x16x32x3x1x1": 4000.0}
+
+
+@pytest.fixture
+def small_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "small.csv"
+    rows = "".join(f"{name},{cycles}\n" for name, cycles in SMALL.items())
+    path.write_text("workload,npu_cycles\n" + rows)
+    return path
+
+
+class TestWorkloads:
+    def test_gemm_is_a_matmul_of_the_named_shapes(self) -> None:
+        module, (a, b) = build_workload("gemm_3x5x7")
+        assert a.shape == (3, 5) and b.shape == (5, 7)
+        torch.testing.assert_close(module(a, b), a @ b)
+
+    def test_conv_is_bias_free_and_channels_last(self) -> None:
+        module, (x,) = build_workload("conv_2x9x9x4x6x3x2x1")
+        assert module.bias is None and (module.stride, module.padding) == ((2, 2), (1, 1))
+        assert x.shape == (2, 4, 9, 9) and x.is_contiguous(memory_format=torch.channels_last)
+        assert module(x).shape == (2, 6, 5, 5)
+
+    def test_attention_core_is_the_written_out_formula(self) -> None:
+        module, (q, k, v) = build_workload("attention_3x16x8")
+        expected = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8), dim=-1) @ v
+        torch.testing.assert_close(module(q, k, v), expected)
+
+    def test_norms_and_softmax(self) -> None:
+        ln, (x,) = build_workload("layernorm_4x768")
+        torch.testing.assert_close(ln(x), torch.nn.functional.layer_norm(x, (768,)))
+        sm, (y,) = build_workload("softmax_4x6")
+        torch.testing.assert_close(sm(y), torch.softmax(y, dim=1))
+
+    def test_bert_layer_uses_a_relu_ffn(self) -> None:
+        module, (x,) = build_workload("bert_base_s16")
+        assert x.shape == (1, 16, 768) and module(x).shape == (1, 16, 768)
+        assert module.intermediate.out_features == 3072
+
+    def test_unknown_names_list_the_accepted_forms(self) -> None:
+        with pytest.raises(WorkloadNameError, match=r"unknown workload 'gemm_1x2': expected "
+                                                    r"one of the forms gemm_512x512x512, "):
+            build_workload("gemm_1x2")
+
+
+class TestMeasurements:
+    def test_reads_rows(self, small_csv: Path) -> None:
+        rows = read_measurements(small_csv)
+        assert [(r.workload, r.cycles) for r in rows] == list(SMALL.items())
+
+    @pytest.mark.parametrize(("text", "message"), [
+        ("name,cycles\ngemm_1x1x1,3\n", r"expected a header with a 'workload' column"),
+        ("workload,cycles\ngemm_1x1x1,-3\n", r"line 2: expected a workload name and a "
+                                             r"positive cycle count, got 'gemm_1x1x1', '-3'"),
+        ("workload,cycles\n", r"no measurement rows after the header"),
+    ])
+    def test_bad_files_are_named(self, tmp_path: Path, text: str, message: str) -> None:
+        path = tmp_path / "bad.csv"
+        path.write_text(text)
+        with pytest.raises(ValidationDataError, match=message):
+            read_measurements(path)
+
+
+class TestValidate:
+    def test_rows_never_beat_their_roofline(self, small_csv: Path) -> None:
+        report = validate(small_csv, load_config("tpu-v3"))
+        assert [r.workload for r in report.rows] == list(SMALL)
+        for row in report.rows:
+            assert row.simulated_cycles >= row.roofline_cycles > 0, row
+            assert row.error == pytest.approx(row.simulated_cycles / row.measured_cycles - 1)
+        assert report.mean_absolute_error == pytest.approx(
+            sum(abs(r.error) for r in report.rows) / len(SMALL))
+
+    def test_precision_policy_changes_the_f32_gemm(self, small_csv: Path) -> None:
+        config = load_config("tpu-v3")
+        default = validate(small_csv, config, ["gemm_128x256x64"]).rows[0]
+        highest = validate(small_csv, config.with_overrides(
+            {"core.matrix.f32_precision": "highest"}), ["gemm_128x256x64"]).rows[0]
+        assert highest.simulated_cycles > default.simulated_cycles
+
+    def test_cli_prints_the_table_and_writes_json(self, small_csv: Path, tmp_path: Path,
+                                                  capsys) -> None:
+        out_json = tmp_path / "v.json"
+        code = main(["validate", str(small_csv), "-c", "tpu-v3", "-w", "softmax_64x128",
+                     "--json", str(out_json)])
+        out, _ = capsys.readouterr()
+        assert code == 0
+        assert "softmax_64x128" in out and "gemm_128x256x64" not in out
+        assert "mean absolute error over 1 workloads on tpu-v3" in out
+        data = json.loads(out_json.read_text())
+        assert data["rows"][0]["measured_cycles"] == SMALL["softmax_64x128"]
+        assert data["mean_absolute_error"] == pytest.approx(abs(data["rows"][0]["error"]))
+
+    def test_cli_errors_are_one_line(self, tmp_path: Path, capsys) -> None:
+        assert main(["validate", str(tmp_path / "none.csv")]) == 1
+        _, err = capsys.readouterr()
+        assert err == f"archsim: error: no such measurements file: {tmp_path / 'none.csv'}\n"
