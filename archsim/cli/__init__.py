@@ -6,7 +6,7 @@
     archsim show PROGRAM.rbln
     archsim report RESULT.json
 
-MODEL is a built-in workload (``archsim run --list``), a Python file defining a model
+MODEL is a built-in workload (``archsim workloads``), a Python file defining a model
 and example inputs, or a saved ``.rbln`` program. This is the application layer: it
 imports the compiler and torch lazily, only for the commands that need them.
 """

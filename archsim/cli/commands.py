@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from archsim.config import NpuConfig, load_config, preset_names
+from archsim.config import DEFAULT_PRESET, NpuConfig, load_config, preset_names
 from archsim.errors import ArchsimError, ConfigError
 
 
@@ -168,8 +168,14 @@ def show(args: argparse.Namespace) -> int:
     from compiler.ir.text import load_program, print_program
     from compiler.ir.verify import verify
 
-    program = load_program(args.program)
-    config = resolve_config(args.config, args.overrides)
+    path = Path(args.program)
+    if not path.is_file():
+        raise ArchsimError(f"no such program file: {path} (expected a saved .rbln program)")
+    program = load_program(path)
+    # A program compiled for one preset is checked against that preset unless the
+    # user names another: 'valid for atom' about a tiny program would be wrong.
+    name = args.config or program.target or DEFAULT_PRESET
+    config = resolve_config(name, args.overrides)
     print(print_program(program), end="")
     verify(program, config)
     engines = sorted({c.engine for c in program.commands})

@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def workload_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("model", metavar="MODEL",
-                       help="built-in workload (see --list), a .py file, or a .rbln program")
+                       help="built-in workload (see 'archsim workloads'), a .py file, or a .rbln program")
         p.add_argument("--batch", type=int, default=None, help="batch size (built-in models)")
         p.add_argument("--seq", type=int, default=None,
                        help="sequence length (built-in language models)")
@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print and verify a saved .rbln program")
     show.add_argument("program", metavar="PROGRAM.rbln")
     config_args(show)
-    show.set_defaults(handler=commands.show)
+    # Default: the target named in the program's header (then the default preset).
+    show.set_defaults(handler=commands.show, config=None)
 
     report = sub.add_parser("report", help="re-render the report of a saved result.json")
     report.add_argument("result", metavar="RESULT.json")

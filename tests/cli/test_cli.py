@@ -50,6 +50,20 @@ class TestShow:
         assert "archsim: error: program 'exp8' is invalid" in err
         assert "unknown engine 'core9.vpu'" in err
 
+    def test_missing_file_is_one_line(self, capsys, tmp_path: Path) -> None:
+        code, out, err = run_cli(capsys, "show", str(tmp_path / "nope.rbln"))
+        assert code == 1 and out == ""
+        assert err == f"archsim: error: no such program file: {tmp_path / 'nope.rbln'} " \
+                      "(expected a saved .rbln program)\n"
+
+    def test_program_target_is_the_default_config(self, capsys, program_file: Path) -> None:
+        text = program_file.read_text().splitlines()
+        text[0] = text[0].split(" target=")[0] + " target=tiny"
+        program_file.write_text("\n".join(text) + "\n")
+        code, out, _ = run_cli(capsys, "show", str(program_file))
+        assert code == 0
+        assert "valid for tiny" in out and "valid for atom" not in out
+
 
 class TestRun:
     def test_rbln_program_report(self, capsys, program_file: Path) -> None:
