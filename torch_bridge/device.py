@@ -21,7 +21,8 @@ __all__ = [
     "get_amp_supported_dtype", "get_config", "is_available", "is_bf16_supported",
     "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "memory_allocated", "reset_peak_memory_stats", "set_config", "set_device",
-    "synchronize",
+    "synchronize", "get_rng_state", "set_rng_state", "get_rng_state_all",
+    "set_rng_state_all", "memory_reserved", "max_memory_reserved", "empty_cache",
 ]
 
 
@@ -74,6 +75,37 @@ def manual_seed(seed: int) -> None:
 
 def manual_seed_all(seed: int) -> None:
     manual_seed(seed)
+
+
+def get_rng_state(device: int | str | torch.device = "npu") -> torch.Tensor:
+    """The state of the generator npu random ops use (a CPU uint8 tensor)."""
+    return torch.default_generator.get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: int | str | torch.device = "npu") -> None:
+    """Restore a state from :func:`get_rng_state`: the same random numbers follow."""
+    torch.default_generator.set_state(new_state.to("cpu", torch.uint8))
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state()]
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    set_rng_state(new_states[0])
+
+
+def memory_reserved(device: int | str | torch.device | None = None) -> int:
+    """No caching allocator: reserved memory is the allocated memory."""
+    return storage.allocator.in_use_bytes
+
+
+def max_memory_reserved(device: int | str | torch.device | None = None) -> int:
+    return storage.allocator.peak_bytes
+
+
+def empty_cache() -> None:
+    """A no-op: freed npu storages are released at once (nothing is cached)."""
 
 
 def memory_allocated(device: int | str | torch.device | None = None) -> int:
