@@ -22,3 +22,19 @@ def test_memory_reserved_tracks_allocated() -> None:
     assert torch.npu.max_memory_reserved() >= torch.npu.memory_reserved()
     torch.npu.empty_cache()
     del x
+
+
+def test_properties_and_mem_info_come_from_the_preset() -> None:
+    cfg = torch.npu.get_config()
+    props = torch.npu.get_device_properties(0)
+    assert props.total_memory == cfg.dram.capacity_bytes
+    assert props.multi_processor_count == cfg.cores
+    assert torch.npu.get_device_name(0) == cfg.name
+    free, total = torch.npu.mem_get_info()
+    assert total == cfg.dram.capacity_bytes
+    assert free == total - torch.npu.memory_allocated()
+    x = torch.empty(256, device="npu")
+    stats = torch.npu.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.npu.memory_allocated()
+    assert stats["allocated_bytes.all.peak"] == torch.npu.max_memory_allocated()
+    del x
