@@ -9,6 +9,7 @@ seeds CPU too and ``torch.manual_seed`` reproduces CPU numbers on npu.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -21,7 +22,9 @@ __all__ = [
     "get_amp_supported_dtype", "get_config", "is_available", "is_bf16_supported",
     "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "memory_allocated", "reset_peak_memory_stats", "set_config", "set_device",
-    "synchronize",
+    "synchronize", "get_rng_state", "set_rng_state", "get_rng_state_all",
+    "set_rng_state_all", "get_device_properties", "get_device_name", "mem_get_info",
+    "memory_stats", "memory_reserved", "max_memory_reserved", "empty_cache",
 ]
 
 
@@ -74,6 +77,78 @@ def manual_seed(seed: int) -> None:
 
 def manual_seed_all(seed: int) -> None:
     manual_seed(seed)
+
+
+def get_rng_state(device: int | str | torch.device = "npu") -> torch.Tensor:
+    """The state of the generator npu random ops use (a CPU uint8 tensor)."""
+    return torch.default_generator.get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: int | str | torch.device = "npu") -> None:
+    """Restore a state from :func:`get_rng_state`: the same random numbers follow."""
+    torch.default_generator.set_state(new_state.to("cpu", torch.uint8))
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state()]
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    set_rng_state(new_states[0])
+
+
+def memory_reserved(device: int | str | torch.device | None = None) -> int:
+    """No caching allocator: reserved memory is the allocated memory."""
+    return storage.allocator.in_use_bytes
+
+
+def max_memory_reserved(device: int | str | torch.device | None = None) -> int:
+    return storage.allocator.peak_bytes
+
+
+def empty_cache() -> None:
+    """A no-op: freed npu storages are released at once (nothing is cached)."""
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What torch.cuda.get_device_properties reports, from the simulated preset."""
+
+    name: str
+    total_memory: int
+    multi_processor_count: int
+    clock_rate_hz: int
+    matrix_arrays_per_core: int
+    matrix_rows: int
+    matrix_cols: int
+    vector_lanes: int
+
+
+def get_device_properties(device: int | str | torch.device | None = None) -> DeviceProperties:
+    cfg = runtime.get_config()
+    m = cfg.core.matrix
+    return DeviceProperties(cfg.name, cfg.dram.capacity_bytes, cfg.cores, cfg.clock_hz,
+                            m.arrays, m.rows, m.cols, cfg.core.vector.lanes)
+
+
+def get_device_name(device: int | str | torch.device | None = None) -> str:
+    return runtime.get_config().name
+
+
+def mem_get_info(device: int | str | torch.device | None = None) -> tuple[int, int]:
+    """(free, total) bytes of device DRAM; total is the preset's DRAM capacity."""
+    total = runtime.get_config().dram.capacity_bytes
+    return max(0, total - storage.allocator.in_use_bytes), total
+
+
+def memory_stats(device: int | str | torch.device | None = None) -> dict[str, int]:
+    """torch.cuda key names for what archsim tracks (bytes held by npu storages)."""
+    now, peak = storage.allocator.in_use_bytes, storage.allocator.peak_bytes
+    stats = {}
+    for kind in ("allocated_bytes", "reserved_bytes", "active_bytes"):
+        stats[f"{kind}.all.current"] = now
+        stats[f"{kind}.all.peak"] = peak
+    return stats
 
 
 def memory_allocated(device: int | str | torch.device | None = None) -> int:
