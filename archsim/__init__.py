@@ -17,8 +17,8 @@ def __getattr__(name: str) -> Any:
     if name == "SimResult":
         from archsim.result import SimResult
         return SimResult
-    if name == "estimate":  # importing the submodule binds it here: rebind the function
-        from archsim.estimate import estimate
+    if name == "estimate":
+        from torch_bridge.estimate import estimate
         globals()["estimate"] = estimate
         return estimate
     if name == "load_config":

@@ -1,6 +1,6 @@
 """``archsim validate``: simulated against measured cycles for the rows of a CSV file.
 
-See :mod:`archsim.validate` for the file format and :mod:`archsim.validation_workloads`
+See :mod:`reports.validation` for the file format and :mod:`reports.validation_workloads`
 for the workload names.
 """
 
@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from archsim.cli.commands import resolve_config
-    from archsim.validate import validate, write_json
+    from reports.validation import validate, write_json
 
     config = resolve_config(args.config, args.overrides)
     report = validate(args.data, config, args.workload or None)

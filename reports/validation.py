@@ -1,7 +1,7 @@
 """``archsim validate``: simulated cycles against measured cycles from a CSV file.
 
 The file has a header row with a ``workload`` column (names as in
-:mod:`archsim.validation_workloads`) and one column of measured cycles whose name ends
+:mod:`reports.validation_workloads`) and one column of measured cycles whose name ends
 in ``cycles`` (``tpuv3_cycles`` in ``../shared/data/tpuv3-calibration.csv``). Each
 workload is built in float32, exported and compiled like ``archsim.estimate`` and
 simulated performance-only; the error of a row is ``simulated / measured - 1``.
@@ -115,8 +115,8 @@ def read_measurements(path: str | Path) -> tuple[Measurement, ...]:
 
 def simulate_workload(name: str, config: NpuConfig) -> tuple[int, int]:
     """(simulated cycles, roofline cycles) of one named workload on ``config``."""
-    from archsim.estimate import estimate
-    from archsim.validation_workloads import build_workload
+    from torch_bridge.estimate import estimate
+    from reports.validation_workloads import build_workload
 
     module, inputs = build_workload(name)
     result = estimate(module, inputs, config)

@@ -119,7 +119,7 @@ def build_workload(name: str) -> tuple[Any, tuple[Any, ...]]:
             return module.eval(), inputs
     examples = ", ".join(f.example for f in FAMILIES)
     raise WorkloadNameError(f"unknown workload {name!r}: expected one of the forms {examples} "
-                            f"(sizes joined by 'x'; see archsim.validation_workloads)")
+                            f"(sizes joined by 'x'; see reports.validation_workloads)")
 
 
 @functools.cache

@@ -1,5 +1,8 @@
 """``archsim.estimate``: a model's latency on an NPU from shapes alone (no weights, no data).
 
+Defined in the bridge layer (it exports and compiles a PyTorch model); ``archsim``
+re-exports it lazily.
+
 The model and inputs are mirrored on the ``meta`` device (parameters and buffers are
 replaced by meta tensors of the same shape and dtype; the caller's model is not touched
 and no weight is copied), exported with ``torch.export``, decomposed to core ATen
