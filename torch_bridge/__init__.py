@@ -16,17 +16,6 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from torch_bridge._registration import is_registered, register
-
-__all__ = ["is_registered", "profile", "register"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "profile":
-        from torch_bridge.profiler import profile
-        return profile
-    raise AttributeError(f"module 'torch_bridge' has no attribute {name!r}")
-
 _autoload_failure_warned = False
 
 
@@ -38,12 +27,32 @@ def _autoload() -> None:
     """
     global _autoload_failure_warned
     try:
+        from torch_bridge._registration import register
+
         register()
     except Exception as exc:  # noqa: BLE001 - must not break `import torch`
         if not _autoload_failure_warned:
             _autoload_failure_warned = True
             warnings.warn(f"archsim npu device not registered: {type(exc).__name__}: {exc}",
                           RuntimeWarning, stacklevel=2)
+
+
+
+# ``import torch`` calls ``_autoload`` through the entry point, which may happen while
+# this module is still initializing (``import torch_bridge`` before torch): define it
+# first and import torch here, before anything else imports it.
+import torch  # noqa: E402,F401
+
+from torch_bridge._registration import is_registered, register  # noqa: E402
+
+__all__ = ["is_registered", "profile", "register"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "profile":
+        from torch_bridge.profiler import profile
+        return profile
+    raise AttributeError(f"module 'torch_bridge' has no attribute {name!r}")
 
 
 _autoload()  # `import torch_bridge` registers too; call register() to see errors raised

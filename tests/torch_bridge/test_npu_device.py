@@ -47,6 +47,14 @@ class TestRegistration:
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == "npu:0"
 
+    def test_import_torch_bridge_before_torch_with_autoload(self) -> None:
+        # torch's autoload re-enters torch_bridge while it is still initializing
+        proc = run_python("import torch_bridge.estimate, archsim, torch; "
+                          "print(torch.ones(1, device='npu').device, callable(archsim.estimate))")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["npu:0", "True"]
+        assert "Warning" not in proc.stderr
+
     def test_register_is_idempotent(self) -> None:
         torch_bridge.register()
         torch_bridge.register()
