@@ -115,10 +115,16 @@ class _Geometry:
         (kh, _), (sh, _), (dh, _) = self.kernel, self.stride, self.dilation
         return ceil_div((ty - 1) * sh + (kh - 1) * dh + 1, sh) * sh
 
-    def pixels(self, ty: int) -> int:
-        """Matmul rows for ``ty`` output rows: every plane column but the last row's
-        tail."""
-        return (ty - 1) * self.plane_cols + self.out_cols
+    def plane_rows(self, ty: int) -> int:
+        return self.rows(ty) // self.stride[0]
+
+    def pixels(self, ty: int, images: int = 1) -> int:
+        """Matmul rows for ``ty`` output rows of ``images`` images stacked in the phase
+        planes (several images only with whole images): every plane column but the last
+        row's tail, and the plane rows between one image's last output row and the
+        next image."""
+        return ((images - 1) * self.plane_rows(ty) + ty - 1) * self.plane_cols + \
+            self.out_cols
 
     def fits(self, ty: int) -> bool:
         """Every row tile's window lies inside the (padded) input."""
@@ -128,21 +134,25 @@ class _Geometry:
         return all(y0 * sh + self.rows(min(ty, self.out_rows - y0)) <= self.in_rows
                    for y0 in range(0, self.out_rows, ty))
 
-    def shift(self, ty: int, i: int, j: int) -> int:
-        """Pixel offset of tap (i, j)'s operand in the phase planes of a ``ty``-row tile."""
+    def shift(self, ty: int, i: int, j: int, images: int = 1) -> int:
+        """Pixel offset of tap (i, j)'s operand in the phase planes of a ``ty``-row tile
+        of ``images`` stacked images (``[sh, sw, images, plane rows, plane cols, c]``)."""
         (sh, sw), (dh, dw) = self.stride, self.dilation
-        plane_rows = self.rows(ty) // sh
+        plane_rows = self.plane_rows(ty) * images
         phase = ((i * dh) % sh) * sw + (j * dw) % sw
         return (phase * plane_rows + (i * dh) // sh) * self.plane_cols + (j * dw) // sw
 
 
 @dataclass(frozen=True)
 class ConvTiling:
-    """A tile is ``out_rows`` output rows x ``out_channels`` output channels of one image
-    and group, accumulated over input-channel chunks of ``in_channels``; each matmul
-    covers ``taps`` consecutive kernel taps (K = taps x in_channels). With
+    """A tile is ``out_rows`` output rows x ``out_channels`` output channels of
+    ``images`` images of one group (several images only when ``out_rows`` is the whole
+    image: they are stacked into one matmul's M, as batch folded into the GEMM's rows),
+    accumulated over input-channel chunks of ``in_channels``; each matmul covers
+    ``taps`` consecutive kernel taps (K = taps x in_channels). With
     ``resident_weights`` every core keeps each weight block it has loaded."""
 
+    images: int
     out_rows: int
     out_channels: int
     in_channels: int
@@ -165,29 +175,31 @@ def _packed_groups(ntaps: int, taps: int) -> int:
     return sum(1 for t in range(0, ntaps, taps) if min(taps, ntaps - t) > 1)
 
 
-def _sram_bytes(geo: _Geometry, ty: int, ot: int, ct: int, taps: int, resident: int,
-                item: int, out_item: int, cast: bool, epi: int, sets: int) -> int:
+def _sram_bytes(geo: _Geometry, ni: int, ty: int, ot: int, ct: int, taps: int,
+                resident: int, item: int, out_item: int, cast: bool, epi: int,
+                sets: int) -> int:
     """Scratchpad one core needs (``resident``: bytes of all weight blocks kept)."""
     kh, kw = geo.kernel
-    m = geo.pixels(ty)
-    window = geo.rows(ty) * geo.cols * ct * item
+    m = geo.pixels(ty, ni)
+    window = ni * geo.rows(ty) * geo.cols * ct * item
     weights = ot * ct * kh * kw * item
     pack = _packed_groups(kh * kw, taps) * m * taps * ct * item
     stage = taps * m * ct * item if taps > 1 else 0
-    acc = ty * geo.plane_cols * ot * 4 + 2 * ty * geo.out_cols * ot * 4 + \
-        ty * geo.out_cols * ot * ((out_item if cast else 0) + epi)
+    out = ni * ty * geo.out_cols * ot
+    acc = m * ot * 4 + 2 * out * 4 + out * ((out_item if cast else 0) + epi)
     kept = resident if resident else sets * weights
     return sets * (2 * window + weights + pack + acc + 16 * 64 * 8) + kept + stage + 8192
 
 
-def choose_conv_tiling(ctx: Context, geo: _Geometry, images: int, cin: int, cout: int,
-                       dtype: DType, out_item: int, cast: bool, epi: int, epi_ops: int,
-                       arrays: int, capacity: int | None = None) -> ConvTiling | None:
+def choose_conv_tiling(ctx: Context, geo: _Geometry, batch: int, groups: int, cin: int,
+                       cout: int, dtype: DType, out_item: int, cast: bool, epi: int,
+                       epi_ops: int, arrays: int,
+                       capacity: int | None = None) -> ConvTiling | None:
     """The tiling with the lowest estimated time (``compiler.cost``) that fits the
     scratchpad; None when no window tiling fits (the caller falls back).
 
-    ``images`` counts (image, group) pairs; ``cin``/``cout`` are per group. ``capacity``
-    (default: the scratchpad) is the SRAM budget the estimate must fit."""
+    ``cin``/``cout`` are per group. ``capacity`` (default: the scratchpad) is the SRAM
+    budget the estimate must fit."""
     config = ctx.config
     capacity = ctx.capacity if capacity is None else capacity
     matrix, vector, dma = config.core.matrix, config.core.vector, config.core.dma
@@ -197,17 +209,19 @@ def choose_conv_tiling(ctx: Context, geo: _Geometry, images: int, cin: int, cout
     lanes, vlat = vector.lanes, vector.pipeline_latency_cycles
     setup = dma.setup_latency_cycles + config.dram.latency_cycles + config.noc.latency_cycles
     granule = config.dram.access_granularity_bytes
+    images = batch * groups
     all_weights = images * cout * cin * ntaps * item
     oh, ow = geo.out_rows, geo.out_cols
     heights = sorted({ceil_div(oh, k) for k in range(1, oh + 1)})
     options = []
-    for ty, ot, ct in itertools.product(heights, _sizes(cout, matrix.cols),
-                                        _sizes(cin, matrix.rows)):
+    shapes = [(1, ty) for ty in heights] + [(ni, oh) for ni in _sizes(batch, 2) if ni > 1]
+    for (ni, ty), ot, ct in itertools.product(shapes, _sizes(cout, matrix.cols),
+                                              _sizes(cin, matrix.rows)):
         if not geo.fits(ty):
             continue
-        m = geo.pixels(ty)
+        m = geo.pixels(ty, ni)
         rows = geo.rows(ty)
-        tiles = images * ceil_div(cout, ot) * ceil_div(oh, ty)
+        tiles = groups * ceil_div(batch, ni) * ceil_div(cout, ot) * ceil_div(oh, ty)
         cores = min(ctx.cores, tiles)
         per_core = ceil_div(tiles, cores)
         # the cores' loads share DRAM once more than one core runs
@@ -216,27 +230,28 @@ def choose_conv_tiling(ctx: Context, geo: _Geometry, images: int, cin: int, cout
         chunks = ceil_div(cin, ct)
         most = min(ntaps, max(1, matrix.rows // ct))
         for g, resident in itertools.product(sorted({1, most}), (all_weights, 0)):
-            need = _sram_bytes(geo, ty, ot, ct, g, resident, item, out_item, cast, epi,
+            need = _sram_bytes(geo, ni, ty, ot, ct, g, resident, item, out_item, cast, epi,
                                ctx.sets)
             if need > capacity:
                 continue
             mm_groups = ceil_div(ntaps, g)
             mxu = chunks * sum(matmul_cycles(m, min(g, ntaps - t) * ct, ot, matrix, dtype)
                                for t in range(0, ntaps, g))
-            window = ct * rows * ceil_div(geo.cols * item, granule) * granule
+            window = ni * ct * rows * ceil_div(geo.cols * item, granule) * granule
             weights = ot * ct * ntaps * item
             weight_share = min(per_core * chunks * weights, all_weights) if resident else \
                 per_core * chunks * weights
-            out_bytes = ot * ty * ow * (out_item + epi)
+            out_bytes = ni * ot * ty * ow * (out_item + epi)
             loads = per_core * chunks * window + weight_share
             dma_cycles = loads / load_bw + per_core * (
                 chunks * 2 * setup / max(1, dma.engines - 1) +
                 out_bytes / dma.bandwidth_bytes_per_cycle)
-            vpu = chunks * (2 * vlat + rows * geo.cols * ct / lanes) + \
+            vpu = chunks * (2 * vlat + ni * rows * geo.cols * ct / lanes) + \
                 weight_share / per_core / item / lanes
             if g > 1:
                 vpu += chunks * _packed_groups(ntaps, g) * (g + 1) * (vlat + g * m * ct / lanes)
-            tail = ty * (vlat + ot * ow / lanes) + (2 + epi_ops) * (vlat + ot * ty * ow / lanes)
+            tail = ni * ty * (vlat + ot * ow / lanes) + \
+                (2 + epi_ops) * (vlat + ni * ot * ty * ow / lanes)
             vpu += tail
             share = min(arrays, per_core)
             fill = 2 * setup + (window + weights) / load_bw
@@ -245,9 +260,10 @@ def choose_conv_tiling(ctx: Context, geo: _Geometry, images: int, cin: int, cout
                         dram_bytes=cores * loads + tiles * out_bytes,
                         serial_cycles=fill + tail + setup + out_bytes /
                         dma.bandwidth_bytes_per_cycle)
-            commands = tiles * (chunks * (4 + mm_groups * (1 + (g + 1) * (g > 1))) + ty + 4)
+            commands = tiles * (chunks * (4 + mm_groups * (1 + (g + 1) * (g > 1))) +
+                                ni * ty + 4)
             options.append((cost.estimate(config), commands,
-                            ConvTiling(ty, ot, ct, g, resident > 0, cost)))
+                            ConvTiling(ni, ty, ot, ct, g, resident > 0, cost)))
     if not options:
         return None
     fastest = min(o[0] for o in options)
@@ -258,13 +274,14 @@ def choose_conv_tiling(ctx: Context, geo: _Geometry, images: int, cin: int, cout
 class _ConvLayout(NamedTuple):
     """A tiling laid out: tile lists and every core's SRAM buffers."""
 
+    ni: int
     ty: int
     ot: int
     ct: int
     ntap: int
     taps: list[tuple[int, int]]
     tap_groups: list[list[tuple[int, int]]]
-    tiles: list[tuple[int, int, int, int]]
+    tiles: list[tuple[tuple[int, int], int, int, int]]
     cores: int
     sets: int
     rows_max: int
@@ -284,23 +301,24 @@ def _conv_buffers(ctx: Context, kernel: Kernel, geo: "_Geometry", tiling: ConvTi
     og = cout // groups
     oh = out.shape[2]
     kh, kw = geo.kernel
-    ty, ot, ct, ntap = tiling.out_rows, tiling.out_channels, tiling.in_channels, tiling.taps
+    ni, ty, ot, ct, ntap = (tiling.images, tiling.out_rows, tiling.out_channels,
+                            tiling.in_channels, tiling.taps)
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     tap_groups = [taps[t:t + ntap] for t in range(0, len(taps), ntap)]
-    tiles = [(nb, gi, y0, o0) for nb in range(batch) for gi in range(groups)
-             for y0 in range(0, oh, ty) for o0 in range(0, og, ot)]
+    tiles = [((n0, min(n0 + ni, batch)), gi, y0, o0) for n0 in range(0, batch, ni)
+             for gi in range(groups) for y0 in range(0, oh, ty) for o0 in range(0, og, ot)]
     cores = min(ctx.cores, len(tiles))
     sets = ctx.sets
-    rows_max, m_max = geo.rows(ty), geo.pixels(ty)
+    rows_max, m_max = geo.rows(ty), geo.pixels(ty, ni)
     packed = _packed_groups(len(taps), ntap)
     bufs = []
     for c in range(cores):
         arena = Arena(f"sram{c}", ctx.capacity)
         bufs.append({
-            "raw": [arena.alloc((ct, rows_max, geo.cols), x.dtype, "conv input window")
+            "raw": [arena.alloc((ni, ct, rows_max, geo.cols), x.dtype, "conv input window")
                     for _ in range(sets)],
-            "planes": [arena.alloc((rows_max * geo.cols, ct), x.dtype, "conv input planes")
-                       for _ in range(sets)],
+            "planes": [arena.alloc((ni * rows_max * geo.cols, ct), x.dtype,
+                                   "conv input planes") for _ in range(sets)],
             "wraw": [arena.alloc((ot, ct, kh, kw), x.dtype, "conv weight tile")
                      for _ in range(sets)],
             "w": [arena.alloc((kh * kw * ct, ot), x.dtype, "conv weight taps")
@@ -311,18 +329,18 @@ def _conv_buffers(ctx: Context, kernel: Kernel, geo: "_Geometry", tiling: ConvTi
             if ntap > 1 else None,
             "packed": [arena.alloc((packed, m_max, ntap * ct), x.dtype, "conv packed taps")
                        for _ in range(sets)] if packed else [],
-            "acc": [arena.alloc((ty * geo.plane_cols, ot), acc_dtype, "conv accumulator")
-                    for _ in range(sets)],
-            "rowt": [arena.alloc((ty, ot, ow), acc_dtype, "conv output rows")
+            "acc": [arena.alloc((max(m_max, ty * geo.plane_cols), ot), acc_dtype,
+                                "conv accumulator") for _ in range(sets)],
+            "rowt": [arena.alloc((ni * ty, ot, ow), acc_dtype, "conv output rows")
                      for _ in range(sets)],
-            "nchw": [arena.alloc((ot, ty * ow), acc_dtype, "conv output tile")
+            "nchw": [arena.alloc((ni, ot, ty * ow), acc_dtype, "conv output tile")
                      for _ in range(sets)],
-            "out": [arena.alloc((ot, ty * ow), out.dtype, "conv output") if cast else None
+            "out": [arena.alloc((ni, ot, ty * ow), out.dtype, "conv output") if cast else None
                     for _ in range(sets)],
-            "epi": [layout(ctx, kernel.group, (1, ot, ty, ow), arena, 1, {out.id})
+            "epi": [layout(ctx, kernel.group, (ni, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
         })
-    return _ConvLayout(ty, ot, ct, ntap, taps, tap_groups, tiles, cores, sets, rows_max,
+    return _ConvLayout(ni, ty, ot, ct, ntap, taps, tap_groups, tiles, cores, sets, rows_max,
                        m_max, packed, bufs)
 
 
@@ -350,7 +368,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     # the buffers of the chosen tiling do not fit, choose again under a smaller budget.
     budget = ctx.capacity
     while True:
-        tiling = choose_conv_tiling(ctx, geo, batch * groups, cg, og, x.dtype,
+        tiling = choose_conv_tiling(ctx, geo, batch, groups, cg, og, x.dtype,
                                     out.dtype.itemsize, cast, _epilogue_bytes(ctx, kernel, out),
                                     epi_ops, arrays, budget)
         if tiling is None:
@@ -362,7 +380,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
             break
         except CapacityError:
             budget = budget * 7 // 8
-    (ty, ot, ct, ntap, taps, tap_groups, tiles, cores, sets, rows_max, m_max, packed,
+    (_, ty, ot, ct, ntap, taps, tap_groups, tiles, cores, sets, rows_max, m_max, packed,
      bufs) = layout_state
     kept: list[dict[tuple[int, int], SramRef]] = [{} for _ in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
@@ -391,7 +409,8 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, wraw), source)
         return dst, Transpose(wraw, sub(dst, (kh, kw, nc, no)), (2, 3, 1, 0))
 
-    for t, (nb, gi, y0, o0) in enumerate(tiles):
+    for t, (nn, gi, y0, o0) in enumerate(tiles):
+        ni = nn[1] - nn[0]
         core = t % cores
         q = tile_counts[core] % sets
         mxu = f"core{core}.mxu{tile_counts[core] % arrays}"
@@ -408,45 +427,52 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
             step_counts[core] += 1
             operands: dict[str, object] = {}
 
-            def load(core=core, b=b, xs=xs, nb=nb, cc=cc, nc=nc, oo=oo, ty_t=ty_t, y0=y0,
-                     c0=c0, operands=operands) -> None:
+            def load(core=core, b=b, xs=xs, nn=nn, ni=ni, cc=cc, nc=nc, oo=oo, ty_t=ty_t,
+                     y0=y0, c0=c0, operands=operands) -> None:
                 em = ctx.em
                 rows = geo.rows(ty_t)
-                m = geo.pixels(ty_t)
+                m = geo.pixels(ty_t, ni)
                 r0 = y0 * geo.stride[0]
-                lead = tuple(Slice(v, v + 1) for v in _lead_index(nb, x.shape[:-3]))
-                ref = DramRef(view.tensor, lead + (Slice(*cc), Slice(r0, r0 + rows),
-                                                   Slice(0, geo.cols)))
-                raw = sub(b["raw"][xs], (nc, rows, geo.cols))
+                ref = DramRef(view.tensor, (Slice(*nn), Slice(*cc), Slice(r0, r0 + rows),
+                                            Slice(0, geo.cols)))
+                raw = sub(b["raw"][xs], (ni, nc, rows, geo.cols))
                 em.emit(em.dma(core, "load"), Load(ref, raw), source)
                 operands["w"], rearrange = weights(core, xs, oo, (c0, c0 + nc))
                 (sh, sw) = geo.stride
                 planes = b["planes"][xs]
-                split = sub(raw, (nc, rows // sh, sh, geo.plane_cols, sw))
-                em.emit(vpu(core), Transpose(
-                    split, sub(planes, (sh, sw, rows // sh, geo.plane_cols, nc)),
-                    (2, 4, 1, 3, 0)), source)
+                if ni == 1:
+                    split = sub(raw, (nc, rows // sh, sh, geo.plane_cols, sw))
+                    em.emit(vpu(core), Transpose(
+                        split, sub(planes, (sh, sw, rows // sh, geo.plane_cols, nc)),
+                        (2, 4, 1, 3, 0)), source)
+                else:
+                    split = sub(raw, (ni, nc, rows // sh, sh, geo.plane_cols, sw))
+                    em.emit(vpu(core), Transpose(
+                        split, sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)),
+                        (3, 5, 0, 2, 4, 1)), source)
                 if rearrange is not None:
                     em.emit(vpu(core), rearrange, source)
                 a_refs = []
                 slot = 0
                 for group in tap_groups:
                     if len(group) == 1:
-                        a_refs.append(sub(planes, (m, nc), geo.shift(ty_t, *group[0]) * nc))
+                        a_refs.append(sub(planes, (m, nc),
+                                          geo.shift(ty_t, *group[0], ni) * nc))
                         continue
                     stage = sub(b["stage"], (len(group), m, nc))
                     for u, (i, j) in enumerate(group):
-                        em.emit(vpu(core), VCopy(sub(planes, (m, nc), geo.shift(ty_t, i, j) * nc),
-                                                 sub(stage, (m, nc), u * m * nc)), source)
+                        em.emit(vpu(core), VCopy(
+                            sub(planes, (m, nc), geo.shift(ty_t, i, j, ni) * nc),
+                            sub(stage, (m, nc), u * m * nc)), source)
                     a = sub(b["packed"][xs], (m, len(group), nc), slot * m_max * ntap * ct)
                     slot += 1
                     em.emit(vpu(core), Transpose(stage, a, (1, 0, 2)), source)
                     a_refs.append(sub(a, (m, len(group) * nc)))
                 operands["a"] = a_refs
 
-            def compute(b=b, q=q, nc=nc, no=no, ty_t=ty_t, first=s == 0, mxu=mxu,
+            def compute(b=b, q=q, nc=nc, no=no, ty_t=ty_t, ni=ni, first=s == 0, mxu=mxu,
                         operands=operands) -> None:
-                m = geo.pixels(ty_t)
+                m = geo.pixels(ty_t, ni)
                 acc = sub(b["acc"][q], (m, no))
                 for k, (group, a) in enumerate(zip(tap_groups, operands["a"])):
                     (i, j) = group[0]
@@ -455,7 +481,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
 
             store = (lambda: None)
             if s == len(chunks) - 1:
-                box = ((nb, nb + 1), oo, (y0, y0 + ty_t), (0, ow))
+                box = (nn, oo, (y0, y0 + ty_t), (0, ow))
                 store = _gemm_finisher(ctx, kernel, core, b, q, box, geo, cast)
             per_core[core].append(TileSteps(load, compute, store))
     pipeline(per_core, sets - 1)
@@ -463,17 +489,19 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
 
 def _gemm_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
                    box: tuple[tuple[int, int], ...], geo: _Geometry, cast: bool):
-    """Channels-last accumulator ``[pixels, o]`` -> NCHW tile ``[o, rows x ow]``, dropping
-    the extra plane columns, then the shared finisher (cast, store, fused epilogue)."""
+    """Channels-last accumulator ``[pixels, o]`` -> NCHW tile ``[images, o, rows x ow]``,
+    dropping the extra plane columns and rows, then the shared finisher (cast, store,
+    fused epilogue)."""
     source = kernel.anchor.source
+    ni = box[0][1] - box[0][0]
     no = box[1][1] - box[1][0]
     ty = box[2][1] - box[2][0]
     ow = geo.out_cols
-    finish = _finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box, (no, ty * ow),
-                       cast)
+    finish = _finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box,
+                       (ni, no, ty * ow) if ni > 1 else (no, ty * ow), cast)
 
     def store() -> None:
-        _to_channels_first(ctx, core, b, q, no, ty, geo, source)
+        _to_channels_first(ctx, core, b, q, no, ty, geo, source, ni)
         finish()
     return store
 
@@ -588,7 +616,7 @@ def _lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
 
 
 def _finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
-              box: tuple[tuple[int, int], ...], shape: tuple[int, int], cast: bool):
+              box: tuple[tuple[int, int], ...], shape: tuple[int, ...], cast: bool):
     out = kernel.anchor.out
     source = kernel.anchor.source
 
@@ -718,24 +746,32 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
 
 
 def _to_channels_first(ctx: Context, core: int, b: dict, q: int, channels: int, ty: int,
-                       geo: _Geometry, source: str) -> SramRef:
-    """Channels-last ``b["acc"][q]`` ``[pixels, c]`` -> ``b["nchw"][q]`` ``[c, ty x ow]``,
-    dropping the extra plane columns (one transpose per output row, then one to
-    interleave them)."""
+                       geo: _Geometry, source: str, images: int = 1) -> SramRef:
+    """Channels-last ``b["acc"][q]`` ``[pixels, c]`` -> ``b["nchw"][q]``
+    ``[images, c, ty x ow]``, dropping the extra plane columns and rows (one transpose
+    per output row, then one to interleave them)."""
     vpu = f"core{core}.vpu"
     ow = geo.out_cols
     acc = b["acc"][q]
-    nchw = sub(b["nchw"][q], (channels, ty * ow))
-    if geo.plane_cols == ow or ty == 1:
-        ctx.em.emit(vpu, Transpose(sub(acc, (ty * ow, channels)), nchw, (1, 0)), source)
+    nchw = sub(b["nchw"][q], (images, channels, ty * ow))
+    dense = geo.plane_cols == ow and (images == 1 or geo.plane_rows(ty) == ty)
+    if images == 1 and (dense or ty == 1):
+        ctx.em.emit(vpu, Transpose(sub(acc, (ty * ow, channels)),
+                                   sub(nchw, (channels, ty * ow)), (1, 0)), source)
+        return nchw
+    if dense:
+        ctx.em.emit(vpu, Transpose(sub(acc, (images, ty * ow, channels)), nchw, (0, 2, 1)),
+                    source)
         return nchw
     rowt = b["rowt"][q]
-    for y in range(ty):
-        ctx.em.emit(vpu, Transpose(sub(acc, (ow, channels), y * geo.plane_cols * channels),
-                                   sub(rowt, (channels, ow), y * channels * ow), (1, 0)),
-                    source)
-    ctx.em.emit(vpu, Transpose(sub(rowt, (ty, channels, ow)), sub(nchw, (channels, ty, ow)),
-                               (1, 0, 2)), source)
+    image_rows = geo.plane_rows(ty) * geo.plane_cols
+    for k in range(images):
+        for y in range(ty):
+            ctx.em.emit(vpu, Transpose(
+                sub(acc, (ow, channels), (k * image_rows + y * geo.plane_cols) * channels),
+                sub(rowt, (channels, ow), (k * ty + y) * channels * ow), (1, 0)), source)
+    ctx.em.emit(vpu, Transpose(sub(rowt, (images, ty, channels, ow)),
+                               sub(nchw, (images, channels, ty, ow)), (0, 2, 1, 3)), source)
     return nchw
 
 

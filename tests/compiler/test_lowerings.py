@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from compiler_helpers import check_op
+
+from compiler.ir.ops import MatMul
 
 aten = torch.ops.aten
 PRESETS = ["tiny", "atom"]
@@ -226,6 +227,11 @@ CONVS = [
     ((1, 4, 10, 10), (4, 2, 3, 3), 1, 0, 2, 2),
     ((1, 6, 8, 8), (6, 1, 3, 3), 1, 1, 1, 6),
     ((2, 5, 7, 7), (3, 5, 1, 1), 1, 0, 1, 1),
+    # batches whose whole images stack into one matmul's rows
+    ((8, 16, 6, 6), (16, 16, 3, 3), 1, 1, 1, 1),
+    ((3, 8, 7, 7), (8, 4, 3, 3), 1, 1, 1, 2),
+    ((8, 16, 5, 5), (8, 16, 1, 1), 1, 0, 1, 1),
+    ((4, 8, 8, 8), (8, 8, 3, 3), 1, 2, 2, 1),
 ]
 
 
@@ -237,6 +243,19 @@ def test_convolution(case: int, preset: str) -> None:
     args = (torch.randn(xs), torch.randn(ws), torch.randn(ws[0]), [stride] * 2, [padding] * 2,
             [dilation] * 2, False, [0, 0], groups)
     check_op(aten.convolution.default, args, preset)
+
+
+@pytest.mark.parametrize("case", range(5, len(CONVS)))
+def test_convolution_stacking_images(case: int) -> None:
+    """tpu-v3's 16 MiB scratchpad stacks these batches into one matmul per tap."""
+    torch.manual_seed(0)
+    xs, ws, stride, padding, dilation, groups = CONVS[case]
+    args = (torch.randn(xs), torch.randn(ws), torch.randn(ws[0]), [stride] * 2, [padding] * 2,
+            [dilation] * 2, False, [0, 0], groups)
+    compiled, _ = check_op(aten.convolution.default, args, "tpu-v3")
+    one_image = (xs[2] + 2 * padding) * (xs[3] + 2 * padding)
+    assert max(c.op.a.shape[0] for c in compiled.program.commands
+               if isinstance(c.op, MatMul)) > one_image
 
 
 @pytest.mark.parametrize("preset", PRESETS)
