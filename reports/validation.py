@@ -120,14 +120,31 @@ def simulate_workload(name: str, config: NpuConfig) -> tuple[int, int]:
 
     module, inputs = build_workload(name)
     result = estimate(module, inputs, config)
-    return result.total_cycles, roofline_cycles(result, config)
+    return result.total_cycles, roofline_cycles(module, inputs, config)
 
 
-def roofline_cycles(result: Any, config: NpuConfig) -> int:
-    """The larger of FLOPs at the matrix engine's peak and DRAM bytes at full bandwidth."""
-    flops_per_cycle = config.peak_flops / config.clock_hz
-    dram_bytes = result.dram_bytes_read + result.dram_bytes_written
-    return int(max(result.matmul_flops / flops_per_cycle, dram_bytes / config.dram_bytes_per_cycle))
+def roofline_cycles(module: Any, inputs: tuple[Any, ...], config: NpuConfig) -> int:
+    """A hard lower bound, from the workload alone (not the schedule): the larger of its
+    matmul/conv FLOPs (torch's FLOP counter) at the matrix engine's peak for the
+    precision policy, and its compulsory DRAM traffic (inputs, weights, outputs read or
+    written once) at full bandwidth."""
+    import copy
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    meta = copy.deepcopy(module).to("meta")
+    args = tuple(t.to("meta") for t in inputs)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = meta(*args)
+    outs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    tensors = [*args, *meta.parameters(), *meta.buffers(), *outs]
+    passes = config.core.matrix.f32_passes if any(
+        t.dtype == torch.float32 for t in tensors) else 1
+    flops_per_cycle = config.peak_flops / config.clock_hz / passes
+    dram_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    return int(max(counter.get_total_flops() / flops_per_cycle,
+                   dram_bytes / config.dram_bytes_per_cycle))
 
 
 def validate(path: str | Path, config: NpuConfig,

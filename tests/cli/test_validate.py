@@ -11,7 +11,8 @@ import torch
 
 from archsim.cli.main import main
 from archsim.config import load_config
-from reports.validation import ValidationDataError, read_measurements, validate
+from reports.validation import (ValidationDataError, read_measurements, roofline_cycles,
+                                validate)
 from reports.validation_workloads import WorkloadNameError, build_workload
 
 SMALL = {"gemm_128x256x64": 5000.0, "layernorm_64x768": 2000.0, "softmax_64x128": 900.0,
@@ -87,6 +88,19 @@ class TestValidate:
             assert row.error == pytest.approx(row.simulated_cycles / row.measured_cycles - 1)
         assert report.mean_absolute_error == pytest.approx(
             sum(abs(r.error) for r in report.rows) / len(SMALL))
+
+    @pytest.mark.parametrize("precision", ["default", "highest"])
+    def test_roofline_is_the_workloads_own_bound(self, precision: str) -> None:
+        config = load_config("tpu-v3").with_overrides({"core.matrix.f32_precision": precision})
+        passes = {"default": 1, "highest": 6}[precision]
+        flops_per_cycle = 2 * 2 * 128 * 128 / passes  # two 128x128 MXUs, bf16 passes
+        bytes_per_cycle = 16 * 28.125e9 / 940e6
+        for name, (m, k, n) in {"gemm_512x512x512": (512, 512, 512),
+                                "gemm_8x4096x8": (8, 4096, 8)}.items():
+            module, inputs = build_workload(name)
+            want = max(2 * m * k * n / flops_per_cycle, 4 * (m * k + k * n + m * n) /
+                       bytes_per_cycle)
+            assert roofline_cycles(module, inputs, config) == int(want)
 
     def test_precision_policy_changes_the_f32_gemm(self, small_csv: Path) -> None:
         config = load_config("tpu-v3")
