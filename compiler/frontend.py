@@ -18,9 +18,11 @@ import torch.fx
 
 from archsim.errors import LoweringError, UnsupportedOpError
 from compiler import graph as g
+from compiler.attention_match import AttentionMatch, find_attention
 from compiler.graph import Graph, Value
 from compiler.graph_builder import GraphBuilder
 from compiler.lowerings import LOWERINGS
+from compiler.lowerings.attention import lower_sdpa
 from compiler.options import CompileOptions
 from compiler.torch_types import ir_dtype, to_numpy, to_torch, torch_dtype
 
@@ -64,9 +66,12 @@ class Frontend:
         self.const: dict[int, torch.Tensor] = {}
         self.inputs: list[InputSpec] = []
         self.fallbacks: list[str] = []
+        self.attention: dict[torch.fx.Node, AttentionMatch] = {}
 
     # -- entry ---------------------------------------------------------------------
     def run(self, gm: torch.fx.GraphModule, kinds: dict[str, tuple[str, str]]) -> Graph:
+        if self.options.attention_fusion:
+            self.attention = find_attention(gm.graph)
         for node in gm.graph.nodes:
             if node.op == "placeholder":
                 self._placeholder(node, *kinds.get(node.name, ("user_input", node.name)))
@@ -121,8 +126,8 @@ class Frontend:
             self.env[node] = self._fold(node, target, args, kwargs)
             return
         fn = LOWERINGS.get(target)
-        result = None
-        if fn is not None:
+        result = self._fused_attention(node)
+        if result is None and fn is not None:
             try:
                 result = fn(self.builder, *args, **kwargs)
             except NotImplementedError:
@@ -130,6 +135,24 @@ class Frontend:
         if result is None or _missing_needed_output(node, result):
             result = self._host(node, target, args, kwargs, metas)
         self.env[node] = self._check(node, result, metas)
+
+    def _fused_attention(self, node: torch.fx.Node) -> Value | None:
+        """The flash-attention kernel for a matched written-out attention ending at
+        ``node``; its score nodes are then dead code. None when not matched or the
+        kernel does not take these operands."""
+        match = self.attention.get(node)
+        if match is None:
+            return None
+        q, k, v = (self.env[n] for n in (match.q, match.k, match.v))
+        mask = self.env[match.mask] if match.mask is not None else None
+        if not all(isinstance(x, Value) for x in (q, k, v)) or \
+                not (mask is None or isinstance(mask, Value)):
+            return None
+        try:
+            out = lower_sdpa(self.builder, q, k, v, mask, scale=match.scale)
+        except NotImplementedError:
+            return None
+        return self.builder.view(out, tuple(node.meta["val"].shape))
 
     def _check(self, node: torch.fx.Node, result: Any, metas: list[torch.Tensor | None]) -> Any:
         single = not isinstance(result, tuple)

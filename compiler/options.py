@@ -19,6 +19,9 @@ class CompileOptions:
     host_fallback: bool = True
     """Ops without a lowering run on the host (timed, visible); else raise
     UnsupportedOpError."""
+    attention_fusion: bool = True
+    """Run written-out attention (``softmax(q @ k^T * scale [+ mask]) @ v``) as the
+    flash-attention kernel instead of materializing the scores."""
     constant_folding: bool = True
     """Evaluate ops whose inputs are all compile-time constants (masks, aranges)."""
     fold_limit_elements: int = 1 << 24

@@ -1,0 +1,72 @@
+"""Written-out attention (``softmax(q @ k^T / c [+ mask]) @ v``) runs as the
+flash-attention kernel: same numbers as torch, and the scores never reach DRAM."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from compiler import compile_graph
+from compiler.options import CompileOptions
+from compiler_helpers import config
+
+
+class Core(torch.nn.Module):
+    def __init__(self, scale: str = "div", return_probs: bool = False) -> None:
+        super().__init__()
+        self.scale, self.return_probs = scale, return_probs
+
+    def forward(self, q, k, v, mask=None):
+        d = q.shape[-1]
+        s = q @ k.transpose(-1, -2)
+        s = s / math.sqrt(d) if self.scale == "div" else s * (1 / math.sqrt(d))
+        if mask is not None:
+            s = s + mask
+        p = torch.softmax(s, dim=-1)
+        return (p @ v, p) if self.return_probs else p @ v
+
+
+def _compile(model: torch.nn.Module, *args: torch.Tensor, fusion: bool = True):
+    program = torch.export.export(model.eval(), args).run_decompositions()
+    return compile_graph(program, config("tiny"), CompileOptions(attention_fusion=fusion))
+
+
+@pytest.mark.parametrize("scale", ["div", "mul"])
+def test_fused_equals_torch_and_keeps_scores_on_chip(scale: str) -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 40, 16) for _ in range(3))
+    model = Core(scale)
+    fused = _compile(model, q, k, v)
+    (out,), result = fused.run(q, k, v)
+    torch.testing.assert_close(out, model(q, k, v), rtol=1e-4, atol=1e-4)
+    assert len(fused.kernels) == 1  # one flash-attention kernel
+    assert result.dram_bytes_written == out.numel() * 4  # only the output is stored
+    (_,), unfused = _compile(model, q, k, v, fusion=False).run(q, k, v)
+    assert unfused.dram_bytes_written >= 3 * 40 * 40 * 4  # the scores were stored
+
+
+def test_heads_from_projections_with_a_padding_mask() -> None:
+    torch.manual_seed(0)
+    b, s, h, d = 2, 24, 4, 8
+    q, k, v = (torch.randn(b, s, h, d).transpose(1, 2) for _ in range(3))
+    mask = torch.zeros(b, 1, 1, s)
+    mask[1, ..., -5:] = -1e4  # the second sequence is padded
+    model = Core()
+    fused = _compile(model, q, k, v, mask)
+    (out,), _ = fused.run(q, k, v, mask)
+    torch.testing.assert_close(out, model(q, k, v, mask), rtol=1e-4, atol=1e-4)
+    assert len(fused.kernels) == 1
+
+
+def test_probabilities_read_elsewhere_are_not_fused() -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 16, 8) for _ in range(3))
+    model = Core(return_probs=True)
+    compiled = _compile(model, q, k, v)
+    outs, result = compiled.run(q, k, v)
+    for got, want in zip(outs, model(q, k, v)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert len(compiled.kernels) > 1
+    assert result.dram_bytes_written >= (2 * 16 * 8 + 2 * 16 * 16) * 4
