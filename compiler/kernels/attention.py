@@ -1,14 +1,17 @@
 """Flash-attention kernel: the score matrix is never materialized.
 
-Per (batch, query tile) on a core: load Q once; for each key tile (skipping tiles a
+Per (batch, query tile) on a core: load Q once and scale it (a [Tq, D] pass instead of
+one over every [Tq, Tk] score tile); for each key tile (skipping tiles a
 causal mask hides entirely) load K (transposed on the vector engine) and V, compute
-``S = Q @ K^T * scale`` on the matrix engine, apply the mask, and update the running
+``S = (Q * scale) @ K^T`` on the matrix engine, apply the mask, and update the running
 row max ``m``, row sum ``l`` and accumulator ``acc`` (online softmax):
 
     m' = max(m, rowmax(S));  P = exp(S - m');  c = exp(m - m')
     l = l * c + rowsum(P);   acc = acc * c + P @ V
 
-then store ``acc / l``. Only ``[Tq, Tk]`` score tiles live in SRAM.
+then store ``acc / l``. Only ``[Tq, Tk]`` score tiles live in SRAM. Query tiles take
+turns on a core's systolic arrays, so one tile's matmuls run while the vector engine
+does the previous tile's softmax.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     bufs = [_allocate(ctx, c, tq, tk, d, dv, q.dtype, sets, masked) for c in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts, step_counts = [0] * cores, [0] * cores
+    arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
     for t, (bi, q0) in enumerate(tiles):
         core = t % cores
         ts = tile_counts[core] % sets
@@ -109,7 +113,8 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             step_counts[core] += 1
             needs_mask = mask is not None or (spec.causal and k1 - 1 > q0)
             job = _Step(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
-                        (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias)
+                        (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
+                        (tile_counts[core] - 1) % arrays)
             per_core[core].append(TileSteps(job.load, job.compute, job.finish))
     pipeline(per_core, sets - 1)
 
@@ -153,7 +158,7 @@ class _Step:
     def __init__(self, ctx: Context, node, core: int, bufs: dict[str, list[SramRef]],
                  ts: int, ss: int, index: tuple[int, ...], kv_index: tuple[int, ...],
                  rows: tuple[int, int], keys: tuple[int, int], first: bool, last: bool,
-                 needs_mask: bool, mask: Value | None, bias: str | None) -> None:
+                 needs_mask: bool, mask: Value | None, bias: str | None, array: int) -> None:
         self.ctx, self.node, self.core = ctx, node, core
         self.bufs, self.ts, self.ss = bufs, ts, ss
         self.index, self.kv_index = index, kv_index
@@ -163,7 +168,7 @@ class _Step:
         self.nq, self.nk = rows[1] - rows[0], keys[1] - keys[0]
         self.source = node.source
         self.vpu = f"core{core}.vpu"
-        self.mxu = f"core{core}.mxu0"
+        self.mxu = f"core{core}.mxu{array}"
 
     def buf(self, name: str, shape: tuple[int, ...], per_tile: bool = False) -> SramRef:
         return sub(self.bufs[name][self.ts if per_tile else self.ss], shape)
@@ -177,13 +182,15 @@ class _Step:
         d, dv = q.shape[-1], v.shape[-1]
         if self.first:
             box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, d))
-            load_box(ctx, q, box, self.buf("q", (self.nq, d), True), self.core, self.source)
+            qbuf = self.buf("q", (self.nq, d), True)
+            load_box(ctx, q, box, qbuf, self.core, self.source, "load")
+            self.vec(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
         kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
         kbuf = self.buf("k", (self.nk, d))
-        load_box(ctx, k, kv_box, kbuf, self.core, self.source)
+        load_box(ctx, k, kv_box, kbuf, self.core, self.source, "load")
         self.vec(Transpose(kbuf, self.buf("kt", (d, self.nk)), (1, 0)))
         v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
-        load_box(ctx, v, v_box, self.buf("v", (self.nk, dv)), self.core, self.source)
+        load_box(ctx, v, v_box, self.buf("v", (self.nk, dv)), self.core, self.source, "load")
         if not self.needs_mask:
             return
         mbuf = self.bufs["mask"][self.ss]
@@ -193,7 +200,7 @@ class _Step:
                             node.out.shape[-2:-1] + (node.inputs[1].shape[-2],), F32)
             for ref, off in ctx.em.dram_pieces(view, (self.rows, self.keys)):
                 from compiler.ir.ops import Load
-                ctx.em.emit(ctx.em.dma(self.core), Load(ref, sub(mbuf, ref.shape, off)),
+                ctx.em.emit(ctx.em.dma(self.core, "load"), Load(ref, sub(mbuf, ref.shape, off)),
                             self.source)
             return
         space_box = tuple((i, i + 1) for i in self.index) + (self.rows, self.keys)
@@ -202,7 +209,7 @@ class _Step:
         shape = tuple(hi - lo for lo, hi in box)
         own = box[len(box) - len(mask.shape):]
         target = SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
-        load_box(ctx, mask, own, target, self.core, self.source)
+        load_box(ctx, mask, own, target, self.core, self.source, "load")
 
     def _mask_ref(self) -> SramRef:
         if self.bias is not None:
@@ -223,7 +230,6 @@ class _Step:
         s = self.buf("s", (nq, nk))
         self.ctx.em.emit(self.mxu, MatMul(self.buf("q", (nq, d), True),
                                           self.buf("kt", (d, nk)), s), self.source)
-        self.vec(Binary(BinaryKind.mul, s, Scalar(spec.scale), s))
         if self.needs_mask:
             mask = self._mask_ref()
             if mask.dtype is DType.bool:
@@ -278,4 +284,4 @@ class _Step:
             result = self.buf("o", (self.nq, dv), True)
             self.vec(Cast(acc, result))
         box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, dv))
-        store_box(self.ctx, out, box, result, self.core, self.source)
+        store_box(self.ctx, out, box, result, self.core, self.source, "store")
