@@ -124,10 +124,11 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             vpu = steps * used * (kt * nt / config.core.vector.lanes if trans_b else 0) + \
                 used * mt * nt / config.core.vector.lanes
             stall = store + vpu / max(steps, 1) if acc_sets == 1 else 0
+            first_load = (a_bytes + used * b_bytes) / load_bw  # nothing to overlap it with
             cost = Cost(mxu_cycles=per_core * mxu, vpu_cycles=per_core * vpu,
                         dma_cycles=per_core * dma,
                         dram_bytes=tiles * (load_bytes + used * mt * nt * out_dtype.itemsize),
-                        serial_cycles=per_core * stall + setup + store)
+                        serial_cycles=per_core * stall + setup + first_load + store)
             options.append((cost.estimate(config), tiles * steps * (2 + used),
                             MatmulTiling(mt, kt, nt, used, acc_sets, cost)))
     if options:
