@@ -53,6 +53,11 @@ class Chip:
     def space_port(self, space: str) -> int:
         return self._ports[space]
 
+    def in_flight(self, engine: str) -> int:
+        """Commands an engine may have in flight at once (DMA descriptor queues; 1 for
+        every other engine)."""
+        return getattr(self._engines.get(engine), "outstanding", 1)
+
     def timing(self, engine: str, op: Op) -> CommandTiming:
         """What a command costs on its engine (decided before the run)."""
         if isinstance(op, HostTransfer):

@@ -21,7 +21,7 @@ class Core:
         prefix = f"core{index}"
         self.dmas = [
             DmaEngine(f"{prefix}.dma{d}", chip, config.dma.bandwidth_bytes_per_cycle,
-                      config.dma.setup_latency_cycles)
+                      config.dma.setup_latency_cycles, config.dma.outstanding)
             for d in range(config.dma.engines)
         ]
         self.mxus = [MatrixEngine(f"{prefix}.mxu{m}", config.matrix)

@@ -3,7 +3,8 @@
 A transfer costs the engine's setup latency, plus the DRAM latency if it touches DRAM
 and the NoC latency if it enters or leaves a core, and then a flow over every link on
 its path, capped by the engine's bandwidth (and, from DRAM, by the channels its bytes
-interleave over). A gather reads each picked row as its own contiguous DRAM run, so it
+interleave over). An engine keeping several transfers in flight (``outstanding``)
+overlaps their latencies; their data still streams one transfer after the other. A gather reads each picked row as its own contiguous DRAM run, so it
 is charged row by row, each rounded up to the access granularity like a strided load.
 """
 
@@ -21,11 +22,12 @@ if TYPE_CHECKING:
 
 class DmaEngine:
     def __init__(self, name: str, chip: "Chip", bandwidth_bytes_per_cycle: float,
-                 setup_latency_cycles: int) -> None:
+                 setup_latency_cycles: int, outstanding: int = 1) -> None:
         self.name = name
         self.chip = chip
         self.bandwidth = float(bandwidth_bytes_per_cycle)
         self.setup_latency_cycles = setup_latency_cycles
+        self.outstanding = outstanding
 
     def timing(self, op: Op) -> CommandTiming:
         if isinstance(op, Load):

@@ -12,6 +12,7 @@ simulated in SimPy by the flow network (:mod:`archsim.bandwidth`).
 from __future__ import annotations
 
 import weakref
+from collections import deque
 from collections.abc import Hashable, Mapping
 from functools import cached_property
 from operator import attrgetter
@@ -90,6 +91,8 @@ class _Plan:
         self.kinds = kinds
         kind_of = np.asarray(kinds, dtype=np.intp)
         self.queues, self.engine_index = _engine_queues(engines, kind_of)
+        self.in_flight = {engine: chip.in_flight(engine) for engine in self.queues}
+        """Per engine, transfers it may keep in flight (1: each ends before the next)."""
         self.steps = [steps[k] for k in kinds]
         """Per command: (fixed cycles, links, bytes, solo rate) — what the run reads."""
         self.link_names = tuple(chip.network.names)
@@ -182,15 +185,21 @@ def command_timings(program: Program, config: NpuConfig) -> list[CommandTiming]:
 class _Engine:
     """One engine's in-order queue."""
 
-    __slots__ = ("queue", "pos", "free_at", "busy")
+    __slots__ = ("queue", "pos", "free_at", "busy", "slots", "flying", "waiting")
 
-    def __init__(self, queue: list[int]) -> None:
+    def __init__(self, queue: list[int], slots: int = 1) -> None:
         self.queue = queue
         self.pos = 0
         self.free_at = 0
-        """Cycle at which the last resolved command ends."""
+        """Cycle at which the next command may start: the last resolved command's end,
+        or, with transfers in flight, the last one's start (issue is in order)."""
         self.busy = False
-        """A transfer is in flight (its end is not known yet)."""
+        """As many transfers are in flight as the engine keeps (``slots``)."""
+        self.slots = slots
+        self.flying = 0
+        self.waiting: deque[tuple[int, int]] = deque()
+        """Transfers in flight whose data waits for the one streaming: (command, cycle
+        its latency ends)."""
 
 
 class _Run:
@@ -212,7 +221,8 @@ class _Run:
         self.ends = [-1] * self.n
         """A command's end cycle; -1 until it is resolved."""
         self.waiters: dict[int, list[_Engine]] = {}
-        self.engines = [_Engine(queue) for queue in self.queues.values()]
+        self.engines = [_Engine(queue, plan.in_flight[name])
+                        for name, queue in self.queues.items()]
         self.owner = [self.engines[k] for k in plan.engine_index]
         self.ready: list[_Engine] = []
         self.executor: FunctionalExecutor | None = None
@@ -264,9 +274,17 @@ class _Run:
                         self.execute_command(i)
                     fixed, links, nbytes, solo = steps[i]
                     if links:  # in flight until the flow network says it ended
-                        engine.busy = True
-                        transfer(links, nbytes, solo, start + fixed, i)
-                        break
+                        if engine.flying:  # its data streams after the one before
+                            engine.waiting.append((i, start + fixed))
+                        else:
+                            transfer(links, nbytes, solo, start + fixed, i)
+                        pos += 1
+                        free = start
+                        engine.flying += 1
+                        if engine.flying == engine.slots:
+                            engine.busy = True
+                            break
+                        continue
                     free = ends[i] = start + fixed
                     woken = waiters.pop(i, None)
                     if woken:
@@ -282,10 +300,16 @@ class _Run:
         ends, owner, ready, waiters = self.ends, self.owner, self.ready, self.waiters
         for i in finished:
             engine = owner[i]
-            engine.busy = False
-            engine.free_at = ends[i] = now
-            engine.pos += 1
-            ready.append(engine)
+            ends[i] = now
+            engine.flying -= 1
+            if engine.waiting:
+                j, at = engine.waiting.popleft()
+                _, links, nbytes, solo = self.steps[j]
+                self.network.transfer(links, nbytes, solo, max(at, now), j)
+            if engine.busy:  # a slot is free again: the next command may start now
+                engine.busy = False
+                engine.free_at = now
+                ready.append(engine)
             woken = waiters.pop(i, None)
             if woken:
                 ready.extend(woken)
@@ -319,7 +343,7 @@ class _Run:
         plan = self.plan
         starts = np.asarray(self.starts, dtype=np.int64)
         ends = np.asarray(self.ends, dtype=np.int64)
-        busy = {engine: int((ends[queue] - starts[queue]).sum())
+        busy = {engine: _busy_cycles(starts[queue], ends[queue], plan.in_flight[engine])
                 for engine, queue in self.queues.items()}
         outputs = None
         if self.executor is not None:
@@ -341,6 +365,16 @@ class _Run:
             link_bytes=plan.link_bytes,
             outputs=outputs,
         )
+
+
+def _busy_cycles(starts: np.ndarray, ends: np.ndarray, in_flight: int) -> int:
+    """Cycles an engine had at least one command running (commands start in queue
+    order; with several in flight their spans overlap and are counted once)."""
+    if in_flight == 1 or len(starts) == 0:
+        return int((ends - starts).sum())
+    reach = np.maximum.accumulate(ends)
+    before = np.concatenate(([starts[0]], reach[:-1]))
+    return int(np.maximum(reach - np.maximum(starts, before), 0).sum())
 
 
 def _space_sizes(config: NpuConfig) -> dict[str, int]:

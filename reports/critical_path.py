@@ -4,7 +4,9 @@
 its engine's queue, ends of its dependencies)`` (0 if it has neither). Walking back
 from the last command to finish, each step goes to the predecessor whose end equals
 this command's start — a dependency if one qualifies, else the previous command in the
-queue — until a command starting at cycle 0. The segments tile ``[0, total_cycles]``,
+queue — until a command starting at cycle 0. A DMA engine keeping several transfers in
+flight streams their data in order: a transfer issued while the previous one was still
+in flight goes to that one, and its step counts from that one's end. The segments tile ``[0, total_cycles]``,
 so the path's length is the run's latency: shortening anything off the path cannot
 make the run faster.
 
@@ -47,7 +49,9 @@ class PathStep:
     end: int
     via: str
     """How this step's start was set: ``"start"`` (cycle 0), ``"dep"`` (a dependency
-    ended) or ``"queue"`` (the previous command on its engine ended)."""
+    ended), ``"queue"`` (the previous command on its engine ended) or ``"stream"``
+    (a DMA transfer issued while the previous one was in flight, whose data streamed
+    after it: the step counts from that transfer's end)."""
 
     @property
     def cycles(self) -> int:
@@ -86,10 +90,14 @@ def critical_path(result: ResultLike) -> CriticalPath:
     # The last command to finish; ties go to the later one in program order.
     current = max(range(len(commands)), key=lambda i: (commands[i].end, i))
     steps: list[PathStep] = []
+    end = None
     while True:
         c = commands[current]
         via, predecessor = _predecessor(c, commands, index, previous_in_queue[current])
-        steps.append(PathStep(c.id, c.engine, c.op, c.source, c.start, c.end, via))
+        stop = c.end if end is None else end
+        start = commands[predecessor].end if via == "stream" else c.start
+        steps.append(PathStep(c.id, c.engine, c.op, c.source, start, stop, via))
+        end = start
         if predecessor is None:
             break
         current = predecessor
@@ -113,6 +121,8 @@ def _predecessor(c: CommandRecord, commands: tuple[CommandRecord, ...], index: d
     for d in sorted((index[d] for d in c.deps), reverse=True):
         if commands[d].end == c.start:
             return "dep", d
+    if queue_previous is not None and commands[queue_previous].end > c.start:
+        return "stream", queue_previous  # in flight together: its data streamed first
     if queue_previous is not None and commands[queue_previous].end == c.start:
         return "queue", queue_previous
     if c.start == 0:
@@ -172,10 +182,14 @@ def _engine_time(engine: str, queue: list[CommandRecord], by_id: dict[int, Comma
             blocker = max((by_id[d] for d in c.deps), key=lambda d: (d.end, d.id), default=None)
             kind = blocker.kind if blocker is not None else "?"
             waiting_on[kind] = waiting_on.get(kind, 0) + gap
-        extra = c.contention_cycles if c.kind in DMA_KINDS else 0
+        # a transfer in flight with the one before counts from where that one ended
+        span = max(0, c.end - max(c.start, free_at))
+        extra = min(span, max(0, span - c.uncontended_cycles)
+                    if c.start < free_at else c.contention_cycles) \
+            if c.kind in DMA_KINDS else 0
         contention += extra
-        busy += c.cycles - extra
-        free_at = c.end
+        busy += span - extra
+        free_at = max(free_at, c.end)
     nothing = total - free_at
     return EngineTime(engine, total, busy, contention, waiting, nothing,
                       MappingProxyType(dict(sorted(waiting_on.items(), key=lambda kv: -kv[1]))))

@@ -37,6 +37,11 @@ class DmaConfig:
     engines: int
     bandwidth_bytes_per_cycle: int
     setup_latency_cycles: int
+    outstanding: int = 1
+    """Transfers one engine keeps in flight. Above 1, the next command's setup and
+    DRAM latency overlap the transfers before it (descriptor queues, as real DMA
+    engines have), and the transfers in flight share the engine's bandwidth; 1 runs
+    each transfer to its end before the next begins."""
 
 
 @dataclass(frozen=True)

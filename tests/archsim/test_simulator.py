@@ -102,3 +102,22 @@ def test_rerunning_a_program_reuses_its_plan_and_gives_the_same_result() -> None
     assert second.starts.tolist() == first.starts.tolist()
     assert second.ends.tolist() == first.ends.tolist()
     np.testing.assert_allclose(second.outputs["y"], np.exp(np.ones((8, 8))), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("outstanding", "timeline", "busy"), [
+    # tiny: 35 cycles of setup + DRAM + NoC latency, then 256 B at 16 B/cycle = 16
+    (1, [(0, 51), (51, 102), (102, 153)], 153),
+    # the second's latency hides under the first; the third waits for a free slot (51)
+    (2, [(0, 51), (0, 67), (51, 102)], 102),
+    # all three latencies overlap; the data streams one transfer after the other
+    (3, [(0, 51), (0, 67), (0, 83)], 83),
+])
+def test_dma_transfers_in_flight_overlap_their_latency(outstanding: int, timeline, busy) -> None:
+    b = ProgramBuilder("three loads")
+    b.tensor("x", (8, 8), F32, "in")
+    for n in range(3):
+        b.add("core0.dma0", Load(b.ref("x"), SramRef("sram0", 256 * n, (8, 8), F32)))
+    config = TINY.with_overrides({"core.dma.outstanding": outstanding})
+    result = Simulator(config).run(b.build())
+    assert [(e.start, e.end) for e in result.trace] == timeline
+    assert result.engine_busy_cycles == {"core0.dma0": busy}

@@ -109,3 +109,24 @@ def test_text_forms(mm_result):
     idle = idle_text(mm_result)
     assert "nothing to do" in idle and "core0.mxu0" in idle
     assert max(len(line) for line in idle.splitlines()) <= 100
+
+
+def test_transfers_in_flight_stream_on_the_path_and_are_counted_once():
+    """Three 256 B loads on one engine keeping 3 in flight (tiny: 35 cycles of latency,
+    16 of data each): all issue at 0, data streams 35-51, 51-67, 67-83."""
+    from archsim.config import load_config
+    from archsim.simulator import Simulator
+    from compiler.ir import DType, Load, SramRef
+    from compiler.ir.builder import ProgramBuilder
+
+    b = ProgramBuilder("three loads")
+    b.tensor("x", (8, 8), DType.f32, "in")
+    for n in range(3):
+        b.add("core0.dma0", Load(b.ref("x"), SramRef("sram0", 256 * n, (8, 8), DType.f32)))
+    config = load_config("tiny").with_overrides({"core.dma.outstanding": 3})
+    result = Simulator(config).run(b.build())
+    path = critical_path(result)
+    assert [(s.command, s.start, s.end, s.via) for s in path.steps] == [
+        (0, 0, 51, "start"), (1, 51, 67, "stream"), (2, 67, 83, "stream")]
+    (dma,) = engine_times(result)
+    assert (dma.busy, dma.contention, dma.waiting, dma.nothing_to_do) == (83, 0, 0, 0)
