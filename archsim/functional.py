@@ -109,8 +109,13 @@ class Memory:
         tiled loops touch the same few regions over and over)."""
         view = self._views.get(ref)
         if view is None:
-            raw = self.space(ref.space)[ref.offset:ref.end]
-            view = self._views[ref] = raw.view(ref.dtype.storage).reshape(ref.shape)
+            raw = self.space(ref.space)[ref.offset:ref.end].view(ref.dtype.storage)
+            if ref.strides is None:
+                view = raw.reshape(ref.shape)
+            else:
+                view = np.lib.stride_tricks.as_strided(
+                    raw, ref.shape, tuple(s * raw.itemsize for s in ref.strides))
+            self._views[ref] = view
         return view
 
     def read(self, ref: SramRef) -> np.ndarray:

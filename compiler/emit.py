@@ -175,7 +175,7 @@ class Emitter:
         every record returned lies inside ``ref`` (exact byte intervals, no false
         dependencies between neighbouring buffers)."""
         start = ref.offset
-        end = start + ref.nbytes
+        end = ref.end
         records = self._sram.get(ref.space)
         if not records:
             return []
@@ -199,7 +199,7 @@ class Emitter:
     def _record_write(self, ref: SramRef, cid: int) -> None:
         records = self._sram.setdefault(ref.space, [])
         start = ref.offset
-        end = start + ref.nbytes
+        end = ref.end
         kept = [r for r in records if not (start <= r.start and r.end <= end)]
         kept.append(_Record(start, end, cid))
         self._sram[ref.space] = kept

@@ -65,7 +65,9 @@ class DramRef:
 
 @dataclass(frozen=True)
 class SramRef:
-    """A dense, row-major region of an SRAM space.
+    """A region of an SRAM space: dense and row-major, or with ``strides`` (in elements,
+    one per dim) a strided view — how DMA engines address a box inside a bigger buffer
+    and the arrays read an operand that skips rows.
 
     ``space`` is ``sram<N>`` for core N's scratchpad or ``shared`` for the shared SRAM;
     ``offset`` is in bytes.
@@ -75,14 +77,24 @@ class SramRef:
     offset: int
     shape: Shape
     dtype: DType
+    strides: Shape | None = None
 
     @property
     def nbytes(self) -> int:
+        """Bytes of data (what an op moves)."""
         return numel(self.shape) * self.dtype.itemsize
 
     @property
+    def span_bytes(self) -> int:
+        """Bytes from the first element to the end of the last (the footprint)."""
+        if self.strides is None or numel(self.shape) == 0:
+            return self.nbytes
+        last = sum((n - 1) * s for n, s in zip(self.shape, self.strides))
+        return (last + 1) * self.dtype.itemsize
+
+    @property
     def end(self) -> int:
-        return self.offset + self.nbytes
+        return self.offset + self.span_bytes
 
     @property
     def core(self) -> int | None:

@@ -22,7 +22,8 @@ tokens is free, but a construct never spans lines)::
     tensor    := "dram" TENSOR ":" type ROLE                 ROLE := in | out | inout | temp
     command   := INT ":" ENGINE op [ "after" INT { "," INT } ] [ "#" SOURCE ]
     type      := DTYPE "[" [ INT { "," INT } ] "]"             DTYPE := f32 | f16 | bf16 | ...
-    sram      := SPACE "[" INT "]" type                        SPACE := sram<N> | shared
+    sram      := SPACE "[" INT "]" type [ "strides" "=" "(" INT { "," INT } ")" ]
+                                                               SPACE := sram<N> | shared
     dram      := TENSOR "[" [ slice { "," slice } ] "]"
     slice     := INT ":" INT [ ":" INT ]                       (step printed only if != 1)
     value     := sram | NUMBER                                 (NUMBER is a Scalar)
@@ -192,8 +193,11 @@ def _format_offset(offset: int) -> str:
 
 
 def format_sram_ref(ref: SramRef) -> str:
-    """``sram0[0x000100] f32[4,8]``."""
-    return f"{ref.space}[{_format_offset(ref.offset)}] {format_type(ref.dtype, ref.shape)}"
+    """``sram0[0x000100] f32[4,8]``, or ``... f32[4,8] strides=(16,1)`` for a view."""
+    text = f"{ref.space}[{_format_offset(ref.offset)}] {format_type(ref.dtype, ref.shape)}"
+    if ref.strides is None:
+        return text
+    return f"{text} strides=({','.join(str(s) for s in ref.strides)})"
 
 
 def _format_slice(s: Slice) -> str:
@@ -474,6 +478,17 @@ def _sram_from_token(token: str) -> SramRef | None:
 
 
 def _parse_sram(line: _Line, what: str) -> SramRef:
+    ref = _parse_dense_sram(line, what)
+    if line.pos < line.count and line.peek() == "strides":
+        _parse_attribute(line, "strides", what)
+        strides = _parse_items(line, "(", ")", lambda: line.integer(f"a stride of {what}"),
+                               f"to open the strides of {what}",
+                               f"or ')' in the strides of {what}")
+        ref = SramRef(ref.space, ref.offset, ref.shape, ref.dtype, strides)
+    return ref
+
+
+def _parse_dense_sram(line: _Line, what: str) -> SramRef:
     space = line.peek()
     ref = _sram_from_token(space)
     if ref is not None:

@@ -410,7 +410,12 @@ def _sram_problems(ref: SramRef, engine: str, machine: _Machine) -> Iterator[str
     if offset < 0:
         yield f"negative offset {offset} in {ref.space}"
         return
-    nbytes = math.prod(ref.shape) * itemsize
+    if ref.strides is not None and (len(ref.strides) != len(ref.shape) or
+                                    any(s < 0 for s in ref.strides)):
+        yield (f"strides {ref.strides} of {format_type(ref.dtype, ref.shape)}: expected one "
+               f"non-negative stride per dimension")
+        return
+    nbytes = ref.span_bytes
     if offset + nbytes > capacity:
         yield (f"region {format_region(ref.space, offset, offset + nbytes)} ({nbytes} bytes) "
                f"exceeds {ref.space} capacity of {capacity} bytes")

@@ -18,7 +18,6 @@ of a region exactly as it was last touched updates one interval in place.
 from __future__ import annotations
 
 import bisect
-import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -399,7 +398,7 @@ class _RaceFinder:
             self._write(p, field, getattr(op, field))
 
     def _read(self, p: int, field: str, ref: SramRef) -> None:
-        nbytes = math.prod(ref.shape) * ref.dtype.itemsize
+        nbytes = ref.span_bytes
         if nbytes <= 0:
             return
         me: Access = (p, field)
@@ -411,7 +410,7 @@ class _RaceFinder:
                 self._report(writer, "writes", me, ref, False)
 
     def _write(self, p: int, field: str, ref: SramRef) -> None:
-        nbytes = math.prod(ref.shape) * ref.dtype.itemsize
+        nbytes = ref.span_bytes
         if nbytes <= 0:
             return
         me: Access = (p, field)
