@@ -177,7 +177,7 @@ def _gather(op: Gather, memory: Memory) -> None:
 def _matmul(op: MatMul, memory: Memory) -> None:
     integer = op.a.dtype is DType.i8
     acc_type = np.int32 if integer else np.float32
-    a = memory.read(op.a).astype(acc_type)
+    a = memory.read(op.a).astype(acc_type).reshape(-1, op.a.shape[-1])
     b = memory.read(op.b).astype(acc_type)
     product = a @ b
     if op.accumulate:

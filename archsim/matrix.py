@@ -16,6 +16,8 @@ is          k     m     n
 
 from __future__ import annotations
 
+import math
+
 from archsim.config.model import MatrixConfig, ceil_div
 from archsim.timing import CommandTiming
 from compiler.ir.dtypes import DType
@@ -59,7 +61,8 @@ class MatrixEngine:
         self.config = config
 
     def timing(self, op: MatMul) -> CommandTiming:
-        m, k = op.a.shape
+        *rows, k = op.a.shape  # leading dims of a are all rows
+        m = math.prod(rows)
         n = op.b.shape[1]
         cycles = matmul_cycles(m, k, n, self.config, op.a.dtype)
         return CommandTiming(fixed_cycles=cycles, flops=2 * m * k * n)

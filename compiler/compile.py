@@ -159,7 +159,8 @@ def _safe(name: str) -> str:
 
 def _kernel_table() -> dict[type[g.Spec] | None, Callable[[Context, Kernel], Any]]:
     from compiler.kernels.attention import lower_attention_kernel
-    from compiler.kernels.conv import lower_conv_kernel, lower_pool_kernel
+    from compiler.kernels.conv import lower_conv_kernel
+    from compiler.kernels.pool import lower_pool_kernel
     from compiler.kernels.host import lower_host_kernel
     from compiler.kernels.matmul import lower_matmul_kernel
     from compiler.kernels.movement import (

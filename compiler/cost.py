@@ -78,6 +78,14 @@ def _candidates(size: int, unit: int) -> list[int]:
     return sorted(out)
 
 
+def vector_rate(config: NpuConfig, item: int) -> float:
+    """Elements per cycle the vector engine streams through a copy-like op (read and
+    write ``item``-byte elements): its lanes, or its scratchpad bandwidth if lower."""
+    vector = config.core.vector
+    bandwidth = vector.sram_bandwidth_bytes_per_cycle
+    return min(vector.lanes, bandwidth / (2 * item)) if bandwidth else vector.lanes
+
+
 def load_bandwidth(config: NpuConfig) -> float:
     """Bytes per cycle one core's loads can reach."""
     engines = max(1, config.core.dma.engines - 1)
@@ -121,8 +129,8 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             load_bytes = steps * (a_bytes + used * b_bytes)
             dma = load_bytes / load_bw + steps * setup / max(1, config.core.dma.engines - 1)
             store = used * mt * nt * out_dtype.itemsize / dma_bw + setup
-            vpu = steps * used * (kt * nt / config.core.vector.lanes if trans_b else 0) + \
-                used * mt * nt / config.core.vector.lanes
+            rate = vector_rate(config, item)
+            vpu = steps * used * (kt * nt / rate if trans_b else 0) + used * mt * nt / rate
             stall = store + vpu / max(steps, 1) if acc_sets == 1 else 0
             first_load = (a_bytes + used * b_bytes) / load_bw  # nothing to overlap it with
             cost = Cost(mxu_cycles=per_core * mxu, vpu_cycles=per_core * vpu,

@@ -154,11 +154,13 @@ class Pad(Spec):
 
 @dataclass(frozen=True)
 class Conv2d(Spec):
-    """NCHW conv on an already padded input; weight [O, C/groups, kh, kw]."""
+    """NCHW conv; weight [O, C/groups, kh, kw]; ``padding`` (rows, cols) of zeros on
+    each side, by addressing (the padded input is never stored)."""
 
     stride: tuple[int, int]
     dilation: tuple[int, int]
     groups: int
+    padding: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)

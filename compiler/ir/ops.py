@@ -148,7 +148,9 @@ DMA_OPS: tuple[type[Op], ...] = (Load, Store, Copy, Gather)
 
 @dataclass(frozen=True)
 class MatMul(Op):
-    """``out (+)= a @ b`` with a: [m, k], b: [k, n], out: [m, n] in the accumulator dtype."""
+    """``out (+)= a @ b`` with a: [m, k], b: [k, n], out: [m, n] in the accumulator dtype.
+    ``a`` may have more leading dims (``[..., k]``, rows = their product), so a strided
+    view can stream rows that skip some."""
 
     a: SramRef
     b: SramRef

@@ -572,15 +572,18 @@ def _check_gather(op: Gather, machine: _Machine, tensors: dict[str, DramTensor]
 @_checks(MatMul)
 def _check_matmul(op: MatMul, machine: _Machine, tensors: dict[str, DramTensor]
                   ) -> Iterator[str]:
-    flat = [(name, ref) for name, ref in (("a", op.a), ("b", op.b), ("out", op.out))
+    flat = [(name, ref) for name, ref in (("b", op.b), ("out", op.out))
             if len(ref.shape) != 2]
+    if len(op.a.shape) < 2:
+        flat.insert(0, ("a", op.a))
     for name, ref in flat:
-        yield f"field {name}: matmul operands must be 2-D, got {_typed(ref)}"
+        yield (f"field {name}: matmul operands must be 2-D (a may have more leading dims, "
+               f"which are its rows), got {_typed(ref)}")
     if flat:
         return
     yield from _same_dtype("b", op.b, "a", op.a.dtype)
     yield from _matmul_dtype_problems(op.a.dtype, machine)
-    (m, k), (k_b, n) = op.a.shape, op.b.shape
+    (m, k), (k_b, n) = (math.prod(op.a.shape[:-1]), op.a.shape[-1]), op.b.shape
     if k_b != k:
         yield f"field b: shape {_typed(op.b)} does not match a's k={k}"
     if op.out.shape != (m, n):

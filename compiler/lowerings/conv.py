@@ -1,4 +1,5 @@
-"""2-D convolution (implicit GEMM, any stride/padding/dilation/groups) and pooling."""
+"""2-D convolution (implicit GEMM, any stride/padding/dilation/groups; padding by
+addressing) and pooling (on an explicitly padded input)."""
 
 from __future__ import annotations
 
@@ -37,13 +38,12 @@ def lower_convolution(b: GraphBuilder, x: Value, w: Value, bias: Value | None,
     ph, pw = _pair(padding)
     sh, sw = _pair(stride)
     dh, dw = _pair(dilation)
-    padded = pad2d(b, x, (ph, ph, pw, pw), 0.0)
-    n, _, h, wd = padded.shape
+    n, _, h, wd = x.shape
     o, _, kh, kw = w.shape
-    oh = _out_size(h, kh, sh, dh, 0)
-    ow = _out_size(wd, kw, sw, dw, 0)
-    out = b.add(g.Conv2d((sh, sw), (dh, dw), groups), (padded, b.cast(w, padded.dtype)),
-                (n, o, oh, ow), padded.dtype, "conv")
+    oh = _out_size(h, kh, sh, dh, 2 * ph)
+    ow = _out_size(wd, kw, sw, dw, 2 * pw)
+    out = b.add(g.Conv2d((sh, sw), (dh, dw), groups, (ph, pw)), (x, b.cast(w, x.dtype)),
+                (n, o, oh, ow), x.dtype, "conv")
     if bias is not None:
         out = b.binary(BinaryKind.add, out, b.view(bias, (o, 1, 1)))
     return out

@@ -6,6 +6,8 @@ the conv is part of the measured time."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -50,9 +52,9 @@ def test_batch_folds_into_matmul_rows(preset: str) -> None:
     cfg = config(preset)
     compiled = compile_op(aten.convolution.default,
                           (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {}, cfg)
-    rows = max(cmd.op.a.shape[0] for cmd in compiled.program.commands
+    rows = max(math.prod(cmd.op.a.shape[:-1]) for cmd in compiled.program.commands
                if isinstance(cmd.op, MatMul))
-    assert rows > (hw + 2) * (hw + 2), "a matmul streams more than one image's pixels"
+    assert rows > hw * hw, "a matmul streams more than one image's pixels"
     result = Simulator(cfg).run(compiled.program)
     useful = 2 * n * c * c * 9 * hw * hw / result.seconds / cfg.peak_flops
     assert useful >= BATCH_FLOORS[preset], f"{preset}: useful matrix utilization {useful:.3f}"

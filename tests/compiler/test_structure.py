@@ -183,7 +183,7 @@ def test_conv_batchnorm_relu_fuse_after_weight_prep_is_hoisted() -> None:
     (out,), _ = compiled.run(x)
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
     conv_kernels = [k for k in compiled.kernels if k.startswith("convolution")]
-    assert len(conv_kernels) == 2  # the pad, then conv + bias + batch norm + relu
+    assert len(conv_kernels) == 1  # conv + bias + batch norm + relu; padding by addressing
     assert not any(k.startswith("relu") for k in compiled.kernels)
 
 

@@ -168,7 +168,11 @@ class TestCommandChecks:
         text = program_with("0: core0.mxu0 matmul sram0[0] f32[4], sram0[64] f32[4,4] "
                             "-> sram0[128] f32[4,4]")
         assert one_problem(text, tiny) == (
-            "command 0 (core0.mxu0 matmul): field a: matmul operands must be 2-D, got f32[4]")
+            "command 0 (core0.mxu0 matmul): field a: matmul operands must be 2-D (a may have "
+            "more leading dims, which are its rows), got f32[4]")
+        rows = program_with("0: core0.mxu0 matmul sram0[0] f32[2,2,4], sram0[64] f32[4,4] "
+                            "-> sram0[128] f32[4,4]")
+        verify(parse_program(rows), tiny)  # a's leading dims are its rows
 
     def test_unary_shape_and_dtype(self, tiny: NpuConfig) -> None:
         text = program_with("0: core0.vpu unary exp sram0[0] f32[4,8] -> sram0[256] f16[8,4]")

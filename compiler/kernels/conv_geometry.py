@@ -1,0 +1,176 @@
+"""Shared by the convolution and pooling kernels: where a tile of output rows reads its
+input (:class:`Geometry`: stride phases, channels last), the DRAM window of one tap,
+and the finisher every tile ends with (cast, store, fused epilogue)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from archsim.config.model import ceil_div
+from archsim.errors import LoweringError
+from compiler.graph import Value
+from compiler.ir.operands import DramRef, Slice, SramRef
+from compiler.ir.ops import Cast, Transpose
+from compiler.kernels.common import Context
+from compiler.kernels.vector import (
+    bytes_per_element,
+    emit_compute,
+    emit_loads,
+    emit_stores,
+    store_box,
+    sub,
+)
+from compiler.plan import Kernel
+
+
+def window_ref(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple[int, int],
+            tap: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
+            ow: int, where: str) -> DramRef:
+    view = ctx.view(x)
+    if view.shape != view.base_shape:
+        raise LoweringError(f"{where}: convolution/pool input must be a stored tensor, "
+                            f"got a reshaped view")
+    (i, j), (sh, sw), (dh, dw) = tap, stride, dilation
+    ty = rows[1] - rows[0]
+    r0 = rows[0] * sh + i * dh
+    c0 = j * dw
+    lead = tuple(Slice(v, v + 1) for v in lead_index(n, x.shape[:-3]))
+    return DramRef(view.tensor, lead + (
+        Slice(*chans), Slice(r0, r0 + (ty - 1) * sh + 1, sh),
+        Slice(c0, c0 + (ow - 1) * sw + 1, sw)))
+
+
+def lead_index(n: int, lead: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for size in reversed(lead):
+        out.append(n % size)
+        n //= size
+    return tuple(reversed(out))
+
+
+def epilogue_bytes(ctx: Context, kernel: Kernel, out: Value) -> int:
+    if kernel.group is None:
+        return 0
+    return bytes_per_element(ctx, kernel.group, {out.id})
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where a tile of output rows reads its input.
+
+    The input window ``[c, rows, cols]`` (rows and cols rounded up to the strides) is
+    rearranged once into stride phases, channels last: ``[sh, sw, rows/sh, cols/sw, c]``.
+    Then output pixel (y, x) of tap (i, j) reads phase ((i*dh) % sh, (j*dw) % sw) at flat
+    position ``y * plane_cols + x + shift(i, j)``: every tap's operand is one contiguous
+    run of pixels. Output rows are ``plane_cols`` apart, so columns ``ow..plane_cols`` of
+    each row are computed and dropped.
+    """
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    out_rows: int
+    out_cols: int
+    in_rows: int
+    in_cols: int
+
+    @property
+    def cols(self) -> int:
+        """Input columns loaded per window (a multiple of the column stride)."""
+        (_, kw), (_, sw), (_, dw) = self.kernel, self.stride, self.dilation
+        need = (self.out_cols - 1) * sw + (kw - 1) * dw + 1
+        return ceil_div(need, sw) * sw
+
+    @property
+    def plane_cols(self) -> int:
+        return self.cols // self.stride[1]
+
+    def rows(self, ty: int) -> int:
+        """Input rows loaded for ``ty`` output rows (a multiple of the row stride)."""
+        (kh, _), (sh, _), (dh, _) = self.kernel, self.stride, self.dilation
+        return ceil_div((ty - 1) * sh + (kh - 1) * dh + 1, sh) * sh
+
+    def plane_rows(self, ty: int) -> int:
+        return self.rows(ty) // self.stride[0]
+
+    def pixels(self, ty: int, images: int = 1) -> int:
+        """Matmul rows for ``ty`` output rows of ``images`` images stacked in the phase
+        planes (several images only with whole images): every plane column but the last
+        row's tail, and the plane rows between one image's last output row and the
+        next image."""
+        return ((images - 1) * self.plane_rows(ty) + ty - 1) * self.plane_cols + \
+            self.out_cols
+
+    def fits(self, ty: int) -> bool:
+        """Every row tile's window lies inside the (padded) input."""
+        if self.cols > self.in_cols:
+            return False
+        sh = self.stride[0]
+        return all(y0 * sh + self.rows(min(ty, self.out_rows - y0)) <= self.in_rows
+                   for y0 in range(0, self.out_rows, ty))
+
+    def shift(self, ty: int, i: int, j: int, images: int = 1) -> int:
+        """Pixel offset of tap (i, j)'s operand in the phase planes of a ``ty``-row tile
+        of ``images`` stacked images (``[sh, sw, images, plane rows, plane cols, c]``)."""
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        plane_rows = self.plane_rows(ty) * images
+        phase = ((i * dh) % sh) * sw + (j * dw) % sw
+        return (phase * plane_rows + (i * dh) // sh) * self.plane_cols + (j * dw) // sw
+
+
+def sizes(size: int, unit: int) -> list[int]:
+    out = {size}
+    t = unit
+    while t < size:
+        out.add(t)
+        t *= 2
+    return sorted(out)
+
+def finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
+             box: tuple[tuple[int, int], ...], shape: tuple[int, ...],
+             cast: bool) -> Callable[[], None]:
+    """The tile's last step: cast ``b["acc"][q]`` to the output dtype, store it, run the
+    fused epilogue group on it."""
+    out = kernel.anchor.out
+    source = kernel.anchor.source
+
+    def store() -> None:
+        value = sub(b["acc"][q], shape)
+        if cast:
+            dst = sub(b["out"][q], shape)
+            ctx.em.emit(f"core{core}.vpu", Cast(value, dst), source)
+            value = dst
+        if ctx.materialized(out):
+            store_box(ctx, out, box, value, core, source, "store")
+        if kernel.group is None:
+            return
+        lay = b["epi"][q]
+        merged = dict(lay.buffers[0])
+        merged[out.id] = value
+        emit_loads(ctx, kernel.group, box, core, merged, lay.scratch[0], {out.id: value},
+                   source)
+        emit_compute(ctx, kernel.group, box, core, merged, lay.scratch[0], source)
+        emit_stores(ctx, kernel.group, box, core, merged, source, "store")
+    return store
+
+def to_channels_first(ctx: Context, core: int, b: dict, q: int, channels: int, ty: int,
+                      geo: Geometry, source: str) -> SramRef:
+    """Channels-last ``b["acc"][q]`` ``[pixels, c]`` -> ``b["nchw"][q]`` ``[c, ty x ow]``,
+    dropping the extra plane columns (one transpose per output row, then one to
+    interleave them)."""
+    vpu = f"core{core}.vpu"
+    ow = geo.out_cols
+    acc = b["acc"][q]
+    nchw = sub(b["nchw"][q], (channels, ty * ow))
+    if geo.plane_cols == ow or ty == 1:
+        ctx.em.emit(vpu, Transpose(sub(acc, (ty * ow, channels)), nchw, (1, 0)), source)
+        return nchw
+    rowt = b["rowt"][q]
+    for y in range(ty):
+        ctx.em.emit(vpu, Transpose(sub(acc, (ow, channels), y * geo.plane_cols * channels),
+                                   sub(rowt, (channels, ow), y * channels * ow), (1, 0)),
+                    source)
+    ctx.em.emit(vpu, Transpose(sub(rowt, (ty, channels, ow)), sub(nchw, (channels, ty, ow)),
+                               (1, 0, 2)), source)
+    return nchw

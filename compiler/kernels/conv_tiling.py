@@ -1,0 +1,136 @@
+"""How the implicit-GEMM convolution tiles its work: the cost model's choice among
+(images, output rows, output channels, input-channel chunk, taps per matmul, resident
+weights) under the scratchpad's capacity."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from archsim.config.model import ceil_div
+from archsim.matrix import matmul_cycles
+from compiler.cost import (
+    COMMAND_TOLERANCE,
+    DRAM_EFFICIENCY,
+    Cost,
+    load_bandwidth,
+    vector_rate,
+)
+from compiler.ir.dtypes import DType
+from compiler.kernels.common import Context
+from compiler.kernels.conv_geometry import Geometry, sizes
+
+
+@dataclass(frozen=True)
+class ConvTiling:
+    """A tile is ``out_rows`` output rows x ``out_channels`` output channels of
+    ``images`` images of one group (several images only when ``out_rows`` is the whole
+    image: they are stacked into one matmul's rows, the batch folded into the GEMM's
+    M), accumulated over input-channel chunks of ``in_channels``; each matmul covers
+    ``taps`` consecutive kernel taps (K = taps x in_channels). With
+    ``resident_weights`` every core keeps each weight block it has loaded."""
+
+    images: int
+    out_rows: int
+    out_channels: int
+    in_channels: int
+    taps: int
+    resident_weights: bool
+    cost: Cost
+
+
+def packed_groups(ntaps: int, taps: int) -> int:
+    """Matmuls whose A operand is packed from several taps."""
+    return sum(1 for t in range(0, ntaps, taps) if min(taps, ntaps - t) > 1)
+
+
+def sram_bytes(geo: Geometry, ni: int, ty: int, ot: int, ct: int, taps: int,
+               resident: int, item: int, out_item: int, cast: bool, epi: int,
+               sets: int) -> int:
+    """Scratchpad one core needs (``resident``: bytes of all weight blocks kept)."""
+    kh, kw = geo.kernel
+    m = ni * ty * geo.out_cols
+    window = ni * geo.rows(ty) * geo.cols * ct * item
+    weights = ot * ct * kh * kw * item
+    pack = packed_groups(kh * kw, taps) * m * taps * ct * item
+    stage = taps * m * ct * item if taps > 1 else 0
+    acc = 2 * m * ot * 4 + m * ot * ((out_item if cast else 0) + epi)
+    kept = resident if resident else sets * weights
+    return sets * (2 * window + weights + pack + acc + 16 * 64 * 8) + kept + stage + 8192
+
+
+def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin: int,
+                       cout: int, dtype: DType, out_item: int, cast: bool, epi: int,
+                       epi_ops: int, arrays: int,
+                       capacity: int | None = None) -> ConvTiling | None:
+    """The tiling with the lowest estimated time (``compiler.cost``) that fits the
+    scratchpad; None when none fits (the caller falls back to the per-tap kernel).
+
+    ``cin``/``cout`` are per group. ``capacity`` (default: the scratchpad) is the SRAM
+    budget the estimate must fit."""
+    config = ctx.config
+    capacity = ctx.capacity if capacity is None else capacity
+    matrix, vector, dma = config.core.matrix, config.core.vector, config.core.dma
+    kh, kw = geo.kernel
+    ntaps = kh * kw
+    item = dtype.itemsize
+    lanes, vlat = vector_rate(config, item), vector.pipeline_latency_cycles
+    setup = dma.setup_latency_cycles + config.dram.latency_cycles + config.noc.latency_cycles
+    granule = config.dram.access_granularity_bytes
+    images = batch * groups
+    all_weights = images * cout * cin * ntaps * item
+    oh, ow = geo.out_rows, geo.out_cols
+    heights = sorted({ceil_div(oh, k) for k in range(1, oh + 1)})
+    shapes = [(1, ty) for ty in heights] + [(ni, oh) for ni in sizes(batch, 2) if ni > 1]
+    options = []
+    for (ni, ty), ot, ct in itertools.product(shapes, sizes(cout, matrix.cols),
+                                              sizes(cin, matrix.rows)):
+        m = ni * ty * ow
+        rows = geo.rows(ty)
+        tiles = groups * ceil_div(batch, ni) * ceil_div(cout, ot) * ceil_div(oh, ty)
+        cores = min(ctx.cores, tiles)
+        per_core = ceil_div(tiles, cores)
+        # the cores' loads share DRAM once more than one core runs
+        load_bw = min(load_bandwidth(config),
+                      config.dram_bytes_per_cycle * DRAM_EFFICIENCY / cores)
+        chunks = ceil_div(cin, ct)
+        most = min(ntaps, max(1, matrix.rows // ct))
+        for g, resident in itertools.product(sorted({1, most}), (all_weights, 0)):
+            need = sram_bytes(geo, ni, ty, ot, ct, g, resident, item, out_item, cast, epi,
+                              ctx.sets)
+            if need > capacity:
+                continue
+            mm_groups = ceil_div(ntaps, g)
+            mxu = chunks * sum(matmul_cycles(m, min(g, ntaps - t) * ct, ot, matrix, dtype)
+                               for t in range(0, ntaps, g))
+            window = ni * ct * rows * ceil_div(geo.cols * item, granule) * granule
+            weights = ot * ct * ntaps * item
+            weight_share = min(per_core * chunks * weights, all_weights) if resident else \
+                per_core * chunks * weights
+            out_bytes = m * ot * (out_item + epi)
+            loads = per_core * chunks * window + weight_share
+            dma_cycles = loads / load_bw + per_core * (
+                chunks * 2 * setup / max(1, dma.engines - 1) +
+                out_bytes / dma.bandwidth_bytes_per_cycle)
+            # phase split, border fills, weight rearrangement
+            vpu = chunks * (6 * vlat + 2 * ni * rows * geo.cols * ct / lanes) + \
+                weight_share / per_core / item / lanes
+            if g > 1:
+                vpu += chunks * packed_groups(ntaps, g) * (g + 1) * (vlat + g * m * ct / lanes)
+            tail = (3 + epi_ops) * (vlat + m * ot / vector_rate(config, 4))
+            vpu += tail
+            share = min(arrays, per_core)
+            fill = 2 * setup + (window + weights) / load_bw
+            cost = Cost(mxu_cycles=per_core * mxu / share, vpu_cycles=per_core * vpu,
+                        dma_cycles=dma_cycles,
+                        dram_bytes=cores * loads + tiles * out_bytes,
+                        serial_cycles=fill + tail + setup + out_bytes /
+                        dma.bandwidth_bytes_per_cycle)
+            commands = tiles * (chunks * (8 + mm_groups * (1 + (g + 1) * (g > 1))) + 4)
+            options.append((cost.estimate(config), commands,
+                            ConvTiling(ni, ty, ot, ct, g, resident > 0, cost)))
+    if not options:
+        return None
+    fastest = min(o[0] for o in options)
+    near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]
+    return min(near, key=lambda o: (o[1], o[0]))[2]

@@ -1,0 +1,195 @@
+"""Pooling (max / average) on padded NCHW inputs: each input window is loaded once and
+rearranged into stride phases channels last (as the convolution does), and the taps
+are reduced over contiguous pixel runs; windows that cannot be phase-split fall back
+to a strided DRAM load per tap."""
+
+from __future__ import annotations
+
+import math
+
+from archsim.config.model import ceil_div
+from compiler import graph as g
+from compiler.emit import Arena
+from compiler.ir.operands import DramRef, Scalar, Slice
+from compiler.ir.ops import Binary, BinaryKind, Load, Transpose, VCopy
+from compiler.kernels.common import Context, TileSteps, pipeline
+from compiler.kernels.conv_geometry import (
+    Geometry,
+    epilogue_bytes,
+    finisher,
+    lead_index,
+    to_channels_first,
+    window_ref,
+)
+from compiler.kernels.vector import layout, sub
+from compiler.plan import Kernel
+
+
+def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
+    """Load each input window once, rearrange it into stride phases channels-last (as
+    the conv does) and reduce the taps over contiguous pixel runs; windows that cannot
+    be phase-split fall back to a strided DRAM load per tap."""
+    node = kernel.anchor
+    spec: g.Pool2d = node.spec
+    x, out = node.inputs[0], node.out
+    lead = x.shape[:-3]
+    chans, in_rows, in_cols = x.shape[-3:]
+    oh, ow = out.shape[-2:]
+    view = ctx.view(x)
+    geo = Geometry(tuple(spec.kernel), tuple(spec.stride), tuple(spec.dilation), oh, ow,
+                    in_rows, in_cols)
+    images = math.prod(lead)
+    sets = ctx.sets
+    item = x.dtype.itemsize
+    epi = epilogue_bytes(ctx, kernel, out)
+
+    def need(cc: int, ty: int) -> int:
+        window = geo.rows(ty) * geo.cols * cc * item
+        tile = ty * geo.plane_cols * cc * item + 2 * ty * ow * cc * item
+        return sets * (2 * window + tile + ty * ow * cc * epi + 64 * 16) + 8192
+
+    cc = chans
+    ty = ceil_div(oh, max(1, ctx.cores // max(1, images)))
+    while (need(cc, ty) > ctx.capacity or not geo.fits(ty)) and (ty > 1 or cc > 1):
+        if ty > 1:
+            ty = (ty + 1) // 2
+        else:
+            cc = (cc + 1) // 2
+    if view.shape != view.base_shape or need(cc, ty) > ctx.capacity or not geo.fits(ty):
+        _lower_pool_per_tap(ctx, kernel)
+        return
+    tiles = [(nb, c0, y0) for nb in range(images) for c0 in range(0, chans, cc)
+             for y0 in range(0, oh, ty)]
+    cores = min(ctx.cores, len(tiles))
+    rows_max = geo.rows(ty)
+    bufs = []
+    for c in range(cores):
+        arena = Arena(f"sram{c}", ctx.capacity)
+        bufs.append({
+            "raw": [arena.alloc((cc, rows_max, geo.cols), x.dtype, "pool input window")
+                    for _ in range(sets)],
+            "planes": [arena.alloc((rows_max * geo.cols, cc), x.dtype, "pool input planes")
+                       for _ in range(sets)],
+            "acc": [arena.alloc((ty * geo.plane_cols, cc), x.dtype, "pool accumulator")
+                    for _ in range(sets)],
+            "rowt": [arena.alloc((ty, cc, ow), x.dtype, "pool output rows")
+                     for _ in range(sets)],
+            "nchw": [arena.alloc((cc, ty * ow), x.dtype, "pool output tile")
+                     for _ in range(sets)],
+            "epi": [layout(ctx, kernel.group, (1,) * len(lead) + (cc, ty, ow), arena, 1,
+                           {out.id}) if kernel.group else None for _ in range(sets)],
+        })
+    kind = BinaryKind.max if spec.kind == "max" else BinaryKind.add
+    kh, kw = spec.kernel
+    per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
+    counts = [0] * cores
+    source = node.source
+    for t, (nb, c0, y0) in enumerate(tiles):
+        core = t % cores
+        q = counts[core] % sets
+        counts[core] += 1
+        b = bufs[core]
+        ch = (c0, min(c0 + cc, chans))
+        nc = ch[1] - ch[0]
+        ty_t = min(ty, oh - y0)
+
+        def load(core=core, b=b, q=q, nb=nb, ch=ch, nc=nc, y0=y0, ty_t=ty_t) -> None:
+            rows = geo.rows(ty_t)
+            r0 = y0 * geo.stride[0]
+            index = tuple(Slice(v, v + 1) for v in lead_index(nb, lead))
+            ref = DramRef(view.tensor, index + (Slice(*ch), Slice(r0, r0 + rows),
+                                                Slice(0, geo.cols)))
+            raw = sub(b["raw"][q], (nc, rows, geo.cols))
+            ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, raw), source)
+
+        def work(core=core, b=b, q=q, nc=nc, ty_t=ty_t) -> None:
+            vpu = f"core{core}.vpu"
+            rows = geo.rows(ty_t)
+            m = geo.pixels(ty_t)
+            (sh, sw) = geo.stride
+            raw = sub(b["raw"][q], (nc, rows // sh, sh, geo.plane_cols, sw))
+            planes = b["planes"][q]
+            ctx.em.emit(vpu, Transpose(raw, sub(planes, (sh, sw, rows // sh, geo.plane_cols,
+                                                        nc)), (2, 4, 1, 3, 0)), source)
+            taps = [sub(planes, (m, nc), geo.shift(ty_t, i, j) * nc)
+                    for i in range(kh) for j in range(kw)]
+            acc = sub(b["acc"][q], (m, nc))
+            if len(taps) == 1:
+                ctx.em.emit(vpu, VCopy(taps[0], acc), source)
+            for k, tap in enumerate(taps[1:]):
+                ctx.em.emit(vpu, Binary(kind, taps[0] if k == 0 else acc, tap, acc), source)
+            if spec.kind == "avg" and spec.divisor != 1.0:
+                ctx.em.emit(vpu, Binary(BinaryKind.mul, acc, Scalar(spec.divisor), acc), source)
+            to_channels_first(ctx, core, b, q, nc, ty_t, geo, source)
+
+        box = tuple((v, v + 1) for v in lead_index(nb, lead)) + (ch, (y0, y0 + ty_t),
+                                                                    (0, ow))
+        finish = finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box,
+                           (nc, ty_t * ow), cast=False)
+        per_core[core].append(TileSteps(load, work, finish))
+    pipeline(per_core, sets - 1)
+
+def _lower_pool_per_tap(ctx: Context, kernel: Kernel) -> None:
+    node = kernel.anchor
+    spec: g.Pool2d = node.spec
+    x, out = node.inputs[0], node.out
+    lead = x.shape[:-3]
+    chans = x.shape[-3]
+    oh, ow = out.shape[-2:]
+    kh, kw = spec.kernel
+    images = 1
+    for n in lead:
+        images *= n
+    sets = ctx.sets
+    item = x.dtype.itemsize
+    epi = epilogue_bytes(ctx, kernel, out)
+    cc, ty = chans, oh
+    while sets * 2 * cc * ty * ow * (item + epi) + 8192 > ctx.capacity and (cc > 1 or ty > 1):
+        if ty > 1:
+            ty = (ty + 1) // 2
+        else:
+            cc = (cc + 1) // 2
+    tiles = [(nb, c0, y0) for nb in range(images) for c0 in range(0, chans, cc)
+             for y0 in range(0, oh, ty)]
+    cores = min(ctx.cores, len(tiles))
+    bufs = []
+    for c in range(cores):
+        arena = Arena(f"sram{c}", ctx.capacity)
+        bufs.append({
+            "acc": [arena.alloc((cc, ty * ow), x.dtype, "pool accumulator") for _ in range(sets)],
+            "tap": [arena.alloc((cc, ty * ow), x.dtype, "pool window") for _ in range(sets)],
+            "epi": [layout(ctx, kernel.group, (1,) * len(lead) + (cc, ty, ow), arena, 1,
+                           {out.id}) if kernel.group else None for _ in range(sets)],
+        })
+    kind = BinaryKind.max if spec.kind == "max" else BinaryKind.add
+    per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
+    counts = [0] * cores
+    source = node.source
+    for t, (nb, c0, y0) in enumerate(tiles):
+        core = t % cores
+        q = counts[core] % sets
+        counts[core] += 1
+        b = bufs[core]
+        ch = (c0, min(c0 + cc, chans))
+        rows = (y0, min(y0 + ty, oh))
+        shape = (ch[1] - ch[0], (rows[1] - rows[0]) * ow)
+
+        def work(core=core, b=b, q=q, nb=nb, ch=ch, rows=rows, shape=shape) -> None:
+            acc = sub(b["acc"][q], shape)
+            vpu = f"core{core}.vpu"
+            for i in range(kh):
+                for j in range(kw):
+                    ref = window_ref(ctx, x, nb, ch, rows, (i, j), spec.stride, spec.dilation, ow,
+                                  source)
+                    first = i == 0 and j == 0
+                    dst = acc if first else sub(b["tap"][q], shape)
+                    ctx.em.emit(ctx.em.dma(core), Load(ref, dst), source)
+                    if not first:
+                        ctx.em.emit(vpu, Binary(kind, acc, dst, acc), source)
+            if spec.kind == "avg" and spec.divisor != 1.0:
+                ctx.em.emit(vpu, Binary(BinaryKind.mul, acc, Scalar(spec.divisor), acc), source)
+
+        box = tuple((v, v + 1) for v in lead_index(nb, lead)) + (ch, rows, (0, ow))
+        finish = finisher(ctx, kernel, core, b, q, box, shape, cast=False)
+        per_core[core].append(TileSteps(work, lambda: None, finish))
+    pipeline(per_core, sets - 1)
