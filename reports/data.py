@@ -148,8 +148,12 @@ class ReportData:
     def engine_busy_cycles(self) -> Mapping[str, int]:
         """Busy cycles per engine of the config (0 for unused ones)."""
         busy = dict.fromkeys(self.engines, 0)
-        for c in self.commands:
-            busy[c.engine] = busy.get(c.engine, 0) + c.cycles
+        reach: dict[str, int] = {}  # a DMA keeping transfers in flight overlaps them:
+        for c in self.commands:     # count each cycle once (commands start in order)
+            start = max(c.start, reach.get(c.engine, c.start))
+            if c.end > start:
+                busy[c.engine] = busy.get(c.engine, 0) + c.end - start
+                reach[c.engine] = max(c.end, reach.get(c.engine, c.end))
         return MappingProxyType(busy)
 
     @cached_property

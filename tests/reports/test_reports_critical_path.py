@@ -130,3 +130,5 @@ def test_transfers_in_flight_stream_on_the_path_and_are_counted_once():
         (0, 0, 51, "start"), (1, 51, 67, "stream"), (2, 67, 83, "stream")]
     (dma,) = engine_times(result)
     assert (dma.busy, dma.contention, dma.waiting, dma.nothing_to_do) == (83, 0, 0, 0)
+    assert report_data(result).engine_busy_cycles["core0.dma0"] == 83
+    assert result.engine_busy_cycles["core0.dma0"] == 83
