@@ -96,7 +96,7 @@ def load_bandwidth(config: NpuConfig) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, dtype: DType,
-                         out_dtype: DType, trans_b: bool, cores: int, arrays: int,
+                         out_dtype: DType, cores: int, arrays: int,
                          op_sets: int, epilogue_bytes: int, capacity: int) -> MatmulTiling:
     """The tiling with the lowest estimated time that fits the scratchpad.
 
@@ -116,8 +116,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                                         _candidates(per_array_n, matrix.cols)):
         used = min(arrays, -(-n // nt))
         a_bytes, b_bytes = mt * kt * item, kt * nt * item
-        tmp = kt * nt * item if trans_b else 0
-        operands = op_sets * (a_bytes + used * (b_bytes + tmp))
+        operands = op_sets * (a_bytes + used * b_bytes)
         for acc_sets in (2, 1):
             acc = acc_sets * used * mt * nt * (acc_item + epilogue_bytes)
             if operands + acc + 4096 > capacity:
@@ -129,8 +128,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             load_bytes = steps * (a_bytes + used * b_bytes)
             dma = load_bytes / load_bw + steps * setup / max(1, config.core.dma.engines - 1)
             store = used * mt * nt * out_dtype.itemsize / dma_bw + setup
-            rate = vector_rate(config, item)
-            vpu = steps * used * (kt * nt / rate if trans_b else 0) + used * mt * nt / rate
+            vpu = used * mt * nt / vector_rate(config, item)
             stall = store + vpu / max(steps, 1) if acc_sets == 1 else 0
             first_load = (a_bytes + used * b_bytes) / load_bw  # nothing to overlap it with
             cost = Cost(mxu_cycles=per_core * mxu, vpu_cycles=per_core * vpu,

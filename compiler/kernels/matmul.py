@@ -2,9 +2,10 @@
 one column block per systolic array, fused elementwise epilogue.
 
 Per output tile ``[mt, nt * arrays]`` on a core: for each k step, load the A tile (shared
-by the arrays) and one B tile per array (transposed on the vector engine when the
-weight is stored [N, K]), then one matmul per array accumulates into its own f32
-accumulator. The epilogue casts to the output dtype, runs the fused group and stores.
+by the arrays) and one B tile per array (when the weight is stored [N, K], the DMA
+writes the tile transposed: its SRAM side is a strided view), then one matmul per
+array accumulates into its own f32 accumulator. The epilogue casts to the output
+dtype, runs the fused group and stores.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from compiler.emit import Arena
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Cast, MatMul, Transpose
+from compiler.ir.ops import Cast, Load, MatMul
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.vector import (
     bytes_per_element,
+    dram_transfers,
     emit_compute,
     emit_loads,
     emit_stores,
@@ -59,7 +61,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     epi_bytes = (out.dtype.itemsize if cast_needed else 0) + \
         (bytes_per_element(ctx, group, {out.id}) if group else 0)
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
-    tiling = choose_matmul_tiling(ctx.config, batch, m, k, n, a.dtype, out.dtype, trans_b,
+    tiling = choose_matmul_tiling(ctx.config, batch, m, k, n, a.dtype, out.dtype,
                                   ctx.cores, arrays, ctx.sets, max(0, epi_bytes), ctx.capacity)
     mt, kt, nt, used = tiling.mt, tiling.kt, tiling.nt, tiling.arrays
     n_tile = nt * used
@@ -106,7 +108,6 @@ class _Buffers:
     def __init__(self) -> None:
         self.a: list[SramRef] = []
         self.b: list[list[SramRef]] = []
-        self.bt: list[list[SramRef]] = []
         self.acc: list[list[SramRef]] = []
         self.out: list[list[SramRef]] = []
         self.epilogue: list[list[tuple[dict[int, SramRef], dict[int, SramRef]]]] = []
@@ -121,8 +122,6 @@ def _allocate(ctx: Context, core: int, tiling, dtype: DType, acc_dtype: DType, o
         bufs.a.append(arena.alloc((mt, kt), dtype, "matmul A tile"))
         bufs.b.append([arena.alloc((kt, nt), dtype, "matmul B tile")
                        for _ in range(tiling.arrays)])
-        bufs.bt.append([arena.alloc((nt, kt), dtype, "matmul B^T tile")
-                        for _ in range(tiling.arrays)] if trans_b else [])
     epi_tile = (1,) * (rank - 2) + (mt, nt)
     for _ in range(tiling.acc_sets):
         bufs.acc.append([arena.alloc((mt, nt), acc_dtype, "accumulator")
@@ -149,11 +148,23 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a: Value, b: V
                 load_box(ctx, b, _operand_box(b, batch_index, ks, (c0, c1)), b_buf, core,
                          source, "load")
                 continue
-            tmp = sub(bufs.bt[op_set][j], (c1 - c0, kk))
-            load_box(ctx, b, _operand_box(b, batch_index, (c0, c1), ks), tmp, core, source,
-                     "load")
-            ctx.em.emit(f"core{core}.vpu", Transpose(tmp, b_buf, (1, 0)), source)
+            _load_transposed(ctx, b, _operand_box(b, batch_index, (c0, c1), ks), b_buf, core,
+                             source)
     return load
+
+
+def _load_transposed(ctx: Context, b: Value, box: Box, dst: SramRef, core: int,
+                     source: str) -> None:
+    """``dst`` [k, n] := the [n, k] ``box`` of ``b`` transposed, by the DMA: each piece's
+    SRAM side is a strided view (consecutive k go ``n`` elements apart)."""
+    n, k = box_shape(box)[-2:]
+    item = dst.dtype.itemsize
+    for ref, offset in dram_transfers(ctx, b, box, "load"):
+        n0, k0 = divmod(offset, k)
+        lead = (0,) * (len(ref.shape) - 2)
+        view = SramRef(dst.space, dst.offset + (k0 * n + n0) * item, ref.shape, dst.dtype,
+                       lead + (1, n))
+        ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, view), source)
 
 
 def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, q: int, mm: int,

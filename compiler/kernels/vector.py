@@ -220,7 +220,9 @@ def _split_ref(ref: DramRef, parts: int) -> list[tuple[DramRef, int]]:
     return out
 
 
-def _transfers(ctx: Context, value: Value, box: Box, kind: str) -> list[tuple[DramRef, int]]:
+def dram_transfers(ctx: Context, value: Value, box: Box, kind: str) -> list[tuple[DramRef, int]]:
+    """The DMA commands moving ``box`` of ``value``: (DRAM piece, element offset in the
+    box's row-major buffer), large pieces split over the engines."""
     engines = ctx.config.core.dma.engines
     usable = engines - 1 if kind in ("load", "store") and engines > 1 else engines
     if kind == "store":
@@ -235,13 +237,13 @@ def _transfers(ctx: Context, value: Value, box: Box, kind: str) -> list[tuple[Dr
 
 def load_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str,
              kind: str = "any") -> None:
-    for ref, offset in _transfers(ctx, value, box, kind):
+    for ref, offset in dram_transfers(ctx, value, box, kind):
         ctx.em.emit(ctx.em.dma(core, kind), Load(ref, sub(buf, ref.shape, offset)), source)
 
 
 def store_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str,
               kind: str = "any") -> None:
-    for ref, offset in _transfers(ctx, value, box, kind):
+    for ref, offset in dram_transfers(ctx, value, box, kind):
         ctx.em.emit(ctx.em.dma(core, kind), Store(sub(buf, ref.shape, offset), ref), source)
 
 

@@ -193,3 +193,20 @@ def test_run_without_simulation_uses_torch_reference() -> None:
     (out,), result = compiled.run(x, bias, simulate=False)
     assert result is None
     torch.testing.assert_close(out, _chain(x, bias))
+
+
+def test_linear_weights_land_transposed_by_the_dma() -> None:
+    """A weight stored [out, in] reaches the arrays as [in, out] through loads whose SRAM
+    side is a strided view: no vector transpose, same numbers as torch."""
+    from compiler.ir.ops import Load, Transpose
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(40, 24)
+    x = torch.randn(6, 40)
+    compiled = compile_graph(_export(lin, x), config("tiny"))
+    (out,), _ = compiled.run(x)
+    torch.testing.assert_close(out, lin(x), rtol=1e-4, atol=1e-4)
+    ops = [c.op for c in compiled.program.commands]
+    assert not any(isinstance(op, Transpose) for op in ops)
+    assert any(isinstance(op, Load) and op.dst.strides is not None and op.dst.strides[-2] == 1
+               for op in ops)
