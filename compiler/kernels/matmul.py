@@ -21,7 +21,6 @@ from compiler.ir.ops import Cast, Load, MatMul
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.vector import (
     bytes_per_element,
-    dram_transfers,
     emit_compute,
     emit_loads,
     emit_stores,
@@ -156,10 +155,11 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a: Value, b: V
 def _load_transposed(ctx: Context, b: Value, box: Box, dst: SramRef, core: int,
                      source: str) -> None:
     """``dst`` [k, n] := the [n, k] ``box`` of ``b`` transposed, by the DMA: each piece's
-    SRAM side is a strided view (consecutive k go ``n`` elements apart)."""
+    SRAM side is a strided view (consecutive k go ``n`` elements apart). Pieces are not
+    split over engines: their strided spans would overlap and serialize them anyway."""
     n, k = box_shape(box)[-2:]
     item = dst.dtype.itemsize
-    for ref, offset in dram_transfers(ctx, b, box, "load"):
+    for ref, offset in ctx.em.dram_pieces(ctx.view(b), box):
         n0, k0 = divmod(offset, k)
         lead = (0,) * (len(ref.shape) - 2)
         view = SramRef(dst.space, dst.offset + (k0 * n + n0) * item, ref.shape, dst.dtype,
