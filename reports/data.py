@@ -20,6 +20,7 @@ from archsim.bandwidth import cycles_to_move, solo_rate
 from compiler.ir.ops import engine_core, engine_kind
 
 if TYPE_CHECKING:
+    from archsim.config.model import NpuConfig
     from archsim.result import SimResult
     from compiler.ir.ops import Op
 
@@ -117,6 +118,8 @@ class ReportData:
     sram_capacity_bytes: Mapping[str, int]
     commands: tuple[CommandRecord, ...]
     """Every command once, in program order."""
+    matrix_precision: str = ""
+    """How the arrays run matmuls: their input dtype and the f32 precision policy."""
 
     # -- time -----------------------------------------------------------------------
     @property
@@ -191,6 +194,16 @@ def report_data(result: ResultLike) -> ReportData:
     return data
 
 
+def matrix_precision(config: NpuConfig) -> str:
+    """E.g. ``bf16 arrays; f32 matmuls at 'default' precision (1 bf16 pass)``."""
+    matrix = config.core.matrix
+    if matrix.input_dtype == "f32":
+        return "f32 arrays"
+    passes = matrix.f32_passes
+    return (f"{matrix.input_dtype} arrays; f32 matmuls at {matrix.f32_precision!r} precision "
+            f"({passes} {matrix.input_dtype} pass{'es' if passes > 1 else ''})")
+
+
 def from_sim_result(result: SimResult) -> ReportData:
     import simpy
 
@@ -243,6 +256,7 @@ def from_sim_result(result: SimResult) -> ReportData:
         engines=config.engines,
         sram_peak_bytes=MappingProxyType(dict(result.sram_peak_bytes)),
         sram_capacity_bytes=MappingProxyType(capacity),
+        matrix_precision=matrix_precision(config),
         commands=tuple(records),
     )
 

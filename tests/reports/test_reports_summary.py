@@ -57,3 +57,14 @@ def test_compare_table(mm_result, simulate, programs):
     assert compare_table([mm_result], labels=["base"]).splitlines()[0].split() == ["base"]
     with pytest.raises(ValueError, match="1 labels for 2 results"):
         compare_table([mm_result, other], labels=["x"])
+
+
+def test_summary_states_the_matrix_precision(mm_result):
+    from archsim.config import load_config
+    from reports.data import matrix_precision
+
+    assert summary(mm_result).splitlines()[1].split() == ["precision", "f32", "arrays"]
+    config = load_config("tpu-v3").with_overrides({"core.matrix.f32_precision": "highest"})
+    assert matrix_precision(config) == ("bf16 arrays; f32 matmuls at 'highest' precision "
+                                        "(6 bf16 passes)")
+    assert matrix_precision(load_config("tpu-v3")).endswith("'default' precision (1 bf16 pass)")
