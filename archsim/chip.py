@@ -58,6 +58,11 @@ class Chip:
         every other engine)."""
         return getattr(self._engines.get(engine), "outstanding", 1)
 
+    def back_to_back_saving(self, engine: str) -> int:
+        """Cycles a command saves when it follows the previous one on its engine without
+        a gap (systolic arrays with double-buffered weights; 0 elsewhere)."""
+        return getattr(self._engines.get(engine), "back_to_back_saving", 0)
+
     def timing(self, engine: str, op: Op) -> CommandTiming:
         """What a command costs on its engine (decided before the run)."""
         if isinstance(op, HostTransfer):

@@ -12,6 +12,11 @@ ws          k     n     m
 os          m     n     k
 is          k     m     n
 =========  ====  ====  ===
+
+With double-buffered weights (``weight_buffers: 2``, ws only) the next fold's weights
+shift in while the current fold streams: a matmul takes ``folds x max(T, R) + 2R + C -
+2``, and one that starts the cycle the previous matmul on its array ends overlaps its
+fill with that one's drain (the simulator subtracts ``2R + C - 2``).
 """
 
 from __future__ import annotations
@@ -41,7 +46,11 @@ def matmul_cycles(m: int, k: int, n: int, matrix: MatrixConfig,
     rows, cols = matrix.rows, matrix.cols
     sr, sc, t = fold_dims(m, k, n, matrix.dataflow)
     folds = ceil_div(sr, rows) * ceil_div(sc, cols)
-    cycles = (2 * rows + cols + t - 2) * folds
+    if matrix.dataflow == "ws" and matrix.weight_buffers > 1:
+        # the next fold's weights load while this one streams: fill and drain once
+        cycles = folds * max(t, rows) + 2 * rows + cols - 2
+    else:
+        cycles = (2 * rows + cols + t - 2) * folds
     return cycles * passes(operand_dtype, matrix)
 
 
@@ -59,6 +68,15 @@ class MatrixEngine:
     def __init__(self, name: str, config: MatrixConfig) -> None:
         self.name = name
         self.config = config
+
+    @property
+    def back_to_back_saving(self) -> int:
+        """Cycles a matmul saves when it starts the cycle the previous one on this array
+        ends: with double-buffered weights its fill overlaps that one's drain."""
+        config = self.config
+        if config.dataflow == "ws" and config.weight_buffers > 1:
+            return 2 * config.rows + config.cols - 2
+        return 0
 
     def timing(self, op: MatMul) -> CommandTiming:
         *rows, k = op.a.shape  # leading dims of a are all rows

@@ -93,6 +93,8 @@ class _Plan:
         self.queues, self.engine_index = _engine_queues(engines, kind_of)
         self.in_flight = {engine: chip.in_flight(engine) for engine in self.queues}
         """Per engine, transfers it may keep in flight (1: each ends before the next)."""
+        self.saving = {engine: chip.back_to_back_saving(engine) for engine in self.queues}
+        """Per engine, cycles a command saves when it starts as the previous one ends."""
         self.steps = [steps[k] for k in kinds]
         """Per command: (fixed cycles, links, bytes, solo rate) — what the run reads."""
         self.link_names = tuple(chip.network.names)
@@ -185,9 +187,9 @@ def command_timings(program: Program, config: NpuConfig) -> list[CommandTiming]:
 class _Engine:
     """One engine's in-order queue."""
 
-    __slots__ = ("queue", "pos", "free_at", "busy", "slots", "flying", "waiting")
+    __slots__ = ("queue", "pos", "free_at", "busy", "slots", "flying", "waiting", "saving")
 
-    def __init__(self, queue: list[int], slots: int = 1) -> None:
+    def __init__(self, queue: list[int], slots: int = 1, saving: int = 0) -> None:
         self.queue = queue
         self.pos = 0
         self.free_at = 0
@@ -196,6 +198,8 @@ class _Engine:
         self.busy = False
         """As many transfers are in flight as the engine keeps (``slots``)."""
         self.slots = slots
+        self.saving = saving
+        """Cycles a compute command saves when it starts the cycle the previous ends."""
         self.flying = 0
         self.waiting: deque[tuple[int, int]] = deque()
         """Transfers in flight whose data waits for the one streaming: (command, cycle
@@ -221,7 +225,7 @@ class _Run:
         self.ends = [-1] * self.n
         """A command's end cycle; -1 until it is resolved."""
         self.waiters: dict[int, list[_Engine]] = {}
-        self.engines = [_Engine(queue, plan.in_flight[name])
+        self.engines = [_Engine(queue, plan.in_flight[name], plan.saving[name])
                         for name, queue in self.queues.items()]
         self.owner = [self.engines[k] for k in plan.engine_index]
         self.ready: list[_Engine] = []
@@ -285,6 +289,8 @@ class _Run:
                             engine.busy = True
                             break
                         continue
+                    if engine.saving and pos and start == free:  # back to back
+                        fixed = max(1, fixed - engine.saving)
                     free = ends[i] = start + fixed
                     woken = waiters.pop(i, None)
                     if woken:

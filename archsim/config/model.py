@@ -54,6 +54,11 @@ class MatrixConfig:
     dataflow: Dataflow
     input_dtype: str
     accumulator_dtype: str
+    weight_buffers: int = 1
+    """Weight tiles a weight-stationary array holds. 2 (double buffering, as TPUs do:
+    the next fold's weights shift in while the current fold streams) pays the pipeline
+    fill and drain once per matmul and each fold ``max(T, rows)``; 1 (SCALE-Sim's
+    model) loads, fills and drains every fold: ``2R + C + T - 2``."""
     f32_precision: Precision = "high"
     """How an f32 matmul runs on an array whose native input is 16-bit: ``default``
     (one bf16 pass, what XLA does on TPUs unless a program asks for more), ``high``
