@@ -54,6 +54,14 @@ def matmul_cycles(m: int, k: int, n: int, matrix: MatrixConfig,
     return cycles * passes(operand_dtype, matrix)
 
 
+def back_to_back_saving(matrix: MatrixConfig) -> int:
+    """Cycles a matmul saves when it starts the cycle the previous one on its array
+    ends: with double-buffered weights its fill overlaps that one's drain."""
+    if matrix.dataflow == "ws" and matrix.weight_buffers > 1:
+        return 2 * matrix.rows + matrix.cols - 2
+    return 0
+
+
 def passes(operand_dtype: DType, matrix: MatrixConfig) -> int:
     """f32 operands on a 16-bit array take the passes of the config's ``f32_precision``
     (1 for ``default``, 3 for ``high``, 6 for ``highest``); all else one."""
@@ -71,12 +79,7 @@ class MatrixEngine:
 
     @property
     def back_to_back_saving(self) -> int:
-        """Cycles a matmul saves when it starts the cycle the previous one on this array
-        ends: with double-buffered weights its fill overlaps that one's drain."""
-        config = self.config
-        if config.dataflow == "ws" and config.weight_buffers > 1:
-            return 2 * config.rows + config.cols - 2
-        return 0
+        return back_to_back_saving(self.config)
 
     def timing(self, op: MatMul) -> CommandTiming:
         *rows, k = op.a.shape  # leading dims of a are all rows

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
 from archsim.errors import CapacityError
-from archsim.matrix import matmul_cycles
+from archsim.matrix import back_to_back_saving, matmul_cycles
 from compiler.ir.dtypes import DType
 
 
@@ -63,6 +63,8 @@ class MatmulTiling:
     arrays: int
     acc_sets: int
     cost: Cost
+    op_sets: int = 2
+    """Operand buffer sets: loads run ``op_sets - 1`` k-steps ahead of the arrays."""
 
     @property
     def n_tile(self) -> int:
@@ -106,7 +108,6 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     item = dtype.itemsize
     acc_item = 4
     dma_bw = config.core.dma.bandwidth_bytes_per_cycle
-    load_bw = load_bandwidth(config)
     setup = config.core.dma.setup_latency_cycles + config.dram.latency_cycles + \
         config.noc.latency_cycles
     best: MatmulTiling | None = None
@@ -116,27 +117,39 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                                         _candidates(per_array_n, matrix.cols)):
         used = min(arrays, -(-n // nt))
         a_bytes, b_bytes = mt * kt * item, kt * nt * item
-        operands = op_sets * (a_bytes + used * b_bytes)
-        for acc_sets in (2, 1):
+        for sets, acc_sets in itertools.product(sorted({op_sets, op_sets + (op_sets > 1)}),
+                                                (2, 1)):
+            operands = sets * (a_bytes + used * b_bytes)
             acc = acc_sets * used * mt * nt * (acc_item + epilogue_bytes)
             if operands + acc + 4096 > capacity:
                 continue
             tiles = batch * -(-m // mt) * -(-n // (nt * used))
             per_core = -(-tiles // cores)
             steps = -(-k // kt)
-            mxu = steps * matmul_cycles(min(mt, m), min(kt, k), min(nt, n), matrix, dtype)
+            # one core's loads reach its DMA/NoC bandwidth, or their share of DRAM
+            load_bw = min(load_bandwidth(config), config.dram_bytes_per_cycle *
+                          DRAM_EFFICIENCY / min(cores, tiles))
+            # the k-steps of a tile follow each other on an array
+            step_mxu = matmul_cycles(min(mt, m), min(kt, k), min(nt, n), matrix, dtype) - \
+                back_to_back_saving(matrix)
+            mxu = steps * step_mxu + back_to_back_saving(matrix)
             load_bytes = steps * (a_bytes + used * b_bytes)
-            dma = load_bytes / load_bw + steps * setup / max(1, config.core.dma.engines - 1)
+            # a step's loads start when the step sets - 1 back is done with its buffers:
+            # what the steps in between do not cover of their latency and transfer shows
+            exposed = max(0.0, setup + (a_bytes + used * b_bytes) / load_bw -
+                          (sets - 1) * step_mxu)
+            dma = load_bytes / load_bw + steps * exposed
             store = used * mt * nt * out_dtype.itemsize / dma_bw + setup
-            vpu = used * mt * nt / vector_rate(config, item)
+            # the epilogue: a cast or the fused group, a pass over the f32 accumulator
+            vpu = used * mt * nt * (1 + (epilogue_bytes > 0)) / vector_rate(config, acc_item)
             stall = store + vpu / max(steps, 1) if acc_sets == 1 else 0
             first_load = (a_bytes + used * b_bytes) / load_bw  # nothing to overlap it with
             cost = Cost(mxu_cycles=per_core * mxu, vpu_cycles=per_core * vpu,
                         dma_cycles=per_core * dma,
                         dram_bytes=tiles * (load_bytes + used * mt * nt * out_dtype.itemsize),
-                        serial_cycles=per_core * stall + setup + first_load + store)
+                        serial_cycles=per_core * stall + setup + first_load + vpu + store)
             options.append((cost.estimate(config), tiles * steps * (2 + used),
-                            MatmulTiling(mt, kt, nt, used, acc_sets, cost)))
+                            MatmulTiling(mt, kt, nt, used, acc_sets, cost, sets)))
     if options:
         fastest = min(o[0] for o in options)
         near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]

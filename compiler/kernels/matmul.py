@@ -81,7 +81,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         k_steps = list(range(0, k, kt))
         for s, k0 in enumerate(k_steps):
             k1 = min(k0 + kt, k)
-            op_set = step_count[core] % ctx.sets
+            op_set = step_count[core] % tiling.op_sets
             step_count[core] += 1
             last = s == len(k_steps) - 1
             per_core[core].append(TileSteps(
@@ -92,7 +92,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                 store=_epilogue(ctx, core, bufs[core], q, out, group, batch_index, (m0, m1),
                                 cols, cast_needed, kernel.name) if last else (lambda: None),
             ))
-    pipeline(per_core, ctx.sets - 1)
+    pipeline(per_core, tiling.op_sets - 1)
 
 
 def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -117,7 +117,7 @@ def _allocate(ctx: Context, core: int, tiling, dtype: DType, acc_dtype: DType, o
     arena = Arena(f"sram{core}", ctx.capacity)
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
     bufs = _Buffers()
-    for _ in range(ctx.sets):
+    for _ in range(tiling.op_sets):
         bufs.a.append(arena.alloc((mt, kt), dtype, "matmul A tile"))
         bufs.b.append([arena.alloc((kt, nt), dtype, "matmul B tile")
                        for _ in range(tiling.arrays)])

@@ -210,3 +210,27 @@ def test_linear_weights_land_transposed_by_the_dma() -> None:
     assert not any(isinstance(op, Transpose) for op in ops)
     assert any(isinstance(op, Load) and op.dst.strides is not None and op.dst.strides[-2] == 1
                for op in ops)
+
+
+def test_matmul_loads_run_two_steps_ahead_when_latency_shows() -> None:
+    """64 x 1024 x 1024 on tpu-v3: a k-step's matmuls are shorter than the DMA latency
+    plus its loads, so the tiling takes a third operand set and the loads of step s + 2
+    are queued before the matmuls of step s."""
+    from compiler.cost import choose_matmul_tiling
+    from compiler.ir.dtypes import DType
+    from compiler.ir.ops import Load, MatMul
+
+    cfg = config("tpu-v3")
+    tiling = choose_matmul_tiling(cfg, 1, 64, 1024, 1024, DType.f32, DType.f32, 1, 2, 2, 0,
+                                  cfg.core.scratchpad.size_bytes)
+    assert tiling.op_sets == 3
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 1024), torch.randn(1024, 1024)
+    compiled = compile_graph(_export(lambda a, b: a @ b, a, b), cfg)
+    (out,), _ = compiled.run(a, b)
+    torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-3)
+    kinds = [type(c.op) for c in compiled.program.commands]
+    steps = kinds.count(MatMul) // tiling.arrays
+    per_step = kinds.count(Load) // steps
+    loads_before = kinds[:kinds.index(MatMul)].count(Load)
+    assert loads_before == 3 * per_step  # steps 0, 1 and 2
