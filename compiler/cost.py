@@ -65,6 +65,11 @@ class MatmulTiling:
     cost: Cost
     op_sets: int = 2
     """Operand buffer sets: loads run ``op_sets - 1`` k-steps ahead of the arrays."""
+    a_resident: bool = False
+    """A core keeps the A row block (every k-step's tile) across the tiles of its
+    columns, loading it once per row block instead of once per tile (``op_sets`` row
+    blocks rotate, as operand sets do)."""
+    k_steps: int = 1
 
     @property
     def n_tile(self) -> int:
@@ -117,15 +122,17 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                                         _candidates(per_array_n, matrix.cols)):
         used = min(arrays, -(-n // nt))
         a_bytes, b_bytes = mt * kt * item, kt * nt * item
-        for sets, acc_sets in itertools.product(sorted({op_sets, op_sets + (op_sets > 1)}),
-                                                (2, 1)):
-            operands = sets * (a_bytes + used * b_bytes)
+        steps = -(-k // kt)
+        n_tiles = -(-n // (nt * used))
+        for sets, acc_sets, resident in itertools.product(
+                sorted({op_sets, op_sets + (op_sets > 1)}), (2, 1),
+                (False, True) if n_tiles > 1 else (False,)):
+            operands = sets * (used * b_bytes + (steps if resident else 1) * a_bytes)
             acc = acc_sets * used * mt * nt * (acc_item + epilogue_bytes)
             if operands + acc + 4096 > capacity:
                 continue
-            tiles = batch * -(-m // mt) * -(-n // (nt * used))
+            tiles = batch * -(-m // mt) * n_tiles
             per_core = -(-tiles // cores)
-            steps = -(-k // kt)
             # one core's loads reach its DMA/NoC bandwidth, or their share of DRAM
             load_bw = min(load_bandwidth(config), config.dram_bytes_per_cycle *
                           DRAM_EFFICIENCY / min(cores, tiles))
@@ -133,7 +140,9 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             step_mxu = matmul_cycles(min(mt, m), min(kt, k), min(nt, n), matrix, dtype) - \
                 back_to_back_saving(matrix)
             mxu = steps * step_mxu + back_to_back_saving(matrix)
-            load_bytes = steps * (a_bytes + used * b_bytes)
+            # a resident A row block is loaded once per core that meets it, not per tile
+            a_loads = min(n_tiles, cores) / n_tiles if resident else 1.0
+            load_bytes = steps * (a_bytes * a_loads + used * b_bytes)
             # a step's loads start when the step sets - 1 back is done with its buffers:
             # what the steps in between do not cover of their latency and transfer shows
             exposed = max(0.0, setup + (a_bytes + used * b_bytes) / load_bw -
@@ -149,7 +158,8 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                         dram_bytes=tiles * (load_bytes + used * mt * nt * out_dtype.itemsize),
                         serial_cycles=per_core * stall + setup + first_load + vpu + store)
             options.append((cost.estimate(config), tiles * steps * (2 + used),
-                            MatmulTiling(mt, kt, nt, used, acc_sets, cost, sets)))
+                            MatmulTiling(mt, kt, nt, used, acc_sets, cost, sets, resident,
+                                         steps)))
     if options:
         fastest = min(o[0] for o in options)
         near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]

@@ -71,6 +71,9 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     bufs = [_allocate(ctx, c, tiling, a.dtype, acc_dtype, out, cast_needed, trans_b, group,
                       rank) for c in range(cores)]
     step_count = [0] * cores
+    holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
+    blocks = [0] * cores  # row blocks a core has held: resident A sets rotate per block,
+    # so a block's loads issued ahead never overwrite one still being multiplied
     for t, (bi, m0, n0) in enumerate(tiles):
         core = t % cores
         q = (len([1 for x in range(t) if x % cores == core])) % tiling.acc_sets
@@ -79,16 +82,22 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         cols = [(n0 + j * nt, min(n0 + (j + 1) * nt, n)) for j in range(used)
                 if n0 + j * nt < n]
         k_steps = list(range(0, k, kt))
+        load_a = not tiling.a_resident or holding[core] != (bi, m0)
+        if load_a and tiling.a_resident:
+            blocks[core] += 1
+        holding[core] = (bi, m0)
         for s, k0 in enumerate(k_steps):
             k1 = min(k0 + kt, k)
             op_set = step_count[core] % tiling.op_sets
             step_count[core] += 1
             last = s == len(k_steps) - 1
+            a_buf = bufs[core].a[(blocks[core] % tiling.op_sets) * tiling.k_steps + s
+                                 if tiling.a_resident else op_set]
             per_core[core].append(TileSteps(
-                load=_loader(ctx, core, bufs[core], op_set, a, b, trans_b, batch_index,
-                             (m0, m1), (k0, k1), cols, kernel.name),
-                compute=_multiplier(ctx, core, bufs[core], op_set, q, (m1 - m0), (k1 - k0),
-                                    cols, s > 0, kernel.name),
+                load=_loader(ctx, core, bufs[core], op_set, a_buf if load_a else None, a, b,
+                             trans_b, batch_index, (m0, m1), (k0, k1), cols, kernel.name),
+                compute=_multiplier(ctx, core, bufs[core], op_set, a_buf, q, (m1 - m0),
+                                    (k1 - k0), cols, s > 0, kernel.name),
                 store=_epilogue(ctx, core, bufs[core], q, out, group, batch_index, (m0, m1),
                                 cols, cast_needed, kernel.name) if last else (lambda: None),
             ))
@@ -117,8 +126,9 @@ def _allocate(ctx: Context, core: int, tiling, dtype: DType, acc_dtype: DType, o
     arena = Arena(f"sram{core}", ctx.capacity)
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
     bufs = _Buffers()
+    a_tiles = tiling.op_sets * (tiling.k_steps if tiling.a_resident else 1)
+    bufs.a = [arena.alloc((mt, kt), dtype, "matmul A tile") for _ in range(a_tiles)]
     for _ in range(tiling.op_sets):
-        bufs.a.append(arena.alloc((mt, kt), dtype, "matmul A tile"))
         bufs.b.append([arena.alloc((kt, nt), dtype, "matmul B tile")
                        for _ in range(tiling.arrays)])
     epi_tile = (1,) * (rank - 2) + (mt, nt)
@@ -134,13 +144,17 @@ def _allocate(ctx: Context, core: int, tiling, dtype: DType, acc_dtype: DType, o
     return bufs
 
 
-def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a: Value, b: Value,
-            trans_b: bool, batch_index: tuple[int, ...], rows: tuple[int, int],
-            ks: tuple[int, int], cols: list[tuple[int, int]], source: str):
+def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef | None,
+            a: Value, b: Value, trans_b: bool, batch_index: tuple[int, ...],
+            rows: tuple[int, int], ks: tuple[int, int], cols: list[tuple[int, int]],
+            source: str):
+    """A k-step's loads: the A tile into ``a_tile`` (None: it is resident already), a B
+    tile per array."""
     def load() -> None:
         kk = ks[1] - ks[0]
-        a_buf = sub(bufs.a[op_set], (rows[1] - rows[0], kk))
-        load_box(ctx, a, _operand_box(a, batch_index, rows, ks), a_buf, core, source, "load")
+        if a_tile is not None:
+            load_box(ctx, a, _operand_box(a, batch_index, rows, ks),
+                     sub(a_tile, (rows[1] - rows[0], kk)), core, source, "load")
         for j, (c0, c1) in enumerate(cols):
             b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
             if not trans_b:
@@ -167,10 +181,11 @@ def _load_transposed(ctx: Context, b: Value, box: Box, dst: SramRef, core: int,
         ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, view), source)
 
 
-def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, q: int, mm: int,
-                kk: int, cols: list[tuple[int, int]], accumulate: bool, source: str):
+def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef,
+                q: int, mm: int, kk: int, cols: list[tuple[int, int]], accumulate: bool,
+                source: str):
     def compute() -> None:
-        a_buf = sub(bufs.a[op_set], (mm, kk))
+        a_buf = sub(a_tile, (mm, kk))
         for j, (c0, c1) in enumerate(cols):
             b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
             acc = sub(bufs.acc[q][j], (mm, c1 - c0))

@@ -234,3 +234,20 @@ def test_matmul_loads_run_two_steps_ahead_when_latency_shows() -> None:
     per_step = kinds.count(Load) // steps
     loads_before = kinds[:kinds.index(MatMul)].count(Load)
     assert loads_before == 3 * per_step  # steps 0, 1 and 2
+
+
+def test_a_row_block_stays_resident_across_the_column_tiles() -> None:
+    """A linear layer 512 -> 2048 on 256 rows (tpu-v3, f32): the activations are read
+    from DRAM once, while every column tile streams its own weights."""
+    from compiler.ir.ops import Load
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(512, 2048)
+    x = torch.randn(256, 512)
+    compiled = compile_graph(_export(lin, x), config("tpu-v3"))
+    (out,), _ = compiled.run(x)
+    torch.testing.assert_close(out, lin(x), rtol=1e-4, atol=1e-3)
+    x_tensor = compiled.input_names[[s.kind for s in compiled.inputs].index("user_input")]
+    x_bytes = sum(math.prod(c.op.dst.shape) * 4 for c in compiled.program.commands
+                  if isinstance(c.op, Load) and c.op.src.tensor == x_tensor)
+    assert x_bytes == x.numel() * 4
