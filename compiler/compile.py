@@ -28,7 +28,13 @@ from compiler.ir.ops import Program
 from compiler.kernels.common import Context
 from compiler.options import CompileOptions
 from compiler.plan import ANCHORS, FusionPass, Kernel
-from compiler.passes import DeadCodePass, HoistWeightPrepPass, SinkViewsPass, SplatPass
+from compiler.passes import (
+    AttentionLayoutPass,
+    DeadCodePass,
+    HoistWeightPrepPass,
+    SinkViewsPass,
+    SplatPass,
+)
 
 
 @dataclass(frozen=True)
@@ -211,6 +217,8 @@ def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name
                   ) -> tuple[Program, dict[int, str], dict[str, Callable[..., Any]],
                              dict[str, Any], list[Kernel]]:
     graph = DeadCodePass().apply(graph)
+    if options.attention_fusion:
+        graph = AttentionLayoutPass().apply(graph)
     if options.fusion:
         graph = HoistWeightPrepPass().apply(SinkViewsPass().apply(graph))
     scalars = SplatPass().apply(graph)

@@ -256,7 +256,10 @@ def base_of(value: Value) -> Value:
 @dataclass(frozen=True)
 class Attention(Spec):
     """softmax(q @ k^T * scale + mask) @ v with q [..., Sq, D], k [..., Sk, D],
-    v [..., Sk, Dv]; inputs (q, k, v[, mask]); key/value heads may be fewer (GQA)."""
+    v [..., Sk, Dv]; inputs (q, k, v[, mask]); key/value heads may be fewer (GQA).
+    ``heads_after_seq[i]``: input i is stored [B, S, H, D] (heads split off the hidden
+    dim, not yet moved in front of the sequence); the kernel reads its heads in place."""
 
     scale: float
     causal: bool
+    heads_after_seq: tuple[bool, bool, bool] = (False, False, False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compiler import graph as g
 from compiler.graph import Graph, base_of
@@ -132,6 +132,32 @@ def _sink(node: g.Node) -> list[g.Node] | None:
     back = g.Node(g.View(), (inner,), (out,), node.source)
     out.producer = back
     return extra + [computed, back]
+
+
+@dataclass(frozen=True)
+class AttentionLayoutPass:
+    """Attention inputs that are [B, S, H, D] tensors permuted to [B, H, S, D] (how
+    transformer code splits heads) are read in place by the attention kernel, which
+    addresses each head in the stored layout; the permutes become dead code."""
+
+    name: str = "attention-layout"
+
+    def apply(self, graph: Graph) -> Graph:
+        changed = False
+        for node in graph.nodes:
+            if not isinstance(node.spec, g.Attention):
+                continue
+            inputs, flags = list(node.inputs), list(node.spec.heads_after_seq)
+            for i in range(3):
+                producer = inputs[i].producer
+                if producer is not None and isinstance(producer.spec, g.Permute) and \
+                        tuple(producer.spec.perm) == (0, 2, 1, 3) and not flags[i]:
+                    inputs[i], flags[i] = producer.inputs[0], True
+            if any(flags) and tuple(flags) != node.spec.heads_after_seq:
+                node.inputs = tuple(inputs)
+                node.spec = replace(node.spec, heads_after_seq=tuple(flags))
+                changed = True
+        return DeadCodePass().apply(graph) if changed else graph
 
 
 @dataclass(frozen=True)

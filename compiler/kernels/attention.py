@@ -71,12 +71,14 @@ def _tile_bytes(tq: int, tk: int, d: int, dv: int, item: int, sets: int, masked:
 def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     node = kernel.anchor
     spec: g.Attention = node.spec
-    q, k, v = node.inputs[:3]
+    q_shape, k_shape, v_shape = (logical_shape(x, stored) for x, stored in
+                                 zip(node.inputs[:3], spec.heads_after_seq))
     mask: Value | None = node.inputs[3] if len(node.inputs) > 3 else None
+    q = node.inputs[0]
     out = node.out
-    sq, d = q.shape[-2:]
-    sk, dv = v.shape[-2:]
-    batch_shape = q.shape[:-2]
+    sq, d = q_shape[-2:]
+    sk, dv = v_shape[-2:]
+    batch_shape = q_shape[:-2]
     item = q.dtype.itemsize
     sets = ctx.sets
     masked = spec.causal or mask is not None
@@ -105,7 +107,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
         tile_counts[core] += 1
         q1 = min(q0 + tq, sq)
         index = _unravel(bi, batch_shape)
-        kv_index = _kv_index(index, q.shape, k.shape)
+        kv_index = _kv_index(index, q_shape, k_shape)
         k_tiles = [k0 for k0 in range(0, sk, tk) if not (spec.causal and k0 > q1 - 1)]
         for s, k0 in enumerate(k_tiles):
             k1 = min(k0 + tk, sk)
@@ -125,6 +127,20 @@ def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
         out.append(index % size)
         index //= size
     return tuple(reversed(out))
+
+
+def logical_shape(value: Value, heads_after_seq: bool) -> tuple[int, ...]:
+    """An attention input's [..., H, S, D] shape (stored [B, S, H, D] when
+    ``heads_after_seq``)."""
+    shape = value.shape
+    return (shape[0], shape[2], shape[1], shape[3]) if heads_after_seq else shape
+
+
+def _stored_box(box: tuple[tuple[int, int], ...], heads_after_seq: bool
+                ) -> tuple[tuple[int, int], ...]:
+    """A [..., H, S, D] box in the input's stored layout (a single head, so the
+    elements keep their order)."""
+    return (box[0], box[2], box[1], box[3]) if heads_after_seq else box
 
 
 def _kv_index(index: tuple[int, ...], q_shape: tuple[int, ...],
@@ -179,25 +195,30 @@ class _Step:
     def load(self) -> None:
         ctx, node = self.ctx, self.node
         q, k, v = node.inputs[:3]
+        stored = node.spec.heads_after_seq
         d, dv = q.shape[-1], v.shape[-1]
         if self.first:
             box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, d))
             qbuf = self.buf("q", (self.nq, d), True)
-            load_box(ctx, q, box, qbuf, self.core, self.source, "load")
+            load_box(ctx, q, _stored_box(box, stored[0]), qbuf, self.core, self.source,
+                     "load")
             self.vec(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
         kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
         kbuf = self.buf("k", (self.nk, d))
-        load_box(ctx, k, kv_box, kbuf, self.core, self.source, "load")
+        load_box(ctx, k, _stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
+                 "load")
         self.vec(Transpose(kbuf, self.buf("kt", (d, self.nk)), (1, 0)))
         v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
-        load_box(ctx, v, v_box, self.buf("v", (self.nk, dv)), self.core, self.source, "load")
+        load_box(ctx, v, _stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
+                 self.core, self.source, "load")
         if not self.needs_mask:
             return
         mbuf = self.bufs["mask"][self.ss]
         if self.bias is not None:
             from compiler.emit import DramView
-            view = DramView(self.bias, node.out.shape[-2:-1] + (node.inputs[1].shape[-2],),
-                            node.out.shape[-2:-1] + (node.inputs[1].shape[-2],), F32)
+            sk = logical_shape(k, stored[1])[-2]
+            view = DramView(self.bias, node.out.shape[-2:-1] + (sk,),
+                            node.out.shape[-2:-1] + (sk,), F32)
             for ref, off in ctx.em.dram_pieces(view, (self.rows, self.keys)):
                 from compiler.ir.ops import Load
                 ctx.em.emit(ctx.em.dma(self.core, "load"), Load(ref, sub(mbuf, ref.shape, off)),

@@ -88,3 +88,35 @@ def test_query_tiles_take_turns_on_the_arrays() -> None:
     busy = result.engine_busy_cycles
     serial = busy["core0.vpu"] + busy["core0.mxu0"] + busy["core0.mxu1"]
     assert result.total_cycles < 0.8 * serial
+
+
+class HeadSplit(torch.nn.Module):
+    """Transformer-style heads: project, view as [B, S, H, D], permute to [B, H, S, D]."""
+
+    def __init__(self, hidden: int = 32, heads: int = 4, sdpa: bool = False) -> None:
+        super().__init__()
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden) for _ in range(3))
+        self.heads, self.sdpa = heads, sdpa
+
+    def forward(self, x):
+        b, s, hidden = x.shape
+        q, k, v = (p(x).view(b, s, self.heads, hidden // self.heads).permute(0, 2, 1, 3)
+                   for p in self.qkv)
+        if self.sdpa:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return Core()(q, k, v)
+
+
+@pytest.mark.parametrize("sdpa", [False, True])
+def test_heads_are_read_in_place_without_permute_kernels(sdpa: bool) -> None:
+    from compiler import export_decompositions
+
+    torch.manual_seed(0)
+    model, x = HeadSplit(sdpa=sdpa).eval(), torch.randn(2, 24, 32)
+    program = torch.export.export(model, (x,)).run_decompositions(
+        export_decompositions() if sdpa else None)
+    compiled = compile_graph(program, config("tiny"))
+    (out,), _ = compiled.run(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    assert not [k for k in compiled.kernels if k.startswith("permute")]
+    assert len(compiled.kernels) == 4  # three projections and the attention
