@@ -76,7 +76,8 @@ class MatmulTiling:
         return self.nt * self.arrays
 
 
-def _candidates(size: int, unit: int) -> list[int]:
+def tile_sizes(size: int, unit: int) -> list[int]:
+    """``size`` and the powers of two times ``unit`` below it."""
     out = {size}
     t = unit
     while t < size:
@@ -118,8 +119,8 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     best: MatmulTiling | None = None
     options: list[tuple[float, int, MatmulTiling]] = []
     per_array_n = -(-n // arrays)
-    for mt, kt, nt in itertools.product(_candidates(m, matrix.rows), _candidates(k, matrix.rows),
-                                        _candidates(per_array_n, matrix.cols)):
+    for mt, kt, nt in itertools.product(tile_sizes(m, matrix.rows), tile_sizes(k, matrix.rows),
+                                        tile_sizes(per_array_n, matrix.cols)):
         used = min(arrays, -(-n // nt))
         a_bytes, b_bytes = mt * kt * item, kt * nt * item
         steps = -(-k // kt)

@@ -40,7 +40,7 @@ from compiler.ir.ops import (
     UnaryKind,
     VCopy,
 )
-from compiler.kernels.common import Context, TileSteps, pipeline
+from compiler.kernels.common import Context, TileSteps, pipeline, unravel
 from compiler.kernels.vector import load_box, store_box, sub, value_box
 from compiler.plan import Kernel
 
@@ -106,7 +106,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
         ts = tile_counts[core] % sets
         tile_counts[core] += 1
         q1 = min(q0 + tq, sq)
-        index = _unravel(bi, batch_shape)
+        index = unravel(bi, batch_shape)
         kv_index = _kv_index(index, q_shape, k_shape)
         k_tiles = [k0 for k0 in range(0, sk, tk) if not (spec.causal and k0 > q1 - 1)]
         for s, k0 in enumerate(k_tiles):
@@ -119,14 +119,6 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
                         (tile_counts[core] - 1) % arrays)
             per_core[core].append(TileSteps(job.load, job.compute, job.finish))
     pipeline(per_core, sets - 1)
-
-
-def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    out = []
-    for size in reversed(shape):
-        out.append(index % size)
-        index //= size
-    return tuple(reversed(out))
 
 
 def logical_shape(value: Value, heads_after_seq: bool) -> tuple[int, ...]:

@@ -70,6 +70,15 @@ def pipeline(per_core: list[list[TileSteps]], lag: int) -> None:
                 tiles[back].store()
 
 
+def unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The multi-index of flat ``index`` in row-major ``shape``."""
+    out = []
+    for size in reversed(shape):
+        out.append(index % size)
+        index //= size
+    return tuple(reversed(out))
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -12,7 +12,7 @@ from archsim.errors import LoweringError
 from compiler.graph import Value
 from compiler.ir.operands import DramRef, Slice, SramRef
 from compiler.ir.ops import Cast, Transpose
-from compiler.kernels.common import Context
+from compiler.kernels.common import Context, unravel
 from compiler.kernels.vector import (
     bytes_per_element,
     emit_compute,
@@ -35,18 +35,10 @@ def window_ref(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tup
     ty = rows[1] - rows[0]
     r0 = rows[0] * sh + i * dh
     c0 = j * dw
-    lead = tuple(Slice(v, v + 1) for v in lead_index(n, x.shape[:-3]))
+    lead = tuple(Slice(v, v + 1) for v in unravel(n, x.shape[:-3]))
     return DramRef(view.tensor, lead + (
         Slice(*chans), Slice(r0, r0 + (ty - 1) * sh + 1, sh),
         Slice(c0, c0 + (ow - 1) * sw + 1, sw)))
-
-
-def lead_index(n: int, lead: tuple[int, ...]) -> tuple[int, ...]:
-    out = []
-    for size in reversed(lead):
-        out.append(n % size)
-        n //= size
-    return tuple(reversed(out))
 
 
 def epilogue_bytes(ctx: Context, kernel: Kernel, out: Value) -> int:
@@ -118,14 +110,6 @@ class Geometry:
         phase = ((i * dh) % sh) * sw + (j * dw) % sw
         return (phase * plane_rows + (i * dh) // sh) * self.plane_cols + (j * dw) // sw
 
-
-def sizes(size: int, unit: int) -> list[int]:
-    out = {size}
-    t = unit
-    while t < size:
-        out.add(t)
-        t *= 2
-    return sorted(out)
 
 def finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
              box: tuple[tuple[int, int], ...], shape: tuple[int, ...],

@@ -14,11 +14,12 @@ from compiler.cost import (
     DRAM_EFFICIENCY,
     Cost,
     load_bandwidth,
+    tile_sizes,
     vector_rate,
 )
 from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
-from compiler.kernels.conv_geometry import Geometry, sizes
+from compiler.kernels.conv_geometry import Geometry
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,10 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
     all_weights = images * cout * cin * ntaps * item
     oh, ow = geo.out_rows, geo.out_cols
     heights = sorted({ceil_div(oh, k) for k in range(1, oh + 1)})
-    shapes = [(1, ty) for ty in heights] + [(ni, oh) for ni in sizes(batch, 2) if ni > 1]
+    shapes = [(1, ty) for ty in heights] + [(ni, oh) for ni in tile_sizes(batch, 2) if ni > 1]
     options = []
-    for (ni, ty), ot, ct in itertools.product(shapes, sizes(cout, matrix.cols),
-                                              sizes(cin, matrix.rows)):
+    for (ni, ty), ot, ct in itertools.product(shapes, tile_sizes(cout, matrix.cols),
+                                              tile_sizes(cin, matrix.rows)):
         m = ni * ty * ow
         rows = geo.rows(ty)
         tiles = groups * ceil_div(batch, ni) * ceil_div(cout, ot) * ceil_div(oh, ty)

@@ -18,7 +18,7 @@ from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
 from compiler.ir.ops import Cast, Load, MatMul
-from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
+from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline, unravel
 from compiler.kernels.vector import (
     bytes_per_element,
     emit_compute,
@@ -77,7 +77,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     for t, (bi, m0, n0) in enumerate(tiles):
         core = t % cores
         q = (len([1 for x in range(t) if x % cores == core])) % tiling.acc_sets
-        batch_index = _unravel(bi, batch_shape)
+        batch_index = unravel(bi, batch_shape)
         m1 = min(m0 + mt, m)
         cols = [(n0 + j * nt, min(n0 + (j + 1) * nt, n)) for j in range(used)
                 if n0 + j * nt < n]
@@ -102,14 +102,6 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                                 cols, cast_needed, kernel.name) if last else (lambda: None),
             ))
     pipeline(per_core, tiling.op_sets - 1)
-
-
-def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    out = []
-    for size in reversed(shape):
-        out.append(index % size)
-        index //= size
-    return tuple(reversed(out))
 
 
 class _Buffers:

@@ -12,12 +12,11 @@ from compiler import graph as g
 from compiler.emit import Arena
 from compiler.ir.operands import DramRef, Scalar, Slice
 from compiler.ir.ops import Binary, BinaryKind, Load, Transpose, VCopy
-from compiler.kernels.common import Context, TileSteps, pipeline
+from compiler.kernels.common import Context, TileSteps, pipeline, unravel
 from compiler.kernels.conv_geometry import (
     Geometry,
     epilogue_bytes,
     finisher,
-    lead_index,
     to_channels_first,
     window_ref,
 )
@@ -96,7 +95,7 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
         def load(core=core, b=b, q=q, nb=nb, ch=ch, nc=nc, y0=y0, ty_t=ty_t) -> None:
             rows = geo.rows(ty_t)
             r0 = y0 * geo.stride[0]
-            index = tuple(Slice(v, v + 1) for v in lead_index(nb, lead))
+            index = tuple(Slice(v, v + 1) for v in unravel(nb, lead))
             ref = DramRef(view.tensor, index + (Slice(*ch), Slice(r0, r0 + rows),
                                                 Slice(0, geo.cols)))
             raw = sub(b["raw"][q], (nc, rows, geo.cols))
@@ -122,7 +121,7 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
                 ctx.em.emit(vpu, Binary(BinaryKind.mul, acc, Scalar(spec.divisor), acc), source)
             to_channels_first(ctx, core, b, q, nc, ty_t, geo, source)
 
-        box = tuple((v, v + 1) for v in lead_index(nb, lead)) + (ch, (y0, y0 + ty_t),
+        box = tuple((v, v + 1) for v in unravel(nb, lead)) + (ch, (y0, y0 + ty_t),
                                                                     (0, ow))
         finish = finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box,
                            (nc, ty_t * ow), cast=False)
@@ -189,7 +188,7 @@ def _lower_pool_per_tap(ctx: Context, kernel: Kernel) -> None:
             if spec.kind == "avg" and spec.divisor != 1.0:
                 ctx.em.emit(vpu, Binary(BinaryKind.mul, acc, Scalar(spec.divisor), acc), source)
 
-        box = tuple((v, v + 1) for v in lead_index(nb, lead)) + (ch, rows, (0, ow))
+        box = tuple((v, v + 1) for v in unravel(nb, lead)) + (ch, rows, (0, ow))
         finish = finisher(ctx, kernel, core, b, q, box, shape, cast=False)
         per_core[core].append(TileSteps(work, lambda: None, finish))
     pipeline(per_core, sets - 1)
