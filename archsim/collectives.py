@@ -1,0 +1,71 @@
+"""Collectives (all-reduce, all-gather, reduce-scatter) as steps of chip-to-chip
+transfers on a :class:`archsim.interconnect.Fabric`.
+
+A step is a set of transfers that start together; the next step starts when all of
+them have arrived (each chip needs what it received before it can forward it). The
+reductions themselves (adding a received chunk) are not timed: the vector unit adds
+far faster than a link delivers.
+
+- ring (bandwidth-optimal): the group in order, each chip sending to the next.
+  all-reduce = reduce-scatter + all-gather: 2(n-1) steps of nbytes/n each;
+  all-gather and reduce-scatter: n-1 steps of nbytes/n (nbytes: the whole tensor).
+  On an idle ring of one-hop neighbours a step takes latency + (nbytes/n)/bandwidth:
+  the alpha-beta cost.
+- tree (latency-optimal, all-reduce only): reduce up a binary tree (ceil(log2 n)
+  steps of nbytes), then broadcast back down the same tree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import Any
+
+from archsim.errors import CollectiveError
+
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
+ALGORITHMS: tuple[str, ...] = ("ring", "tree")
+
+Transfer = tuple[int, int, int]
+"""(source chip, destination chip, bytes)."""
+
+
+def collective_steps(op: str, algorithm: str, group: tuple[int, ...],
+                     nbytes: int) -> list[list[Transfer]]:
+    """The transfers of ``op`` over the chips of ``group`` (in ring order), step by
+    step; ``nbytes`` is the size of the whole tensor on each chip."""
+    if op not in COLLECTIVES:
+        raise CollectiveError(f"unknown collective {op!r}; known: {', '.join(COLLECTIVES)}")
+    if algorithm not in ALGORITHMS:
+        raise CollectiveError(f"unknown collective algorithm {algorithm!r}; known: "
+                              f"{', '.join(ALGORITHMS)}")
+    n = len(group)
+    if n <= 1 or nbytes <= 0:
+        return []
+    if algorithm == "ring":
+        chunk = math.ceil(nbytes / n)
+        ring = [(group[i], group[(i + 1) % n], chunk) for i in range(n)]
+        count = 2 * (n - 1) if op == "all_reduce" else n - 1
+        return [list(ring) for _ in range(count)]
+    if op != "all_reduce":
+        raise CollectiveError(f"the tree algorithm implements all_reduce only, not {op}; "
+                              f"use ring")
+    reduce_steps = []
+    stride = 1
+    while stride < n:
+        reduce_steps.append([(group[i + stride], group[i], nbytes)
+                             for i in range(0, n, 2 * stride) if i + stride < n])
+        stride *= 2
+    broadcast = [[(dst, src, size) for src, dst, size in step] for step in reversed(reduce_steps)]
+    return reduce_steps + broadcast
+
+
+def run_collective(fabric: Any, op: str, algorithm: str, group: tuple[int, ...],
+                   nbytes: int) -> Generator[Any, Any, None]:
+    """A SimPy process: the collective's steps, one after the other, on ``fabric``."""
+    env = fabric.env
+    for step in collective_steps(op, algorithm, group, nbytes):
+        yield env.all_of([fabric.send(src, dst, size) for src, dst, size in step])
+
+
+__all__ = ["ALGORITHMS", "COLLECTIVES", "CollectiveError", "collective_steps", "run_collective"]
