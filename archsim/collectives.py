@@ -6,7 +6,8 @@ them have arrived (each chip needs what it received before it can forward it). T
 reductions themselves (adding a received chunk) are not timed: the vector unit adds
 far faster than a link delivers.
 
-- ring (bandwidth-optimal): the group in order, each chip sending to the next.
+- ring (bandwidth-optimal): the group in ring order (a snake through a torus, so
+  consecutive chips are neighbours), each chip sending to the next.
   all-reduce = reduce-scatter + all-gather: 2(n-1) steps of nbytes/n each;
   all-gather and reduce-scatter: n-1 steps of nbytes/n (nbytes: the whole tensor).
   On an idle ring of one-hop neighbours a step takes latency + (nbytes/n)/bandwidth:
@@ -64,6 +65,8 @@ def run_collective(fabric: Any, op: str, algorithm: str, group: tuple[int, ...],
                    nbytes: int) -> Generator[Any, Any, None]:
     """A SimPy process: the collective's steps, one after the other, on ``fabric``."""
     env = fabric.env
+    if algorithm == "ring":
+        group = fabric.interconnect.ring_order(group)
     for step in collective_steps(op, algorithm, group, nbytes):
         yield env.all_of([fabric.send(src, dst, size) for src, dst, size in step])
 

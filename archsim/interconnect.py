@@ -87,6 +87,14 @@ class Interconnect:
         self._routes[src, dst] = found
         return found
 
+    def ring_order(self, group: tuple[int, ...]) -> tuple[int, ...]:
+        """``group`` reordered so that consecutive chips are grid neighbours where the
+        grid allows (a snake through the torus); a switch or ring keeps the order."""
+        if self.config.topology in ("switch", "ring"):
+            return group
+        members = set(group)
+        return tuple(c for c in _snake(self.shape) if c in members)
+
     def _coords(self, chip: int) -> tuple[int, ...]:
         coords = []
         for size in reversed(self.shape):
@@ -99,6 +107,20 @@ class Interconnect:
         for c, size in zip(coords, self.shape):
             index = index * size + c
         return index
+
+
+def _snake(shape: tuple[int, ...]) -> list[int]:
+    """Every chip of a grid in boustrophedon order: the last dimension runs back and
+    forth, so each chip follows a neighbour of the one before."""
+    if len(shape) == 1:
+        return list(range(shape[0]))
+    inner = _snake(shape[1:])
+    stride = math.prod(shape[1:])
+    order: list[int] = []
+    for i in range(shape[0]):
+        row = inner if i % 2 == 0 else inner[::-1]
+        order += [i * stride + c for c in row]
+    return order
 
 
 class Fabric:

@@ -85,3 +85,12 @@ def test_bad_collective_and_missing_interconnect_are_named_errors() -> None:
         run_cluster([Send("s", 0, 1, 64)], bare, 2)
     with pytest.raises(ConfigError, match="ring needs at least 2 links per chip"):
         TINY.with_overrides({"interconnect.links_per_chip": 1})
+
+
+def test_ring_collectives_follow_a_snake_through_the_torus() -> None:
+    # 4 chips of a 3-D torus sit on a 2x2x1 grid; ring order 0,1,3,2 makes every ring
+    # step one hop, so the all-reduce costs exactly the alpha-beta formula
+    torus = TINY.with_overrides({"interconnect.topology": "torus3d",
+                                 "interconnect.links_per_chip": 6})
+    result = run_cluster([Collective("ar", "all_reduce", (0, 1, 2, 3), 4096)], torus, 4)
+    assert result.total_cycles == 6 * (LAT + 1024 // BW) == 1368
