@@ -46,7 +46,7 @@ def llm_table(result: Any) -> str:
     ]
     if par.chips > 1:
         lines.append(f"  collectives       {util['collectives']:.1%} of chip time; "
-                     f"{_gib(result.pipeline.result.link_bytes)} over chip-to-chip links")
+                     f"{_gib(result.link_bytes)} over chip-to-chip links")
     lines.append("")
     lines.append("  rooflines: TTFT = max(FLOPs / peak, weights / HBM bandwidth); TPOT = "
                  "(weights + KV cache) / HBM bandwidth, over all chips")
@@ -76,7 +76,7 @@ def llm_json(result: Any) -> dict[str, Any]:
         "roofline": {"ttft_s": result.roofline.prefill_s, "tpot_s": result.roofline.tpot_s,
                      "prefill_flops": result.roofline.prefill_flops},
         "utilization": result.utilization(),
-        "link_bytes": result.pipeline.result.link_bytes,
+        "link_bytes": result.link_bytes,
         "simulated_blocks": [list(k) for k in result.simulated],
         "notes": result.notes(),
     }

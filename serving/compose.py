@@ -42,26 +42,26 @@ class Segment:
     collective_cycles: int
     matmul_flops: int
     dram_bytes: int
+    link_bytes: int = 0
+    """Bytes the group's collectives moved between chips."""
 
     def __add__(self, other: Segment) -> Segment:
         return Segment(self.cycles + other.cycles,
                        self.collective_cycles + other.collective_cycles,
                        self.matmul_flops + other.matmul_flops,
-                       self.dram_bytes + other.dram_bytes)
+                       self.dram_bytes + other.dram_bytes, self.link_bytes + other.link_bytes)
 
     def times(self, n: int) -> Segment:
         return Segment(self.cycles * n, self.collective_cycles * n,
-                       self.matmul_flops * n, self.dram_bytes * n)
-
-
-ZERO = Segment(0, 0, 0, 0)
+                       self.matmul_flops * n, self.dram_bytes * n, self.link_bytes * n)
 
 
 def interpolate(a: Segment, b: Segment, weight: float) -> Segment:
     def mix(x: int, y: int) -> int:
         return round(x + (y - x) * weight)
     return Segment(mix(a.cycles, b.cycles), mix(a.collective_cycles, b.collective_cycles),
-                   mix(a.matmul_flops, b.matmul_flops), mix(a.dram_bytes, b.dram_bytes))
+                   mix(a.matmul_flops, b.matmul_flops), mix(a.dram_bytes, b.dram_bytes),
+                   mix(a.link_bytes, b.link_bytes))
 
 
 @dataclass
@@ -114,7 +114,7 @@ class Composer:
             tasks.append(Collective(op, op, group, nbytes, tuple(range(first, len(tasks)))))
         result = run_cluster(tasks, self.config, self.par.chips)
         in_collectives = sum(result.spans[i].end - result.spans[i].start for i in collectives)
-        return Segment(result.total_cycles, in_collectives, flops, dram)
+        return Segment(result.total_cycles, in_collectives, flops, dram, result.link_bytes)
 
     def stage(self, stage: int, tokens: int, context: int) -> Segment:
         """One micro-batch through one stage (its layers, plus the embedding on the first

@@ -73,7 +73,8 @@ class AttentionBlock(nn.Module):
         if self.rotary:
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         if k_cache is None:
-            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                  enable_gqa=self.heads != self.kv_heads)
             attn = attn.transpose(1, 2).reshape(b, t, -1)
         else:  # one token: the query heads of each K/V head become its query rows
             group = self.heads // self.kv_heads

@@ -55,6 +55,12 @@ class ServeResult:
         decode = self.decode_s
         return self.request.batch * self.request.decode / decode if decode else 0.0
 
+    @property
+    def link_bytes(self) -> int:
+        """Bytes moved between chips: collectives inside stages and pipeline sends."""
+        inside = sum(seg.link_bytes for _, seg in self.pipeline.segments.values())
+        return inside // self.par.tp + self.pipeline.result.link_bytes
+
     # -- utilization --------------------------------------------------------------------
     def _phase(self, phase: str) -> tuple[int, int, int]:
         """(matmul FLOPs, DRAM bytes, collective chip-cycles) of a phase, all chips."""
