@@ -42,14 +42,15 @@ class Interconnect:
         self.chips = chips
         self.latency_cycles = config.latency_cycles
         per_link = config.link_bandwidth_gb_per_s * 1e9 / clock_hz
-        self._routes: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}
+        self._routes: dict[tuple[int, int, int], tuple[tuple[int, ...], int]] = {}
         if config.topology == "switch":
             port = per_link * config.links_per_chip
             up = [network.add_link(f"chip{c}.up", port) for c in range(chips)]
             down = [network.add_link(f"chip{c}.down", port) for c in range(chips)]
             for a in range(chips):
                 for b in range(chips):
-                    self._routes[a, b] = ((up[a], down[b]), 1)
+                    for prefer in (1, -1):
+                        self._routes[a, b, prefer] = ((up[a], down[b]), 1)
             return
         dimensions = _DIMENSIONS[config.topology]
         self.shape = grid_shape(chips, dimensions)
@@ -64,14 +65,15 @@ class Interconnect:
                     self._links[chip, d, step] = network.add_link(
                         f"chip{chip}.d{d}{'+' if step > 0 else '-'}", share)
 
-    def route(self, src: int, dst: int) -> tuple[tuple[int, ...], int]:
+    def route(self, src: int, dst: int, prefer: int = 1) -> tuple[tuple[int, ...], int]:
         """Links a transfer from chip ``src`` to chip ``dst`` crosses, and its hops:
-        dimension by dimension, the shorter way round each (ties go up)."""
+        dimension by dimension, the shorter way round each (ties go the ``prefer`` way,
+        +1 or -1, so two chips of a 2-wide dimension can use both links between them)."""
         for chip in (src, dst):
             if not 0 <= chip < self.chips:
                 raise ConfigError([f"chip {chip} is not one of the {self.chips} chips"],
                                   source="interconnect")
-        cached = self._routes.get((src, dst))
+        cached = self._routes.get((src, dst, prefer))
         if cached is not None:
             return cached
         here = list(self._coords(src))
@@ -79,12 +81,13 @@ class Interconnect:
         links: list[int] = []
         for d, size in enumerate(self.shape):
             forward = (goal[d] - here[d]) % size
-            step = 1 if forward <= size - forward else -1
+            backward = size - forward
+            step = prefer if forward == backward else (1 if forward < backward else -1)
             for _ in range(min(forward, size - forward)):
                 links.append(self._links[self._index(here), d, step])
                 here[d] = (here[d] + step) % size
         found = (tuple(links), len(links))
-        self._routes[src, dst] = found
+        self._routes[src, dst, prefer] = found
         return found
 
     def ring_order(self, group: tuple[int, ...]) -> tuple[int, ...]:
@@ -136,13 +139,14 @@ class Fabric:
         self._next_token = 0
         self.bytes_moved = 0
 
-    def send(self, src: int, dst: int, nbytes: int) -> simpy.Event:
-        """An event that fires when ``nbytes`` from chip ``src`` have reached ``dst``."""
+    def send(self, src: int, dst: int, nbytes: int, prefer: int = 1) -> simpy.Event:
+        """An event that fires when ``nbytes`` from chip ``src`` have reached ``dst``
+        (``prefer``: see :meth:`Interconnect.route`)."""
         done = self.env.event()
         if src == dst or nbytes <= 0:
             done.succeed()
             return done
-        links, hops = self.interconnect.route(src, dst)
+        links, hops = self.interconnect.route(src, dst, prefer)
         token = self._next_token
         self._next_token += 1
         self._waiting[token] = done

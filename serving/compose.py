@@ -71,6 +71,9 @@ class Composer:
     par: Parallelism
     config: NpuConfig
     timer: Timer
+    algorithm: str = "bidir_ring"
+    """All-reduce algorithm (:data:`archsim.collectives.ALGORITHMS`); the LM head's
+    all-gather uses the same ring, or the bidirectional ring with ``tree``."""
     _segments: dict[tuple[str, int, int, int], Segment] = field(default_factory=dict)
 
     @property
@@ -111,7 +114,11 @@ class Composer:
             first = len(tasks)
             tasks += [Compute(f"block {c}", c, block.cycles, deps) for c in group]
             collectives.append(len(tasks))
-            tasks.append(Collective(op, op, group, nbytes, tuple(range(first, len(tasks)))))
+            algorithm = self.algorithm
+            if op != "all_reduce" and algorithm == "tree":
+                algorithm = "bidir_ring"
+            tasks.append(Collective(op, op, group, nbytes, tuple(range(first, len(tasks))),
+                                    algorithm))
         result = run_cluster(tasks, self.config, self.par.chips)
         in_collectives = sum(result.spans[i].end - result.spans[i].start for i in collectives)
         return Segment(result.total_cycles, in_collectives, flops, dram, result.link_bytes)

@@ -27,6 +27,7 @@ class ServeResult:
     pipeline: Pipeline
     simulated: tuple[tuple[str, int, int], ...]
     """(block, tokens, context) shapes compiled and simulated on one chip."""
+    algorithm: str = "bidir_ring"
 
     # -- time ---------------------------------------------------------------------------
     def _s(self, cycles: float) -> float:
@@ -101,23 +102,26 @@ class ServeResult:
                          f"in the context)")
         if par.chips > 1:
             notes.append(f"{par.chips} chips ({self.config.interconnect.kind}, "
-                         f"{self.config.interconnect.topology}): collectives and stage-to-"
-                         f"stage sends simulated as traffic on the chip-to-chip links")
+                         f"{self.config.interconnect.topology}): collectives "
+                         f"({self.algorithm}) and stage-to-stage sends simulated as traffic "
+                         f"on the chip-to-chip links; each stage's collectives are "
+                         f"simulated with its group alone on the links")
         return notes
 
 
 def serve(model: str | Path | ModelSpec, config: NpuConfig, request: Request,
-          par: Parallelism = Parallelism()) -> ServeResult:
-    """Simulate serving ``request`` with ``model`` on ``par.chips`` chips of ``config``."""
+          par: Parallelism = Parallelism(), algorithm: str = "bidir_ring") -> ServeResult:
+    """Simulate serving ``request`` with ``model`` on ``par.chips`` chips of ``config``;
+    tensor-parallel all-reduces use ``algorithm`` (ring, bidir_ring or tree)."""
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     shard = check(spec, request, par)
     memory = check_memory(spec, request, par, shard, config)
     timer = Timer(spec, shard, request, request.batch // par.micro_batches, config)
-    composer = Composer(spec, request, par, config, timer)
+    composer = Composer(spec, request, par, config, timer, algorithm)
     pipeline = composer.pipeline()
     return ServeResult(spec, request, par, config, memory,
                        roofline(spec, request, config, par.chips), pipeline,
-                       tuple(timer.simulated))
+                       tuple(timer.simulated), algorithm)
 
 
 def chip_busy(result: ServeResult, chip: int) -> int:

@@ -47,6 +47,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--pp", type=int, default=None, help="pipeline stages")
     p.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches through the pipeline (default: min(batch, pp))")
+    p.add_argument("--collectives", choices=("bidir_ring", "ring", "tree"),
+                   default="bidir_ring", help="all-reduce algorithm for --tp (default "
+                                              "bidir_ring: half the data each way round)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--trace", metavar="FILE",
                    help="also write a Perfetto trace (one track group per chip) to FILE")
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_config(args.config, args.overrides)
     request = Request(args.batch, args.prefill, args.decode, args.dtype,
                       args.kv_dtype or args.dtype)
-    result = serve(args.model, config, request, parallelism(args))
+    result = serve(args.model, config, request, parallelism(args), args.collectives)
     print(llm_table(result))
     if args.json:
         write_llm_json(result, args.json)

@@ -52,8 +52,8 @@ def test_tree_all_reduce_on_a_switch() -> None:
                          switch, 4)
     assert result.total_cycles == 4 * (LAT + 1600 // 16) == 800
     steps = collective_steps("all_reduce", "tree", (0, 1, 2, 3), 1600)
-    assert steps == [[(1, 0, 1600), (3, 2, 1600)], [(2, 0, 1600)], [(0, 2, 1600)],
-                     [(0, 1, 1600), (2, 3, 1600)]]
+    assert steps == [[(1, 0, 1600, 1), (3, 2, 1600, 1)], [(2, 0, 1600, 1)],
+                     [(0, 2, 1600, 1)], [(0, 1, 1600, 1), (2, 3, 1600, 1)]]
 
 
 def test_torus_routes_dimension_by_dimension() -> None:
@@ -94,3 +94,12 @@ def test_ring_collectives_follow_a_snake_through_the_torus() -> None:
                                  "interconnect.links_per_chip": 6})
     result = run_cluster([Collective("ar", "all_reduce", (0, 1, 2, 3), 4096)], torus, 4)
     assert result.total_cycles == 6 * (LAT + 1024 // BW) == 1368
+
+
+@pytest.mark.parametrize("chips", [2, 4])
+def test_bidirectional_ring_sends_half_each_way(chips: int) -> None:
+    # every chip sends nbytes/2n to each neighbour per step, on two different links
+    # (on 2 chips, the two links between them): 6 (or 2) steps of 100 + 4096/2n/8
+    result = run_cluster([Collective("ar", "all_reduce", tuple(range(chips)), 4096, (),
+                                     "bidir_ring")], TINY, chips)
+    assert result.total_cycles == 2 * (chips - 1) * (LAT + 4096 // (2 * chips) // BW)

@@ -93,9 +93,9 @@ class StubTimer:
         return BlockTime(1000 if kind in ("attention", "mlp") else 0, 0, 0)
 
 
-def compose(request: Request, par: Parallelism) -> Composer:
+def compose(request: Request, par: Parallelism, algorithm: str = "bidir_ring") -> Composer:
     check(SMALL, request, par)
-    return Composer(SMALL, request, par, TINY, StubTimer())
+    return Composer(SMALL, request, par, TINY, StubTimer(), algorithm)
 
 
 @pytest.mark.parametrize("micro_batches, ttft", [(1, 4612), (2, 6356), (4, 10228)])
@@ -110,15 +110,21 @@ def test_pipeline_bubbles_for_known_micro_batch_counts(micro_batches: int, ttft:
     assert pipeline.ttft_cycles == (micro_batches + 1) * 2000 + send == ttft
 
 
-def test_tensor_parallel_layer_has_an_all_reduce_after_each_half() -> None:
+@pytest.mark.parametrize("algorithm, all_reduce, gather, ttft",
+                         [("ring", 2 * (100 + 512 // 8), 100 + 13, 5753),
+                          ("bidir_ring", 2 * (100 + 256 // 8), 100 + 7, 5427)])
+def test_tensor_parallel_layer_has_an_all_reduce_after_each_half(
+        algorithm: str, all_reduce: int, gather: int, ttft: int) -> None:
     # tp 2 on a 2-chip ring: an all-reduce of 1 x 8 x 64 x 2 = 1024 B is 2 steps of
-    # 100 + 512 / 8 = 164; the embedding all-reduces too; the head all-gathers the
-    # logits (100 x 2 B): 1 step of 100 + ceil(100 / 8)
-    pipeline = compose(Request(batch=1, prefill=8, decode=0), Parallelism(tp=2)).pipeline()
-    layer = 1000 + 328 + 1000 + 328
-    assert pipeline.ttft_cycles == 328 + 2 * layer + 113 == 5753
+    # 100 + 512 / 8 (ring) or 100 + 256 / 8 (half each way); the embedding
+    # all-reduces too; the head all-gathers the logits (100 x 2 B): 1 step of
+    # 100 + ceil(100 / 8) or 100 + ceil(50 / 8)
+    pipeline = compose(Request(batch=1, prefill=8, decode=0), Parallelism(tp=2),
+                       algorithm).pipeline()
+    layer = 1000 + all_reduce + 1000 + all_reduce
+    assert pipeline.ttft_cycles == all_reduce + 2 * layer + gather == ttft
     segment = pipeline.segments[0][1]
-    assert segment.collective_cycles == 328 + 2 * 656 + 113
+    assert segment.collective_cycles == all_reduce + 4 * all_reduce + gather
 
 
 def test_decode_steps_follow_the_prefill_and_wait_for_their_token() -> None:
