@@ -16,6 +16,7 @@ BENCHMARKS = [
     ["sim_throughput.py", "--config", "atom", "--workload", "llama"],
     ["compiler_bench.py"],
     ["bridge_bench.py"],
+    ["llm_bench.py"],
 ]
 
 

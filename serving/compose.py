@@ -22,15 +22,27 @@ work is linear in the context); the report says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from archsim.cluster import ClusterResult, Collective, Compute, Send, Task, run_cluster
 from archsim.config.model import NpuConfig
 from serving.plan import Parallelism, Request
 from serving.spec import ModelSpec
-from serving.timing import BlockTime, Timer
+
+if TYPE_CHECKING:
+    from serving.timing import Timer
 
 TOKEN_BYTES = 4
 """A sampled token id sent back to the first stage."""
+
+
+@dataclass(frozen=True)
+class BlockTime:
+    """A block simulated on one chip (:class:`serving.timing.Timer`)."""
+
+    cycles: int
+    matmul_flops: int
+    dram_bytes: int
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,7 @@ class Composer:
     par: Parallelism
     config: NpuConfig
     timer: Timer
+    """Anything with ``block(kind, tokens, context) -> BlockTime``."""
     algorithm: str = "bidir_ring"
     """All-reduce algorithm (:data:`archsim.collectives.ALGORITHMS`); the LM head's
     all-gather uses the same ring, or the bidirectional ring with ``tree``."""
@@ -218,4 +231,4 @@ class _PipelineBuilder:
             self.prefill_ends += computes
 
 
-__all__ = ["Composer", "Pipeline", "Segment", "TOKEN_BYTES", "interpolate"]
+__all__ = ["BlockTime", "Composer", "Pipeline", "Segment", "TOKEN_BYTES", "interpolate"]

@@ -13,7 +13,6 @@ from serving.compose import Composer, Pipeline
 from serving.plan import Memory, Parallelism, Request, check, check_memory
 from serving.roofline import Roofline, peak_flops, roofline
 from serving.spec import ModelSpec, load_model
-from serving.timing import Timer
 
 
 @dataclass(frozen=True)
@@ -113,6 +112,8 @@ def serve(model: str | Path | ModelSpec, config: NpuConfig, request: Request,
           par: Parallelism = Parallelism(), algorithm: str = "bidir_ring") -> ServeResult:
     """Simulate serving ``request`` with ``model`` on ``par.chips`` chips of ``config``;
     tensor-parallel all-reduces use ``algorithm`` (ring, bidir_ring or tree)."""
+    from serving.timing import Timer  # imports torch
+
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     shard = check(spec, request, par)
     memory = check_memory(spec, request, par, shard, config)

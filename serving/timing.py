@@ -10,21 +10,13 @@ in prefill, 1 in decode); ``context`` is the cache length a decode step attends 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from archsim.config.model import NpuConfig
+from serving.compose import BlockTime
 from serving.layers import TORCH_DTYPES, AttentionBlock, Embed, Head, MlpBlock, meta_block
 from serving.plan import Request, Shard
 from serving.spec import ModelSpec
-
-
-@dataclass(frozen=True)
-class BlockTime:
-    cycles: int
-    matmul_flops: int
-    dram_bytes: int
 
 
 class Timer:

@@ -8,11 +8,10 @@ import pytest
 
 from archsim.config import load_config
 from archsim.errors import DeviceMemoryError, ModelConfigError
-from serving.compose import Composer
+from serving.compose import BlockTime, Composer
 from serving.plan import Parallelism, Request, check, check_memory
 from serving.roofline import roofline
 from serving.spec import bundled_models, load_model, spec_from_config
-from serving.timing import BlockTime
 
 TINY = load_config("tiny")  # ring, 8 B/cycle per link and direction, 100 cycles per hop
 SMALL = spec_from_config({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
@@ -134,3 +133,14 @@ def test_decode_steps_follow_the_prefill_and_wait_for_their_token() -> None:
     assert pipeline.ttft_cycles == 2000 + 228 + 2000
     step = 101 + 2000 + (100 + 1024 // 8 // 8) + 2000
     assert pipeline.result.total_cycles == pipeline.ttft_cycles + 3 * step
+
+
+def test_planning_and_the_many_chip_model_do_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, archsim.cluster, archsim.interconnect, serving, serving.plan, "
+            "serving.roofline, serving.compose, serving.run, archsim.cli.llm, reports.llm\n"
+            "from archsim.cli.main import build_parser; build_parser()\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
