@@ -42,7 +42,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--kv-dtype", choices=_DTYPES, default=None,
                    help="KV cache (default: --dtype)")
     p.add_argument("--chips", type=int, default=None,
-                   help="chips in all (default tp x pp; alone, it sets --tp)")
+                   help="chips in all (default tp x pp); sets whichever of --tp/--pp is "
+                        "missing (alone: --tp)")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel chips per stage")
     p.add_argument("--pp", type=int, default=None, help="pipeline stages")
     p.add_argument("--micro-batches", type=int, default=None,
@@ -62,11 +63,12 @@ def parallelism(args: argparse.Namespace) -> Any:
     from serving.plan import Parallelism
 
     tp, pp, chips = args.tp, args.pp, args.chips
-    if chips is not None and tp is None and pp is None:
-        tp, pp = chips, 1
-    tp, pp = tp or 1, pp or 1
-    if chips is None and args.tp is None and args.pp is not None:
-        tp = 1
+    if chips is not None and chips > 0:  # the missing factor follows from --chips
+        if tp is None:
+            tp = chips // pp if pp and chips % pp == 0 else (chips if pp is None else None)
+        elif pp is None and tp > 0 and chips % tp == 0:
+            pp = chips // tp
+    tp, pp = 1 if tp is None else tp, 1 if pp is None else pp
     if chips is not None and tp * pp != chips:
         raise ModelConfigError(f"--chips {chips} is not --tp {tp} x --pp {pp} = {tp * pp}")
     micro = args.micro_batches or min(args.batch, pp)

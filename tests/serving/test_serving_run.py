@@ -83,6 +83,21 @@ def test_cli_errors_are_one_line(capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert err.startswith("archsim: error: llama-2-70b needs 129.") and "\n" not in err
     assert err.endswith("split it over more chips, e.g. --tp 8 (--chips 8)")
-    assert main(["llm", "llama-2-7b", "--chips", "4", "--tp", "2"]) == 1
+    assert main(["llm", "llama-2-7b", "--chips", "4", "--tp", "2", "--pp", "3"]) == 1
     assert capsys.readouterr().err.strip() == \
-        "archsim: error: --chips 4 is not --tp 2 x --pp 1 = 2"
+        "archsim: error: --chips 4 is not --tp 2 x --pp 3 = 6"
+    assert main(["llm", "llama-2-7b", "--tp", "0"]) == 1
+    assert capsys.readouterr().err.strip() == "archsim: error: tp must be >= 1, got 0"
+
+
+@pytest.mark.parametrize("flags, split", [
+    (["--chips", "8"], (8, 1, 1)), (["--chips", "8", "--pp", "2"], (4, 2, 2)),
+    (["--chips", "8", "--tp", "2"], (2, 4, 4)), (["--pp", "2", "--micro-batches", "8"], (1, 2, 8)),
+])
+def test_chips_fill_in_the_missing_split(flags: list[str], split: tuple) -> None:
+    from archsim.cli.llm import parallelism
+    from archsim.cli.main import build_parser
+
+    args = build_parser().parse_args(["llm", "llama-2-7b", "--batch", "8", *flags])
+    par = parallelism(args)
+    assert (par.tp, par.pp, par.micro_batches) == split
