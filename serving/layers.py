@@ -24,20 +24,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from archsim.cli.models import RMSNorm
 from serving.plan import Shard
 from serving.spec import ModelSpec
 
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, hidden: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
 def _norm(spec: ModelSpec) -> nn.Module:
@@ -129,5 +120,5 @@ def meta_block(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     return module.to(device="meta", dtype=dtype).eval()
 
 
-__all__ = ["AttentionBlock", "Embed", "Head", "MlpBlock", "RMSNorm", "TORCH_DTYPES",
+__all__ = ["AttentionBlock", "Embed", "Head", "MlpBlock", "TORCH_DTYPES",
            "meta_block"]
