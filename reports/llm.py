@@ -87,10 +87,17 @@ def write_llm_json(result: Any, path: str | os.PathLike[str]) -> None:
         json.dump(llm_json(result), f, indent=2)
 
 
+DETAIL_LIMIT = 400_000
+"""Most layer-level slices a trace gets; beyond, stage passes only."""
+
+
 def llm_trace(result: Any) -> dict[str, Any]:
     """Chrome trace-event JSON: one process per chip, with a ``compute`` track (stage
-    passes) and a ``links`` track (sends leaving the chip and collectives)."""
+    passes, and inside each its blocks: embedding, each layer's attention and MLP,
+    head) and a ``links`` track (the collectives inside passes and the sends leaving
+    the chip)."""
     pipeline = result.pipeline
+    detail = sum(len(seg.parts) for _, seg in pipeline.segments.values()) <= DETAIL_LIMIT
     us = 1e6 / result.config.clock_hz
     events: list[dict[str, Any]] = []
     for chip in range(result.par.chips):
@@ -109,6 +116,12 @@ def llm_trace(result: Any) -> dict[str, Any]:
             events.append({"name": " ".join(map(str, label)), "cat": "compute", "ph": "X",
                            "ts": span.start * us, "dur": (span.end - span.start) * us,
                            "pid": task.chip + 1, "tid": 1, "args": args})
+            if segment is not None and detail:
+                for name, start, end, collective in segment.parts:
+                    events.append({"name": name, "cat": "collective" if collective else "block",
+                                   "ph": "X", "ts": (span.start + start) * us,
+                                   "dur": (end - start) * us, "pid": task.chip + 1,
+                                   "tid": 2 if collective else 1})
         elif isinstance(task, (Send, Collective)):
             chip = task.src if isinstance(task, Send) else task.chips[0]
             events.append({"name": task.name, "cat": "link", "ph": "X",

@@ -56,24 +56,43 @@ class Segment:
     dram_bytes: int
     link_bytes: int = 0
     """Bytes the group's collectives moved between chips."""
+    parts: tuple[Part, ...] = field(default=(), compare=False, repr=False)
+    """What one chip of the group does, in order (for the trace)."""
 
     def __add__(self, other: Segment) -> Segment:
         return Segment(self.cycles + other.cycles,
                        self.collective_cycles + other.collective_cycles,
                        self.matmul_flops + other.matmul_flops,
-                       self.dram_bytes + other.dram_bytes, self.link_bytes + other.link_bytes)
+                       self.dram_bytes + other.dram_bytes, self.link_bytes + other.link_bytes,
+                       self.parts + _shift(other.parts, self.cycles, ""))
 
-    def times(self, n: int) -> Segment:
+    def times(self, n: int, first_layer: int = 0) -> Segment:
+        """``n`` of these back to back (layers ``first_layer``... in the parts)."""
+        parts = tuple(p for i in range(n)
+                      for p in _shift(self.parts, i * self.cycles, f"layer {first_layer + i} "))
         return Segment(self.cycles * n, self.collective_cycles * n,
-                       self.matmul_flops * n, self.dram_bytes * n, self.link_bytes * n)
+                       self.matmul_flops * n, self.dram_bytes * n, self.link_bytes * n, parts)
+
+
+Part = tuple[str, int, int, bool]
+"""(name, start, end, is a collective), cycles from the start of its segment."""
+
+
+def _shift(parts: tuple[Part, ...], by: int, prefix: str) -> tuple[Part, ...]:
+    return tuple((prefix + name, start + by, end + by, coll) for name, start, end, coll in parts)
 
 
 def interpolate(a: Segment, b: Segment, weight: float) -> Segment:
+    """A segment between ``a`` and ``b``; its parts are ``a``'s, stretched to fit."""
     def mix(x: int, y: int) -> int:
         return round(x + (y - x) * weight)
-    return Segment(mix(a.cycles, b.cycles), mix(a.collective_cycles, b.collective_cycles),
+    cycles = mix(a.cycles, b.cycles)
+    scale = cycles / a.cycles if a.cycles else 1.0
+    parts = tuple((name, round(start * scale), round(end * scale), coll)
+                  for name, start, end, coll in a.parts)
+    return Segment(cycles, mix(a.collective_cycles, b.collective_cycles),
                    mix(a.matmul_flops, b.matmul_flops), mix(a.dram_bytes, b.dram_bytes),
-                   mix(a.link_bytes, b.link_bytes))
+                   mix(a.link_bytes, b.link_bytes), parts)
 
 
 @dataclass
@@ -103,29 +122,34 @@ class Composer:
         h, item = self.spec.hidden, self.request.item
         activation = self.mb_batch * tokens * h * item
         if kind == "layer":
-            parts = [(self.timer.block("attention", tokens, context), "all_reduce", activation),
-                     (self.timer.block("mlp", tokens), "all_reduce", activation)]
+            parts = [("attention", self.timer.block("attention", tokens, context),
+                      "all_reduce", activation),
+                     ("mlp", self.timer.block("mlp", tokens), "all_reduce", activation)]
         elif kind == "embed":
-            parts = [(self.timer.block("embed", tokens), "all_reduce", activation)]
+            parts = [("embed", self.timer.block("embed", tokens), "all_reduce", activation)]
         else:  # head: each chip holds a vocabulary slice of the logits
             logits = self.mb_batch * self.spec.vocab * item
-            parts = [(self.timer.block("head", 1), "all_gather", logits)]
+            parts = [("head", self.timer.block("head", 1), "all_gather", logits)]
         found = self._on_group(group, parts)
         self._segments[key] = found
         return found
 
     def _on_group(self, group: tuple[int, ...],
-                  parts: list[tuple[BlockTime, str, int]]) -> Segment:
-        flops = sum(p[0].matmul_flops for p in parts) * len(group)
-        dram = sum(p[0].dram_bytes for p in parts) * len(group)
+                  parts: list[tuple[str, BlockTime, str, int]]) -> Segment:
+        flops = sum(p[1].matmul_flops for p in parts) * len(group)
+        dram = sum(p[1].dram_bytes for p in parts) * len(group)
         if len(group) == 1:
-            return Segment(sum(p[0].cycles for p in parts), 0, flops, dram)
+            timeline, now = [], 0
+            for name, block, _, _ in parts:
+                timeline.append((name, now, now + block.cycles, False))
+                now += block.cycles
+            return Segment(now, 0, flops, dram, 0, tuple(timeline))
         tasks: list[Task] = []
         collectives = []
-        for block, op, nbytes in parts:
+        for name, block, op, nbytes in parts:
             deps = (len(tasks) - 1,) if tasks else ()
             first = len(tasks)
-            tasks += [Compute(f"block {c}", c, block.cycles, deps) for c in group]
+            tasks += [Compute(name, c, block.cycles, deps) for c in group]
             collectives.append(len(tasks))
             algorithm = self.algorithm
             if op != "all_reduce" and algorithm == "tree":
@@ -134,13 +158,18 @@ class Composer:
                                     algorithm))
         result = run_cluster(tasks, self.config, self.par.chips)
         in_collectives = sum(result.spans[i].end - result.spans[i].start for i in collectives)
-        return Segment(result.total_cycles, in_collectives, flops, dram, result.link_bytes)
+        timeline = tuple((span.task.name.replace("_", "-"), span.start, span.end,
+                          i in collectives) for i, span in enumerate(result.spans)
+                         if i in collectives or span.task.chip == group[0])
+        return Segment(result.total_cycles, in_collectives, flops, dram, result.link_bytes,
+                       timeline)
 
     def stage(self, stage: int, tokens: int, context: int) -> Segment:
         """One micro-batch through one stage (its layers, plus the embedding on the first
         and the LM head on the last)."""
-        layers = self.par.stage_layers(self.spec)[stage]
-        total = self._group("layer", stage, tokens, context).times(layers)
+        counts = self.par.stage_layers(self.spec)
+        layers, first = counts[stage], sum(counts[:stage])
+        total = self._group("layer", stage, tokens, context).times(layers, first)
         if stage == 0:
             total = self._group("embed", 0, tokens, 0) + total
         if stage == self.par.pp - 1:

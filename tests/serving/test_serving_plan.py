@@ -144,3 +144,17 @@ def test_planning_and_the_many_chip_model_do_not_import_torch() -> None:
             "from archsim.cli.main import build_parser; build_parser()\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_segments_keep_each_blocks_place_for_the_trace() -> None:
+    pipeline = compose(Request(batch=1, prefill=8, decode=0), Parallelism(tp=2),
+                       "ring").pipeline()
+    parts = pipeline.segments[0][1].parts
+    # embedding (0 cycles) + its all-reduce, 2 layers of attention, all-reduce, mlp,
+    # all-reduce, then the head and its all-gather: one chip's view, back to back
+    assert [p[0] for p in parts] == [
+        "embed", "all-reduce", "layer 0 attention", "layer 0 all-reduce", "layer 0 mlp",
+        "layer 0 all-reduce", "layer 1 attention", "layer 1 all-reduce", "layer 1 mlp",
+        "layer 1 all-reduce", "head", "all-gather"]
+    assert parts[2][1:] == (328, 1328, False) and parts[3][1:] == (1328, 1656, True)
+    assert parts[-1][2] == pipeline.ttft_cycles
