@@ -99,6 +99,10 @@ class ServeResult:
             notes.append(f"decode steps 2..{self.request.decode - 1} interpolated linearly "
                          f"between the simulated first and last steps (attention is linear "
                          f"in the context)")
+        if par.micro_batches > 1:
+            notes.append(f"{par.micro_batches} micro-batches of "
+                         f"{self.request.batch // par.micro_batches}: TTFT is when the last "
+                         f"one has its first token")
         if par.chips > 1:
             notes.append(f"{par.chips} chips ({self.config.interconnect.kind}, "
                          f"{self.config.interconnect.topology}): collectives "
