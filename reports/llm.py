@@ -113,7 +113,7 @@ def llm_trace(result: Any) -> dict[str, Any]:
             args = {"cycles": task.cycles}
             if segment is not None:
                 args["collective_cycles"] = segment.collective_cycles
-            events.append({"name": " ".join(map(str, label)), "cat": "compute", "ph": "X",
+            events.append({"name": _pass_name(label), "cat": "compute", "ph": "X",
                            "ts": span.start * us, "dur": (span.end - span.start) * us,
                            "pid": task.chip + 1, "tid": 1, "args": args})
             if segment is not None and detail:
@@ -130,6 +130,15 @@ def llm_trace(result: Any) -> dict[str, Any]:
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"model": result.spec.name, "config": result.config.name,
                           "clock_hz": result.config.clock_hz}}
+
+
+def _pass_name(label: tuple) -> str:
+    """("prefill", mb, stage) / ("decode", step, mb, stage) as words."""
+    if label[0] == "prefill" and len(label) == 3:
+        return f"prefill, micro-batch {label[1]}, stage {label[2]}"
+    if label[0] == "decode" and len(label) == 4:
+        return f"decode step {label[1]}, micro-batch {label[2]}, stage {label[3]}"
+    return " ".join(map(str, label))
 
 
 def write_llm_trace(result: Any, path: str | os.PathLike[str]) -> None:

@@ -76,6 +76,10 @@ def test_cli_table_json_and_trace(tmp_path, capsys) -> None:
     names = {e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]
              if e["name"] == "process_name"}
     assert names == {"chip 0", "chip 1"}
+    passes = [e["name"] for e in json.loads(trace.read_text())["traceEvents"]
+              if e.get("cat") == "compute" and e["pid"] == 2]
+    assert passes[:2] == ["prefill, micro-batch 0, stage 1", "prefill, micro-batch 1, stage 1"]
+    assert passes[-1] == "decode step 1, micro-batch 1, stage 1"
 
 
 def test_cli_errors_are_one_line(capsys) -> None:
