@@ -103,3 +103,18 @@ def test_bidirectional_ring_sends_half_each_way(chips: int) -> None:
     result = run_cluster([Collective("ar", "all_reduce", tuple(range(chips)), 4096, (),
                                      "bidir_ring")], TINY, chips)
     assert result.total_cycles == 2 * (chips - 1) * (LAT + 4096 // (2 * chips) // BW)
+
+
+def test_a_config_file_without_an_interconnect_is_a_single_chip_part(tmp_path) -> None:
+    import yaml
+
+    from archsim.config import config_to_dict
+
+    data = config_to_dict(TINY)
+    del data["interconnect"]
+    path = tmp_path / "solo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_config(path).interconnect is None
+    data["interconnect"] = {**config_to_dict(TINY)["interconnect"], "latency_cycles": 7}
+    path.write_text(yaml.safe_dump(data))
+    assert load_config(path).interconnect.latency_cycles == 7

@@ -52,6 +52,7 @@ def test_never_below_the_rooflines(one_chip) -> None:
 def test_tensor_parallel_decode_is_faster_and_spends_time_in_collectives(one_chip) -> None:
     two = serve(SMALL, TINY, Request(batch=2, prefill=16, decode=3), Parallelism(tp=2))
     assert two.memory.weights < one_chip.memory.weights
+    assert two.tpot_s < one_chip.tpot_s and two.ttft_s < one_chip.ttft_s
     assert two.utilization()["collectives"] > 0
     assert two.link_bytes > 0
 
