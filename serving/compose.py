@@ -198,7 +198,7 @@ class Composer:
         par, mb_count = self.par, self.par.micro_batches
         prefill = [self.stage(s, self.request.prefill, 0) for s in range(par.pp)]
         decode = self.decode_stages()
-        build = _PipelineBuilder(self, prefill, decode)
+        build = _PipelineBuilder(self)
         for mb in range(mb_count):
             build.pass_(("prefill", mb), mb, prefill, self.request.prefill, None)
         for step, stages in enumerate(decode):
@@ -220,8 +220,10 @@ class Pipeline:
 
 
 class _PipelineBuilder:
-    def __init__(self, composer: Composer, prefill: list[Segment],
-                 decode: list[list[Segment]]) -> None:
+    """The task list of a pipeline, one pass (a micro-batch through every stage) at a
+    time."""
+
+    def __init__(self, composer: Composer) -> None:
         self.c = composer
         self.tasks: list[Task] = []
         self.segments: dict[int, tuple[tuple, Segment]] = {}
