@@ -12,7 +12,8 @@ key tiles the mask hides entirely); the block returns the new K and V, written t
 DRAM as the cache. Decode: the block takes the cache as inputs of ``context`` tokens
 (the slot of the new token included) and returns the new token's K and V, written
 once; grouped-query heads fold into the query rows of their K/V head, so each cache
-byte is read once per step. The new token's own K/V enter the attention through its
+byte is read once per step; with a KV cache in another dtype the query is cast to it
+(the cache is read as stored). The new token's own K/V enter the attention through its
 cache slot (same bytes moved as writing it there first).
 """
 
@@ -69,10 +70,10 @@ class AttentionBlock(nn.Module):
             attn = attn.transpose(1, 2).reshape(b, t, -1)
         else:  # one token: the query heads of each K/V head become its query rows
             group = self.heads // self.kv_heads
-            rows = q.reshape(b, self.kv_heads, group * t, self.head_dim)
+            rows = q.reshape(b, self.kv_heads, group * t, self.head_dim).to(k_cache.dtype)
             attn = F.scaled_dot_product_attention(rows, k_cache, v_cache,
                                                   scale=1 / math.sqrt(self.head_dim))
-            attn = attn.reshape(b, t, -1)
+            attn = attn.reshape(b, t, -1).to(x.dtype)
         return x + self.o(attn), k.to(self.kv_dtype), v.to(self.kv_dtype)
 
 

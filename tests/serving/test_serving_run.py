@@ -106,3 +106,14 @@ def test_chips_fill_in_the_missing_split(flags: list[str], split: tuple) -> None
     args = build_parser().parse_args(["llm", "llama-2-7b", "--batch", "8", *flags])
     par = parallelism(args)
     assert (par.tp, par.pp, par.micro_batches) == split
+
+
+def test_a_kv_cache_in_another_dtype_is_read_as_stored() -> None:
+    # an f32 cache under bf16 compute: twice the cache bytes, and attention reads it as
+    # f32 (the query is cast, not the cache), so decode is never faster than with bf16
+    half = serve(SMALL, TINY, Request(batch=2, prefill=8, decode=1))
+    full = serve(SMALL, TINY, Request(batch=2, prefill=8, decode=1, kv_dtype="f32"))
+    assert full.memory.kv_cache == 2 * half.memory.kv_cache
+    assert full.roofline.decode_bytes[0] - half.roofline.decode_bytes[0] == \
+        2 * 2 * 9 * 64 * 2  # batch x layers x context x (K+V of 2 heads x 16) x 2 more bytes
+    assert full.tpot_s >= half.tpot_s >= half.roofline.tpot_s
