@@ -117,3 +117,18 @@ def test_a_kv_cache_in_another_dtype_is_read_as_stored() -> None:
     assert full.roofline.decode_bytes[0] - half.roofline.decode_bytes[0] == \
         2 * 2 * 9 * 64 * 2  # batch x layers x context x (K+V of 2 heads x 16) x 2 more bytes
     assert full.tpot_s >= half.tpot_s >= half.roofline.tpot_s
+
+
+def test_interpolated_decode_steps_match_a_simulated_one() -> None:
+    from serving.compose import Composer
+    from serving.plan import check
+    from serving.timing import Timer
+
+    request = Request(batch=1, prefill=32, decode=16)  # contexts 33 ... 48
+    shard = check(SMALL, request, Parallelism())
+    composer = Composer(SMALL, request, Parallelism(), TINY,
+                        Timer(SMALL, shard, request, 1, TINY))
+    steps = composer.decode_stages()
+    exact = composer.stage(0, 1, 40)  # step 7, interpolated above
+    assert steps[7][0].cycles == pytest.approx(exact.cycles, rel=0.01)
+    assert steps[7][0].cycles != exact.cycles  # it was interpolated, not simulated
