@@ -63,3 +63,16 @@ class UnsupportedOpError(ArchsimError):
 
 class SimulationError(ArchsimError):
     """A simulation could not finish or failed while executing a command."""
+
+
+class CollectiveError(ArchsimError):
+    """A collective that cannot be built: unknown operation or algorithm."""
+
+
+class DeviceMemoryError(CapacityError):
+    """A model's weights, KV cache and activations do not fit in a chip's DRAM."""
+
+
+class ModelConfigError(ArchsimError):
+    """A language-model description (config.json) is missing, unreadable or does not
+    fit the requested parallelism."""

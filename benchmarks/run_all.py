@@ -17,6 +17,7 @@ BENCHMARKS = [
     ["compiler_bench.py"],
     ["bridge_bench.py"],
     ["validation.py", "--out", "-"],
+    ["llm_bench.py"],
 ]
 
 

@@ -145,11 +145,19 @@ def configs(args: argparse.Namespace) -> int:
             f"{c.dram_bandwidth_bytes_per_s / 1e9:g} {c.dram.kind}",
             format_bytes(c.core.scratchpad.size_bytes),
             format_bytes(c.shared_sram.size_bytes) if c.shared_sram.size_bytes else "-",
+            _links(c),
         ])
     print(format_table(["preset", "cores", "matrix per core", "clock", "peak TFLOP/s",
-                        "DRAM GB/s", "SRAM/core", "shared"], rows))
+                        "DRAM GB/s", "SRAM/core", "shared", "chip links"], rows))
     print("\nOverride any field with --set PATH=VALUE; a YAML file works as --config too.")
     return 0
+
+
+def _links(config: Any) -> str:
+    link = config.interconnect
+    if link is None:
+        return "-"
+    return (f"{link.topology} {link.links_per_chip}x {link.link_bandwidth_gb_per_s:g} GB/s")
 
 
 def workloads(args: argparse.Namespace) -> int:

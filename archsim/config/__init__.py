@@ -12,6 +12,7 @@ from archsim.config.model import (
     DmaConfig,
     DramConfig,
     HostLinkConfig,
+    InterconnectConfig,
     MatrixConfig,
     NocConfig,
     NpuConfig,
@@ -23,7 +24,7 @@ from archsim.config.model import (
 
 __all__ = [
     "DEFAULT_PRESET", "CoreConfig", "DmaConfig", "DramConfig", "HostLinkConfig",
-    "MatrixConfig", "NocConfig", "NpuConfig", "ScratchpadConfig", "SharedSramConfig",
+    "InterconnectConfig", "MatrixConfig", "NocConfig", "NpuConfig", "ScratchpadConfig", "SharedSramConfig",
     "VectorConfig", "VectorCostsConfig", "config_from_dict", "config_to_dict",
     "load_config", "preset_names",
 ]

@@ -20,6 +20,7 @@ import yaml
 
 from archsim.config.model import (
     DATAFLOWS,
+    TOPOLOGIES,
     MATRIX_ACCUMULATOR_DTYPES,
     MATRIX_INPUT_DTYPES,
     NpuConfig,
@@ -53,7 +54,18 @@ def load_config(name_or_path: str | Path = DEFAULT_PRESET) -> NpuConfig:
         raise ConfigError([f"not valid YAML: {exc}"], source=source) from None
     if not isinstance(data, dict):
         raise ConfigError([f"top level must be a mapping, got {type(data).__name__}"], source)
+    if source.startswith("preset ") and "interconnect" not in data:
+        data["interconnect"] = preset_interconnect(str(name_or_path))
     return config_from_dict(data, source=source)
+
+
+def preset_interconnect(name: str) -> dict[str, Any] | None:
+    """The chip-to-chip interconnect of a shipped preset (``interconnects.yaml``), for
+    presets whose file has no ``interconnect:`` section."""
+    text = resources.files("archsim.config").joinpath("interconnects.yaml").read_text()
+    table = yaml.safe_load(text)
+    entry = table.get(name)
+    return dict(entry) if entry else None
 
 
 def _read_source(name_or_path: str | Path) -> tuple[str, str]:
@@ -195,6 +207,25 @@ def _check_combinations(config: NpuConfig, problems: list[str]) -> None:
     if dram.interleave_bytes % dram.access_granularity_bytes:
         problems.append(f"dram.interleave_bytes: {dram.interleave_bytes} is not a multiple of "
                         f"access_granularity_bytes {dram.access_granularity_bytes}")
+    _check_interconnect(config, problems)
+
+
+_TOPOLOGY_DIRECTIONS = {"ring": 2, "torus2d": 4, "torus3d": 6, "switch": 1}
+"""Neighbour directions a chip's links are shared over, per topology."""
+
+
+def _check_interconnect(config: NpuConfig, problems: list[str]) -> None:
+    link = config.interconnect
+    if link is None:
+        return
+    if link.topology not in TOPOLOGIES:
+        problems.append(f"interconnect.topology: {link.topology!r} is not one of "
+                        f"{', '.join(TOPOLOGIES)}")
+        return
+    directions = _TOPOLOGY_DIRECTIONS[link.topology]
+    if link.links_per_chip < directions:
+        problems.append(f"interconnect.links_per_chip: {link.topology} needs at least "
+                        f"{directions} links per chip, got {link.links_per_chip}")
 
 
 def _join(path: str, key: str) -> str:

@@ -146,6 +146,30 @@ class HostLinkConfig:
     """Throughput assumed for work that falls back to the host CPU."""
 
 
+Topology = Literal["ring", "torus2d", "torus3d", "switch"]
+TOPOLOGIES: tuple[str, ...] = ("ring", "torus2d", "torus3d", "switch")
+
+
+@dataclass(frozen=True)
+class InterconnectConfig:
+    """Chip-to-chip links (ICI, NVLink, HCCS...) joining copies of this chip.
+
+    ``ring``: each chip links to its two neighbours; ``torus2d``/``torus3d``: to its
+    neighbours in each dimension (the chips of a run are laid out on the most nearly
+    square/cubic grid), routes dimension by dimension; ``switch``: every chip has one
+    port into a non-blocking switch. A chip's links are shared out evenly over its
+    neighbour directions (``links_per_chip`` / (2 x dimensions)); a switch port carries
+    all of them."""
+
+    kind: str
+    topology: Topology
+    links_per_chip: int
+    link_bandwidth_gb_per_s: float
+    """Per link and per direction."""
+    latency_cycles: int
+    """Per hop (chip clock cycles), paid before a transfer's first byte arrives."""
+
+
 @dataclass(frozen=True)
 class NpuConfig:
     name: str
@@ -157,6 +181,8 @@ class NpuConfig:
     dram: DramConfig
     noc: NocConfig
     host_link: HostLinkConfig
+    interconnect: InterconnectConfig | None = None
+    """Links to other chips of the same kind; None: a single-chip part."""
 
     def __hash__(self) -> int:
         """Cached: configs key the simulator's plan cache on every run."""
@@ -249,6 +275,6 @@ def ceil_div(a: int, b: int) -> int:
 
 __all__ = [
     "CoreConfig", "DATAFLOWS", "Dataflow", "DmaConfig", "DramConfig", "F32_PASSES",
-    "HostLinkConfig", "MatrixConfig", "NocConfig", "NpuConfig", "Precision",
-    "ScratchpadConfig", "SharedSramConfig", "VectorConfig", "VectorCostsConfig", "ceil_div",
+    "HostLinkConfig", "InterconnectConfig", "MatrixConfig", "NocConfig", "NpuConfig", "Precision",
+    "ScratchpadConfig", "SharedSramConfig", "TOPOLOGIES", "Topology", "VectorConfig", "VectorCostsConfig", "ceil_div",
 ]

@@ -31,6 +31,7 @@ class TestConfigs:
         assert code == 0
         assert "atom (default)" in out
         assert "61.60" in out  # tpu-v3 peak TFLOP/s
+        assert "torus3d 6x 50 GB/s" in out  # tpu-v4 chip-to-chip links
         for name in ("tpu-v4", "ascend-910b", "edge", "tiny"):
             assert name in out
 

@@ -1,0 +1,95 @@
+"""``archsim llm``: how fast a language model serves on one chip or many: TTFT, TPOT,
+tokens/s and memory per chip, against the rooflines. See :mod:`serving`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+_DTYPES = ("bf16", "f16", "f32")
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``llm`` on the subparsers of ``archsim``."""
+    from archsim.config import DEFAULT_PRESET
+    from serving.spec import bundled_models
+
+    p = sub.add_parser(
+        "llm", help="LLM serving: prefill and decode with a KV cache, on one chip or many",
+        description="Simulate serving MODEL: a prefill of --prefill prompt tokens for "
+                    "--batch sequences, then --decode generated tokens with a KV cache. "
+                    "Prints TTFT, TPOT, tokens/s and memory per chip next to the "
+                    "rooflines. Each distinct layer shape is compiled and simulated once on "
+                    "one chip (weights are never allocated) and the identical layers are "
+                    "composed; with --tp/--pp, collectives and stage-to-stage sends are "
+                    "simulated on the chip-to-chip links.")
+    p.add_argument("model", metavar="MODEL",
+                   help=f"a bundled model ({', '.join(bundled_models())}), a transformers "
+                        f"config.json or a model directory holding one")
+    p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
+                   help=f"preset name or YAML file (default: {DEFAULT_PRESET})")
+    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                   dest="overrides", help="override a config field by dotted path, e.g. "
+                                          "interconnect.link_bandwidth_gb_per_s=100 (repeatable)")
+    p.add_argument("--batch", type=int, default=1, help="sequences served together (default 1)")
+    p.add_argument("--prefill", type=int, default=128,
+                   help="prompt tokens per sequence (default 128)")
+    p.add_argument("--decode", type=int, default=16,
+                   help="generated tokens per sequence, one decode step each (default 16)")
+    p.add_argument("--dtype", choices=_DTYPES, default="bf16", help="weights and activations "
+                                                                     "(default bf16)")
+    p.add_argument("--kv-dtype", choices=_DTYPES, default=None,
+                   help="KV cache (default: --dtype)")
+    p.add_argument("--chips", type=int, default=None,
+                   help="chips in all (default tp x pp); sets whichever of --tp/--pp is "
+                        "missing (alone: --tp)")
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel chips per stage")
+    p.add_argument("--pp", type=int, default=None, help="pipeline stages")
+    p.add_argument("--micro-batches", type=int, default=None,
+                   help="micro-batches through the pipeline (default: min(batch, pp))")
+    p.add_argument("--collectives", choices=("bidir_ring", "ring", "tree"),
+                   default="bidir_ring", help="all-reduce algorithm for --tp (default "
+                                              "bidir_ring: half the data each way round)")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    p.add_argument("--trace", metavar="FILE",
+                   help="also write a Perfetto trace (one track group per chip) to FILE")
+    p.set_defaults(handler=run)
+    return p
+
+
+def parallelism(args: argparse.Namespace) -> Any:
+    from archsim.errors import ModelConfigError
+    from serving.plan import Parallelism
+
+    tp, pp, chips = args.tp, args.pp, args.chips
+    if chips is not None and chips > 0:  # the missing factor follows from --chips
+        if tp is None:
+            tp = chips // pp if pp and chips % pp == 0 else (chips if pp is None else None)
+        elif pp is None and tp > 0 and chips % tp == 0:
+            pp = chips // tp
+    tp, pp = 1 if tp is None else tp, 1 if pp is None else pp
+    if chips is not None and tp * pp != chips:
+        raise ModelConfigError(f"--chips {chips} is not --tp {tp} x --pp {pp} = {tp * pp}")
+    micro = args.micro_batches or min(args.batch, pp)
+    return Parallelism(tp, pp, micro)
+
+
+def run(args: argparse.Namespace) -> int:
+    from archsim.cli.commands import resolve_config
+    from reports.llm import llm_table, write_llm_json, write_llm_trace
+    from serving.plan import Request
+    from serving.run import serve
+
+    config = resolve_config(args.config, args.overrides)
+    request = Request(args.batch, args.prefill, args.decode, args.dtype,
+                      args.kv_dtype or args.dtype)
+    result = serve(args.model, config, request, parallelism(args), args.collectives)
+    print(llm_table(result))
+    if args.json:
+        write_llm_json(result, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.trace:
+        write_llm_trace(result, args.trace)
+        print(f"wrote {args.trace}", file=sys.stderr)
+    return 0

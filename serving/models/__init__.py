@@ -1,0 +1,1 @@
+"""Bundled transformers config.json files (shapes only; no weights)."""

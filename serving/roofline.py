@@ -1,0 +1,81 @@
+"""Hard lower bounds on serving time, from the model's shapes alone.
+
+- Prefill (TTFT): the matmul FLOPs (2 per weight per token, causal attention's
+  QK^T and PV over the tokens each query sees, the LM head for the last token) over
+  the chips' peak, or the weights read once over HBM bandwidth, whichever is longer.
+- A decode step: every weight and the batch's whole KV cache read once over HBM
+  bandwidth, or the step's FLOPs over peak, whichever is longer.
+Bounds for ``chips`` chips assume perfect splitting and free communication.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from archsim.config.model import NpuConfig
+from serving.plan import Request
+from serving.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Roofline:
+    prefill_flops: float
+    prefill_s: float
+    """TTFT lower bound."""
+    decode_bytes: tuple[float, ...]
+    """HBM bytes each decode step must read (weights + KV cache)."""
+    decode_s: tuple[float, ...]
+    """Lower bound of each decode step."""
+
+    @property
+    def tpot_s(self) -> float:
+        """TPOT lower bound: the mean decode step bound."""
+        return sum(self.decode_s) / len(self.decode_s) if self.decode_s else 0.0
+
+
+def peak_flops(config: NpuConfig, dtype: str) -> float:
+    """Matrix peak for ``dtype``: f32 on a 16-bit array takes ``f32_passes`` passes."""
+    matrix = config.core.matrix
+    if dtype == "f32" and matrix.input_dtype != "f32":
+        return config.peak_flops / matrix.f32_passes
+    return config.peak_flops
+
+
+def causal_pairs(spec: ModelSpec, tokens: int) -> int:
+    """(query, key) pairs causal attention computes over a ``tokens``-token prompt."""
+    window = spec.sliding_window
+    if not window or window >= tokens:
+        return tokens * (tokens + 1) // 2
+    return window * (window + 1) // 2 + (tokens - window) * window
+
+
+def weight_bytes(spec: ModelSpec, request: Request) -> float:
+    """Weights a decode step reads: every layer and the head (the embedding only for
+    the batch's rows, counted as nothing)."""
+    head = spec.head_parameters if not spec.tied_embeddings else spec.vocab * spec.hidden
+    return (spec.layers * spec.layer_parameters + head) * request.item
+
+
+def roofline(spec: ModelSpec, request: Request, config: NpuConfig, chips: int = 1) -> Roofline:
+    peak = peak_flops(config, request.dtype) * chips
+    bandwidth = config.dram_bandwidth_bytes_per_s * chips
+    b, s = request.batch, request.prefill
+    qk_width = spec.heads * spec.head_dim
+    weights = weight_bytes(spec, request)
+    head_flops = 2 * spec.hidden * spec.vocab
+    layer_flops = (2 * s * spec.layer_matmul_weights
+                   + 4 * qk_width * causal_pairs(spec, s))
+    prefill_flops = b * (spec.layers * layer_flops + head_flops)
+    prefill_s = max(prefill_flops / peak, weights / bandwidth)
+    decode_bytes, decode_s = [], []
+    for context in request.contexts():
+        seen = spec.attended(context)
+        kv = b * spec.layers * seen * spec.kv_elements_per_token() * request.kv_item
+        flops = b * (spec.layers * (2 * spec.layer_matmul_weights + 4 * qk_width * seen)
+                     + head_flops)
+        decode_bytes.append(weights + kv)
+        decode_s.append(max((weights + kv) / bandwidth, flops / peak))
+    return Roofline(prefill_flops, prefill_s, tuple(decode_bytes), tuple(decode_s))
+
+
+__all__ = ["Roofline", "causal_pairs", "peak_flops", "roofline", "weight_bytes"]

@@ -1,0 +1,137 @@
+"""``serve``: one LLM serving run (prefill, then decode steps with a KV cache) on one
+chip or many, with TTFT, TPOT, tokens/s, memory per chip, utilization and the
+rooflines they are measured against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from archsim.cluster import Compute
+from archsim.config.model import NpuConfig
+from serving.compose import Composer, Pipeline
+from serving.plan import Memory, Parallelism, Request, check, check_memory
+from serving.roofline import Roofline, peak_flops, roofline
+from serving.spec import ModelSpec, load_model
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    spec: ModelSpec
+    request: Request
+    par: Parallelism
+    config: NpuConfig
+    memory: Memory
+    roofline: Roofline
+    pipeline: Pipeline
+    simulated: tuple[tuple[str, int, int], ...]
+    """(block, tokens, context) shapes compiled and simulated on one chip."""
+    algorithm: str = "bidir_ring"
+
+    # -- time ---------------------------------------------------------------------------
+    def _s(self, cycles: float) -> float:
+        return cycles / self.config.clock_hz
+
+    @property
+    def ttft_s(self) -> float:
+        return self._s(self.pipeline.ttft_cycles)
+
+    @property
+    def e2e_s(self) -> float:
+        return self._s(self.pipeline.result.total_cycles)
+
+    @property
+    def decode_s(self) -> float:
+        return self.e2e_s - self.ttft_s
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time between a sequence's generated tokens."""
+        return self.decode_s / self.request.decode if self.request.decode else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second over the decode phase, all sequences."""
+        decode = self.decode_s
+        return self.request.batch * self.request.decode / decode if decode else 0.0
+
+    @property
+    def link_bytes(self) -> int:
+        """Bytes moved between chips: collectives inside stages and pipeline sends."""
+        inside = sum(seg.link_bytes for _, seg in self.pipeline.segments.values())
+        return inside // self.par.tp + self.pipeline.result.link_bytes
+
+    # -- utilization --------------------------------------------------------------------
+    def _phase(self, phase: str) -> tuple[int, int, int]:
+        """(matmul FLOPs, DRAM bytes, collective chip-cycles) of a phase, all chips."""
+        flops = dram = coll = 0
+        for label, segment in self.pipeline.segments.values():
+            if label[0] != phase:
+                continue
+            flops += segment.matmul_flops // self.par.tp
+            dram += segment.dram_bytes // self.par.tp
+            coll += segment.collective_cycles
+        return flops, dram, coll
+
+    def utilization(self) -> dict[str, float]:
+        chips, cfg = self.par.chips, self.config
+        peak = peak_flops(cfg, self.request.dtype) * chips
+        bandwidth = cfg.dram_bandwidth_bytes_per_s * chips
+        pf, pd, pc = self._phase("prefill")
+        df, dd, dc = self._phase("decode")
+        total_cycles = self.pipeline.result.total_cycles * chips
+        decode = self.decode_s
+        return {
+            "matrix_prefill": pf / (self.ttft_s * peak) if self.ttft_s else 0.0,
+            "matrix_decode": df / (decode * peak) if decode else 0.0,
+            "hbm_prefill": pd / (self.ttft_s * bandwidth) if self.ttft_s else 0.0,
+            "hbm_decode": dd / (decode * bandwidth) if decode else 0.0,
+            "collectives": (pc + dc) / total_cycles if total_cycles else 0.0,
+        }
+
+    def notes(self) -> list[str]:
+        spec, par = self.spec, self.par
+        blocks = ", ".join(f"{k}({t}{f', ctx {c}' if c else ''})" for k, t, c in self.simulated)
+        notes = [f"simulated once per distinct shape on one chip: {blocks}",
+                 f"{spec.layers} identical layers composed from one simulated layer per "
+                 f"shape (exact: each layer ends with every chip of its group idle)"]
+        if self.request.decode > 2:
+            notes.append(f"decode steps 2..{self.request.decode - 1} interpolated linearly "
+                         f"between the simulated first and last steps (attention is linear "
+                         f"in the context)")
+        if par.micro_batches > 1:
+            notes.append(f"{par.micro_batches} micro-batches of "
+                         f"{self.request.batch // par.micro_batches}: TTFT is when the last "
+                         f"one has its first token")
+        if par.chips > 1:
+            notes.append(f"{par.chips} chips ({self.config.interconnect.kind}, "
+                         f"{self.config.interconnect.topology}): collectives "
+                         f"({self.algorithm}) and stage-to-stage sends simulated as traffic "
+                         f"on the chip-to-chip links; each stage's collectives are "
+                         f"simulated with its group alone on the links")
+        return notes
+
+
+def serve(model: str | Path | ModelSpec, config: NpuConfig, request: Request,
+          par: Parallelism = Parallelism(), algorithm: str = "bidir_ring") -> ServeResult:
+    """Simulate serving ``request`` with ``model`` on ``par.chips`` chips of ``config``;
+    tensor-parallel all-reduces use ``algorithm`` (ring, bidir_ring or tree)."""
+    from serving.timing import Timer  # imports torch
+
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    shard = check(spec, request, par)
+    memory = check_memory(spec, request, par, shard, config)
+    timer = Timer(spec, shard, request, request.batch // par.micro_batches, config)
+    composer = Composer(spec, request, par, config, timer, algorithm)
+    pipeline = composer.pipeline()
+    return ServeResult(spec, request, par, config, memory,
+                       roofline(spec, request, config, par.chips), pipeline,
+                       tuple(timer.simulated), algorithm)
+
+
+def chip_busy(result: ServeResult, chip: int) -> int:
+    """Cycles ``chip`` spent computing (its stage passes, collectives included)."""
+    return result.pipeline.result.busy_cycles(chip, Compute)
+
+
+__all__ = ["ServeResult", "chip_busy", "serve"]
