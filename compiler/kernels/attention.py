@@ -9,9 +9,10 @@ row max ``m``, row sum ``l`` and accumulator ``acc`` (online softmax):
     m' = max(m, rowmax(S));  P = exp(S - m');  c = exp(m - m')
     l = l * c + rowsum(P);   acc = acc * c + P @ V
 
-then store ``acc / l``. Only ``[Tq, Tk]`` score tiles live in SRAM. Query tiles take
-turns on a core's systolic arrays, so one tile's matmuls run while the vector engine
-does the previous tile's softmax.
+then store ``acc / l``. Only ``[Tq, Tk]`` score tiles live in SRAM. Each matmul is
+split by query rows over the core's systolic arrays, and the next key tile's
+``Q @ K^T`` is issued before this one's ``P @ V``, so it runs while the vector engine
+does this tile's softmax.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts, step_counts = [0] * cores, [0] * cores
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
+    previous: list[_Step | None] = [None] * cores
     for t, (bi, q0) in enumerate(tiles):
         core = t % cores
         ts = tile_counts[core] % sets
@@ -116,7 +118,10 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             needs_mask = mask is not None or (spec.causal and k1 - 1 > q0)
             job = _Step(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
                         (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
-                        (tile_counts[core] - 1) % arrays)
+                        arrays)
+            if previous[core] is not None and sets > 1:  # its loads are issued first
+                previous[core].next = job
+            previous[core] = job
             per_core[core].append(TileSteps(job.load, job.compute, job.finish))
     pipeline(per_core, sets - 1)
 
@@ -166,7 +171,7 @@ class _Step:
     def __init__(self, ctx: Context, node, core: int, bufs: dict[str, list[SramRef]],
                  ts: int, ss: int, index: tuple[int, ...], kv_index: tuple[int, ...],
                  rows: tuple[int, int], keys: tuple[int, int], first: bool, last: bool,
-                 needs_mask: bool, mask: Value | None, bias: str | None, array: int) -> None:
+                 needs_mask: bool, mask: Value | None, bias: str | None, arrays: int) -> None:
         self.ctx, self.node, self.core = ctx, node, core
         self.bufs, self.ts, self.ss = bufs, ts, ss
         self.index, self.kv_index = index, kv_index
@@ -176,7 +181,12 @@ class _Step:
         self.nq, self.nk = rows[1] - rows[0], keys[1] - keys[0]
         self.source = node.source
         self.vpu = f"core{core}.vpu"
-        self.mxu = f"core{core}.mxu{array}"
+        share = -(-self.nq // arrays)
+        self.parts = [(f"core{core}.mxu{a}", r, min(r + share, self.nq))
+                      for a, r in enumerate(range(0, self.nq, share))]
+        """(array, first row, end row): each matmul split by query rows."""
+        self.next: _Step | None = None
+        self.qk_issued = False
 
     def buf(self, name: str, shape: tuple[int, ...], per_tile: bool = False) -> SramRef:
         return sub(self.bufs[name][self.ts if per_tile else self.ss], shape)
@@ -241,8 +251,7 @@ class _Step:
         d, dv = q.shape[-1], v.shape[-1]
         nq, nk = self.nq, self.nk
         s = self.buf("s", (nq, nk))
-        self.ctx.em.emit(self.mxu, MatMul(self.buf("q", (nq, d), True),
-                                          self.buf("kt", (d, nk)), s), self.source)
+        self.issue_qk()
         if self.needs_mask:
             mask = self._mask_ref()
             if mask.dtype is DType.bool:
@@ -277,12 +286,28 @@ class _Step:
         self.vec(Binary(BinaryKind.add, acc, pv, acc))
         self.vec(VCopy(mn, m))
 
+    def issue_qk(self) -> None:
+        """``S = Q @ K^T`` for this key tile, once (the step before may issue it early)."""
+        if self.qk_issued:
+            return
+        self.qk_issued = True
+        d, nq, nk = self.node.inputs[0].shape[-1], self.nq, self.nk
+        q, kt, s = self.buf("q", (nq, d), True), self.buf("kt", (d, nk)), self.buf("s", (nq, nk))
+        for mxu, r0, r1 in self.parts:
+            self.ctx.em.emit(mxu, MatMul(sub(q, (r1 - r0, d), r0 * d), kt,
+                                         sub(s, (r1 - r0, nk), r0 * nk)), self.source)
+
     def _pv(self, p: SramRef, dst: SramRef, nq: int, nk: int, dv: int, dtype: DType) -> None:
         lhs = p
         if dtype is not F32:
             lhs = self.buf("pc", (nq, nk))
             self.vec(Cast(p, lhs))
-        self.ctx.em.emit(self.mxu, MatMul(lhs, self.buf("v", (nk, dv)), dst), self.source)
+        if self.next is not None:  # the next tile's scores run during this softmax
+            self.next.issue_qk()
+        v = self.buf("v", (nk, dv))
+        for mxu, r0, r1 in self.parts:
+            self.ctx.em.emit(mxu, MatMul(sub(lhs, (r1 - r0, nk), r0 * nk), v,
+                                         sub(dst, (r1 - r0, dv), r0 * dv)), self.source)
 
     def finish(self) -> None:
         if not self.last:

@@ -72,22 +72,26 @@ def test_probabilities_read_elsewhere_are_not_fused() -> None:
     assert result.dram_bytes_written >= (2 * 16 * 8 + 2 * 16 * 16) * 4
 
 
-def test_query_tiles_take_turns_on_the_arrays() -> None:
-    """Eight heads on tpu-v3 (two arrays): consecutive heads' matmuls use different
-    arrays, so the vector engine's softmax of one head overlaps the next head's
-    matmuls, and the run is shorter than the vector and matrix work back to back."""
+def test_matmuls_split_over_the_arrays_and_overlap_the_softmax() -> None:
+    """Eight heads on tpu-v3 (two arrays): every matmul is split by query rows over both
+    arrays, and the next head's Q @ K^T is issued before this head's P @ V, so it runs
+    during this head's softmax: the run is shorter than the vector and matrix work
+    back to back."""
     from archsim.simulator import Simulator
     from compiler.ir.ops import MatMul
 
     q, k, v = (torch.empty(8, 256, 64, device="meta") for _ in range(3))
     program = torch.export.export(Core().eval(), (q, k, v)).run_decompositions()
     compiled = compile_graph(program, config("tpu-v3"))
-    arrays = [c.engine for c in compiled.program.commands if isinstance(c.op, MatMul)]
-    assert arrays[::2] == ["core0.mxu0", "core0.mxu1"] * 4  # QK^T of heads 0..7
+    matmuls = [c for c in compiled.program.commands if isinstance(c.op, MatMul)]
+    assert [c.engine for c in matmuls[:2]] == ["core0.mxu0", "core0.mxu1"]
+    assert [c.op.a.shape for c in matmuls[:2]] == [(128, 64), (128, 64)]  # QK^T, head 0
+    assert matmuls[2].op.b.shape == (64, 256) and matmuls[4].op.b.shape == (256, 64)
+    # head 1's QK^T (b: K^T [64, 256]) comes before head 0's PV (b: V [256, 64])
     result = Simulator(config("tpu-v3")).run(compiled.program)
     busy = result.engine_busy_cycles
-    serial = busy["core0.vpu"] + busy["core0.mxu0"] + busy["core0.mxu1"]
-    assert result.total_cycles < 0.8 * serial
+    serial = busy["core0.vpu"] + max(busy["core0.mxu0"], busy["core0.mxu1"])
+    assert result.total_cycles < 0.85 * serial
 
 
 class HeadSplit(torch.nn.Module):
