@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from compiler import graph as g
 from compiler.graph import Graph, base_of
+from compiler.plan import ANCHORS
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,20 @@ def _sink(node: g.Node) -> list[g.Node] | None:
     if not isinstance(node.spec, _SINKABLE):
         return None
     views = [x for x in node.value_inputs()
-             if x.producer is not None and isinstance(x.producer.spec, g.View)]
-    if len(views) != 1:
+             if x.producer is not None and isinstance(x.producer.spec, g.View) and
+             x.producer.inputs[0].producer is not None and
+             isinstance(x.producer.inputs[0].producer.spec, _COMPUTED)]
+    if not views:
         return None
-    view = views[0]
+    # sink below the view of a matmul/conv result if there is one (the epilogue to
+    # join); other inputs that are views of same-shaped results take their sources too
+    anchored = [x for x in views if isinstance(x.producer.inputs[0].producer.spec, ANCHORS)]
+    view = (anchored or views)[-1]
     source = view.producer.inputs[0]
-    if source.producer is None or not isinstance(source.producer.spec, _COMPUTED):
+    siblings = {x.id: x.producer.inputs[0] for x in views
+                if x is not view and x.shape == view.shape and
+                x.producer.inputs[0].shape == source.shape}
+    if len(views) - 1 != len(siblings):
         return None
     t = _trailing(view.shape, source.shape)
     if t == 0 or len(view.shape) == len(source.shape) and t == len(view.shape):
@@ -112,6 +121,8 @@ def _sink(node: g.Node) -> list[g.Node] | None:
     for x in node.inputs:
         if x is view:
             inputs.append(source)
+        elif isinstance(x, g.Value) and x.id in siblings:
+            inputs.append(siblings[x.id])
         elif isinstance(x, g.Value) and len(x.shape) > t:
             if any(n != 1 for n in x.shape[:-t]):
                 return None

@@ -251,3 +251,19 @@ def test_a_row_block_stays_resident_across_the_column_tiles() -> None:
     x_bytes = sum(math.prod(c.op.dst.shape) * 4 for c in compiled.program.commands
                   if isinstance(c.op, Load) and c.op.src.tensor == x_tensor)
     assert x_bytes == x.numel() * 4
+
+
+def test_swiglu_product_fuses_into_the_second_matmul() -> None:
+    """silu(gate(x)) * up(x) on [batch, seq, hidden]: both products come back through
+    views of 2-D matmuls; the product still joins the up projection's epilogue."""
+    torch.manual_seed(0)
+    gate, up = torch.nn.Linear(16, 24, bias=False), torch.nn.Linear(16, 24, bias=False)
+    x = torch.randn(2, 5, 16)
+
+    def swiglu(x):
+        return torch.nn.functional.silu(gate(x)) * up(x)
+
+    compiled = compile_graph(_export(swiglu, x), config("tiny"))
+    (out,), _ = compiled.run(x)
+    torch.testing.assert_close(out, swiglu(x), rtol=1e-4, atol=1e-4)
+    assert len(compiled.kernels) == 2  # gate + silu, up + product
