@@ -16,6 +16,9 @@ far faster than a link delivers.
   every chip sends on two links per step: latency + (nbytes/2n)/bandwidth per step.
 - tree (latency-optimal, all-reduce only): reduce up a binary tree (ceil(log2 n)
   steps of nbytes), then broadcast back down the same tree.
+- auto (:func:`choose_algorithm`): per collective, the one of these with the lowest
+  alpha-beta cost for its size, as communication libraries pick trees for small
+  messages and rings for large ones.
 """
 
 from __future__ import annotations
@@ -31,6 +34,21 @@ ALGORITHMS: tuple[str, ...] = ("ring", "bidir_ring", "tree")
 
 Transfer = tuple[int, int, int, int]
 """(source chip, destination chip, bytes, preferred direction +1/-1 on ties)."""
+
+
+def choose_algorithm(op: str, chips: int, nbytes: int, latency_cycles: float,
+                     bytes_per_cycle: float) -> str:
+    """The algorithm with the lowest alpha-beta cost (steps x (latency + bytes per step /
+    link bandwidth)) for ``op`` of ``nbytes`` over ``chips`` one-hop neighbours."""
+    if chips <= 1:
+        return "bidir_ring"
+    steps = 2 * (chips - 1) if op == "all_reduce" else chips - 1
+    cost = {"ring": steps * (latency_cycles + nbytes / chips / bytes_per_cycle),
+            "bidir_ring": steps * (latency_cycles + nbytes / chips / 2 / bytes_per_cycle)}
+    if op == "all_reduce":
+        depth = 2 * math.ceil(math.log2(chips))
+        cost["tree"] = depth * (latency_cycles + nbytes / bytes_per_cycle)
+    return min(cost, key=lambda a: (cost[a], a != "bidir_ring"))
 
 
 def collective_steps(op: str, algorithm: str, group: tuple[int, ...],

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from archsim.cluster import ClusterResult, Collective, Compute, Send, Task, run_cluster
+from archsim.collectives import choose_algorithm
 from archsim.config.model import NpuConfig
 from serving.plan import Parallelism, Request
 from serving.spec import ModelSpec
@@ -103,9 +104,10 @@ class Composer:
     config: NpuConfig
     timer: Timer
     """Anything with ``block(kind, tokens, context) -> BlockTime``."""
-    algorithm: str = "bidir_ring"
-    """All-reduce algorithm (:data:`archsim.collectives.ALGORITHMS`); the LM head's
-    all-gather uses the same ring, or the bidirectional ring with ``tree``."""
+    algorithm: str = "auto"
+    """All-reduce algorithm (:data:`archsim.collectives.ALGORITHMS`, or ``auto``: the
+    cheapest for each collective's size); the LM head's all-gather uses the same ring,
+    or the bidirectional ring with ``tree``."""
     _segments: dict[tuple[str, int, int, int], Segment] = field(default_factory=dict)
 
     @property
@@ -152,6 +154,11 @@ class Composer:
             tasks += [Compute(name, c, block.cycles, deps) for c in group]
             collectives.append(len(tasks))
             algorithm = self.algorithm
+            if algorithm == "auto":
+                link = self.config.interconnect
+                algorithm = choose_algorithm(
+                    op, len(group), nbytes, link.latency_cycles,
+                    link.link_bandwidth_gb_per_s * 1e9 / self.config.clock_hz)
             if op != "all_reduce" and algorithm == "tree":
                 algorithm = "bidir_ring"
             tasks.append(Collective(op, op, group, nbytes, tuple(range(first, len(tasks))),

@@ -26,7 +26,7 @@ class ServeResult:
     pipeline: Pipeline
     simulated: tuple[tuple[str, int, int], ...]
     """(block, tokens, context) shapes compiled and simulated on one chip."""
-    algorithm: str = "bidir_ring"
+    algorithm: str = "auto"
 
     # -- time ---------------------------------------------------------------------------
     def _s(self, cycles: float) -> float:
@@ -113,9 +113,10 @@ class ServeResult:
 
 
 def serve(model: str | Path | ModelSpec, config: NpuConfig, request: Request,
-          par: Parallelism = Parallelism(), algorithm: str = "bidir_ring") -> ServeResult:
+          par: Parallelism = Parallelism(), algorithm: str = "auto") -> ServeResult:
     """Simulate serving ``request`` with ``model`` on ``par.chips`` chips of ``config``;
-    tensor-parallel all-reduces use ``algorithm`` (ring, bidir_ring or tree)."""
+    tensor-parallel all-reduces use ``algorithm`` (ring, bidir_ring, tree, or auto: the
+    cheapest for each message size)."""
     from serving.timing import Timer  # imports torch
 
     spec = model if isinstance(model, ModelSpec) else load_model(model)

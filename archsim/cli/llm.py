@@ -48,9 +48,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--pp", type=int, default=None, help="pipeline stages")
     p.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches through the pipeline (default: min(batch, pp))")
-    p.add_argument("--collectives", choices=("bidir_ring", "ring", "tree"),
-                   default="bidir_ring", help="all-reduce algorithm for --tp (default "
-                                              "bidir_ring: half the data each way round)")
+    p.add_argument("--collectives", choices=("auto", "bidir_ring", "ring", "tree"),
+                   default="auto", help="all-reduce algorithm for --tp (default auto: per "
+                                        "collective the cheapest by its alpha-beta cost, "
+                                        "a tree for small messages, a bidirectional ring "
+                                        "for large ones)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--trace", metavar="FILE",
                    help="also write a Perfetto trace (one track group per chip) to FILE")

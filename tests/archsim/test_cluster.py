@@ -118,3 +118,14 @@ def test_a_config_file_without_an_interconnect_is_a_single_chip_part(tmp_path) -
     data["interconnect"] = {**config_to_dict(TINY)["interconnect"], "latency_cycles": 7}
     path.write_text(yaml.safe_dump(data))
     assert load_config(path).interconnect.latency_cycles == 7
+
+
+def test_auto_picks_a_tree_for_small_all_reduces_and_a_ring_for_large() -> None:
+    from archsim.collectives import choose_algorithm
+
+    # 4 chips, 1000-cycle hops, 50 B/cycle: an 8 KiB all-reduce costs the ring
+    # 6 x (1000 + 8192/8/50) = 6123, the tree 4 x (1000 + 8192/50) = 4655
+    assert choose_algorithm("all_reduce", 4, 8192, 1000, 50) == "tree"
+    # 64 MiB: the tree's full-size steps lose to the bidirectional ring's eighths
+    assert choose_algorithm("all_reduce", 4, 1 << 26, 1000, 50) == "bidir_ring"
+    assert choose_algorithm("all_gather", 4, 8192, 1000, 50) == "bidir_ring"
