@@ -42,6 +42,7 @@ from compiler.ir.ops import (
     VCopy,
 )
 from compiler.kernels.common import Context, TileSteps, pipeline, unravel
+from compiler.kernels.matmul import load_transposed
 from compiler.kernels.vector import load_box, store_box, sub, value_box
 from compiler.plan import Kernel
 
@@ -206,10 +207,14 @@ class _Step:
                      "load")
             self.vec(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
         kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
-        kbuf = self.buf("k", (self.nk, d))
-        load_box(ctx, k, _stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
-                 "load")
-        self.vec(Transpose(kbuf, self.buf("kt", (d, self.nk)), (1, 0)))
+        kt = self.buf("kt", (d, self.nk))
+        if stored[1]:  # heads inside rows: load, then transpose on the vector engine
+            kbuf = self.buf("k", (self.nk, d))
+            load_box(ctx, k, _stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
+                     "load")
+            self.vec(Transpose(kbuf, kt, (1, 0)))
+        else:  # the DMA writes K^T directly
+            load_transposed(ctx, k, kv_box, kt, self.core, self.source)
         v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
         load_box(ctx, v, _stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
                  self.core, self.source, "load")

@@ -143,23 +143,25 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRe
     """A k-step's loads: the A tile into ``a_tile`` (None: it is resident already), a B
     tile per array."""
     def load() -> None:
+        # B tiles first: each waits only for its own array to be done with its buffer,
+        # the shared A tile for every array, and a DMA queue issues in order
         kk = ks[1] - ks[0]
-        if a_tile is not None:
-            load_box(ctx, a, _operand_box(a, batch_index, rows, ks),
-                     sub(a_tile, (rows[1] - rows[0], kk)), core, source, "load")
         for j, (c0, c1) in enumerate(cols):
             b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
             if not trans_b:
                 load_box(ctx, b, _operand_box(b, batch_index, ks, (c0, c1)), b_buf, core,
                          source, "load")
                 continue
-            _load_transposed(ctx, b, _operand_box(b, batch_index, (c0, c1), ks), b_buf, core,
-                             source)
+            load_transposed(ctx, b, _operand_box(b, batch_index, (c0, c1), ks), b_buf, core,
+                            source)
+        if a_tile is not None:
+            load_box(ctx, a, _operand_box(a, batch_index, rows, ks),
+                     sub(a_tile, (rows[1] - rows[0], kk)), core, source, "load")
     return load
 
 
-def _load_transposed(ctx: Context, b: Value, box: Box, dst: SramRef, core: int,
-                     source: str) -> None:
+def load_transposed(ctx: Context, b: Value, box: Box, dst: SramRef, core: int,
+                    source: str) -> None:
     """``dst`` [k, n] := the [n, k] ``box`` of ``b`` transposed, by the DMA: each piece's
     SRAM side is a strided view (consecutive k go ``n`` elements apart). Pieces are not
     split over engines: their strided spans would overlap and serialize them anyway."""
