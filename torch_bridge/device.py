@@ -16,6 +16,14 @@ import torch
 
 from archsim.config import NpuConfig
 from torch_bridge import runtime, storage
+from torch_bridge.streams import (
+    Event,
+    Stream,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
 
 __all__ = [
     "current_device", "device", "device_count", "elapsed_cycles", "elapsed_seconds",
@@ -25,6 +33,8 @@ __all__ = [
     "synchronize", "get_rng_state", "set_rng_state", "get_rng_state_all",
     "set_rng_state_all", "get_device_properties", "get_device_name", "mem_get_info",
     "memory_stats", "memory_reserved", "max_memory_reserved", "empty_cache",
+    "memory_summary", "Event", "Stream", "current_stream", "default_stream", "set_stream",
+    "stream",
 ]
 
 
@@ -149,6 +159,19 @@ def memory_stats(device: int | str | torch.device | None = None) -> dict[str, in
         stats[f"{kind}.all.current"] = now
         stats[f"{kind}.all.peak"] = peak
     return stats
+
+
+def memory_summary(device: int | str | torch.device | None = None,
+                   abbreviated: bool = False) -> str:
+    """A short text table of :func:`memory_stats` (current and peak bytes)."""
+    cfg = runtime.get_config()
+    stats = memory_stats(device)
+    rows = [f"npu:0 memory ({cfg.name}, {cfg.dram.capacity_bytes:,} bytes of DRAM)",
+            f"{'':14}{'current':>16}{'peak':>16}"]
+    for kind in ("allocated", "reserved", "active"):
+        rows.append(f"{kind:14}{stats[f'{kind}_bytes.all.current']:>16,}"
+                    f"{stats[f'{kind}_bytes.all.peak']:>16,}")
+    return "\n".join(rows)
 
 
 def memory_allocated(device: int | str | torch.device | None = None) -> int:

@@ -1,0 +1,105 @@
+"""torch.npu.Event and Stream as torch_openreg tests its device module: events time
+regions in simulated device time (the clock torch_bridge.profile() reports), streams
+exist and share the device's one timeline."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_bridge
+
+
+def _work(x: torch.Tensor) -> torch.Tensor:
+    y = (x @ x).relu() + 1.0
+    return torch.cumsum(y, 0)  # cumsum runs on the host: timed, on the same timeline
+
+
+class TestEvent:
+    def test_elapsed_time_is_the_profiled_simulated_time(self) -> None:
+        x = torch.randn(64, 64).to("npu")
+        start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+        with torch_bridge.profile() as prof:
+            start.record()
+            _work(x)
+            end.record()
+        end.synchronize()
+        profiled_ms = prof.result.total_cycles / torch.npu.get_config().clock_hz * 1e3
+        assert prof.result.cycles("host") > 0  # the region crossed a host fallback
+        assert start.elapsed_time(end) == pytest.approx(profiled_ms, rel=0.01)
+        assert end.cycles - start.cycles == torch.npu.elapsed_cycles() - start.cycles
+
+    def test_as_a_cuda_user_times_a_loop(self) -> None:
+        x = torch.randn(32, 32, device="npu")
+        start = torch.npu.Event(enable_timing=True)
+        end = torch.npu.Event(enable_timing=True)
+        start.record(torch.npu.current_stream())
+        for _ in range(3):
+            x = torch.tanh(x @ x)
+        end.record()
+        torch.npu.synchronize()
+        one = start.elapsed_time(end)
+        assert one > 0
+        end2 = torch.npu.Event(enable_timing=True)
+        for _ in range(3):
+            x = torch.tanh(x @ x)
+        end2.record()
+        assert start.elapsed_time(end2) == pytest.approx(2 * one, rel=0.05)
+
+    def test_query_and_errors(self) -> None:
+        e = torch.npu.Event(enable_timing=True)
+        assert not e.query()
+        e.record()
+        assert e.query()
+        untimed = torch.npu.Event()
+        untimed.record()
+        with pytest.raises(RuntimeError, match="enable_timing=True"):
+            untimed.elapsed_time(e)
+        with pytest.raises(RuntimeError, match="must be recorded"):
+            e.elapsed_time(torch.npu.Event(enable_timing=True))
+
+    def test_a_new_config_starts_a_new_timeline(self) -> None:
+        before = torch.npu.get_config()
+        e = torch.npu.Event(enable_timing=True)
+        e.record()
+        try:
+            torch.npu.set_config("tiny")
+            later = torch.npu.Event(enable_timing=True)
+            later.record()
+            with pytest.raises(RuntimeError, match="different device timelines"):
+                e.elapsed_time(later)
+        finally:
+            torch.npu.set_config(before)
+
+
+class TestStream:
+    def test_default_and_current(self) -> None:
+        default = torch.npu.default_stream()
+        assert torch.npu.current_stream() is default and default.query()
+        s = torch.npu.Stream()
+        with torch.npu.stream(s):
+            assert torch.npu.current_stream() is s
+            y = torch.ones(4, device="npu") * 2
+        assert torch.npu.current_stream() is default
+        s.wait_stream(default)
+        default.wait_stream(s)
+        s.synchronize()
+        assert torch.equal(y.cpu(), torch.full((4,), 2.0))
+
+    def test_record_event_on_a_stream_and_as_a_context(self) -> None:
+        s = torch.npu.Stream()
+        with s:
+            assert torch.npu.current_stream() is s
+            e = s.record_event()
+        assert e.query() and torch.npu.current_stream() is torch.npu.default_stream()
+        torch.npu.default_stream().wait_event(e)
+
+
+def test_memory_summary_lists_current_and_peak() -> None:
+    x = torch.empty(1024, device="npu")
+    text = torch.npu.memory_summary()
+    lines = text.splitlines()
+    assert lines[0].startswith("npu:0 memory (") and "bytes of DRAM" in lines[0]
+    allocated = next(line for line in lines if line.startswith("allocated")).split()
+    assert int(allocated[1].replace(",", "")) == torch.npu.memory_allocated()
+    del x
