@@ -25,6 +25,9 @@ def register() -> None:
 
         _setup_privateuseone_for_python_backend("npu", backend_module=device)
         storage.patch_storage()
+        from torch_bridge import accelerator
+
+        accelerator.install()  # torch.accelerator answers from torch.npu for npu
         _libraries.extend([torch.library.Library("aten", "IMPL"),
                            torch.library.Library("_", "IMPL")])
         _done.add("device")

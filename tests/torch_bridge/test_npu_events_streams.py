@@ -103,3 +103,37 @@ def test_memory_summary_lists_current_and_peak() -> None:
     allocated = next(line for line in lines if line.startswith("allocated")).split()
     assert int(allocated[1].replace(",", "")) == torch.npu.memory_allocated()
     del x
+
+
+class TestAccelerator:
+    """torch.accelerator's synchronize and memory calls answer from torch.npu for npu
+    (unwrapped, torch 2.13 raises or fails an internal assert for a Python backend)."""
+
+    def test_synchronize_and_memory(self) -> None:
+        assert torch.accelerator.current_accelerator().type == "npu"
+        torch.accelerator.synchronize()
+        torch.accelerator.synchronize("npu:0")
+        x = torch.empty(256, device="npu")
+        assert torch.accelerator.memory_allocated() == torch.npu.memory_allocated() >= 1024
+        assert torch.accelerator.max_memory_allocated("npu") == torch.npu.max_memory_allocated()
+        assert torch.accelerator.memory_stats()["allocated_bytes.all.current"] == \
+            torch.npu.memory_allocated()
+        free, total = torch.accelerator.get_memory_info()
+        assert total == torch.npu.get_config().dram.capacity_bytes and free <= total
+        torch.accelerator.reset_peak_memory_stats()
+        torch.accelerator.empty_cache()
+        del x
+
+    def test_installed_once(self) -> None:
+        from torch_bridge import accelerator
+
+        wrapped = torch.accelerator.synchronize
+        accelerator.install()
+        assert torch.accelerator.synchronize is wrapped
+
+    def test_generic_stream_and_event_objects(self) -> None:
+        s = torch.Stream(device="npu")
+        assert s.device_type == torch.device("npu").type
+        e = torch.Event(device="npu")
+        e.record()
+        assert e.query()
