@@ -76,3 +76,7 @@ class DeviceMemoryError(CapacityError):
 class ModelConfigError(ArchsimError):
     """A language-model description (config.json) is missing, unreadable or does not
     fit the requested parallelism."""
+
+
+class AgreementError(ArchsimError):
+    """A layer or array given to the SCALE-Sim agreement mode is not valid."""

@@ -1,24 +1,30 @@
 """The matrix engine: systolic arrays timed by their fold structure.
 
 A tile ``out[m, n] (+)= a[m, k] @ b[k, n]`` is mapped onto an R x C array as SCALE-Sim
-maps a GEMM (its analytical compute-cycle model): the operand held stationary is folded
-into ceil(Sr / R) x ceil(Sc / C) folds, and each fold takes ``2R + C + T - 2`` cycles
-(R cycles to fill the stationary operand, T to stream, R + C - 2 to drain) where
+3.0.0 maps a GEMM (its compute model, ``scalesim/compute/systolic_compute_*.py``): the
+dataflow decides which two dimensions are spread over the array (``Sr`` over rows,
+``Sc`` over columns) and which one is streamed in time (``T``); the work is cut into
+ceil(Sr / R) x ceil(Sc / C) folds, each taking
 
-=========  ====  ====  ===
-dataflow    Sr    Sc    T
-=========  ====  ====  ===
-ws          k     n     m
-os          m     n     k
-is          k     m     n
-=========  ====  ====  ===
+=========  ====  ====  ===  ==================  ==========================================
+dataflow    Sr    Sc    T    cycles per fold     why
+=========  ====  ====  ===  ==================  ==========================================
+ws          k     n     m    2R + C + T - 2      R to shift the weights in, T rows streamed
+                                                  with R + C - 2 of skew and drain
+os          m     n     k    R + C + T - 2       nothing to preload (the outputs stay in
+                                                  the PEs); T streamed with R + C - 2 skew,
+                                                  the results shift out under the skew
+is          k     m     n    2R + C + T - 2      like ws, the inputs are the stationary one
+=========  ====  ====  ===  ==================  ==========================================
+
+(SCALE-Sim reports the 0-based index of the last busy cycle, one less than these
+counts: see :mod:`archsim.agreement`.)
 
 With double-buffered weights (``weight_buffers: 2``, ws only) the next fold's weights
 shift in while the current fold streams: a matmul takes ``folds x max(T, R) + 2R + C -
 2``, and one that starts the cycle the previous matmul on its array ends overlaps its
 fill with that one's drain (the simulator subtracts ``2R + C - 2``).
 """
-
 from __future__ import annotations
 
 import math
@@ -44,14 +50,26 @@ def matmul_cycles(m: int, k: int, n: int, matrix: MatrixConfig,
                   operand_dtype: DType = DType.f32) -> int:
     """Compute cycles of one tile on one array (SCALE-Sim's closed form)."""
     rows, cols = matrix.rows, matrix.cols
-    sr, sc, t = fold_dims(m, k, n, matrix.dataflow)
-    folds = ceil_div(sr, rows) * ceil_div(sc, cols)
+    t = fold_dims(m, k, n, matrix.dataflow)[2]
+    folds = fold_count(m, k, n, matrix)
     if matrix.dataflow == "ws" and matrix.weight_buffers > 1:
         # the next fold's weights load while this one streams: fill and drain once
         cycles = folds * max(t, rows) + 2 * rows + cols - 2
     else:
-        cycles = (2 * rows + cols + t - 2) * folds
+        cycles = fold_cycles(t, matrix) * folds
     return cycles * passes(operand_dtype, matrix)
+
+
+def fold_count(m: int, k: int, n: int, matrix: MatrixConfig) -> int:
+    """Folds of a GEMM: ceil(Sr / rows) x ceil(Sc / cols)."""
+    sr, sc, _ = fold_dims(m, k, n, matrix.dataflow)
+    return ceil_div(sr, matrix.rows) * ceil_div(sc, matrix.cols)
+
+
+def fold_cycles(t: int, matrix: MatrixConfig) -> int:
+    """Cycles of one fold streaming ``t`` rows, one stationary tile per fold."""
+    preload = 0 if matrix.dataflow == "os" else matrix.rows  # os keeps outputs in place
+    return preload + matrix.rows + matrix.cols + t - 2
 
 
 def back_to_back_saving(matrix: MatrixConfig) -> int:
