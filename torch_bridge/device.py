@@ -33,7 +33,7 @@ __all__ = [
     "synchronize", "get_rng_state", "set_rng_state", "get_rng_state_all",
     "set_rng_state_all", "get_device_properties", "get_device_name", "mem_get_info",
     "memory_stats", "memory_reserved", "max_memory_reserved", "empty_cache",
-    "memory_summary", "Event", "Stream", "current_stream", "default_stream", "set_stream",
+    "memory_summary", "get_device_capability", "Event", "Stream", "current_stream", "default_stream", "set_stream",
     "stream",
 ]
 
@@ -139,6 +139,12 @@ def get_device_properties(device: int | str | torch.device | None = None) -> Dev
     m = cfg.core.matrix
     return DeviceProperties(cfg.name, cfg.dram.capacity_bytes, cfg.cores, cfg.clock_hz,
                             m.arrays, m.rows, m.cols, cfg.core.vector.lanes)
+
+
+def get_device_capability(device: int | str | torch.device | None = None) -> tuple[int, int]:
+    """(0, 0): an NPU has no CUDA compute capability. Code that picks features by it
+    should ask :func:`is_bf16_supported` or :func:`get_device_properties` instead."""
+    return (0, 0)
 
 
 def get_device_name(device: int | str | torch.device | None = None) -> str:

@@ -137,3 +137,8 @@ class TestAccelerator:
         e = torch.Event(device="npu")
         e.record()
         assert e.query()
+
+
+def test_device_capability_is_not_a_cuda_one() -> None:
+    assert torch.npu.get_device_capability() == (0, 0)
+    assert torch.npu.is_bf16_supported()
