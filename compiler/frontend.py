@@ -28,6 +28,9 @@ from compiler.torch_types import ir_dtype, to_numpy, to_torch, torch_dtype
 
 _IGNORED = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
             "_assert_async"}
+_INLINED = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}
+"""Higher-order ops that only wrap a region (grad mode, autocast): the position of the
+body's graph module among their args; the region's inputs follow it."""
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,11 @@ class Frontend:
         self.env[node] = value
 
     def _get_attr(self, gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
-        tensor = getattr(gm, str(node.target))
-        self.env[node] = self._constant(tensor, node.name)
+        attr = getattr(gm, str(node.target))
+        if isinstance(attr, torch.fx.GraphModule):  # the body of a higher-order op
+            self.env[node] = attr
+            return
+        self.env[node] = self._constant(attr, node.name)
 
     def _output(self, node: torch.fx.Node) -> None:
         for item in _flatten(node.args[0]):
@@ -118,6 +124,9 @@ class Frontend:
         if name.split(".")[0] in _IGNORED:
             self.env[node] = None
             return
+        if name in _INLINED:  # e.g. a no-grad or autocast region: its body, in place
+            self.env[node] = self._inline(node, _INLINED[name])
+            return
         args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
         self.builder.source = node.name
@@ -135,6 +144,28 @@ class Frontend:
         if result is None or _missing_needed_output(node, result):
             result = self._host(node, target, args, kwargs, metas)
         self.env[node] = self._check(node, result, metas)
+
+    def _inline(self, node: torch.fx.Node, body_at: int) -> Any:
+        """Lower the body of a higher-order op wrapping a region (grad mode, autocast):
+        ``node.args[body_at]`` is the body's GraphModule, the args after it its inputs."""
+        body = self.env[node.args[body_at]]
+        if not isinstance(body, torch.fx.GraphModule):
+            raise LoweringError(f"{node.name}: expected a graph module as argument "
+                                f"{body_at} of {node.target}")
+        operands = [self.env[a] if isinstance(a, torch.fx.Node) else a
+                    for a in node.args[body_at + 1:]]
+        placeholders = [n for n in body.graph.nodes if n.op == "placeholder"]
+        for placeholder, value in zip(placeholders, operands):
+            self.env[placeholder] = value
+        result: Any = None
+        for inner in body.graph.nodes:
+            if inner.op == "call_function":
+                self._call(inner)
+            elif inner.op == "get_attr":
+                self._get_attr(body, inner)
+            elif inner.op == "output":
+                result = torch.fx.node.map_arg(inner.args[0], lambda n: self.env[n])
+        return tuple(result) if isinstance(result, (list, tuple)) else result
 
     def _fused_attention(self, node: torch.fx.Node) -> Value | None:
         """The flash-attention kernel for a matched written-out attention ending at

@@ -6,7 +6,8 @@ re-exports it lazily.
 The model and inputs are mirrored on the ``meta`` device (parameters and buffers are
 replaced by meta tensors of the same shape and dtype; the caller's model is not touched
 and no weight is copied), exported with ``torch.export``, decomposed to core ATen
-(keeping attention whole for the compiler's flash-attention kernel), compiled with ``compiler.compile_graph`` and simulated performance-only. Cycles equal
+(keeping attention whole for the compiler's flash-attention kernel), compiled with
+``compiler.compile_graph`` and simulated performance-only. Cycles equal
 those of a functional run of the same program, so a 7B-parameter model can be timed in
 a few hundred MB of memory.
 """
@@ -46,8 +47,11 @@ def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | N
     meta_model = _on_meta(model)
     meta_args = tuple(_meta_like(x) for x in inputs)
     meta_kwargs = {k: _meta_like(v) for k, v in (kwargs or {}).items()}
-    exported = torch.export.export(meta_model, meta_args, meta_kwargs).run_decompositions(
-        compiler.export_decompositions())
+    # one forward pass returning tensors: ModelOutput flattened, no KV cache object
+    from torch_bridge.model_outputs import Forward
+
+    exported = torch.export.export(Forward(meta_model), meta_args, meta_kwargs)
+    exported = exported.run_decompositions(compiler.export_decompositions())
     return compiler.compile_graph(exported, npu_config, options).simulate()
 
 

@@ -205,8 +205,12 @@ def _simulate_builtin(name: str, workload: Workload, args: argparse.Namespace,
 
 def _simulate_torch(name: str, module: Any, inputs: tuple[Any, ...], args: argparse.Namespace,
                     config: NpuConfig, progress) -> Any:
+    from torch_bridge.model_outputs import Forward
+
     perf_only = args.perf_only or any(getattr(t, "is_meta", False) for t in inputs)
-    return _run_module(name, module.eval(), inputs, perf_only, config, args.quiet, progress)
+    # one forward pass returning tensors (ModelOutput flattened, no KV cache object)
+    return _run_module(name, Forward(module.eval()), inputs, perf_only, config, args.quiet,
+                       progress)
 
 
 def _run_module(name: str, module: Any, inputs: tuple[Any, ...], perf_only: bool,
