@@ -33,7 +33,7 @@ __all__ = [
     "synchronize", "get_rng_state", "set_rng_state", "get_rng_state_all",
     "set_rng_state_all", "get_device_properties", "get_device_name", "mem_get_info",
     "memory_stats", "memory_reserved", "max_memory_reserved", "empty_cache",
-    "memory_summary", "get_device_capability", "Event", "Stream", "current_stream", "default_stream", "set_stream",
+    "memory_summary", "get_device_capability", "reset_max_memory_allocated", "Event", "Stream", "current_stream", "default_stream", "set_stream",
     "stream",
 ]
 
@@ -132,6 +132,9 @@ class DeviceProperties:
     matrix_rows: int
     matrix_cols: int
     vector_lanes: int
+    major: int = 0
+    """With ``minor``: :func:`get_device_capability` (no CUDA compute capability)."""
+    minor: int = 0
 
 
 def get_device_properties(device: int | str | torch.device | None = None) -> DeviceProperties:
@@ -191,6 +194,11 @@ def max_memory_allocated(device: int | str | torch.device | None = None) -> int:
 
 
 def reset_peak_memory_stats(device: int | str | torch.device | None = None) -> None:
+    storage.allocator.reset_peak()
+
+
+def reset_max_memory_allocated(device: int | str | torch.device | None = None) -> None:
+    """torch.cuda's older name for :func:`reset_peak_memory_stats`."""
     storage.allocator.reset_peak()
 
 

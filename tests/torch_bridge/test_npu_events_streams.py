@@ -142,3 +142,37 @@ class TestAccelerator:
 def test_device_capability_is_not_a_cuda_one() -> None:
     assert torch.npu.get_device_capability() == (0, 0)
     assert torch.npu.is_bf16_supported()
+
+
+def test_device_calls_as_a_cuda_user_writes_them() -> None:
+    dev = torch.device("npu")
+    assert torch.npu.is_available() and torch.npu.device_count() == 1
+    torch.npu.set_device(0)
+    torch.npu.manual_seed(0)
+    props = torch.npu.get_device_properties(0)
+    assert props.total_memory == torch.npu.get_config().dram.capacity_bytes
+    assert (props.major, props.minor) == torch.npu.get_device_capability()
+    assert props.name == torch.npu.get_device_name(0)
+    state = torch.npu.get_rng_state()
+    a = torch.rand(3, device=dev)
+    torch.npu.set_rng_state(state)
+    assert torch.equal(a.cpu(), torch.rand(3, device=dev).cpu())
+    torch.npu.reset_peak_memory_stats()
+    torch.npu.reset_max_memory_allocated()
+    x = torch.randn(128, 128, device=dev)
+    s = torch.npu.Stream()
+    start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+    with torch.npu.stream(s):
+        start.record()
+        y = x @ x
+        end.record()
+    torch.npu.current_stream().wait_stream(s)
+    end.synchronize()
+    torch.npu.synchronize()
+    assert start.elapsed_time(end) > 0
+    assert torch.npu.max_memory_allocated() >= torch.npu.memory_allocated() >= 2 * x.nbytes
+    assert torch.npu.memory_stats()["allocated_bytes.all.peak"] == torch.npu.max_memory_allocated()
+    free, total = torch.npu.mem_get_info()
+    assert free + torch.npu.memory_reserved() == total
+    torch.npu.empty_cache()
+    torch.testing.assert_close(y.cpu(), x.cpu() @ x.cpu(), rtol=1e-4, atol=1e-3)
