@@ -4,7 +4,9 @@ Hugging Face models return ``ModelOutput`` objects, and decoders (``use_cache=Tr
 default) return a ``DynamicCache`` that ``torch.export`` cannot flatten. :class:`Forward`
 wraps a model so that a forward pass runs without a KV cache (``use_cache=False`` when
 the model's ``forward`` takes it and the caller did not set it) and returns the tensor
-leaves of whatever the model returns, in order. Cached decoding is ``archsim llm``'s job.
+leaves of whatever the model returns, in order. With ``use_cache=True`` set by the caller
+(``--kwarg use_cache=true``) the cache's key/value tensors are outputs too. Cached
+decoding is ``archsim llm``'s job.
 """
 
 from __future__ import annotations
@@ -24,11 +26,33 @@ def _takes(module: torch.nn.Module, name: str) -> bool:
     return name in parameters
 
 
+_CACHE_PARTS = ("self_attention_cache", "cross_attention_cache")
+"""Sub-caches of an encoder-decoder cache, in order."""
+
+
+def _cache_tensors(cache: Any) -> list[torch.Tensor]:
+    """The key and value tensors of a Hugging Face cache object (``DynamicCache``,
+    ``StaticCache``: ``cache.layers[i].keys/values``; an ``EncoderDecoderCache``: its
+    two sub-caches), layer by layer; [] for anything else."""
+    tensors: list[torch.Tensor] = []
+    for part in _CACHE_PARTS:
+        if hasattr(cache, part):
+            tensors += _cache_tensors(getattr(cache, part))
+    for layer in getattr(cache, "layers", None) or ():
+        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                    if isinstance(t, torch.Tensor)]
+    return tensors
+
+
 def tensor_leaves(value: Any) -> tuple[torch.Tensor, ...]:
-    """The tensors in ``value`` (tensors, tuples, dicts, ``ModelOutput``), in order;
-    anything else (a cache object, None, numbers) is dropped."""
-    leaves = torch.utils._pytree.tree_leaves(value)
-    return tuple(x for x in leaves if isinstance(x, torch.Tensor))
+    """The tensors in ``value`` (tensors, tuples, dicts, ``ModelOutput``), in order; a
+    KV cache object contributes its key and value tensors (so with ``use_cache=True``
+    the cache a forward pass writes is an output, timed as writes); anything else
+    (None, numbers) is dropped."""
+    leaves: list[torch.Tensor] = []
+    for leaf in torch.utils._pytree.tree_leaves(value):
+        leaves += [leaf] if isinstance(leaf, torch.Tensor) else _cache_tensors(leaf)
+    return tuple(leaves)
 
 
 class Forward(torch.nn.Module):

@@ -18,6 +18,7 @@ EXIT_USAGE = 2
 
 def build_parser() -> argparse.ArgumentParser:
     from archsim.cli import commands
+    from archsim.cli.kwargs import kwarg
     from archsim.config import DEFAULT_PRESET
 
     parser = argparse.ArgumentParser(
@@ -57,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "models)")
         p.add_argument("--quiet", "-q", action="store_true",
                        help="print only the summary line (for scripts)")
+        p.add_argument("--kwarg", action="append", default=[], type=kwarg,
+                       metavar="NAME=VALUE", dest="kwargs",
+                       help="keyword argument for a model file's forward call, typed: "
+                            "true/false, none, ints, floats, JSON, else text; e.g. "
+                            "--kwarg use_cache=true (repeatable)")
 
     run = sub.add_parser("run", help="simulate a model or program and print the report",
                          description="Simulate MODEL on one NPU config and print a summary, "

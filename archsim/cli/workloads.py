@@ -136,6 +136,8 @@ def simulate_model(args: argparse.Namespace, config: NpuConfig, progress) -> Any
     if model.endswith(".py"):
         module, inputs = _from_python_file(Path(model))
         return _simulate_torch(Path(model).stem, module, inputs, args, config, progress)
+    if getattr(args, "kwargs", None):
+        raise ArchsimError(f"--kwarg applies to a model file (.py), not to {model!r}")
     workload = WORKLOADS.get(model)
     if workload is None:
         raise ArchsimError(f"unknown model {model!r}: give a built-in workload "
@@ -209,8 +211,9 @@ def _simulate_torch(name: str, module: Any, inputs: tuple[Any, ...], args: argpa
 
     perf_only = args.perf_only or any(getattr(t, "is_meta", False) for t in inputs)
     # one forward pass returning tensors (ModelOutput flattened, no KV cache object)
-    return _run_module(name, Forward(module.eval()), inputs, perf_only, config, args.quiet,
-                       progress)
+    kwargs = dict(getattr(args, "kwargs", None) or [])
+    return _run_module(name, Forward(module.eval(), kwargs), inputs, perf_only, config,
+                       args.quiet, progress)
 
 
 def _run_module(name: str, module: Any, inputs: tuple[Any, ...], perf_only: bool,
