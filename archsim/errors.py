@@ -80,3 +80,9 @@ class ModelConfigError(ArchsimError):
 
 class AgreementError(ArchsimError):
     """A layer or array given to the SCALE-Sim agreement mode is not valid."""
+
+
+class TritonError(ArchsimError):
+    """A Triton kernel cannot be traced or lowered: names the kernel, the line and the
+    construct (data-dependent addresses or control flow, atomics, an unsupported ``tl``
+    function), or Triton is not installed."""

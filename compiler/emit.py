@@ -142,6 +142,12 @@ class Emitter:
         self._rr[key] = i + 1
         return f"core{core}.dma{i % count}"
 
+    def next_rr(self, key: str, count: int) -> int:
+        """The next of ``count`` engines in a round robin named ``key``."""
+        i = self._rr.get(key, 0)
+        self._rr[key] = i + 1
+        return i % count
+
     # -- commands ------------------------------------------------------------------
     def emit(self, engine: str, op: Op, source: str) -> int:
         cid = len(self._engine_of)

@@ -1,0 +1,138 @@
+"""Triton kernels to scheduled programs: trace a launch, lower it, cache it.
+
+>>> kernel = compile_launch(add_kernel, (x, y, out, n), {"BLOCK": 1024}, (4,), config)
+>>> outputs, result = kernel.run({"x_ptr": x_np, "y_ptr": y_np, "out_ptr": out_np})
+
+:func:`compile_launch` traces ``jit_fn[grid](*args, **kwargs)`` shape-only
+(:mod:`compiler.triton.interpret`), lowers it (:mod:`compiler.triton.lower`), verifies
+the program and caches it by the kernel, the grid, the argument shapes, dtypes and
+scalar values, and the hardware config. The numbers come from the simulator running
+the lowered program, as for every other op.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from archsim.config.model import NpuConfig
+from compiler.emit import Emitter
+from compiler.ir.ops import Program
+from compiler.triton.interpret import PIN, require_triton, trace
+from compiler.triton.lower import Lowering
+from compiler.triton.trace import KernelTrace
+
+
+@dataclass(frozen=True)
+class KernelProgram:
+    """A lowered launch: DRAM tensors are named after the kernel's tensor arguments."""
+
+    name: str
+    program: Program
+    config: NpuConfig
+    arguments: tuple[str, ...]
+    """Tensor arguments, in call order (each a DRAM tensor of the same name)."""
+    written: tuple[str, ...]
+    """Arguments the kernel stores to."""
+    constants: Mapping[str, np.ndarray]
+    programs: int
+    """Program instances in the grid."""
+    trace_seconds: float = 0.0
+    lower_seconds: float = 0.0
+    timing: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def run(self, arrays: Mapping[str, np.ndarray], verify: bool = True) -> tuple[
+            dict[str, np.ndarray], Any]:
+        """Simulate with data: returns the written arguments' new contents and the
+        SimResult."""
+        from archsim.simulator import Simulator
+
+        feed = dict(arrays)
+        feed.update(self.constants)
+        result = Simulator(self.config).run(self.program, feed, verify=verify)
+        return {name: np.asarray(result.outputs[name]) for name in self.written}, result
+
+    def simulate(self, verify: bool = True) -> Any:
+        """Performance only (no data)."""
+        from archsim.simulator import Simulator
+
+        return Simulator(self.config).run(self.program, None, verify=verify)
+
+
+_CACHE: dict[tuple[Any, ...], KernelProgram] = {}
+
+
+def compile_launch(jit_fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                   grid: Any, config: NpuConfig, source: str = "") -> KernelProgram:
+    """Trace, lower and verify one launch (cached)."""
+    key = (_fn(jit_fn), _grid_key(grid), tuple(_arg_key(a) for a in args),
+           tuple(sorted((k, _arg_key(v)) for k, v in kwargs.items())), config)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    start = time.perf_counter()
+    traced = trace(jit_fn, tuple(args), dict(kwargs), grid)
+    traced_at = time.perf_counter()
+    program = lower(traced, config, source or traced.name)
+    program = _with_times(program, traced_at - start, time.perf_counter() - traced_at)
+    _CACHE[key] = program
+    return program
+
+
+def lower(traced: KernelTrace, config: NpuConfig, source: str) -> KernelProgram:
+    """A traced launch as a verified program of its own."""
+    from compiler.ir.verify import verify
+
+    em = Emitter(traced.name, config)
+    for p in traced.pointers:
+        em.tensor(p.name, p.shape, p.dtype, "inout")
+    lowering = Lowering(traced, em, config, {p.name: p.name for p in traced.pointers},
+                        source)
+    lowering.run()
+    for p in traced.pointers:
+        em.set_role(p.name, "inout" if p.name in lowering.written else "in")
+    program = em.build()
+    verify(program, config)
+    nx, ny, nz = traced.grid
+    return KernelProgram(traced.name, program, config,
+                         tuple(p.name for p in traced.pointers),
+                         tuple(p.name for p in traced.pointers if p.name in lowering.written),
+                         dict(lowering.constants), nx * ny * nz)
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def _with_times(program: KernelProgram, trace_s: float, lower_s: float) -> KernelProgram:
+    import dataclasses
+
+    return dataclasses.replace(program, trace_seconds=trace_s, lower_seconds=lower_s)
+
+
+def _fn(jit_fn: Any) -> Any:
+    return getattr(jit_fn, "fn", jit_fn)
+
+
+def _grid_key(grid: Any) -> Any:
+    if not callable(grid):
+        return tuple(grid)
+    cells = tuple(c.cell_contents for c in (grid.__closure__ or ()))
+    return (grid.__code__, tuple(c if isinstance(c, (int, float, str)) else id(c)
+                                 for c in cells))
+
+
+def _arg_key(value: Any) -> Any:
+    if hasattr(value, "data_ptr") and hasattr(value, "shape"):
+        return ("tensor", tuple(value.shape), str(value.dtype), tuple(value.stride()))
+    if isinstance(value, (int, float, bool, str, type(None))):
+        return (type(value).__name__, value)
+    return ("object", repr(value))
+
+
+__all__ = ["KernelProgram", "PIN", "clear_cache", "compile_launch", "lower",
+           "require_triton", "trace"]

@@ -1,0 +1,188 @@
+"""Pointer blocks to DMA boxes.
+
+A load or store in Triton is a block of absolute addresses and a mask. archsim's DMA
+moves boxes, so a block must be *affine* (each block axis advances the address by a
+fixed number of elements) and its mask *rectangular* (the elements it keeps form a
+sub-box of the block: the clipped edge of a tile). :func:`locate` checks both and gives
+the :class:`Access`; :func:`boxes` turns it into DRAM boxes over the tensor's own
+dimensions, one per piece when a block axis runs across a dimension's end.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.ir.operands import Slice
+from compiler.triton.trace import Pointer
+
+Box = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Access:
+    """The part of a block a load or store touches. ``box`` is the kept sub-box of the
+    block (per axis ``(lo, hi)``); ``origin`` the element offset, in ``pointer``, of the
+    box's first element; ``strides`` the element step of each block axis."""
+
+    pointer: str
+    block: tuple[int, ...]
+    box: Box
+    origin: int
+    strides: tuple[int, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(hi - lo for lo, hi in self.box)
+
+    @property
+    def full(self) -> bool:
+        return self.shape == self.block
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+class AddressError(ValueError):
+    """A block that is not a box (the caller names the kernel and line)."""
+
+
+def rectangle(mask: np.ndarray) -> Box | None:
+    """The sub-box ``mask`` keeps, None if it keeps nothing; AddressError if the kept
+    elements are not a box."""
+    if not mask.any():
+        return None
+    box = []
+    for axis in range(mask.ndim):
+        others = tuple(a for a in range(mask.ndim) if a != axis)
+        kept = np.flatnonzero(mask.any(axis=others) if others else mask)
+        box.append((int(kept[0]), int(kept[-1]) + 1))
+    inside = np.zeros_like(mask)
+    inside[tuple(slice(lo, hi) for lo, hi in box)] = True
+    if not np.array_equal(inside, mask):
+        raise AddressError("the mask does not keep a rectangular part of the block "
+                           "(only clipped tile edges are supported)")
+    return tuple(box)
+
+
+def locate(addresses: np.ndarray, mask: np.ndarray, itemsize: int,
+           pointers: tuple[Pointer, ...]) -> Access | None:
+    """The access of a block of byte ``addresses`` under ``mask`` (None: nothing kept)."""
+    mask = np.broadcast_to(np.asarray(mask, dtype=bool), addresses.shape)
+    if addresses.ndim == 0:
+        addresses, mask = addresses.reshape(1), mask.reshape(1)
+    box = rectangle(mask)
+    if box is None:
+        return None
+    kept = addresses[tuple(slice(lo, hi) for lo, hi in box)].astype(np.int64)
+    first = int(kept.reshape(-1)[0])
+    pointer = next((p for p in pointers if p.base <= first < p.end), None)
+    if pointer is None:
+        raise AddressError("the block's first kept address lies in no tensor argument")
+    if pointer.dtype.itemsize != itemsize:
+        raise AddressError(f"the block reads {itemsize}-byte elements of {pointer.name}, "
+                           f"a {pointer.dtype} tensor (pointer casts are not supported)")
+    offsets = kept - pointer.base
+    if np.any(offsets % itemsize):
+        raise AddressError(f"the block is not aligned to {pointer.name}'s elements")
+    elements = offsets // itemsize
+    origin = int(elements.reshape(-1)[0])
+    strides = []
+    for axis, n in enumerate(elements.shape):
+        if n == 1:
+            strides.append(0)
+            continue
+        step = [0] * elements.ndim
+        step[axis] = 1
+        strides.append(int(elements[tuple(step)]) - origin)
+    grid = np.indices(elements.shape).reshape(elements.ndim, -1)
+    expected = origin + np.tensordot(np.array(strides, dtype=np.int64), grid, axes=1)
+    if not np.array_equal(expected, elements.reshape(-1)):
+        raise AddressError("the block's addresses are not affine in its indices "
+                           "(a gather or scatter)")
+    if elements.min() < 0 or elements.max() >= pointer.numel:
+        raise AddressError(f"the block reaches outside {pointer.name} "
+                           f"({pointer.numel} elements)")
+    return Access(pointer.name, tuple(addresses.shape), box, origin, tuple(strides))
+
+
+def boxes(access: Access, shape: tuple[int, ...]) -> list[tuple[tuple[Slice, ...],
+                                                                 tuple[int, ...], Box]]:
+    """DRAM boxes of a tensor of ``shape`` covering ``access``: per piece, the slices
+    (in the tensor's dimension order), the tensor dimension each block axis walks
+    (-1 for axes of length 1 or stride 0) and the piece's sub-box of the access box
+    (relative to the box start)."""
+    dense = _dense_strides(shape)
+    axes = tuple(_axis_dim(s, n, dense) for s, n in zip(access.strides, access.shape))
+    return _pieces(access.origin, access.strides, access.shape, axes, shape, dense,
+                   tuple((0, n) for n in access.shape))
+
+
+def _dense_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(reversed(out))
+
+
+def _axis_dim(stride: int, length: int, dense: tuple[int, ...]) -> int:
+    """The tensor dimension a block axis walks: the outermost one whose element stride
+    divides the axis stride."""
+    if length == 1 or stride == 0:
+        return -1
+    if stride < 0:
+        raise AddressError("the block walks a tensor backwards (negative stride)")
+    for dim, d in enumerate(dense):
+        if stride % d == 0:
+            return dim
+    return len(dense) - 1
+
+
+def _pieces(origin: int, strides: tuple[int, ...], lengths: tuple[int, ...],
+            axes: tuple[int, ...], shape: tuple[int, ...], dense: tuple[int, ...],
+            sub: Box) -> list[tuple[tuple[Slice, ...], tuple[int, ...], Box]]:
+    start = _unravel(origin, shape)
+    slices = [Slice(i, i + 1) for i in start]
+    used: set[int] = set()
+    for axis, dim in enumerate(axes):
+        if dim < 0:
+            if lengths[axis] > 1:
+                raise AddressError("the block repeats elements along an axis (stride 0); "
+                                   "load once and broadcast instead")
+            continue
+        step = strides[axis] // dense[dim]
+        stop = start[dim] + (lengths[axis] - 1) * step + 1
+        if dim in used or stop > shape[dim]:
+            return _split(origin, strides, lengths, axes, shape, dense, sub, axis)
+        used.add(dim)
+        slices[dim] = Slice(start[dim], stop, step)
+    return [(tuple(slices), axes, sub)]
+
+
+def _split(origin: int, strides: tuple[int, ...], lengths: tuple[int, ...],
+           axes: tuple[int, ...], shape: tuple[int, ...], dense: tuple[int, ...],
+           sub: Box, axis: int) -> list[tuple[tuple[Slice, ...], tuple[int, ...], Box]]:
+    """Cut ``axis`` into single positions (each then a box of the other axes)."""
+    out = []
+    for i in range(lengths[axis]):
+        one = list(lengths)
+        one[axis] = 1
+        piece_axes = list(axes)
+        piece_axes[axis] = -1
+        piece_sub = list(sub)
+        piece_sub[axis] = (sub[axis][0] + i, sub[axis][0] + i + 1)
+        out.extend(_pieces(origin + i * strides[axis], strides, tuple(one), tuple(piece_axes),
+                           shape, dense, tuple(piece_sub)))
+    return out
+
+
+def _unravel(index: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for n in reversed(shape):
+        out.append(index % n)
+        index //= n
+    return list(reversed(out))

@@ -1,0 +1,187 @@
+"""Running a Triton kernel through Triton's interpreter to record what it does.
+
+Everything happens inside :func:`tracing`, a scope that patches Triton's interpreter
+(never process-wide interpret mode, which breaks fake tensors): the interpreter's
+builder methods are wrapped to record the operations on data
+(:mod:`compiler.triton.record`), loads and stores touch no memory, and tensor
+arguments are stand-ins at synthetic addresses. The trace is therefore shape-only by
+construction: it never reads data, so a launch on meta tensors of a 70B model's shapes
+traces like one on real tensors, and a kernel whose addresses or control flow depend
+on data is refused (the values it would read are unknown).
+
+Tested against Triton 3.8.0 (the version the ``triton`` extra pins): the interpreter's
+classes are internal and change between releases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from archsim.errors import TritonError
+from compiler.triton.record import Recorder
+from compiler.triton.trace import KernelTrace, Pointer, ir_dtype
+
+PIN = "3.8.0"
+"""The Triton version the interpreter hooks are written against."""
+
+_SPACING = 1 << 44
+"""Stand-in tensors sit this many bytes apart (16 TiB), so every address names one."""
+
+
+def require_triton() -> Any:
+    """Import triton, or say how to install it."""
+    try:
+        import triton
+    except ImportError:
+        raise TritonError(f'Triton kernels need Triton: pip install -e ".[triton]" '
+                          f'(installs triton=={PIN})') from None
+    if triton.__version__ != PIN:
+        raise TritonError(f"archsim traces kernels with Triton {PIN}; found "
+                          f"{triton.__version__} (pip install triton=={PIN})")
+    return triton
+
+
+class StandIn:
+    """What a kernel sees of a tensor argument: an address and a dtype, no data."""
+
+    def __init__(self, tensor: Any, base: int) -> None:
+        self.dtype = tensor.dtype
+        self.shape = tuple(tensor.shape)
+        self._base = base
+
+    def data_ptr(self) -> int:
+        return self._base
+
+
+def _pointer(name: str, tensor: Any, base: int) -> Pointer:
+    from compiler.torch_types import TORCH_TO_IR
+
+    if not tensor.is_contiguous():
+        raise TritonError(f"argument {name}: a {list(tensor.shape)} tensor with strides "
+                          f"{list(tensor.stride())} is not contiguous; pass "
+                          f"{name}.contiguous()")
+    dtype = TORCH_TO_IR.get(tensor.dtype)
+    if dtype is None:
+        raise TritonError(f"argument {name}: dtype {tensor.dtype} is not supported "
+                          f"(supported: {', '.join(str(d) for d in TORCH_TO_IR)})")
+    return Pointer(name, base, tuple(tensor.shape) or (1,), dtype)
+
+
+def trace(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+          grid: Any) -> KernelTrace:
+    """Trace one launch ``jit_fn[grid](*args, **kwargs)``; tensors may be on any device
+    (meta included): only their shapes, dtypes and strides are read."""
+    triton = require_triton()
+    from triton.runtime import interpreter as itp
+
+    fn = getattr(jit_fn, "fn", jit_fn)
+    interpreted = itp.InterpretedFunction(fn)
+    names = interpreted.arg_names
+    pointers: list[Pointer] = []
+    stand_ins: dict[int, StandIn] = {}
+
+    def stand_in(name: str, value: Any) -> Any:
+        if not hasattr(value, "data_ptr") or not hasattr(value, "shape"):
+            return value
+        key = id(value)
+        if key not in stand_ins:
+            base = (len(pointers) + 1) * _SPACING
+            pointers.append(_pointer(name, value, base))
+            stand_ins[key] = StandIn(value, base)
+        return stand_ins[key]
+
+    args = tuple(stand_in(n, a) for n, a in zip(names, args))
+    kwargs = {k: stand_in(k, v) for k, v in kwargs.items()}
+    recorder = Recorder(fn.__name__, fn.__code__.co_filename)
+    recorder.pointers = tuple(pointers)
+
+    class _ShapeOnly(itp.GridExecutor):
+        def _init_args_hst(self, args_dev: Any, kwargs: Any) -> Any:
+            return list(args_dev), dict(kwargs)
+
+        def _restore_args_dev(self, *unused: Any) -> None:
+            pass
+
+    with tracing(itp, recorder):
+        executor = _ShapeOnly(interpreted.rewrite(), names, grid)
+        try:
+            with np.errstate(all="ignore"):
+                executor(*args, **kwargs)
+        except itp.InterpreterError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, TritonError):
+                raise cause from None
+            raise TritonError(f"kernel {fn.__name__}: the interpreter failed: "
+                              f"{cause!r}") from cause
+    del triton
+    return KernelTrace(fn.__name__, fn.__code__.co_filename, tuple(pointers),
+                       itp.interpreter_builder.grid_dim, recorder.programs)
+
+
+@contextmanager
+def tracing(itp: Any, recorder: Recorder) -> Iterator[None]:
+    """Patch the interpreter to record into ``recorder``; everything is restored."""
+    builder = itp.interpreter_builder
+    saved_options = builder.options
+    saved: list[tuple[Any, str, Any, bool]] = []
+
+    def patch(obj: Any, name: str, value: Any) -> None:
+        had = name in vars(obj)
+        saved.append((obj, name, vars(obj).get(name), had))
+        setattr(obj, name, value)
+
+    builder.options = itp.InterpreterOptions(sanitize_overflow=False)
+    for name in dir(type(builder)):
+        if name.startswith("create_") or name in ("set_grid_idx",):
+            patch(builder, name, recorder.wrap(name, getattr(builder, name), itp))
+    patch(itp.ReduceOps, "apply", recorder.wrap_reduce(itp.ReduceOps.apply))
+    patch(itp, "_patch_lang_tensor", _tensor_patcher(itp._patch_lang_tensor, recorder, itp))
+    try:
+        yield
+    finally:
+        for obj, name, value, had in reversed(saved):
+            if had:
+                setattr(obj, name, value)
+            else:
+                delattr(obj, name)
+        builder.options = saved_options
+
+
+def _tensor_patcher(original: Callable[..., None], recorder: Recorder,
+                    itp: Any) -> Callable[..., None]:
+    """The interpreter's own tensor patches, plus a recorded ``.T`` and refusals of data
+    used as a branch condition or a loop bound."""
+
+    def patch_tensor(tensor: Any, scope: Any) -> None:
+        original(tensor, scope)
+        base_bool, base_index = tensor.__bool__, tensor.__index__
+        base_t = tensor.T
+
+        def checked_bool(self: Any) -> bool:
+            recorder.refuse_data(self.handle, "a branch on data (if/while on a loaded value)")
+            return base_bool(self)
+
+        def checked_index(self: Any) -> int:
+            recorder.refuse_data(self.handle, "a loop bound or index read from data")
+            return base_index(self)
+
+        def transposed(self: Any) -> Any:
+            result = base_t.fget(self)
+            rank = len(self.handle.data.shape)
+            perm = tuple(range(rank - 2)) + (rank - 1, rank - 2)
+            recorder.on_call("create_trans", (self.handle, perm), result.handle)
+            return result
+
+        scope.set_attr(tensor, "__bool__", checked_bool)
+        scope.set_attr(tensor, "__index__", checked_index)
+        scope.set_attr(tensor, "T", property(transposed))
+
+    return patch_tensor
+
+
+def dtype_of(tl_dtype: Any) -> Any:
+    return ir_dtype(tl_dtype)

@@ -1,0 +1,220 @@
+"""The recorder behind :func:`compiler.triton.interpret.tracing`: wrappers around the
+interpreter's builder methods that note each operation on data.
+
+A value is *data* when it was loaded from memory or computed from data; only such
+operations are recorded. A builder method given data that has no lowering here is
+refused on the spot, naming the kernel's line, so nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from archsim.errors import TritonError
+from compiler.triton.addressing import AddressError, locate
+from compiler.triton.trace import Const, Operand, ProgramTrace, Pointer, TraceOp, ir_dtype
+
+_COMPARE = {"LT": "lt", "LE": "le", "GT": "gt", "GE": "ge", "EQ": "eq", "NE": "ne"}
+
+BINARY: dict[str, str] = {
+    "create_fadd": "add", "create_add": "add", "create_fsub": "sub", "create_sub": "sub",
+    "create_fmul": "mul", "create_mul": "mul", "create_fdiv": "div",
+    "create_precise_divf": "div", "create_maxnumf": "max", "create_maximumf": "max",
+    "create_maxsi": "max", "create_maxui": "max", "create_minnumf": "min",
+    "create_minimumf": "min", "create_minsi": "min", "create_minui": "min",
+    "create_and": "and", "create_or": "or",
+    **{f"create_{p}cmp{s}{c}": k for p in ("i", "f") for s in ("S", "U", "O") for c, k in
+       _COMPARE.items()},
+}
+UNARY: dict[str, str] = {
+    "create_exp": "exp", "create_exp2": "exp2", "create_log": "log", "create_log2": "log2",
+    "create_sqrt": "sqrt", "create_precise_sqrt": "sqrt", "create_rsqrt": "rsqrt",
+    "create_fabs": "abs", "create_iabs": "abs", "create_fneg": "neg", "create_sin": "sin",
+    "create_cos": "cos", "create_erf": "erf",
+}
+CASTS = frozenset({
+    "create_fp_to_fp", "create_si_to_fp", "create_ui_to_fp", "create_fp_to_si",
+    "create_fp_to_ui", "create_fp_ext", "create_fp_trunc", "create_int_cast",
+})
+SHAPES = frozenset({"create_reshape", "create_expand_dims", "create_broadcast",
+                    "create_splat"})
+ADDRESSES = frozenset({"create_addptr", "create_int_to_ptr", "create_make_tensor_descriptor"})
+REDUCTIONS = {"_sum_combine": "sum", "_elementwise_max": "max", "_elementwise_min": "min"}
+
+
+class Recorder:
+    def __init__(self, kernel: str, filename: str) -> None:
+        self.kernel = kernel
+        self.filename = filename
+        self.pointers: tuple[Pointer, ...] = ()
+        self.programs: list[ProgramTrace] = []
+        self._ids: dict[int, int] = {}
+        self._alive: list[Any] = []
+        self._next = 0
+        self._depth = 0
+
+    # -- values ----------------------------------------------------------------------
+    def start_program(self, pid: tuple[int, int, int]) -> None:
+        self.programs.append(ProgramTrace(pid))
+        self._ids.clear()
+        self._alive.clear()
+
+    def is_data(self, handle: Any) -> bool:
+        return id(handle) in self._ids
+
+    def _define(self, handle: Any) -> int:
+        vid = self._next
+        self._next += 1
+        self._ids[id(handle)] = vid
+        self._alive.append(handle)  # keeps id() unique while the program runs
+        return vid
+
+    def _operand(self, handle: Any) -> Operand:
+        vid = self._ids.get(id(handle))
+        if vid is not None:
+            return vid
+        dtype = ir_dtype(handle.dtype.scalar if hasattr(handle.dtype, "scalar") else
+                         handle.dtype)
+        if dtype is None:
+            self.refuse(f"an operand of type {handle.dtype}")
+        return Const(np.array(handle.data, copy=True), dtype)
+
+    def _emit(self, kind: str, handle: Any, args: tuple[Operand, ...],
+              **attrs: Any) -> None:
+        out = self._define(handle) if handle is not None else None
+        shape = tuple(handle.data.shape) if handle is not None else ()
+        dtype = ir_dtype(handle.dtype.scalar) if handle is not None else None
+        self.programs[-1].ops.append(TraceOp(kind, out, args, shape, dtype, attrs,
+                                             self.line()))
+
+    # -- errors ----------------------------------------------------------------------
+    def line(self) -> int:
+        frame = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == self.kernel and code.co_filename == self.filename:
+                return frame.f_lineno
+            frame = frame.f_back
+        return 0
+
+    def refuse(self, construct: str) -> None:
+        raise TritonError(f"kernel {self.kernel} ({self.filename}:{self.line()}): "
+                          f"{construct} cannot be lowered to the NPU")
+
+    def refuse_data(self, handle: Any, construct: str) -> None:
+        if self.is_data(handle):
+            self.refuse(construct)
+
+    # -- wrappers --------------------------------------------------------------------
+    def wrap(self, name: str, method: Callable[..., Any], itp: Any) -> Callable[..., Any]:
+        if name == "set_grid_idx":
+            def set_grid_idx(x: int, y: int, z: int) -> None:
+                method(x, y, z)
+                self.start_program((x, y, z))
+            return set_grid_idx
+        if name == "create_masked_load":
+            return lambda ptrs, mask, other, *rest: self._load(itp, ptrs, mask, other)
+        if name == "create_masked_store":
+            return lambda ptrs, value, mask, *rest: self._store(ptrs, value, mask)
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            self._depth += 1
+            try:
+                result = method(*args, **kwargs)
+            finally:
+                self._depth -= 1
+            if self._depth == 0:
+                self.on_call(name, args, result)
+            return result
+        return wrapped
+
+    def wrap_reduce(self, apply: Callable[..., Any]) -> Callable[..., Any]:
+        def reduce(op: Any, inputs: Any) -> Any:
+            result = apply(op, inputs)  # calls back with a tuple: record only that call
+            if not isinstance(inputs, tuple) or not self.is_data(inputs[0].handle):
+                return result
+            first = inputs[0]
+            combine = getattr(op.combine_fn, "fn", op.combine_fn)
+            kind = REDUCTIONS.get(getattr(combine, "__name__", ""))
+            if kind is None or len(inputs) > 1:
+                self.refuse(f"a reduction with combine function "
+                            f"{getattr(op.combine_fn, '__name__', op.combine_fn)!r} "
+                            f"(sum, max and min are supported)")
+            out = result[0] if isinstance(result, tuple) else result
+            self._emit("reduce", out.handle, (self._operand(first.handle),), reduce=kind,
+                       axis=op.axis, keep_dims=op.keep_dims)
+            return result
+        return reduce
+
+    def on_call(self, name: str, args: tuple[Any, ...], result: Any) -> None:
+        handles = [a for a in args if hasattr(a, "data") and hasattr(a, "dtype")]
+        if not any(self.is_data(h) for h in handles):
+            return
+        if name in BINARY:
+            self._emit("binary", result, tuple(self._operand(h) for h in args[:2]),
+                       op=BINARY[name])
+        elif name in UNARY:
+            self._emit("unary", result, (self._operand(args[0]),), op=UNARY[name])
+        elif name in CASTS:
+            self._emit("cast", result, (self._operand(args[0]),))
+        elif name in SHAPES:
+            self._emit("reshape" if name in ("create_reshape", "create_expand_dims") else
+                       "broadcast", result, (self._operand(handles[0]),))
+        elif name == "create_trans":
+            self._emit("trans", result, (self._operand(args[0]),), perm=tuple(args[1]))
+        elif name == "create_select":
+            self._emit("select", result, tuple(self._operand(h) for h in args[:3]))
+        elif name == "create_fma":
+            self._emit("fma", result, tuple(self._operand(h) for h in args[:3]))
+        elif name == "create_clampf":
+            self._emit("clamp", result, tuple(self._operand(h) for h in args[:3]))
+        elif name == "create_dot":
+            self._emit("dot", result, tuple(self._operand(h) for h in args[:3]))
+        elif name in ADDRESSES:
+            self.refuse("an address computed from loaded data (a gather)")
+        elif name.startswith("create_atomic"):
+            self.refuse("an atomic operation")
+        else:
+            self.refuse(f"tl operation {name.removeprefix('create_')} on data")
+
+    def _load(self, itp: Any, ptrs: Any, mask: Any, other: Any) -> Any:
+        mask_data = mask if isinstance(mask, np.ndarray) else mask.data
+        if self.is_data(ptrs) or not isinstance(mask, np.ndarray) and self.is_data(mask):
+            self.refuse("a load whose address or mask depends on loaded data")
+        dtype_tt = ptrs.get_element_ty()
+        shape = ptrs.data.shape
+        fill = 0.0
+        if other is not None:
+            if self.is_data(other):
+                self.refuse("a masked load whose `other` value is loaded data")
+            values = np.asarray(other.data).reshape(-1)
+            if values.size and not np.all(values == values[0]):
+                self.refuse("a masked load with a non-uniform `other`")
+            fill = float(values[0]) if values.size else 0.0
+        data = np.zeros(shape, dtype=itp._get_np_dtype(dtype_tt))
+        result = itp.TensorHandle(data, dtype_tt)
+        access = self._access(ptrs, mask_data, dtype_tt)
+        self._emit("load", result, (), access=access, fill=fill)
+        return result
+
+    def _store(self, ptrs: Any, value: Any, mask: Any) -> None:
+        mask_data = mask if isinstance(mask, np.ndarray) else mask.data
+        if self.is_data(ptrs) or not isinstance(mask, np.ndarray) and self.is_data(mask):
+            self.refuse("a store whose address or mask depends on loaded data")
+        access = self._access(ptrs, mask_data, value.dtype.scalar)
+        operand = self._operand(value)
+        shape = tuple(np.shape(value.data))
+        self.programs[-1].ops.append(TraceOp("store", None, (operand,), shape,
+                                             ir_dtype(value.dtype.scalar),
+                                             {"access": access}, self.line()))
+
+    def _access(self, ptrs: Any, mask: np.ndarray, dtype_tt: Any) -> Any:
+        itemsize = max(1, dtype_tt.primitive_bitwidth // 8)
+        try:
+            return locate(np.asarray(ptrs.data), mask, itemsize, self.pointers)
+        except AddressError as exc:
+            self.refuse(f"a load or store whose block is not a box: {exc}")
