@@ -28,6 +28,10 @@ from compiler.triton.trace import KernelTrace, Pointer, ir_dtype
 PIN = "3.8.0"
 """The Triton version the interpreter hooks are written against."""
 
+TRANSPARENT = frozenset({"create_load", "create_store", "create_descriptor_load",
+                         "create_descriptor_store"})
+"""Builder methods that only forward to the masked load/store, which are recorded."""
+
 _SPACING = 1 << 44
 """Stand-in tensors sit this many bytes apart (16 TiB), so every address names one."""
 
@@ -136,9 +140,12 @@ def tracing(itp: Any, recorder: Recorder) -> Iterator[None]:
 
     builder.options = itp.InterpreterOptions(sanitize_overflow=False)
     for name in dir(type(builder)):
+        if name in TRANSPARENT:
+            continue
         if name.startswith("create_") or name in ("set_grid_idx",):
             patch(builder, name, recorder.wrap(name, getattr(builder, name), itp))
     patch(itp.ReduceOps, "apply", recorder.wrap_reduce(itp.ReduceOps.apply))
+    _nested_calls(itp, patch)
     patch(itp, "_patch_lang_tensor", _tensor_patcher(itp._patch_lang_tensor, recorder, itp))
     try:
         yield
@@ -149,6 +156,42 @@ def tracing(itp: Any, recorder: Recorder) -> Iterator[None]:
             else:
                 delattr(obj, name)
         builder.options = saved_options
+
+
+def _nested_calls(itp: Any, patch: Callable[[Any, str, Any], None]) -> None:
+    """``@triton.jit`` functions called from the kernel (``tl.max`` and the rest of
+    triton's standard library are among them) run interpreted too. Their language
+    patches are undone before the launch's own, so nothing outlives the trace."""
+    from triton.runtime.jit import JITFunction
+
+    patch_lang = itp._patch_lang
+    nested: list[Any] = []
+    patched: set[Any] = set()
+    functions: dict[Any, Any] = {}
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        fn = self.fn  # a JITFunction cannot be a dict key here (its hash fails)
+        if fn not in patched:
+            patched.add(fn)
+            nested.append(patch_lang(fn))
+        if fn not in functions:
+            functions[fn] = itp.InterpretedFunction(fn).rewrite()
+        return functions[fn](*args, **kwargs)
+
+    def launch_scope(fn: Any) -> Any:
+        scope = patch_lang(fn)
+        restore = scope.restore
+
+        def restore_all() -> None:
+            while nested:
+                nested.pop().restore()
+            patched.clear()
+            restore()
+        scope.restore = restore_all
+        return scope
+
+    patch(JITFunction, "__call__", call)
+    patch(itp, "_patch_lang", launch_scope)
 
 
 def _tensor_patcher(original: Callable[..., None], recorder: Recorder,
