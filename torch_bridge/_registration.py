@@ -38,9 +38,10 @@ def register() -> None:
         kernels.install(aten_impl, global_impl)
         eager.install()  # ops the compiler lowers run on the simulator by default
         _done.add("kernels")
-    from torch_bridge import autocast
+    from torch_bridge import autocast, triton_launch
 
     autocast.install(aten_impl, global_impl)
+    triton_launch.install_when_imported()  # Triton kernels on npu tensors
     _done.add("autocast")
 
 

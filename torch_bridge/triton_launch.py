@@ -1,0 +1,129 @@
+"""Triton kernels on ``"npu"`` tensors: ``kernel[grid](...)`` runs on the simulator.
+
+Once Triton is imported (before or after torch), launches whose arguments include an
+npu tensor are traced, lowered to the scheduled IR, simulated and timed on the device
+timeline like any compiled op; launches on other devices go to Triton unchanged. So a
+``torch.library.triton_op`` whose body calls ``wrap_triton(kernel)[grid](...)`` runs on
+npu tensors eagerly with no host work, and ``kernel.warmup(..., grid=...)`` (or
+:func:`warmup`) compiles ahead of time, as vLLM-RBLN does.
+
+Nothing is patched process-wide except ``JITFunction.run``, and only npu launches take
+the new path; Triton's interpreter is entered inside a scope per trace.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import inspect
+import logging
+import sys
+from typing import Any
+
+import torch
+
+from torch_bridge import runtime, storage
+
+_installed = False
+_verified: set[int] = set()
+
+
+def _is_npu(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "npu"
+
+
+def _named_tensors(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> dict[str, torch.Tensor]:
+    names = list(inspect.signature(jit_fn.fn).parameters)
+    pairs = list(zip(names, args)) + list(kwargs.items())
+    return {n: v for n, v in pairs if isinstance(v, torch.Tensor)}
+
+
+def warmup(jit_fn: Any, *args: Any, grid: Any, **kwargs: Any) -> Any:
+    """Trace, lower and verify a launch without running it (cached); returns the
+    :class:`compiler.triton.KernelProgram`. Tensors may be npu, CPU or meta."""
+    from compiler.triton import compile_launch
+
+    return compile_launch(jit_fn, args, kwargs, grid, runtime.get_config())
+
+
+def launch(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Run ``jit_fn[grid](*args, **kwargs)`` on the simulator; written tensors get the
+    numbers the schedule computed."""
+    from compiler.torch_types import to_numpy, to_torch
+
+    kernel = warmup(jit_fn, *args, grid=grid, **kwargs)
+    tensors = _named_tensors(jit_fn, args, kwargs)
+    arrays = {name: to_numpy(storage.cpu_view(tensors[name])) for name in kernel.arguments}
+    outputs, result = kernel.run(arrays, verify=id(kernel) not in _verified)
+    _verified.add(id(kernel))
+    for name in kernel.written:
+        target = tensors[name]
+        dtype = kernel.program.tensor(name).dtype
+        storage.cpu_view(target).copy_(to_torch(outputs[name], dtype).reshape(target.shape))
+    runtime.record_device(kernel.name, result.total_cycles, result.dram_bytes,
+                          flops=result.flops, result=result)
+
+
+def install() -> None:
+    """Route npu launches to the simulator (idempotent; needs Triton imported)."""
+    global _installed
+    if _installed:
+        return
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.run
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        values = (*args, *kwargs.values())
+        if not any(_is_npu(v) for v in values):
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        if warmup:
+            return globals()["warmup"](self, *args, grid=grid, **kwargs)
+        return launch(self, grid, args, kwargs)
+
+    JITFunction.run = run
+    # torch.compile asks Triton's GPU driver which tensors a kernel mutates; with no
+    # driver it logs a traceback and assumes all of them, which is what we do too.
+    logging.getLogger("torch._higher_order_ops.triton_kernel_wrap").setLevel(logging.ERROR)
+    _installed = True
+
+
+class _AfterTritonImport(importlib.abc.MetaPathFinder):
+    """Installs the launcher right after ``import triton`` completes."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "triton":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("triton")
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_and_install(module: Any) -> None:
+            exec_module(module)
+            try:
+                if module.__version__ == _pin():
+                    install()
+            except Exception:  # noqa: BLE001 - never break `import triton`
+                pass
+        loader.exec_module = exec_and_install  # type: ignore[method-assign]
+        return spec
+
+
+def _pin() -> str:
+    from compiler.triton.interpret import PIN
+
+    return PIN
+
+
+def install_when_imported() -> None:
+    """Install now if Triton is loaded, else as soon as it is (import stays lazy)."""
+    module = sys.modules.get("triton")
+    if module is not None:
+        if getattr(module, "__version__", "") == _pin():
+            install()
+        return
+    if not any(isinstance(f, _AfterTritonImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterTritonImport())
