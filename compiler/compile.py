@@ -174,6 +174,7 @@ def _kernel_table() -> dict[type[g.Spec] | None, Callable[[Context, Kernel], Any
         lower_gather_kernel,
         lower_pad_kernel,
     )
+    from compiler.kernels.triton import lower_triton_kernel
     from compiler.kernels.vector import lower_vector_kernel
 
     return {
@@ -186,6 +187,7 @@ def _kernel_table() -> dict[type[g.Spec] | None, Callable[[Context, Kernel], Any
         g.Pad: lower_pad_kernel,
         g.Gather: lower_gather_kernel,
         g.HostCall: lower_host_kernel,
+        g.TritonCall: lower_triton_kernel,
     }
 
 

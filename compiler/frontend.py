@@ -25,6 +25,7 @@ from compiler.lowerings import LOWERINGS
 from compiler.lowerings.attention import lower_sdpa
 from compiler.options import CompileOptions
 from compiler.torch_types import ir_dtype, to_numpy, to_torch, torch_dtype
+from compiler.triton.graph_call import is_triton_call, lower_triton_call
 
 _IGNORED = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
             "_assert_async"}
@@ -130,6 +131,9 @@ class Frontend:
         args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
         self.builder.source = node.name
+        if is_triton_call(target):  # a Triton kernel: traced and lowered as launched
+            self.env[node] = lower_triton_call(self.builder, node.name, kwargs)
+            return
         metas = _meta_tensors(node.meta.get("val"))
         if self._foldable(target, args, kwargs, metas):
             self.env[node] = self._fold(node, target, args, kwargs)

@@ -183,6 +183,16 @@ class HostCall(Spec):
     flops: int = 0
 
 
+@dataclass(frozen=True)
+class TritonCall(Spec):
+    """A traced Triton launch (:mod:`compiler.triton`): the node's inputs are its tensor
+    arguments in ``pointers`` order, its outputs the new contents of ``written``."""
+
+    trace: Any = field(compare=False, hash=False)
+    pointers: tuple[str, ...] = ()
+    written: tuple[str, ...] = ()
+
+
 ELEMENTWISE: tuple[type[Spec], ...] = (Unary, Binary, Select, Cast, Broadcast)
 """Specs the vector kernel fuses freely (plus Reduce, Permute, Slice as leaves)."""
 

@@ -51,7 +51,8 @@ def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | N
     from torch_bridge.model_outputs import Forward
 
     exported = torch.export.export(Forward(meta_model), meta_args, meta_kwargs)
-    exported = exported.run_decompositions(compiler.export_decompositions())
+    exported = exported.run_decompositions(compiler.export_decompositions(),
+                                              decompose_custom_triton_ops=True)
     return compiler.compile_graph(exported, npu_config, options).simulate()
 
 

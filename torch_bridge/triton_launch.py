@@ -84,8 +84,13 @@ def install() -> None:
     JITFunction.run = run
     # torch.compile asks Triton's GPU driver which tensors a kernel mutates; with no
     # driver it logs a traceback and assumes all of them, which is what we do too.
-    logging.getLogger("torch._higher_order_ops.triton_kernel_wrap").setLevel(logging.ERROR)
+    logging.getLogger("torch._dynamo").addFilter(_NoDriverNoise())
     _installed = True
+
+
+class _NoDriverNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "identify_accessed_tensors" not in record.getMessage()
 
 
 class _AfterTritonImport(importlib.abc.MetaPathFinder):

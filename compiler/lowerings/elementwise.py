@@ -185,5 +185,19 @@ def _fill_like(value: float):
 
 
 lowering(aten.zeros_like.default)(_fill_like(0.0))
+# Uninitialized memory: whatever the device holds; zeros, made on the device.
+lowering(aten.empty_like.default)(_fill_like(0.0))
+
+
+@lowering(aten.empty_permuted.default)
+def lower_empty_permuted(b: GraphBuilder, size: list[int], physical_layout: list[int], *,
+                         dtype: torch.dtype | None = None, **kwargs: Any) -> Value:
+    return b.splat(0.0, tuple(size), ir_dtype(dtype or torch.get_default_dtype(), b.source))
+
+
+@lowering(aten.empty.memory_format)
+def lower_empty(b: GraphBuilder, size: list[int], *, dtype: torch.dtype | None = None,
+                **kwargs: Any) -> Value:
+    return b.splat(0.0, tuple(size), ir_dtype(dtype or torch.get_default_dtype(), b.source))
 lowering(aten.ones_like.default)(_fill_like(1.0))
 

@@ -64,21 +64,44 @@ class KernelProgram:
 
 
 _CACHE: dict[tuple[Any, ...], KernelProgram] = {}
+_TRACES: dict[tuple[Any, ...], tuple[KernelTrace, float]] = {}
+
+
+def trace_launch(jit_fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                 grid: Any) -> KernelTrace:
+    """The shape-only trace of a launch (cached by kernel, grid and argument
+    signature)."""
+    return _traced(_launch_key(jit_fn, args, kwargs, grid), jit_fn, args, kwargs, grid)[0]
+
+
+def _traced(key: tuple[Any, ...], jit_fn: Any, args: tuple[Any, ...],
+            kwargs: Mapping[str, Any], grid: Any) -> tuple[KernelTrace, float]:
+    found = _TRACES.get(key)
+    if found is None:
+        start = time.perf_counter()
+        traced = trace(jit_fn, tuple(args), dict(kwargs), grid)
+        found = _TRACES[key] = (traced, time.perf_counter() - start)
+    return found
+
+
+def _launch_key(jit_fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                grid: Any) -> tuple[Any, ...]:
+    return (_fn(jit_fn), _grid_key(grid), tuple(_arg_key(a) for a in args),
+            tuple(sorted((k, _arg_key(v)) for k, v in kwargs.items())))
 
 
 def compile_launch(jit_fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                    grid: Any, config: NpuConfig, source: str = "") -> KernelProgram:
     """Trace, lower and verify one launch (cached)."""
-    key = (_fn(jit_fn), _grid_key(grid), tuple(_arg_key(a) for a in args),
-           tuple(sorted((k, _arg_key(v)) for k, v in kwargs.items())), config)
+    launch = _launch_key(jit_fn, args, kwargs, grid)
+    key = (*launch, config)
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
+    traced, trace_s = _traced(launch, jit_fn, args, kwargs, grid)
     start = time.perf_counter()
-    traced = trace(jit_fn, tuple(args), dict(kwargs), grid)
-    traced_at = time.perf_counter()
     program = lower(traced, config, source or traced.name)
-    program = _with_times(program, traced_at - start, time.perf_counter() - traced_at)
+    program = _with_times(program, trace_s, time.perf_counter() - start)
     _CACHE[key] = program
     return program
 
@@ -106,6 +129,7 @@ def lower(traced: KernelTrace, config: NpuConfig, source: str) -> KernelProgram:
 
 def clear_cache() -> None:
     _CACHE.clear()
+    _TRACES.clear()
 
 
 def _with_times(program: KernelProgram, trace_s: float, lower_s: float) -> KernelProgram:
@@ -135,4 +159,4 @@ def _arg_key(value: Any) -> Any:
 
 
 __all__ = ["KernelProgram", "PIN", "clear_cache", "compile_launch", "lower",
-           "require_triton", "trace"]
+           "require_triton", "trace", "trace_launch"]

@@ -98,11 +98,11 @@ class KernelTrace:
     grid: tuple[int, int, int]
     programs: list[ProgramTrace]
 
-    def pointer_at(self, address: int) -> Pointer | None:
-        for p in self.pointers:
-            if p.base <= address < p.end:
-                return p
-        return None
+    def written(self) -> tuple[str, ...]:
+        """Tensor arguments some program stores to, in argument order."""
+        names = {op.attrs["access"].pointer for program in self.programs for op in program.ops
+                 if op.kind == "store" and op.attrs["access"] is not None}
+        return tuple(p.name for p in self.pointers if p.name in names)
 
 
 def ir_dtype(tl_dtype: Any) -> DType | None:

@@ -1,0 +1,51 @@
+"""Triton launches inside FX graphs: ``triton_kernel_wrapper_functional`` nodes (what
+``torch.compile`` and ``run_decompositions(decompose_custom_triton_ops=True)`` make of a
+``torch.library.triton_op``) become :class:`compiler.graph.TritonCall` nodes, lowered by
+:mod:`compiler.kernels.triton` through the same path as an eager launch."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from archsim.errors import LoweringError
+from compiler import graph as g
+from compiler.graph import Value
+from compiler.graph_builder import GraphBuilder
+from compiler.torch_types import torch_dtype
+
+
+def is_triton_call(target: Any) -> bool:
+    return target is getattr(torch.ops.higher_order, "triton_kernel_wrapper_functional", None)
+
+
+def lower_triton_call(b: GraphBuilder, node_name: str, kwargs: dict[str, Any]
+                      ) -> dict[str, Value]:
+    """The node's result: argument name -> tensor after the launch (written arguments
+    get the call's outputs, the others stay as they were)."""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    from compiler.triton import trace_launch
+
+    kernel = kernel_side_table.get_kernel(kwargs["kernel_idx"])
+    call_kwargs = {**kwargs["kwargs"],
+                   **kernel_side_table.get_constant_args(kwargs["constant_args_idx"])}
+    grids = kwargs["grid"]
+    if len(grids) != 1:
+        raise LoweringError(f"node {node_name}: autotuned Triton kernels ({len(grids)} "
+                            f"configurations) are not supported; launch one configuration")
+    names = list(inspect.signature(getattr(kernel, "fn", kernel)).parameters)
+    ordered = {n: call_kwargs[n] for n in names if n in call_kwargs}
+    metas = {n: (torch.empty(v.shape, dtype=torch_dtype(v.dtype), device="meta")
+                 if isinstance(v, Value) else v) for n, v in ordered.items()}
+    traced = trace_launch(kernel, (), metas, tuple(grids[0]))
+    pointers = tuple(p.name for p in traced.pointers)
+    written = traced.written()
+    inputs = tuple(ordered[n] for n in pointers)
+    spec = g.TritonCall(traced, pointers, written)
+    out_types = [(ordered[n].shape, ordered[n].dtype) for n in written]
+    call = b.graph.add(spec, inputs, out_types, node_name, node_name)
+    after = dict(zip(written, call.outputs))
+    return {n: after.get(n, v) for n, v in ordered.items() if isinstance(v, Value)}
