@@ -126,27 +126,27 @@ def trace(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                        itp.interpreter_builder.grid_dim, recorder.programs)
 
 
-@contextmanager
-def tracing(itp: Any, recorder: Recorder) -> Iterator[None]:
-    """Patch the interpreter to record into ``recorder``; everything is restored."""
-    builder = itp.interpreter_builder
-    saved_options = builder.options
+def interpret(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Run a launch with Triton's own interpreter on CPU tensors, in a scope (the
+    reference archsim's numbers are checked against; it computes bf16 on raw bits)."""
+    require_triton()
+    from triton.runtime import interpreter as itp
+
     saved: list[tuple[Any, str, Any, bool]] = []
+    with _patched(saved):
+        _nested_calls(itp, lambda obj, name, value: _patch(saved, obj, name, value))
+        with np.errstate(all="ignore"):
+            itp.InterpretedFunction(getattr(jit_fn, "fn", jit_fn))[grid](*args, **kwargs)
 
-    def patch(obj: Any, name: str, value: Any) -> None:
-        had = name in vars(obj)
-        saved.append((obj, name, vars(obj).get(name), had))
-        setattr(obj, name, value)
 
-    builder.options = itp.InterpreterOptions(sanitize_overflow=False)
-    for name in dir(type(builder)):
-        if name in TRANSPARENT:
-            continue
-        if name.startswith("create_") or name in ("set_grid_idx",):
-            patch(builder, name, recorder.wrap(name, getattr(builder, name), itp))
-    patch(itp.ReduceOps, "apply", recorder.wrap_reduce(itp.ReduceOps.apply))
-    _nested_calls(itp, patch)
-    patch(itp, "_patch_lang_tensor", _tensor_patcher(itp._patch_lang_tensor, recorder, itp))
+def _patch(saved: list[tuple[Any, str, Any, bool]], obj: Any, name: str, value: Any) -> None:
+    had = name in vars(obj)
+    saved.append((obj, name, vars(obj).get(name), had))
+    setattr(obj, name, value)
+
+
+@contextmanager
+def _patched(saved: list[tuple[Any, str, Any, bool]]) -> Iterator[None]:
     try:
         yield
     finally:
@@ -155,6 +155,32 @@ def tracing(itp: Any, recorder: Recorder) -> Iterator[None]:
                 setattr(obj, name, value)
             else:
                 delattr(obj, name)
+
+
+@contextmanager
+def tracing(itp: Any, recorder: Recorder) -> Iterator[None]:
+    """Patch the interpreter to record into ``recorder``; everything is restored."""
+    builder = itp.interpreter_builder
+    saved_options = builder.options
+    saved: list[tuple[Any, str, Any, bool]] = []
+
+    def patch(obj: Any, name: str, value: Any) -> None:
+        _patch(saved, obj, name, value)
+
+    builder.options = itp.InterpreterOptions(sanitize_overflow=False)
+    try:
+        with _patched(saved):
+            for name in dir(type(builder)):
+                if name in TRANSPARENT:
+                    continue
+                if name.startswith("create_") or name in ("set_grid_idx",):
+                    patch(builder, name, recorder.wrap(name, getattr(builder, name), itp))
+            patch(itp.ReduceOps, "apply", recorder.wrap_reduce(itp.ReduceOps.apply))
+            _nested_calls(itp, patch)
+            patch(itp, "_patch_lang_tensor",
+                  _tensor_patcher(itp._patch_lang_tensor, recorder, itp))
+            yield
+    finally:
         builder.options = saved_options
 
 
@@ -226,5 +252,3 @@ def _tensor_patcher(original: Callable[..., None], recorder: Recorder,
     return patch_tensor
 
 
-def dtype_of(tl_dtype: Any) -> Any:
-    return ir_dtype(tl_dtype)
