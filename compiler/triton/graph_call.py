@@ -46,6 +46,6 @@ def lower_triton_call(b: GraphBuilder, node_name: str, kwargs: dict[str, Any]
     inputs = tuple(ordered[n] for n in pointers)
     spec = g.TritonCall(traced, pointers, written)
     out_types = [(ordered[n].shape, ordered[n].dtype) for n in written]
-    call = b.graph.add(spec, inputs, out_types, node_name, node_name)
+    call = b.graph.add(spec, inputs, out_types, traced.name, traced.name)
     after = dict(zip(written, call.outputs))
     return {n: after.get(n, v) for n, v in ordered.items() if isinstance(v, Value)}

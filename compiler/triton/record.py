@@ -43,6 +43,10 @@ CASTS = frozenset({
 SHAPES = frozenset({"create_reshape", "create_expand_dims", "create_broadcast",
                     "create_splat"})
 ADDRESSES = frozenset({"create_addptr", "create_int_to_ptr", "create_make_tensor_descriptor"})
+REFUSED_BEFORE_CALL = {
+    "create_descriptor_gather": "a tensor-descriptor gather",
+    "create_descriptor_scatter": "a tensor-descriptor scatter",
+}
 REDUCTIONS = {"_sum_combine": "sum", "_elementwise_max": "max", "_elementwise_min": "min"}
 
 
@@ -120,6 +124,13 @@ class Recorder:
             return lambda ptrs, mask, other, *rest: self._load(itp, ptrs, mask, other)
         if name == "create_masked_store":
             return lambda ptrs, value, mask, *rest: self._store(ptrs, value, mask)
+        if name in REFUSED_BEFORE_CALL or name.startswith("create_atomic"):
+            # these would touch memory at the stand-in addresses: refuse first
+            what = "an atomic operation" if "atomic" in name else REFUSED_BEFORE_CALL[name]
+
+            def refused(*args: Any, **kwargs: Any) -> Any:
+                self.refuse(what)
+            return refused
 
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             self._depth += 1
