@@ -60,11 +60,11 @@ class Lowering:
         cores = self.config.cores
         pads = [NextFit(self.config.core.scratchpad.size_bytes,
                         f"kernel {self.trace.name} on core {c}") for c in range(cores)]
-        nx, ny, _ = self.trace.grid
         shapes = {p.name: p.shape for p in self.trace.pointers}
+        load = [0] * cores
         for program in self.trace.programs:
-            x, y, z = program.pid
-            core = (x + nx * (y + ny * z)) % cores
+            core = min(range(cores), key=lambda c: (load[c], c))
+            load[core] += _work(program)
             _ProgramLowering(self, program, core, pads[core], shapes).run()
 
 
@@ -208,6 +208,17 @@ class _ProgramLowering:
                 view = SramRef(tile.space, offset, dram.shape, tile.dtype)
             out.append((dram, view))
         return out
+
+
+def _work(program: ProgramTrace) -> int:
+    """A program's work, roughly: elements touched, a dot's times its depth. Programs go
+    in grid order to the core with the least work so far, as a block scheduler would
+    dispatch them (a causal attention's late query blocks do more than its early ones)."""
+    total = 0
+    for op in program.ops:
+        elements = math.prod(op.shape) if op.shape else 1
+        total += elements * op.attrs.get("depth", 1)
+    return total
 
 
 def _full(shape: tuple[int, ...]) -> list:

@@ -121,9 +121,9 @@ class Recorder:
                 self.start_program((x, y, z))
             return set_grid_idx
         if name == "create_masked_load":
-            return lambda ptrs, mask, other, *rest: self._load(itp, ptrs, mask, other)
+            return lambda ptrs, mask, other, *rest, **kw: self._load(itp, ptrs, mask, other)
         if name == "create_masked_store":
-            return lambda ptrs, value, mask, *rest: self._store(ptrs, value, mask)
+            return lambda ptrs, value, mask, *rest, **kw: self._store(ptrs, value, mask)
         if name in REFUSED_BEFORE_CALL or name.startswith("create_atomic"):
             # these would touch memory at the stand-in addresses: refuse first
             what = "an atomic operation" if "atomic" in name else REFUSED_BEFORE_CALL[name]
@@ -184,7 +184,8 @@ class Recorder:
         elif name == "create_clampf":
             self._emit("clamp", result, tuple(self._operand(h) for h in args[:3]))
         elif name == "create_dot":
-            self._emit("dot", result, tuple(self._operand(h) for h in args[:3]))
+            self._emit("dot", result, tuple(self._operand(h) for h in args[:3]),
+                       depth=int(args[0].data.shape[-1]))
         elif name in ADDRESSES:
             self.refuse("an address computed from loaded data (a gather)")
         elif name.startswith("create_atomic"):

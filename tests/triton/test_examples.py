@@ -68,3 +68,13 @@ def test_causal_flash_attention_matches_sdpa():
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(sim["o_ptr"], expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(sim["o_ptr"], ref["o_ptr"], rtol=1e-5, atol=1e-5)
+
+
+def test_attention_comparison_names_the_faster_and_both_latencies():
+    import compare_attention
+
+    text = compare_attention.main(["--seq", "128", "--heads", "2"])
+    lines = text.splitlines()
+    assert lines[1].startswith("Triton kernel (hand)") and " cycles " in lines[1]
+    assert lines[2].startswith("compiler SDPA lowering") and " cycles " in lines[2]
+    assert lines[3].endswith("x faster") and lines[3].split()[0] in ("triton", "compiler")
