@@ -9,14 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["CompileOptions", "CompiledProgram", "compile_graph", "compile_op",
-           "export_decompositions"]
+           "export_decompositions", "export_model"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "CompileOptions":
         from compiler.options import CompileOptions
         return CompileOptions
-    if name in ("CompiledProgram", "compile_graph", "compile_op", "export_decompositions"):
+    if name in ("CompiledProgram", "compile_graph", "compile_op"):
         from compiler import compile as _compile
         return getattr(_compile, name)
+    if name in ("export_decompositions", "export_model"):
+        from compiler import export
+        return getattr(export, name)
     raise AttributeError(f"module 'compiler' has no attribute {name!r}")

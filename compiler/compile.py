@@ -436,16 +436,5 @@ def _decomposed_graph(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     return make_fx(call, decomposition_table=_op_decompositions())(*metas)
 
 
-def export_decompositions() -> dict[Any, Any]:
-    """torch.export's default decomposition table minus scaled_dot_product_attention, so
-    attention reaches the compiler whole and gets the flash-attention kernel:
-    ``torch.export.export(m, args).run_decompositions(export_decompositions())``."""
-    import torch
-
-    table = torch.export.default_decompositions()
-    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
-    return table
-
-
 def clear_cache() -> None:
     _CACHE.clear()

@@ -50,9 +50,7 @@ def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | N
     # one forward pass returning tensors: ModelOutput flattened, no KV cache object
     from torch_bridge.model_outputs import Forward
 
-    exported = torch.export.export(Forward(meta_model), meta_args, meta_kwargs)
-    exported = exported.run_decompositions(compiler.export_decompositions(),
-                                              decompose_custom_triton_ops=True)
+    exported = compiler.export_model(Forward(meta_model), meta_args, meta_kwargs)
     return compiler.compile_graph(exported, npu_config, options).simulate()
 
 

@@ -17,7 +17,8 @@ import importlib.abc
 import inspect
 import logging
 import sys
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
 
@@ -25,6 +26,7 @@ from torch_bridge import runtime, storage
 
 _installed = False
 _verified: set[int] = set()
+_cpu_interpreted = False
 
 
 def _is_npu(value: Any) -> bool:
@@ -64,6 +66,25 @@ def launch(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
                           flops=result.flops, result=result)
 
 
+@contextmanager
+def interpreted_on_cpu() -> Iterator[None]:
+    """Inside, launches on CPU tensors run on Triton's interpreter (no GPU needed): the
+    CPU reference that a model's simulated numbers are checked against."""
+    global _cpu_interpreted
+    install_when_imported()
+    saved, _cpu_interpreted = _cpu_interpreted, True
+    try:
+        yield
+    finally:
+        _cpu_interpreted = saved
+
+
+def _interpret(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    from compiler.triton.interpret import interpret
+
+    interpret(jit_fn, grid, args, kwargs)
+
+
 def install() -> None:
     """Route npu launches to the simulator (idempotent; needs Triton imported)."""
     global _installed
@@ -76,6 +97,8 @@ def install() -> None:
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         values = (*args, *kwargs.values())
         if not any(_is_npu(v) for v in values):
+            if _cpu_interpreted and not warmup:
+                return _interpret(self, grid, args, kwargs)
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
         if warmup:
             return globals()["warmup"](self, *args, grid=grid, **kwargs)

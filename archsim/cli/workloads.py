@@ -225,7 +225,7 @@ def _run_module(name: str, module: Any, inputs: tuple[Any, ...], perf_only: bool
     import compiler
 
     with progress.step("exporting with torch.export"):
-        exported = torch.export.export(module, inputs)
+        exported = compiler.export_model(module, inputs)
     with progress.step(f"compiling for {config.name}"):
         compiled = compiler.compile_graph(exported, config)
     program = dataclasses.replace(compiled.program, name=name)
@@ -236,7 +236,7 @@ def _run_module(name: str, module: Any, inputs: tuple[Any, ...], perf_only: bool
             return compiled.simulate()
     with progress.step(steps + " (functional)"):
         outputs, result = compiled.run(*inputs)
-    with torch.no_grad():
+    with torch.no_grad(), _triton_on_cpu():
         expected = module(*inputs)
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
     worst = max(float((o.float() - e.float()).abs().max()) for o, e in zip(outputs, expected))
@@ -244,6 +244,17 @@ def _run_module(name: str, module: Any, inputs: tuple[Any, ...], perf_only: bool
         print(f"numerics: max |npu - torch cpu| = {worst:.3g} over {len(outputs)} output(s)",
               file=sys.stderr)
     return result
+
+
+def _triton_on_cpu() -> Any:
+    """The CPU reference runs a model's Triton kernels on Triton's interpreter."""
+    import contextlib
+
+    if "triton" not in sys.modules:
+        return contextlib.nullcontext()
+    from torch_bridge.triton_launch import interpreted_on_cpu
+
+    return interpreted_on_cpu()
 
 
 def _dtype(name: str) -> Any:

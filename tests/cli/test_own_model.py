@@ -58,3 +58,20 @@ def test_estimate_a_decoder_with_its_cache_default() -> None:
     assert result.total_cycles > 0 and result.matmul_flops > 0
     logits, = Forward(model)(ids)  # what was timed: one forward pass, logits only
     assert logits.shape == (1, 12, 500)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_run_and_estimate_give_the_same_cycles(name: str, tmp_path: Path, capsys) -> None:
+    """One export pipeline (compiler.export_model) behind both paths: the functional run
+    of the file and the shapes-only estimate time the same graph."""
+    import archsim
+    from reports.json_report import read_json
+
+    path = _model_file(tmp_path, name)
+    assert main(["run", str(path), "--config", "tiny", "-q",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    namespace: dict = {}
+    exec(path.read_text(), namespace)
+    estimated = archsim.estimate(namespace["model"], namespace["example_inputs"],
+                                 config="tiny")
+    assert read_json(tmp_path / "r.json").total_cycles == estimated.total_cycles
