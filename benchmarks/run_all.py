@@ -18,6 +18,7 @@ BENCHMARKS = [
     ["bridge_bench.py"],
     ["validation.py", "--out", "-"],
     ["llm_bench.py"],
+    ["triton_bench.py"],
     ["scalesim_agreement.py", "--quick"],  # says why and skips without SCALE-Sim
 ]
 
