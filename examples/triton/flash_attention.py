@@ -53,3 +53,10 @@ def flash_attention_naive_prefill(query: torch.Tensor, key: torch.Tensor,
     wrap_triton(flash_attention_naive_prefill_kernel)[(seq // block, batch * heads)](
         query, key, value, out, scale, seq, BM=block, BN=block, D=dim)
     return out
+
+
+@flash_attention_naive_prefill.register_fake
+def _(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+      scale: float) -> torch.Tensor:
+    """Shape propagation without tracing the kernel (as vLLM-RBLN registers its ops)."""
+    return torch.empty_like(query)
