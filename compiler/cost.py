@@ -86,6 +86,17 @@ def tile_sizes(size: int, unit: int) -> list[int]:
     return sorted(out)
 
 
+def split_sizes(size: int, unit: int, parts: int) -> list[int]:
+    """:func:`tile_sizes` plus the sizes that cut ``size`` into 2..``parts`` near-equal
+    tiles (rounded up to ``unit``): a weight-streaming matmul whose columns fit one
+    power-of-two tile still spreads evenly over the cores."""
+    out = set(tile_sizes(size, unit))
+    for d in range(2, parts + 1):
+        share = -(-size // d)
+        out.add(min(size, -(-share // unit) * unit))
+    return sorted(out)
+
+
 def vector_rate(config: NpuConfig, item: int) -> float:
     """Elements per cycle the vector engine streams through a copy-like op (read and
     write ``item``-byte elements): its lanes, or its scratchpad bandwidth if lower."""
@@ -120,7 +131,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     options: list[tuple[float, int, MatmulTiling]] = []
     per_array_n = -(-n // arrays)
     for mt, kt, nt in itertools.product(tile_sizes(m, matrix.rows), tile_sizes(k, matrix.rows),
-                                        tile_sizes(per_array_n, matrix.cols)):
+                                        split_sizes(per_array_n, matrix.cols, cores)):
         used = min(arrays, -(-n // nt))
         a_bytes, b_bytes = mt * kt * item, kt * nt * item
         steps = -(-k // kt)
@@ -146,8 +157,10 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             load_bytes = steps * (a_bytes * a_loads + used * b_bytes)
             # a step's loads start when the step sets - 1 back is done with its buffers:
             # what the steps in between do not cover of their latency and transfer shows
-            exposed = max(0.0, setup + (a_bytes + used * b_bytes) / load_bw -
-                          (sets - 1) * step_mxu)
+            # (a step in between takes at least its own transfer: a DMA-bound loop
+            # hides the latency behind the transfers, not behind the arrays)
+            transfer = (a_bytes + used * b_bytes) / load_bw
+            exposed = max(0.0, setup + transfer - (sets - 1) * max(step_mxu, transfer))
             dma = load_bytes / load_bw + steps * exposed
             store = used * mt * nt * out_dtype.itemsize / dma_bw + setup
             # the epilogue: a cast or the fused group, a pass over the f32 accumulator

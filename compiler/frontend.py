@@ -27,9 +27,9 @@ from compiler.options import CompileOptions
 from compiler.torch_types import ir_dtype, to_numpy, to_torch, torch_dtype
 from compiler.triton.graph_call import is_triton_call, lower_triton_call
 
-IGNORED = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
+_IGNORED = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
             "_assert_async"}
-INLINED = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}
+_INLINED = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}
 """Higher-order ops that only wrap a region (grad mode, autocast): the position of the
 body's graph module among their args; the region's inputs follow it."""
 
@@ -122,11 +122,11 @@ class Frontend:
             self.env[node] = self.env[node.args[0]][node.args[1]]
             return
         name = getattr(target, "__name__", str(target))
-        if name.split(".")[0] in IGNORED:
+        if name.split(".")[0] in _IGNORED:
             self.env[node] = None
             return
-        if name in INLINED:  # e.g. a no-grad or autocast region: its body, in place
-            self.env[node] = self._inline(node, INLINED[name])
+        if name in _INLINED:  # e.g. a no-grad or autocast region: its body, in place
+            self.env[node] = self._inline(node, _INLINED[name])
             return
         args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])

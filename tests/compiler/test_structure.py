@@ -229,11 +229,15 @@ def test_matmul_loads_run_two_steps_ahead_when_latency_shows() -> None:
     compiled = compile_graph(_export(lambda a, b: a @ b, a, b), cfg)
     (out,), _ = compiled.run(a, b)
     torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-3)
-    kinds = [type(c.op) for c in compiled.program.commands]
-    steps = kinds.count(MatMul) // tiling.arrays
-    per_step = kinds.count(Load) // steps
-    loads_before = kinds[:kinds.index(MatMul)].count(Load)
-    assert loads_before == 3 * per_step  # steps 0, 1 and 2
+    commands = compiled.program.commands
+    first = next(i for i, c in enumerate(commands) if isinstance(c.op, MatMul))
+    loads = [c.op for c in commands[:first] if isinstance(c.op, Load)]
+    assert len(loads) == first
+    # the k-steps whose operands are loaded before the first matmul: steps 0, 1 and 2
+    a_name, b_name = compiled.input_names
+    k_steps = {(op.src.tensor, (op.src.slices[1] if op.src.tensor == a_name
+                                else op.src.slices[0]).start // tiling.kt) for op in loads}
+    assert k_steps == {(t, s) for t in (a_name, b_name) for s in (0, 1, 2)}
 
 
 def test_a_row_block_stays_resident_across_the_column_tiles() -> None:
