@@ -88,11 +88,61 @@ def _transposed_last(node: object) -> object:
     return None
 
 
+_GUARD_OPS = {aten.eq.Scalar, aten.logical_not.default, aten.any.dim, aten.any.dims}
+"""What the safe softmax of SDPA's math path computes its fully-masked-row test with."""
+
+
+def _unguarded(node: object, chain: list[fx.Node]) -> object:
+    """The softmax under SDPA's guard ``where(no key visible, 0, softmax(s))`` (the
+    form ``torch.compile`` traces), with the guard's nodes added to ``chain``; else
+    ``node``. A fully masked row is left to the kernel, as for SDPA itself."""
+    if not (isinstance(node, fx.Node) and node.target == aten.where.self):
+        return node
+    cond, zero, probs = node.args
+    if not (isinstance(probs, fx.Node) and probs.target == aten._softmax.default):
+        return node
+    if isinstance(zero, fx.Node):
+        if zero.target != aten.full_like.default or zero.args[1] != 0:
+            return node
+        guard = [node, zero]
+    elif zero == 0:
+        guard = [node]
+    else:
+        return node
+    while isinstance(cond, fx.Node) and cond.target in _GUARD_OPS:
+        guard.append(cond)
+        cond = cond.args[0]
+    if cond is not probs.args[0]:
+        return node
+    chain.extend(guard)
+    return probs
+
+
+def _unscaled(node: object) -> tuple[object, float]:
+    """``x`` and ``c`` when ``node`` is ``x * c`` for a number ``c`` (SDPA's math path
+    scales q and k by sqrt(scale) each)."""
+    if isinstance(node, fx.Node) and node.target in (aten.mul.Scalar, aten.mul.Tensor) \
+            and isinstance(node.args[1], (int, float)) and node.args[1] != 0:
+        return node.args[0], float(node.args[1])
+    return node, 1.0
+
+
+def _operands(scores: fx.Node) -> tuple[object, object, float]:
+    """(q, k, scale folded into them) of ``scores = q' @ k'^T``."""
+    q, q_scale = _unscaled(_source(scores.args[0], []))
+    k_t, k_scale = _unscaled(_source(scores.args[1], []))
+    k = _transposed_last(_source(k_t, []))
+    if k is not None:
+        k, inner = _unscaled(_source(k, []))
+        k_scale *= inner
+    return _source(q, []), (None if k is None else _source(k, [])), q_scale * k_scale
+
+
 def _match(node: fx.Node) -> AttentionMatch | None:
     if node.target != aten.bmm.default:
         return None
     chain: list[fx.Node] = []
-    probs = _source(node.args[0], chain)
+    probs = _unguarded(_source(node.args[0], chain), chain)
     if not (isinstance(probs, fx.Node) and probs.target == aten._softmax.default):
         return None
     rank = len(_shape(probs) or ())
@@ -104,8 +154,8 @@ def _match(node: fx.Node) -> AttentionMatch | None:
     if not (isinstance(scores, fx.Node) and scores.target == aten.bmm.default):
         return None
     chain.append(scores)
-    q = _source(scores.args[0], [])
-    k = _transposed_last(_source(scores.args[1], []))
+    q, k, operand_scale = _operands(scores)
+    scale *= operand_scale
     v = _source(node.args[1], [])
     if any(not all(u is node or u in chain for u in n.users) for n in chain):
         return None  # the scores or probabilities are read elsewhere

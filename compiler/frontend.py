@@ -325,6 +325,9 @@ def build(program: Any, options: CompileOptions) -> tuple[Graph, list[InputSpec]
         gm = program.graph_module
     elif isinstance(program, torch.fx.GraphModule):
         gm = program
+        for node in gm.graph.nodes:  # weights marked by the torch.compile backend
+            if node.op == "placeholder" and "archsim_kind" in node.meta:
+                kinds[node.name] = (node.meta["archsim_kind"], node.name)
     else:
         raise LoweringError(f"compile_graph takes an ExportedProgram or fx.GraphModule, got "
                             f"{type(program).__name__}")

@@ -1,6 +1,6 @@
 """The ``torch.compile`` backend named ``archsim`` (entry point ``torch_dynamo_backends``).
 
-Dynamo's graph goes through ``aot_autograd`` with the core-ATen decompositions, so the
+Dynamo's graph goes through ``aot_autograd`` with torch.export's decompositions, so the
 compiler sees ATen graphs whose nodes carry ``meta["val"]`` (forward, and backward when
 training). Each graph becomes a :class:`GraphRunner`: on every call it compiles the
 graph for the current config (``compiler.compile_graph`` caches), runs the schedule on
@@ -189,30 +189,55 @@ def _first_line(exc: BaseException) -> str:
 _counter = itertools.count()
 
 
-def _compiler(role: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], GraphRunner]:
+def _compiler(role: str, kinds: tuple[str, ...] = ()
+              ) -> Callable[[torch.fx.GraphModule, Sequence[Any]], GraphRunner]:
+    """``kinds``: parameter / buffer / user_input per input of dynamo's graph. A forward
+    graph takes the same inputs in the same order, so its placeholders are marked
+    (``meta["archsim_kind"]``) and the compiler schedules them as weights, as it does
+    an exported program's (batch-norm folding hoisted ahead of the convolutions)."""
     def compile_aten_graph(gm: torch.fx.GraphModule,
                            example_inputs: Sequence[Any]) -> GraphRunner:
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if kinds and len(placeholders) == len(kinds):
+            for node, kind in zip(placeholders, kinds):
+                node.meta["archsim_kind"] = kind
         return GraphRunner(gm, f"compiled {role} {next(_counter)}")
 
     return compile_aten_graph
 
 
-_backend: Callable[..., Any] | None = None
+def _input_kinds(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[str, ...]:
+    """Which of dynamo's graph inputs are the module's parameters and buffers."""
+    from torch._dynamo.source import is_from_unspecialized_param_buffer_source
+
+    kinds = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, example_inputs):
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        if isinstance(value, torch.nn.Parameter):
+            kinds.append("parameter")
+        elif source is not None and is_from_unspecialized_param_buffer_source(source):
+            kinds.append("buffer")
+        else:
+            kinds.append("user_input")
+    return tuple(kinds) if len(kinds) == len(example_inputs) else ()
 
 
 def archsim_backend(gm: torch.fx.GraphModule,
                     example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
-    """The dynamo backend: ``aot_autograd`` (core-ATen decompositions) with every
-    forward / backward graph compiled and simulated by archsim."""
-    global _backend
-    if _backend is None:
-        from torch._decomp import core_aten_decompositions
-        from torch._dynamo.backends.common import aot_autograd
+    """The dynamo backend: ``aot_autograd`` with every forward / backward graph
+    compiled and simulated by archsim. The decompositions are ``torch.export``'s, as
+    for ``archsim run`` and ``archsim.estimate`` (attention kept whole), and the
+    module's parameters and buffers are weights, so a model gets the same graph, hence
+    the same latency, through every door."""
+    from torch._dynamo.backends.common import aot_autograd
 
-        _backend = aot_autograd(fw_compiler=_compiler("forward"),
-                                bw_compiler=_compiler("backward"),
-                                decompositions=core_aten_decompositions())
-    return _backend(gm, example_inputs, **kwargs)
+    from compiler.export import export_decompositions
+
+    backend = aot_autograd(fw_compiler=_compiler("forward", _input_kinds(gm, example_inputs)),
+                           bw_compiler=_compiler("backward"),
+                           decompositions=export_decompositions())
+    return backend(gm, example_inputs, **kwargs)
 
 
 __all__ = ["GraphFallbackWarning", "GraphRunner", "archsim_backend"]

@@ -33,8 +33,10 @@ def _out_size(size: int, kernel: int, stride: int, dilation: int, pad_total: int
 def lower_convolution(b: GraphBuilder, x: Value, w: Value, bias: Value | None,
                       stride: list[int], padding: list[int], dilation: list[int],
                       transposed: bool, output_padding: list[int], groups: int) -> Value:
+    if not transposed and len(x.shape) == 3 and len(w.shape) == 3:
+        return _conv1d(b, x, w, bias, stride, padding, dilation, groups)
     if transposed or len(x.shape) != 4:
-        raise NotImplementedError("only non-transposed 2-D convolution is lowered")
+        raise NotImplementedError("only non-transposed 1-D and 2-D convolution is lowered")
     ph, pw = _pair(padding)
     sh, sw = _pair(stride)
     dh, dw = _pair(dilation)
@@ -47,6 +49,30 @@ def lower_convolution(b: GraphBuilder, x: Value, w: Value, bias: Value | None,
     if bias is not None:
         out = b.binary(BinaryKind.add, out, b.view(bias, (o, 1, 1)))
     return out
+
+
+def _conv1d(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride: list[int],
+            padding: list[int], dilation: list[int], groups: int) -> Value:
+    """A 1-D convolution (Whisper's audio stem) as a 2-D one of height 1."""
+    n, c, length = x.shape
+    o, ci, k = w.shape
+    # the kernel reads stored 4-D tensors: the views are written out (a vector pass,
+    # fused into the op that computes x when there is one; the weights are small)
+    rows = b.binary(BinaryKind.add, b.view(x, (n, c, 1, length)), 0)
+    taps = b.binary(BinaryKind.add, b.view(w, (o, ci, 1, k)), 0)
+    out = lower_convolution(b, rows, taps, bias,
+                            [1, stride[0]], [0, padding[0]], [1, dilation[0]], False, [0, 0],
+                            groups)
+    return b.view(out, (n, o, out.shape[-1]))
+
+
+@lowering(aten.conv1d.default)
+def lower_conv1d(b: GraphBuilder, x: Value, w: Value, bias: Value | None = None,
+                 stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Value:
+    if len(x.shape) != 3 or isinstance(padding, str):
+        raise NotImplementedError("conv1d on a batched [N, C, L] input with numeric padding")
+    one = (lambda v: [v] if isinstance(v, int) else list(v))
+    return _conv1d(b, x, w, bias, one(stride), one(padding), one(dilation), groups)
 
 
 @lowering(aten.conv2d.default)

@@ -193,16 +193,32 @@ def lower_gather(b: GraphBuilder, x: Value, dim: int, index: Value,
     return b.add(g.Gather(per_column=True), (x, index), index.shape, x.dtype, "gather")
 
 
+_GATHER_MASK_LIMIT = 1 << 22
+"""Largest rows x picks x columns a dim-1 gather computes as masked sums."""
+
+
 def _gather_one_per_row(b: GraphBuilder, x: Value, index: Value) -> Value:
-    """``x[i, index[i, 0]]`` (nll_loss picking each row's target): the row masked to its
-    picked column against the column numbers, then summed — vector work over the rows,
-    where an indexed DMA would need the table as one-element rows."""
-    if index.shape != (x.shape[0], 1):
-        raise NotImplementedError("gather along dim 1 is lowered only with one index per "
-                                  "row")
-    columns = b.arange(x.shape[1], (1, x.shape[1]))
-    hit = b.binary(BinaryKind.eq, b.cast(index, DType.i64), columns)
-    return b.reduce(ReduceKind.sum, b.select(hit, x, 0), (1,), keepdim=True)
+    """``x[i, index[i, j]]`` (nll_loss picking each row's target, BERT's token-type ids
+    picked by position): each row masked to its picked column against the column
+    numbers, then summed — vector work over rows x picks x columns, where an indexed
+    DMA would need the table as one-element rows. Exact: one term is kept, the others
+    are zeros."""
+    rows, cols = x.shape
+    picks = index.shape[1]
+    if index.shape[0] != rows:
+        raise NotImplementedError("gather along dim 1 needs an index with the input's rows")
+    if rows * picks * cols > _GATHER_MASK_LIMIT:
+        raise NotImplementedError(f"gather along dim 1 of {rows}x{cols} picking {picks} per "
+                                  f"row is too wide for masked sums")
+    index = b.cast(index, DType.i64)
+    if picks == 1:
+        columns = b.arange(cols, (1, cols))
+        hit = b.binary(BinaryKind.eq, index, columns)
+        return b.reduce(ReduceKind.sum, b.select(hit, x, 0), (1,), keepdim=True)
+    columns = b.arange(cols, (1, 1, cols))
+    hit = b.binary(BinaryKind.eq, b.view(index, (rows, picks, 1)), columns)
+    table = b.view(x, (rows, 1, cols))
+    return b.reduce(ReduceKind.sum, b.select(hit, table, 0), (2,), keepdim=False)
 
 
 @lowering(aten.scatter.value)

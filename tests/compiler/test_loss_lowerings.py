@@ -43,9 +43,17 @@ def test_nll_loss_forward_and_backward_with_an_ignored_target(preset: str) -> No
     assert not forward.fallbacks and not backward.fallbacks
 
 
-def test_gather_of_several_indices_per_row_along_the_last_dim_is_host_work() -> None:
+def test_gather_of_several_indices_per_row_along_the_last_dim_runs_on_the_device() -> None:
+    """rows x picks x columns masked sums (BERT's token types picked by position)."""
     x, target = _log_probs()
-    index = target.clamp(min=0)[:, None].repeat(1, 3)
+    index = torch.stack([target.clamp(min=0), (target + 3).clamp(0, 9), target * 0], dim=1)
+    compiled, _ = check_op(aten.gather.default, (x, 1, index), "tiny")
+    assert not compiled.fallbacks
+
+
+def test_a_gather_too_wide_for_masked_sums_is_host_work() -> None:
+    x = torch.randn(64, 4096)
+    index = torch.randint(0, 4096, (64, 32))  # 64 x 32 x 4096 > 2**22 masked elements
     compiled, _ = check_op(aten.gather.default, (x, 1, index), "tiny")
     assert compiled.fallbacks == ("gather_default: aten.gather.default",)
 

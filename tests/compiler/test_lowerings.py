@@ -271,9 +271,18 @@ def test_pooling(preset: str) -> None:
     check_op(aten._adaptive_avg_pool2d.default, (torch.randn(1, 2, 8, 6), [4, 3]), preset)
 
 
+def test_cumsum_along_the_last_dim_runs_on_the_device() -> None:
+    """RoBERTa's position ids: a running sum of the padding mask (ints sum as i64)."""
+    x = torch.randn(5, 8)
+    mask = (torch.arange(12).reshape(2, 6) % 4 != 1).int()
+    for args in ((x, 1), (x, -1), (mask, 1)):
+        compiled, _ = check_op(aten.cumsum.default, args, "tiny")
+        assert not compiled.fallbacks
+
+
 def test_missing_lowering_runs_on_host_visibly() -> None:
     x = torch.randn(5, 8)
-    compiled, result = check_op(aten.cumsum.default, (x, 1), "tiny")
+    compiled, result = check_op(aten.cumsum.default, (x, 0), "tiny")  # not the last dim
     assert compiled.fallbacks and "cumsum" in compiled.fallbacks[0]
     engines = {c.engine for c in compiled.program.commands}
     assert {"host", "hdma"} <= engines
@@ -397,3 +406,15 @@ def test_padded_single_channel_conv_on_many_cores() -> None:
     compiled, _ = check_op(aten.convolution.default,
                            (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), "atom")
     assert not compiled.fallbacks
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_conv1d_runs_as_a_conv2d_of_height_one(preset: str) -> None:
+    """Whisper's audio stem: kernel 3, stride 1 then 2, padding 1."""
+    torch.manual_seed(0)
+    x, w, bias = torch.randn(2, 4, 17), torch.randn(6, 4, 3), torch.randn(6)
+    for stride in (1, 2):
+        compiled, _ = check_op(aten.convolution.default,
+                               (x, w, bias, [stride], [1], [1], False, [0], 1), preset)
+        assert not compiled.fallbacks
+        assert "convolution" in " ".join(compiled.kernels)
