@@ -127,15 +127,27 @@ def _unscaled(node: object) -> tuple[object, float]:
     return node, 1.0
 
 
+def _operand(node: object) -> object:
+    """The deepest ``[..., S, D]`` tensor of rank 3 or 4 that ``node`` reshapes: not the
+    rank-5 broadcast behind a grouped-query ``repeat_kv`` (whose 4-D view is what the
+    heads read)."""
+    path: list[fx.Node] = []
+    deepest = _source(node, path)
+    for candidate in reversed([*path, deepest]):
+        if 3 <= len(_shape(candidate) or ()) <= 4:
+            return candidate
+    return deepest
+
+
 def _operands(scores: fx.Node) -> tuple[object, object, float]:
     """(q, k, scale folded into them) of ``scores = q' @ k'^T``."""
     q, q_scale = _unscaled(_source(scores.args[0], []))
     k_t, k_scale = _unscaled(_source(scores.args[1], []))
     k = _transposed_last(_source(k_t, []))
     if k is not None:
-        k, inner = _unscaled(_source(k, []))
+        k, inner = _unscaled(_operand(k))
         k_scale *= inner
-    return _source(q, []), (None if k is None else _source(k, [])), q_scale * k_scale
+    return _operand(q), (None if k is None else _operand(k)), q_scale * k_scale
 
 
 def _match(node: fx.Node) -> AttentionMatch | None:
@@ -156,7 +168,7 @@ def _match(node: fx.Node) -> AttentionMatch | None:
     chain.append(scores)
     q, k, operand_scale = _operands(scores)
     scale *= operand_scale
-    v = _source(node.args[1], [])
+    v = _operand(node.args[1])
     if any(not all(u is node or u in chain for u in n.users) for n in chain):
         return None  # the scores or probabilities are read elsewhere
     shapes = [_shape(x) for x in (q, k, v)]

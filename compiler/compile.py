@@ -356,6 +356,11 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
     return compiled
 
 
+_DATA_OUTPUTS: dict[Any, tuple[int, ...]] = {}
+"""Ops whose other results are empty on a real device (meta tensors give them a shape):
+only these outputs are compiled. Filled on first use (needs torch)."""
+
+
 def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
                config: NpuConfig, options: CompileOptions | None = None) -> CompiledProgram:
     """Compile one aten op for eager use. ``args`` hold tensors (real, fake or meta) and
@@ -365,6 +370,9 @@ def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
 
     kwargs = dict(kwargs or {})
     from compiler.lowerings.registry import LOWERINGS
+
+    # inference batch norm saves no statistics: its second and third results are empty
+    _DATA_OUTPUTS.setdefault(torch.ops.aten._native_batch_norm_legit_no_training.default, (0,))
 
     if op not in LOWERINGS and op in _op_decompositions():
         return compile_graph(_decomposed_graph(op, args, kwargs), config, options)
@@ -394,8 +402,9 @@ def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
         fx_graph.output((call,))
     else:
         items = []
+        kept = _DATA_OUTPUTS.get(op, range(len(meta_out)))
         for i, t in enumerate(meta_out):
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and t.numel() > 0 and i in kept:
                 item = fx_graph.call_function(__import__("operator").getitem, (call, i))
                 item.meta["val"] = t
                 items.append(item)

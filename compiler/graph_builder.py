@@ -151,6 +151,12 @@ class GraphBuilder:
         perm = tuple(normalize_dim(p, rank, self.source) for p in perm)
         if perm == tuple(range(rank)):
             return x
+        producer = x.producer
+        if producer is not None and isinstance(producer.spec, g.Permute):
+            # a permute of a permute is one (SDPA's math path permutes its output there
+            # and back around a clone; composed, nothing moves)
+            inner = producer.spec.perm
+            return self.permute(producer.inputs[0], tuple(inner[p] for p in perm))
         kept = [d for d in perm if x.shape[d] != 1]
         if kept == sorted(kept):  # only moves size-1 dims: same element order
             return self.view(x, tuple(x.shape[d] for d in perm))

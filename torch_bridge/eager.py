@@ -30,6 +30,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torch_bridge import kernels, runtime, storage
+from torch_bridge.eager_ops import (BACKWARD, BINARY, COMPILE_AS, COMPILED_OPS, IN_PLACE,
+                                    LOSS, MATMUL, MODEL_OPS, NORM, OUT_OF_PLACE, REDUCTION,
+                                    SOFTMAX, UNARY)
 from torch_bridge.fallback import op_info, run_on_host
 
 if TYPE_CHECKING:
@@ -37,71 +40,6 @@ if TYPE_CHECKING:
 
 aten = torch.ops.aten
 OpOverload = torch._ops.OpOverload
-
-MATMUL: tuple[OpOverload, ...] = (
-    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
-)
-"""Matrix products (``nn.Linear`` arrives as ``t`` + ``addmm`` / ``mm``)."""
-
-UNARY: tuple[OpOverload, ...] = (
-    aten.neg.default, aten.abs.default, aten.relu.default, aten.exp.default,
-    aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten.reciprocal.default,
-    aten.tanh.default, aten.sigmoid.default, aten.silu.default, aten.sin.default,
-    aten.cos.default, aten.erf.default, aten.gelu.default, aten.hardtanh.default,
-    aten.leaky_relu.default, aten.hardswish.default, aten.logical_not.default,
-    aten.pow.Tensor_Scalar, aten.clamp.default, aten.clamp_min.default,
-    aten.clamp_max.default,
-)
-"""Elementwise ops of one tensor (scalar arguments are compiled into the program)."""
-
-BINARY: tuple[OpOverload, ...] = (
-    aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor,
-    aten.maximum.default, aten.minimum.default, aten.pow.Tensor_Tensor,
-    aten.where.self, aten.eq.Tensor, aten.ne.Tensor, aten.lt.Tensor, aten.le.Tensor,
-    aten.gt.Tensor, aten.ge.Tensor, aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar,
-    aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar, aten.logical_and.default,
-    aten.logical_or.default,
-)
-"""Elementwise ops of several tensors, with broadcasting and type promotion."""
-
-SOFTMAX: tuple[OpOverload, ...] = (aten._softmax.default, aten._log_softmax.default)
-NORM: tuple[OpOverload, ...] = (aten.native_layer_norm.default,)
-REDUCTION: tuple[OpOverload, ...] = (
-    aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.amax.default,
-    aten.amin.default,
-)
-
-BACKWARD: tuple[OpOverload, ...] = (
-    aten.threshold_backward.default, aten.gelu_backward.default,
-    aten.sigmoid_backward.default, aten.tanh_backward.default, aten.silu_backward.default,
-    aten._softmax_backward_data.default, aten._log_softmax_backward_data.default,
-)
-"""Autograd's backward ops: compiled through torch's core-ATen decompositions (the
-compiler has no lowering of its own for them), as in compiled training graphs."""
-
-LOSS: tuple[OpOverload, ...] = (aten.nll_loss_forward.default, aten.nll_loss_backward.default)
-"""``cross_entropy`` is ``log_softmax`` + ``nll_loss``; nll_loss also goes through the
-decompositions (each row's target is picked by a select against the column numbers)."""
-
-IN_PLACE: dict[OpOverload, OpOverload] = {
-    aten.add_.Tensor: aten.add.Tensor, aten.sub_.Tensor: aten.sub.Tensor,
-    aten.mul_.Tensor: aten.mul.Tensor, aten.div_.Tensor: aten.div.Tensor,
-}
-"""In-place ops run as their functional op with the result stored into ``self`` (the
-schedule stores its output where ``self`` lives; no extra copy is timed)."""
-
-COMPILE_AS: dict[OpOverload, OpOverload] = {
-    aten.convolution_overrideable.default: aten.convolution.default,
-}
-"""Ops that reach the device under another name than the one the compiler lowers."""
-
-COMPILED_OPS: tuple[OpOverload, ...] = (
-    *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS,
-    *IN_PLACE, *COMPILE_AS,
-)
-"""Every op whose eager calls on npu go through the compiler and the simulator."""
-
-
 class CompileFallbackWarning(UserWarning):
     """An op that has a lowering ran on the host instead (see the event's ``note``)."""
 
@@ -214,12 +152,14 @@ def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 class CompiledOpKernel:
     """The default npu kernel of one op: compile (cached), simulate, return npu tensors."""
 
-    __slots__ = ("op", "target", "name", "tensor_positions", "in_place", "host_op")
+    __slots__ = ("op", "target", "name", "tensor_positions", "in_place", "writes_out",
+                 "host_op")
 
     def __init__(self, op: OpOverload) -> None:
         self.op = op
         self.in_place = op in IN_PLACE
-        self.target = IN_PLACE.get(op) or COMPILE_AS.get(op) or op
+        self.writes_out = op in OUT_OF_PLACE
+        self.target = IN_PLACE.get(op) or COMPILE_AS.get(op) or OUT_OF_PLACE.get(op) or op
         """The op the compiler lowers."""
         self.host_op = COMPILE_AS.get(op)
         """The CPU op that runs a call on the host (``None``: ``op`` itself)."""
@@ -227,6 +167,8 @@ class CompiledOpKernel:
         self.tensor_positions = _tensor_positions(op)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.writes_out:
+            return self._into_out(args, kwargs)
         positions = self.tensor_positions
         host_args = tuple(_host_value(a, i in positions) for i, a in enumerate(args))
         host_kwargs = {k: _host_value(v, k in positions) for k, v in kwargs.items()}
@@ -253,6 +195,16 @@ class CompiledOpKernel:
             return self_arg
         wrapped = tuple(storage.wrap_cpu(t) for t in outputs)
         return wrapped[0] if len(wrapped) == 1 else wrapped
+
+    def _into_out(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        out = kwargs["out"]
+        functional = {k: v for k, v in kwargs.items() if k != "out"}
+        result = _installed_kernel(self.target)(*args, **functional)
+        if not isinstance(result, torch.Tensor) or result.shape != out.shape \
+                or not torch.can_cast(result.dtype, out.dtype):
+            return run_on_host(self.op, args, kwargs, note="result does not fit out=")
+        storage.cpu_view(out).copy_(storage.cpu_view(result))
+        return out
 
     def _compile(self, host_args: tuple[Any, ...],
                  host_kwargs: dict[str, Any]) -> _Entry | CompileFailure:
@@ -314,12 +266,52 @@ def _reason(exc: BaseException) -> str:
 _installed: dict[OpOverload, CompiledOpKernel] = {}
 
 
+def _installed_kernel(op: OpOverload) -> CompiledOpKernel:
+    kernel = _installed.get(op)
+    if kernel is None:
+        kernel = _installed[op] = CompiledOpKernel(op)
+    return kernel
+
+
+def _eval_batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                     training: bool, momentum: float, eps: float) -> Any:
+    """``native_batch_norm`` in eval mode (what ``nn.BatchNorm2d.eval()`` calls) is the
+    running-statistics op the compiler lowers; training mode declines (host)."""
+    if training or running_mean is None or running_var is None:
+        return NotImplemented
+    out = _installed_kernel(aten._native_batch_norm_legit_no_training.default)(
+        x, weight, bias, running_mean, running_var, momentum, eps)
+    if isinstance(out, tuple):  # ran on the host: all three results
+        return out
+    empty = torch.empty(0, dtype=x.dtype, device=x.device)  # no saved statistics in eval
+    return out, empty, empty.clone()
+
+
+def _arange_fill(start: Any, end: Any, step: Any = 1, *, out: torch.Tensor) -> Any:
+    """``torch.arange(..., device="npu")``: a fill on the device, timed like a memset
+    (the values are written at DRAM bandwidth)."""
+    values = torch.arange(start, end, step, dtype=out.dtype)
+    if out.shape != values.shape:
+        out.resize_(values.shape)  # torch.arange hands in an empty tensor
+    storage.cpu_view(out).copy_(values)
+    runtime.record_device_memory_op("aten.arange", 0, values.numel() * values.element_size())
+    return out
+
+
+ADAPTED: dict[OpOverload, Any] = {aten.native_batch_norm.default: _eval_batch_norm,
+                                  aten.arange.start_out: _arange_fill}
+"""Ops compiled as another op after adapting their arguments."""
+
+
 def install(ops: Iterable[OpOverload] = COMPILED_OPS) -> None:
     """Make the compiler the default kernel of ``ops`` (idempotent)."""
     for op in ops:
         if op not in _installed:
             _installed[op] = CompiledOpKernel(op)
         kernels.set_default_kernel(op, _installed[op])
+    if ops is COMPILED_OPS:
+        for op, kernel in ADAPTED.items():
+            kernels.set_default_kernel(op, kernel)
 
 
 def uninstall(ops: Iterable[OpOverload] = COMPILED_OPS) -> None:
@@ -340,7 +332,8 @@ def on_host(*ops: OpOverload) -> Iterator[None]:
 
 
 __all__ = [
-    "BINARY", "COMPILED_OPS", "COMPILE_AS", "CompileFailure", "CompileFallbackWarning",
-    "CompiledOpKernel", "IN_PLACE", "MATMUL", "NORM", "REDUCTION", "SOFTMAX", "UNARY",
+    "BACKWARD", "BINARY", "COMPILED_OPS", "COMPILE_AS", "CompileFailure",
+    "CompileFallbackWarning", "CompiledOpKernel", "IN_PLACE", "LOSS", "MATMUL", "MODEL_OPS",
+    "NORM", "OUT_OF_PLACE", "REDUCTION", "SOFTMAX", "UNARY",
     "clear_cache", "compile_failures", "install", "on_host", "uninstall",
 ]

@@ -51,7 +51,7 @@ def build(name: str) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
 
 class TestTransformersEager:
     @pytest.mark.parametrize("name", list(MODELS))
-    def test_matches_cpu_with_device_time_and_host_work(self, name: str) -> None:
+    def test_matches_cpu_on_the_device(self, name: str) -> None:
         model, ids, want = build(name)
         npu_model = copy.deepcopy(model).npu()
         with torch_bridge.profile() as prof, torch.no_grad():
@@ -63,9 +63,9 @@ class TestTransformersEager:
         assert result.device_cycles > 0
         assert ops["aten.addmm"].device_cycles > 0 and ops["aten.addmm"].calls >= 8
         assert ops["aten.native_layer_norm"].device_cycles > 0
-        assert result.host_work  # e.g. the embedding lookup (index_select)
-        assert all(r.host_cycles > 0 for r in result.host_work)
-        assert "host work:" in prof.summary()
+        assert ops["aten.embedding"].device_cycles > 0  # the token lookup
+        # GPT-2's mask code reads one value back (`.item()`); nothing else runs on the host
+        assert {r.name for r in result.host_work} <= {"aten._local_scalar_dense"}
 
 
 class TestTransformersCompiled:

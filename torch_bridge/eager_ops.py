@@ -1,0 +1,94 @@
+"""The ops whose eager calls on npu go through the compiler, by family.
+
+:mod:`torch_bridge.eager` installs a compiled-op kernel for each of
+:data:`COMPILED_OPS`; everything else runs on the host (timed and listed).
+"""
+
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+OpOverload = torch._ops.OpOverload
+
+MATMUL: tuple[OpOverload, ...] = (
+    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+)
+"""Matrix products (``nn.Linear`` arrives as ``t`` + ``addmm`` / ``mm``)."""
+
+UNARY: tuple[OpOverload, ...] = (
+    aten.neg.default, aten.abs.default, aten.relu.default, aten.exp.default,
+    aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten.reciprocal.default,
+    aten.tanh.default, aten.sigmoid.default, aten.silu.default, aten.sin.default,
+    aten.cos.default, aten.erf.default, aten.gelu.default, aten.hardtanh.default,
+    aten.leaky_relu.default, aten.hardswish.default, aten.logical_not.default,
+    aten.pow.Tensor_Scalar, aten.clamp.default, aten.clamp_min.default,
+    aten.clamp_max.default,
+)
+"""Elementwise ops of one tensor (scalar arguments are compiled into the program)."""
+
+BINARY: tuple[OpOverload, ...] = (
+    aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor,
+    aten.maximum.default, aten.minimum.default, aten.pow.Tensor_Tensor,
+    aten.where.self, aten.eq.Tensor, aten.ne.Tensor, aten.lt.Tensor, aten.le.Tensor,
+    aten.gt.Tensor, aten.ge.Tensor, aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar,
+    aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar, aten.logical_and.default,
+    aten.logical_or.default,
+)
+"""Elementwise ops of several tensors, with broadcasting and type promotion."""
+
+SOFTMAX: tuple[OpOverload, ...] = (aten._softmax.default, aten._log_softmax.default)
+NORM: tuple[OpOverload, ...] = (aten.native_layer_norm.default,)
+REDUCTION: tuple[OpOverload, ...] = (
+    aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.amax.default,
+    aten.amin.default,
+)
+
+BACKWARD: tuple[OpOverload, ...] = (
+    aten.threshold_backward.default, aten.gelu_backward.default,
+    aten.sigmoid_backward.default, aten.tanh_backward.default, aten.silu_backward.default,
+    aten._softmax_backward_data.default, aten._log_softmax_backward_data.default,
+)
+"""Autograd's backward ops: compiled through torch's core-ATen decompositions (the
+compiler has no lowering of its own for them), as in compiled training graphs."""
+
+LOSS: tuple[OpOverload, ...] = (aten.nll_loss_forward.default, aten.nll_loss_backward.default)
+"""``cross_entropy`` is ``log_softmax`` + ``nll_loss``; nll_loss also goes through the
+decompositions (each row's target is picked by a select against the column numbers)."""
+
+IN_PLACE: dict[OpOverload, OpOverload] = {
+    aten.add_.Tensor: aten.add.Tensor, aten.sub_.Tensor: aten.sub.Tensor,
+    aten.mul_.Tensor: aten.mul.Tensor, aten.div_.Tensor: aten.div.Tensor,
+}
+"""In-place ops run as their functional op with the result stored into ``self`` (the
+schedule stores its output where ``self`` lives; no extra copy is timed)."""
+
+COMPILE_AS: dict[OpOverload, OpOverload] = {
+    aten.convolution_overrideable.default: aten.convolution.default,
+}
+"""Ops that reach the device under another name than the one the compiler lowers."""
+
+MODEL_OPS: tuple[OpOverload, ...] = (
+    aten.cat.default, aten.stack.default, aten.embedding.default,
+    aten.index_select.default, aten.gather.default, aten.cumsum.default,
+    aten.tril.default, aten.triu.default, aten.where.ScalarSelf, aten.where.ScalarOther,
+    aten.where.Scalar, aten.masked_fill.Scalar, aten.isneginf.default, aten.all.default,
+    aten.all.dim, aten.any.default, aten.any.dim, aten.mean.default, aten.var.correction,
+    aten.std.correction, aten.minimum.default, aten.hardsigmoid.default,
+    aten.softplus.default, aten.mish.default, aten.glu.default,
+    aten.max_pool2d_with_indices.default, aten.max_pool2d.default, aten.avg_pool2d.default,
+    aten._adaptive_avg_pool2d.default, aten.constant_pad_nd.default,
+    aten.upsample_nearest2d.default,
+)
+"""What the model families' forward passes call besides the above (token and position
+lookups, masks, concatenation for rotary embeddings, pooling and eval batch norm)."""
+
+OUT_OF_PLACE: dict[OpOverload, OpOverload] = {aten.where.self_out: aten.where.self}
+"""``out=`` variants that run as their functional op with the result stored into
+``out`` (SDPA's math path calls ``where(..., out=)`` for its safe softmax)."""
+
+COMPILED_OPS: tuple[OpOverload, ...] = (
+    *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS,
+    *IN_PLACE, *COMPILE_AS, *MODEL_OPS, *OUT_OF_PLACE,
+)
+"""Every op whose eager calls on npu go through the compiler and the simulator."""
