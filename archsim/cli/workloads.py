@@ -30,6 +30,8 @@ class Workload:
     batch: int = 1
     seq: int = 128
     layers: int = 0
+    model_layers: int = 0
+    """Layers of the model the workload stands for (the report says N of them)."""
 
 
 def _ids(args: argparse.Namespace, vocab: int) -> Any:
@@ -108,12 +110,12 @@ def _attention(args, dtype):
 
 WORKLOADS: dict[str, Workload] = {
     "gpt2": Workload("GPT-2 small (hidden 768, 12 heads), --layers (12), --seq (128)",
-                     _gpt2, layers=12),
+                     _gpt2, layers=12, model_layers=12),
     "bert-base": Workload("BERT-base encoder (hidden 768, 12 heads), --layers (12), --seq (128)",
-                          _bert, layers=12),
+                          _bert, layers=12, model_layers=12),
     "llama-7b": Workload("Llama-7B-shaped decoder layers (hidden 4096, SwiGLU 11008), "
                          "--layers (2), --seq (2048); performance-only", _llama, seq=2048,
-                         layers=2),
+                         layers=2, model_layers=32),
     "llama-small": Workload("small Llama-style decoder (hidden 512, GQA 8/2 heads), "
                             "--layers (2)", _llama_small, layers=2),
     "resnet-18": Workload("ResNet-18 on 224x224 images, --batch (1)", _resnet((2, 2, 2, 2), False)),
@@ -202,6 +204,10 @@ def _simulate_builtin(name: str, workload: Workload, args: argparse.Namespace,
               f"parameters)", file=sys.stderr)
     label = f"{name} b{args.batch}" + (f" s{args.seq}" if name not in ("resnet-18", "resnet-50",
                                                                        "conv") else "")
+    label += f" {dtype_name}"
+    if workload.layers:
+        of = f" of {workload.model_layers}" if workload.model_layers else ""
+        label += f", {args.layers}{of} layers simulated"
     return _run_module(label, module.eval(), inputs, perf_only, config, args.quiet, progress)
 
 
@@ -212,7 +218,10 @@ def _simulate_torch(name: str, module: Any, inputs: tuple[Any, ...], args: argpa
     perf_only = args.perf_only or any(getattr(t, "is_meta", False) for t in inputs)
     # one forward pass returning tensors (ModelOutput flattened, no KV cache object)
     kwargs = dict(getattr(args, "kwargs", None) or [])
-    return _run_module(name, Forward(module.eval(), kwargs), inputs, perf_only, config,
+    weights = {str(p.dtype).removeprefix("torch.") for p in module.parameters()
+               if p.is_floating_point()}
+    label = f"{name} ({'/'.join(sorted(weights))} weights)" if weights else name
+    return _run_module(label, Forward(module.eval(), kwargs), inputs, perf_only, config,
                        args.quiet, progress)
 
 
