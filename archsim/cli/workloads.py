@@ -218,8 +218,10 @@ def _simulate_torch(name: str, module: Any, inputs: tuple[Any, ...], args: argpa
     perf_only = args.perf_only or any(getattr(t, "is_meta", False) for t in inputs)
     # one forward pass returning tensors (ModelOutput flattened, no KV cache object)
     kwargs = dict(getattr(args, "kwargs", None) or [])
-    weights = {str(p.dtype).removeprefix("torch.") for p in module.parameters()
-               if p.is_floating_point()}
+    from compiler.torch_types import TORCH_TO_IR
+
+    weights = {TORCH_TO_IR[p.dtype].value if p.dtype in TORCH_TO_IR else str(p.dtype)
+               for p in module.parameters() if p.is_floating_point()}
     label = f"{name} ({'/'.join(sorted(weights))} weights)" if weights else name
     return _run_module(label, Forward(module.eval(), kwargs), inputs, perf_only, config,
                        args.quiet, progress)
