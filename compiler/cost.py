@@ -47,7 +47,7 @@ class Cost:
             self.serial_cycles
 
 
-COMMAND_TOLERANCE = 0.02
+COMMAND_TOLERANCE = 0.05
 """Among tilings within this fraction of the fastest estimate, take the one issuing the
 fewest commands (cheaper to compile and simulate, less per-command overhead)."""
 
