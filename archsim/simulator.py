@@ -29,6 +29,7 @@ from archsim.errors import SimulationError
 from archsim.functional import FunctionalExecutor, HostFunction, Memory
 from archsim.result import SimResult
 from archsim.timing import COST_KEY, CommandTiming, no_cost_key
+from compiler.ir.collector import paused
 from compiler.ir.ops import Program
 
 
@@ -46,8 +47,9 @@ class Simulator:
     def run(self, program: Program, inputs: Mapping[str, Any] | None = None, *,
             host_functions: Mapping[str, HostFunction] | None = None,
             verify: bool = True) -> SimResult:
-        plan = _plan_for(program, self.config, verify)
-        return _Run(plan, inputs, host_functions or {}).execute()
+        with paused():  # see compiler.ir.collector
+            plan = _plan_for(program, self.config, verify)
+            return _Run(plan, inputs, host_functions or {}).execute()
 
 
 class _Plan:

@@ -23,6 +23,7 @@ from archsim.errors import LoweringError
 from compiler import graph as g
 from compiler.emit import Emitter
 from compiler.graph import Graph, Value, base_of
+from compiler.ir.collector import paused
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import Program
 from compiler.kernels.common import Context
@@ -337,10 +338,11 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
         return dataclasses.replace(
             cached, bound=MappingProxyType(_bound_weights(program, cached.inputs)),
             reference=reference)
-    graph, input_specs, fallbacks = frontend.build(program, options)
-    name = "graph_" + key[0][:8]
-    prog, tensors, host_functions, constants, kernels = build_program(graph, config, options,
-                                                                      name)
+    with paused():  # millions of long-lived objects, no garbage: see compiler.ir.collector
+        graph, input_specs, fallbacks = frontend.build(program, options)
+        name = "graph_" + key[0][:8]
+        prog, tensors, host_functions, constants, kernels = build_program(graph, config,
+                                                                          options, name)
     outputs = tuple(OutputSpec(tensors[base_of(v).id], v.shape, v.dtype.value)
                     for v in graph.outputs)
     compiled = CompiledProgram(

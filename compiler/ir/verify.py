@@ -37,10 +37,8 @@ write the messages.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import gc
 import math
 import operator
 import re
@@ -49,6 +47,7 @@ from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
 from archsim.errors import VerifyError
+from compiler.ir.collector import paused
 from compiler.ir.access import (
     DRAM_REF_FIELDS,
     SRAM_FIELDS,
@@ -96,25 +95,8 @@ def verify(program: Program, config: NpuConfig) -> None:
 
 def find_problems(program: Program, config: NpuConfig) -> list[str]:
     """Every problem of ``program`` on ``config``, as messages (empty if valid)."""
-    with _collector_paused():
+    with paused():
         return _find_problems(program, config)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector is off inside (if it was on).
-
-    The verifier builds no reference cycles (what it allocates is freed by reference
-    counting), but it allocates enough to set off full collections, and each walks every
-    object of the program: for a large program, about as long as verifying it."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _find_problems(program: Program, config: NpuConfig) -> list[str]:
