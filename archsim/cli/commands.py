@@ -132,6 +132,12 @@ def _one_line(result) -> str:
 def configs(args: argparse.Namespace) -> int:
     from reports.text import format_bytes, format_table
 
+    if getattr(args, "explain", False):
+        from archsim.config.bounds import explain
+
+        print(explain())
+        return 0
+
     rows = []
     for name in preset_names():
         c = load_config(name)

@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     llm.add_parser(sub)
 
     configs = sub.add_parser("configs", help="list hardware presets with their peak numbers")
+    configs.add_argument("--explain", action="store_true",
+                         help="print the accepted range of every config field instead")
     configs.set_defaults(handler=commands.configs)
 
     workloads = sub.add_parser("workloads", help="list the built-in workloads")

@@ -25,6 +25,7 @@ from archsim.config.model import (
     MATRIX_INPUT_DTYPES,
     NpuConfig,
 )
+from archsim.config import bounds
 from archsim.errors import ConfigError
 
 DEFAULT_PRESET = "atom"
@@ -177,6 +178,10 @@ def _check_number(value: int | float, path: str, problems: list[str]) -> int | f
     if value < 0 or (value == 0 and not may_be_zero):
         bound = ">= 0" if may_be_zero else "> 0"
         problems.append(f"{path}: must be {bound}, got {value!r}")
+        return None
+    problem = bounds.check(path, value)  # finite, and what a real chip could have
+    if problem is not None:
+        problems.append(problem)
         return None
     return value
 

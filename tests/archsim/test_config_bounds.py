@@ -1,0 +1,62 @@
+"""Config fields have physical bounds: absurd, non-finite or tiny values are refused
+with every problem named at once, before anything is simulated."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from archsim.cli.main import main
+from archsim.config import load_config
+from archsim.errors import ConfigError
+
+CASES = {
+    "core.matrix.rows": (2 ** 62, "core.matrix.rows: 4.61e+18 is outside 1..65,536 "
+                                  "(up to 65,536 PEs per side)"),
+    "core.matrix.arrays": (10 ** 9, "core.matrix.arrays: 1000000000 is outside 1..4,096 "
+                                    "(up to 4,096 arrays per core)"),
+    "cores": (10 ** 308, "cores: 1e+308 is outside 1..1,048,576 "
+                         "(up to a million cores per chip)"),
+    "dram.latency_cycles": (10 ** 300, "dram.latency_cycles: 1e+300 is outside 0..1e+09 "
+                                                    "(up to a second at 1 GHz)"),
+    "dram.channel_bandwidth_gb_per_s": (1e-300, "dram.channel_bandwidth_gb_per_s: 1e-300 is "
+                                                "outside 0.001..1e+07 (1 MB/s to 10 PB/s)"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(CASES))
+def test_out_of_range_values_are_refused_with_field_value_and_range(field: str) -> None:
+    value, message = CASES[field]
+    with pytest.raises(ConfigError) as info:
+        load_config("tiny").with_overrides({field: value})
+    assert message in str(info.value)
+
+
+def test_non_finite_numbers_are_refused() -> None:
+    for value in (math.nan, math.inf):
+        with pytest.raises(ConfigError, match="dram.channel_bandwidth_gb_per_s: must be a "
+                                              "finite number"):
+            load_config("tiny").with_overrides({"dram.channel_bandwidth_gb_per_s": value})
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config("tiny").with_overrides({"core.matrix.rows": 2 ** 62,
+                                            "core.vector.lanes": float("nan")})
+    assert "2 problems" in str(info.value)
+
+
+def test_every_preset_is_within_bounds_and_the_cli_explains_them(capsys) -> None:
+    for name in ("atom", "tpu-v3", "tpu-v4", "ascend-910b", "edge", "tiny"):
+        load_config(name)
+    assert main(["configs", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "rows                             1..65,536" in out
+
+
+def test_the_cli_answers_a_nan_override_in_one_line(capsys) -> None:
+    code = main(["run", "gemm", "--seq", "32", "-c", "tiny", "--set",
+                 "dram.channel_bandwidth_gb_per_s=nan"])
+    err = capsys.readouterr().err
+    assert code != 0 and err.startswith("archsim: error:") and "finite" in err
