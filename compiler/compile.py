@@ -211,6 +211,9 @@ def _materialize(graph: Graph, kernels: list[Kernel], scalars: dict[int, float])
                 if isinstance(kernel.anchor and kernel.anchor.spec, ANCHORS) and \
                         node is kernel.anchor:
                     needed.add(base.id)
+    for kernel in kernels:  # a host op returns all its results (svd's U, S and Vh)
+        if isinstance(kernel.anchor and kernel.anchor.spec, g.HostCall):
+            needed.update(v.id for v in kernel.anchor.outputs)
     for v in graph.outputs:
         needed.add(base_of(v).id)
     return needed

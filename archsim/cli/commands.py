@@ -27,7 +27,11 @@ def resolve_config(name: str, overrides: list[str]) -> NpuConfig:
         if not eq or not path:
             problems.append(f"--set {item!r}: expected PATH=VALUE, e.g. core.matrix.rows=256")
             continue
-        parsed[path.strip()] = yaml.safe_load(text)
+        try:
+            parsed[path.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            problems.append(f"--set {item!r}: the value is not valid YAML "
+                            f"({str(exc).splitlines()[0]})")
     if problems:
         raise ConfigError(problems, source="command line")
     return config.with_overrides(parsed)
@@ -95,8 +99,7 @@ def compare(args: argparse.Namespace) -> int:
                for name in args.config]
     print(reports.compare_table(results, labels=args.config))
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        out = output_dir(args.out)
         figure = reports.pareto_figure(results)
         figure.savefig(out / "pareto.png", dpi=110, bbox_inches="tight")
         for label, result in zip(args.config, results):
@@ -105,10 +108,27 @@ def compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def output_dir(path: str | Path) -> Path:
+    """``--out`` as a directory (created), or an ArchsimError saying why it cannot be."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ArchsimError(f"--out {out}: is a file; give a directory (created if missing)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArchsimError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
+    return out
+
+
 def write_outputs(result, out: Path, progress: Progress) -> None:
     import reports
 
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out)
     with progress.step(f"writing reports to {out}"):
         (out / "summary.txt").write_text(reports.summary(result) + "\n")
         reports.export_perfetto(result, out / "trace.json")
@@ -204,13 +224,15 @@ def report(args: argparse.Namespace) -> int:
     path = Path(args.result)
     if not path.is_file():
         raise ArchsimError(f"no such result file: {path}")
-    data = reports.read_json(path)
+    try:
+        data = reports.read_json(path)
+    except (UnicodeDecodeError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+        raise ArchsimError(f"{path}: not an archsim result.json ({_first_line(exc)})") from None
     print(reports.summary(data))
     print()
     print(reports.op_table(data, top=args.top))
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        out = output_dir(args.out)
         reports.write_html(data, out / "report.html")
         reports.save_figures(data, out)
         print(f"\nwrote {out}/report.html and figures")

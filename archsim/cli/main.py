@@ -16,6 +16,17 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
+def positive(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse prints the one-line error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from archsim.cli import commands
     from archsim.cli.kwargs import kwarg
@@ -45,10 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     def workload_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("model", metavar="MODEL",
                        help="built-in workload (see 'archsim workloads'), a .py file, or a .rbln program")
-        p.add_argument("--batch", type=int, default=None, help="batch size (built-in models)")
-        p.add_argument("--seq", type=int, default=None,
+        p.add_argument("--batch", type=positive, default=None,
+                       help="batch size (built-in models)")
+        p.add_argument("--seq", type=positive, default=None,
                        help="sequence length (built-in language models)")
-        p.add_argument("--layers", type=int, default=None,
+        p.add_argument("--layers", type=positive, default=None,
                        help="number of layers (built-in transformer models)")
         p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
                        help="model dtype (built-in models; default f32 for functional "

@@ -29,7 +29,11 @@ def grid_axis(text: str) -> tuple[str, tuple[Any, ...]]:
     items = [item.strip() for item in values.split(",")]
     if not eq or not path.strip() or not all(items):
         raise argparse.ArgumentTypeError(f"{GRID_SYNTAX}, got {text!r}")
-    return path.strip(), tuple(yaml.safe_load(item) for item in items)
+    try:
+        return path.strip(), tuple(yaml.safe_load(item) for item in items)
+    except yaml.YAMLError:
+        raise argparse.ArgumentTypeError(f"{GRID_SYNTAX}, got {text!r} (a value is not "
+                                         f"valid YAML)") from None
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:

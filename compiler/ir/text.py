@@ -813,4 +813,12 @@ def parse_program(text: str, source: str = "<program>") -> Program:
 
 def load_program(path: str | os.PathLike[str]) -> Program:
     """Parse a ``.rbln`` file; errors name the file, line and column."""
-    return parse_program(Path(path).read_text(encoding="utf-8"), source=str(path))
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ParseError(f"not UTF-8 text (byte 0x{data[exc.start]:02x}); a .rbln program "
+                         f"is UTF-8", line, column, str(path)) from None
+    return parse_program(text, source=str(path))

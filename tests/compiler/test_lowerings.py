@@ -9,6 +9,8 @@ import pytest
 import torch
 from compiler_helpers import check_op
 
+import compiler
+from archsim.config import load_config
 from compiler.ir.ops import MatMul
 
 aten = torch.ops.aten
@@ -418,3 +420,21 @@ def test_conv1d_runs_as_a_conv2d_of_height_one(preset: str) -> None:
                                (x, w, bias, [stride], [1], [1], False, [0], 1), preset)
         assert not compiled.fallbacks
         assert "convolution" in " ".join(compiled.kernels)
+
+
+def test_host_ops_with_several_results_give_the_one_read() -> None:
+    """topk(...).values, sort(...)[1], svd(...)[1], qr(...)[1], min(dim)[1] run on the
+    host (timed) and each returns what torch returns, whichever result is used."""
+
+    class Pick(torch.nn.Module):
+        def forward(self, x):
+            return (torch.topk(x, 3).values + 1, torch.sort(x)[1], torch.linalg.svd(x)[1],
+                    torch.linalg.qr(x.T)[1], x.min(dim=0)[1])
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    compiled = compiler.compile_graph(compiler.export_model(Pick(), (x,)), load_config("tiny"))
+    outputs, result = compiled.run(x)
+    assert len(compiled.fallbacks) == 5 and result.host_cycles > 0
+    for got, want in zip(outputs, Pick()(x)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
