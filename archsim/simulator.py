@@ -33,6 +33,10 @@ from compiler.ir.collector import paused
 from compiler.ir.ops import Program
 
 
+MAX_CYCLES = 2 ** 62
+"""The longest run archsim reports (timelines are int64 arrays)."""
+
+
 class Simulator:
     """``Simulator(config).run(program, inputs=None) -> SimResult``.
 
@@ -242,6 +246,12 @@ class _Run:
         self.env.run()
         if -1 in self.ends:
             raise SimulationError(self._stuck_message())
+        last = max(self.ends, default=0)
+        if last > MAX_CYCLES:
+            raise SimulationError(f"simulation of {self.program.name!r} ends at cycle {last:.3g},"
+                                  f" past the {MAX_CYCLES:.3g} cycles (2**62) archsim counts; "
+                                  f"check the cycle counts of host ops and the config's "
+                                  f"latencies and bandwidths")
         return self._result()
 
     # A command's start is max(its engine's previous end, its dependencies' ends).

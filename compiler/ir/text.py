@@ -109,6 +109,9 @@ __all__ = [
 
 # ---------------------------------------------------------------- lexical structure
 
+_HUGE_NUMBER = re.compile(r"(?<![\w.])(?:0[xX][0-9a-fA-F]{17,}|[0-9]{19,})")
+"""A number no program needs (>= 10**18, past the simulator's 2**62-cycle range)."""
+
 _WORD = r"[\w.]+(?:[-+][\w.]+)*"
 _STRING = r'"(?:[^"\\]|\\.)*"'
 _DTYPE_ALT = "|".join(sorted((d.value for d in DType), key=len, reverse=True))
@@ -770,7 +773,13 @@ class _ProgramParser:
     def parse(self, text: str) -> Program:
         number = 0
         for number, raw in enumerate(text.split("\n"), start=1):
-            line = _Line(raw.removesuffix("\r"), number, self.source)
+            raw = raw.removesuffix("\r")
+            huge = _HUGE_NUMBER.search(raw.split("#", 1)[0])
+            if huge:
+                raise ParseError(f"number {huge.group()[:12]}... has {len(huge.group())} "
+                                 f"digits; sizes, offsets and cycles have at most 18",
+                                 number, huge.start() + 1, self.source)
+            line = _Line(raw, number, self.source)
             if line.count:
                 self._line(line)
         if self.header is None:

@@ -60,3 +60,18 @@ def test_the_cli_answers_a_nan_override_in_one_line(capsys) -> None:
                  "dram.channel_bandwidth_gb_per_s=nan"])
     err = capsys.readouterr().err
     assert code != 0 and err.startswith("archsim: error:") and "finite" in err
+
+
+def test_a_run_past_2_to_the_62_cycles_is_a_simulation_error() -> None:
+    from archsim.errors import SimulationError
+    from archsim.simulator import Simulator
+    from compiler.ir.text import parse_program
+
+    lines = ["program p", "dram %X : f32[4,8] inout", "dram %Y : f32[4,8] out"]
+    for i in range(12):  # 12 x (10**18 - 1) cycles overflow int64
+        after = f" after {i - 1}" if i else ""
+        lines.append(f" {i}: host host_op aten.neg.default (%X) -> (%Y) "
+                     f"cycles=999999999999999999{after}")
+    with pytest.raises(SimulationError, match=r"ends at cycle 1.2e\+19, past the 4.61e\+18 "
+                                              r"cycles \(2\*\*62\)"):
+        Simulator(load_config("tiny")).run(parse_program("\n".join(lines) + "\n"))

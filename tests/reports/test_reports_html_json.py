@@ -96,3 +96,25 @@ def test_from_json_rejects_bad_documents(chain_result, change, message):
     change(document)
     with pytest.raises(ValueError, match=re.escape(message)):
         from_json(document)
+
+
+def test_user_names_cannot_inject_script_into_reports(tmp_path) -> None:
+    """An op's source name comes from the user's model (or a .rbln comment): the HTML
+    report escapes it and the Perfetto trace keeps it as plain JSON text."""
+    from archsim.config import load_config
+    from archsim.simulator import Simulator
+    from compiler.ir.text import parse_program
+    from reports.html import write_html
+    from reports.perfetto import export_perfetto
+
+    evil = "</script><script>alert(1)</script>"
+    program = parse_program(
+        "program p\ndram %X : f32[4,8] inout\ndram %Y : f32[4,8] out\n"
+        f" 0: host host_op aten.neg.default (%X) -> (%Y) cycles=100  # {evil}\n")
+    result = Simulator(load_config("tiny")).run(program)
+    write_html(result, tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert "alert(1)" in page and evil not in page and "<script>alert" not in page
+    export_perfetto(result, tmp_path / "trace.json")
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert any(evil in json.dumps(e.get("args", {})) + str(e.get("name")) for e in events)

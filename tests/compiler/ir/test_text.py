@@ -276,3 +276,20 @@ class TestSpeed:
         elapsed = time.process_time() - start
         assert parsed == program
         assert elapsed < 8.0, f"parsing 40k commands took {elapsed:.1f}s of CPU"
+
+
+def test_a_number_too_long_for_any_program_is_a_parse_error() -> None:
+    """Python refuses to convert 4,301-digit strings; the parser names the line first."""
+    text = ("program p\ndram %X : f32[4,8] inout\ndram %Y : f32[4,8] out\n"
+            " 0: host host_op aten.neg.default (%X) -> (%Y) cycles=" + "9" * 5000 + "\n")
+    with pytest.raises(ParseError) as info:
+        parse_program(text, source="big.rbln")
+    assert str(info.value) == ("big.rbln:4:55: number 999999999999... has 5000 digits; "
+                               "sizes, offsets and cycles have at most 18")
+
+
+def test_a_file_that_is_not_utf8_is_a_parse_error(tmp_path: Path) -> None:
+    path = tmp_path / "p.rbln"
+    path.write_bytes(b"program p\ndram %X : f32[4] in\n\xc3\x28\n")
+    with pytest.raises(ParseError, match=r"p.rbln:3:1: not UTF-8 text \(byte 0xc3\)"):
+        load_program(path)
