@@ -24,6 +24,7 @@ from compiler import graph as g
 from compiler.emit import Emitter
 from compiler.graph import Graph, Value, base_of
 from compiler.ir.collector import paused
+from compiler.ir.dram_peak import check_dram_capacity
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import Program
 from compiler.kernels.common import Context
@@ -346,6 +347,7 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
         name = "graph_" + key[0][:8]
         prog, tensors, host_functions, constants, kernels = build_program(graph, config,
                                                                           options, name)
+        check_dram_capacity(prog, config)
     outputs = tuple(OutputSpec(tensors[base_of(v).id], v.shape, v.dtype.value)
                     for v in graph.outputs)
     compiled = CompiledProgram(

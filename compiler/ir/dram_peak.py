@@ -1,0 +1,62 @@
+"""How much DRAM a program needs at once, against the chip's capacity.
+
+Each DRAM tensor is live from the first command that touches it to the last (tensors
+the caller provides from the start, tensors it reads back to the end); the peak is the
+largest total of live bytes at any command, the footprint a runtime that frees dead
+tensors would need. A model whose weights alone exceed the device is refused here,
+before any simulation, rather than "running" on memory it does not have.
+"""
+
+from __future__ import annotations
+
+from archsim.config.model import NpuConfig
+from archsim.errors import DeviceMemoryError
+from compiler.ir.access import dram_reads, dram_writes
+from compiler.ir.ops import HostTransfer, Program
+
+
+def dram_peak(program: Program) -> tuple[int, int]:
+    """(peak live bytes, index of the command where it is reached)."""
+    count = len(program.commands)
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, command in enumerate(program.commands):
+        op = command.op
+        names = (op.ref.tensor,) if isinstance(op, HostTransfer) else (
+            *dram_reads(op), *dram_writes(op))
+        for name in names:
+            first.setdefault(name, i)
+            last[name] = i
+    delta = [0] * (count + 1)
+    for tensor in program.tensors:
+        start = 0 if tensor.role in ("in", "inout") else first.get(tensor.name)
+        end = count - 1 if tensor.role in ("out", "inout") else last.get(tensor.name)
+        if start is None or end is None:
+            continue  # never touched
+        delta[start] += tensor.nbytes
+        delta[end + 1] -= tensor.nbytes
+    peak, at, live = 0, 0, 0
+    for i in range(count):
+        live += delta[i]
+        if live > peak:
+            peak, at = live, i
+    return peak, at
+
+
+def check_dram_capacity(program: Program, config: NpuConfig) -> None:
+    """Raise :class:`DeviceMemoryError` when the program needs more DRAM than the chip
+    has (``dram.capacity_bytes``), saying how much and where."""
+    peak, at = dram_peak(program)
+    capacity = config.dram.capacity_bytes
+    if peak <= capacity:
+        return
+    where = program.commands[at].source if program.commands else ""
+    raise DeviceMemoryError(
+        f"{program.name} needs {_gib(peak)} of DRAM at once (at command {at}"
+        f"{f', {where}' if where else ''}) but {config.name} has {_gib(capacity)} "
+        f"(dram.capacity_bytes): use a smaller model or batch, a preset with more DRAM, "
+        f"--set dram.capacity_bytes=..., or split it over chips (archsim llm --tp/--pp)")
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2 ** 30:.2f} GiB"

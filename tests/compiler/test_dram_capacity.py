@@ -1,0 +1,49 @@
+"""DRAM capacity: a program needing more DRAM at once than the chip has is refused with
+a DeviceMemoryError before it is simulated; the peak counts only tensors alive together."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import archsim
+from archsim.errors import DeviceMemoryError
+from compiler.ir.dram_peak import dram_peak
+from compiler.ir.text import parse_program
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, layers: int, width: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width, bias=False)
+                                          for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_model_larger_than_the_device_is_refused_with_what_it_needs() -> None:
+    """160 layers of 8192 x 8192 f16 weights (20 GiB) on a 16 GiB TPU v3 core."""
+    with torch.device("meta"):
+        model = Stack(160, 8192).half()
+    x = torch.empty(1, 8192, dtype=torch.half, device="meta")
+    with pytest.raises(DeviceMemoryError, match=r"needs 20.00 GiB of DRAM at once .* but "
+                                                r"tpu-v3 has 16.00 GiB \(dram.capacity_bytes\)"):
+        archsim.estimate(model, (x,), config="tpu-v3")
+
+
+def test_the_peak_counts_tensors_alive_together() -> None:
+    """A (4 KiB in) -> B (8 KiB temp) -> C (2 KiB out), each dead after its last use:
+    A and B are live at command 0 (12 KiB, the peak); at command 1 A is dead and B and C
+    hold 10 KiB; the sum of all three (14 KiB) is never live at once."""
+    program = parse_program("""program p
+dram %A : f32[1024] in
+dram %B : f32[2048] temp
+dram %C : f32[512] out
+ 0: host host_op aten.a (%A) -> (%B) cycles=1
+ 1: host host_op aten.b (%B) -> (%C) cycles=1 after 0
+ 2: host host_op aten.c (%C) -> (%C) cycles=1 after 1
+""")
+    assert dram_peak(program) == (4096 + 8192, 0)
