@@ -16,9 +16,12 @@ def __getattr__(name: str) -> Any:
     if name == "CompileOptions":
         from compiler.options import CompileOptions
         return CompileOptions
-    if name in ("CompiledProgram", "compile_graph", "compile_op"):
+    if name in ("CompiledProgram", "compile_graph"):
         from compiler import compile as _compile
         return getattr(_compile, name)
+    if name == "compile_op":
+        from compiler.single_op import compile_op
+        return compile_op
     if name in ("export_decompositions", "export_model"):
         from compiler import export
         return getattr(export, name)
