@@ -73,6 +73,11 @@ class DeviceMemoryError(CapacityError):
     """A model's weights, KV cache and activations do not fit in a chip's DRAM."""
 
 
+class HostMemoryError(CapacityError):
+    """A functional run would need more host memory than this machine has available
+    (names the tensor and the bytes)."""
+
+
 class ModelConfigError(ArchsimError):
     """A language-model description (config.json) is missing, unreadable or does not
     fit the requested parallelism."""

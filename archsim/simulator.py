@@ -27,6 +27,7 @@ from archsim.chip import Chip
 from archsim.config.model import NpuConfig
 from archsim.errors import SimulationError
 from archsim.functional import FunctionalExecutor, HostFunction, Memory
+from archsim.host_memory import check_host_memory
 from archsim.result import SimResult
 from archsim.timing import COST_KEY, CommandTiming, no_cost_key
 from compiler.ir.collector import paused
@@ -237,6 +238,8 @@ class _Run:
         self.ready: list[_Engine] = []
         self.executor: FunctionalExecutor | None = None
         if inputs is not None:
+            check_host_memory(self.program.name, self.program.tensors,
+                              sum(plan.sram_sizes.values()))
             memory = Memory(self.program.tensor_map, plan.sram_sizes, inputs)
             self.executor = FunctionalExecutor(memory, host_functions)
 

@@ -1,10 +1,12 @@
-"""Config fields have physical bounds: absurd, non-finite or tiny values are refused
-with every problem named at once, before anything is simulated."""
+"""Bad numbers never reach the simulator: config fields have physical bounds (absurd,
+non-finite or tiny values refused, every problem named at once), runs past 2**62 cycles
+and functional runs larger than host memory are named errors."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from archsim.cli.main import main
@@ -75,3 +77,20 @@ def test_a_run_past_2_to_the_62_cycles_is_a_simulation_error() -> None:
     with pytest.raises(SimulationError, match=r"ends at cycle 1.2e\+19, past the 4.61e\+18 "
                                               r"cycles \(2\*\*62\)"):
         Simulator(load_config("tiny")).run(parse_program("\n".join(lines) + "\n"))
+
+
+def test_a_functional_run_larger_than_host_memory_is_refused_before_allocating(
+        monkeypatch) -> None:
+    from archsim.errors import HostMemoryError
+    from archsim.simulator import Simulator
+    from compiler.ir.text import parse_program
+
+    program = parse_program("program big\ndram %X : f32[1024,1024] in\n"
+                            "dram %Y : f32[1024,1024] out\n"
+                            " 0: host host_op aten.neg.default (%X) -> (%Y) cycles=10\n")
+    monkeypatch.setenv("ARCHSIM_HOST_MEMORY_BYTES", str(4 << 20))  # two 4 MiB tensors
+    with pytest.raises(HostMemoryError, match=r"needs 8.0 MiB .* largest tensor %X "
+                                              r"f32\[1024, 1024\] = 4.0 MiB"):
+        Simulator(load_config("tiny")).run(program, {"X": np.zeros((1024, 1024), np.float32)})
+    # performance-only allocates nothing and runs
+    assert Simulator(load_config("tiny")).run(program).total_cycles > 0
