@@ -78,6 +78,10 @@ class HostMemoryError(CapacityError):
     (names the tensor and the bytes)."""
 
 
+class ProgramTooLargeError(CapacityError):
+    """A compile would emit more commands than the cap (``ARCHSIM_MAX_COMMANDS``)."""
+
+
 class ModelConfigError(ArchsimError):
     """A language-model description (config.json) is missing, unreadable or does not
     fit the requested parallelism."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import multiprocessing
 import os
 import time
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from compiler.ir.ops import Program
     from reports.data import ReportData
 
+MAX_POINTS = 10_000
+"""Points one sweep may have (a typo such as an extra axis should not queue a week of runs)."""
 STATUS_OK = "ok"
 
 ERROR_STATUS: tuple[tuple[type[ArchsimError], str], ...] = (
@@ -139,6 +142,12 @@ def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
                                f"values, got {values!r}")
         if not values:
             raise ArchsimError(f"grid axis {path!r} has no values")
+    total = math.prod(len(values) for values in grid.values())
+    if total > MAX_POINTS:
+        sizes = " x ".join(f"{len(values)} {path}" for path, values in grid.items())
+        raise ArchsimError(f"the grid has {total:,} points ({sizes}), more than "
+                           f"{MAX_POINTS:,}; sweep fewer values per axis, or split the "
+                           f"sweep into several runs")
     paths = list(grid)
     return [dict(zip(paths, combo)) for combo in itertools.product(*grid.values())]
 

@@ -10,10 +10,11 @@ race. Dependencies on the same engine are dropped (queue order implies them).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from archsim.config.model import NpuConfig
-from archsim.errors import CapacityError
+from archsim.errors import CapacityError, ConfigError, ProgramTooLargeError
 from compiler.ir import access
 from compiler.ir.builder import ProgramBuilder
 from compiler.ir.dtypes import DType
@@ -111,6 +112,26 @@ class _BoxIndex:
         return {cid for entries in self.buckets.values() for _, cid in entries}
 
 
+MAX_COMMANDS_ENV = "ARCHSIM_MAX_COMMANDS"
+DEFAULT_MAX_COMMANDS = 2_000_000
+"""Commands one program may hold (about 1 KB of host memory each while compiling)."""
+
+
+def max_commands() -> int:
+    """The command cap: ``ARCHSIM_MAX_COMMANDS`` if set, else 2,000,000."""
+    text = os.environ.get(MAX_COMMANDS_ENV)
+    if text is None:
+        return DEFAULT_MAX_COMMANDS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError([f"{MAX_COMMANDS_ENV}={text!r}: expected a positive integer"],
+                          source="environment")
+    return value
+
+
 class Emitter:
     def __init__(self, name: str, config: NpuConfig) -> None:
         self.config = config
@@ -120,6 +141,7 @@ class Emitter:
         self._dram_writes: dict[str, _BoxIndex] = {}
         self._dram_reads: dict[str, list[int]] = {}
         self._rr: dict[str, int] = {}
+        self._max_commands = max_commands()
 
     # -- tensors -------------------------------------------------------------------
     def tensor(self, name: str, shape: Shape, dtype: DType, role: str) -> None:
@@ -149,8 +171,20 @@ class Emitter:
         return i % count
 
     # -- commands ------------------------------------------------------------------
+    def reserve(self, count: int, source: str) -> None:
+        """Refuse now, before a kernel builds its plan, if ``count`` more commands would
+        pass the cap (a 100000^3 GEMM would otherwise fill the host's memory first)."""
+        if len(self._engine_of) + count > self._max_commands:
+            raise ProgramTooLargeError(
+                f"program {self.builder.name!r} needs more than {self._max_commands:,} "
+                f"commands (at {source}: {count:,} more); its host memory would grow "
+                f"without bound. Use smaller shapes, or raise the cap with "
+                f"{MAX_COMMANDS_ENV}")
+
     def emit(self, engine: str, op: Op, source: str) -> int:
         cid = len(self._engine_of)
+        if cid >= self._max_commands:
+            self.reserve(1, source)
         deps: set[int] = set()
         reads = access.reads(op)
         writes = access.writes(op)

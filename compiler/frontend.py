@@ -56,9 +56,10 @@ def _meta_tensors(val: Any) -> list[torch.Tensor | None]:
 def _static_shape(t: torch.Tensor, where: str) -> tuple[int, ...]:
     try:
         return tuple(int(s) for s in t.shape)
-    except (TypeError, ValueError):
-        raise LoweringError(f"{where}: dynamic shape {list(t.shape)} is not supported; "
-                            f"export with static shapes") from None
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a data-dependent size
+        raise LoweringError(f"{where}: dynamic shape {list(t.shape)} is not supported (a "
+                            f"size that depends on the data, as torch.unique's, or a dynamic "
+                            f"dimension); export with static shapes") from None
 
 
 class Frontend:

@@ -12,6 +12,7 @@ _DTYPES = ("bf16", "f16", "f32")
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``llm`` on the subparsers of ``archsim``."""
+    from archsim.cli.main import output_file
     from archsim.config import DEFAULT_PRESET
     from serving.spec import bundled_models
 
@@ -53,7 +54,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                         "collective the cheapest by its alpha-beta cost, "
                                         "a tree for small messages, a bidirectional ring "
                                         "for large ones)")
-    p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", type=output_file, help="also write the results as JSON to FILE")
     p.add_argument("--trace", metavar="FILE",
                    help="also write a Perfetto trace (one track group per chip) to FILE")
     p.set_defaults(handler=run)

@@ -8,6 +8,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from archsim.errors import ArchsimError
 
@@ -25,6 +26,20 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def output_file(text: str) -> str:
+    """argparse type: a file that can be written (its directory exists), checked before
+    anything is simulated so a long run is not lost to a typo in ``--json``."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a directory; give a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text}: directory {str(parent)!r} is not writable")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", metavar="DIR",
                      help="also write summary.txt, trace.json (Perfetto), result.json, "
                           "report.html and figures to DIR")
-    run.add_argument("--json", metavar="FILE", help="write the result as JSON to FILE")
+    run.add_argument("--json", metavar="FILE", type=output_file, help="write the result as JSON to FILE")
     run.add_argument("--list", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(handler=commands.run)
 

@@ -38,6 +38,7 @@ def grid_axis(text: str) -> tuple[str, tuple[Any, ...]]:
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``sweep`` on the subparsers of ``archsim``."""
+    from archsim.cli.main import positive
     from archsim.config import DEFAULT_PRESET
     from archsim.sweep import BACKENDS
     from reports.figures import COST_METRICS
@@ -67,7 +68,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    dest="overrides",
                    help="a fixed override applied to every point, e.g. dram.channels=16 "
                         "(repeatable)")
-    p.add_argument("--workers", "-j", type=int, default=None, metavar="N",
+    p.add_argument("--workers", "-j", type=positive, default=None, metavar="N",
                    help=f"points run in parallel (default: the CPU count, "
                         f"{os.cpu_count()} here; 1 runs them one by one in this process)")
     p.add_argument("--ray", action="store_true",
@@ -78,10 +79,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="hardware cost for the Pareto front (default: peak_flops)")
     p.add_argument("--out", metavar="DIR",
                    help="write sweep.csv, sweep.json and pareto.png to DIR")
-    p.add_argument("--batch", type=int, default=None, help="batch size (built-in models)")
-    p.add_argument("--seq", type=int, default=None,
+    p.add_argument("--batch", type=positive, default=None, help="batch size (built-in models)")
+    p.add_argument("--seq", type=positive, default=None,
                    help="sequence length, or the size for gemm (built-in models)")
-    p.add_argument("--layers", type=int, default=None,
+    p.add_argument("--layers", type=positive, default=None,
                    help="number of layers (built-in transformer models)")
     p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
                    help="model dtype (built-in models; default: each point's matrix "
@@ -99,7 +100,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from archsim.cli.commands import resolve_config
+    from archsim.cli.commands import output_dir, resolve_config
     from archsim.sweep import SweepPoint, sweep
 
     import reports
@@ -115,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"argument --set: {fixed[0].partition('=')[0].strip()} is also swept "
                       f"by --grid; drop one")
     base = resolve_config(args.config, args.overrides)
+    if args.out:
+        output_dir(args.out)  # refused now, not after the sweep has run
 
     def report(point: SweepPoint, done: int, total: int) -> None:
         if args.quiet:

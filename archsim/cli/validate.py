@@ -13,6 +13,7 @@ from typing import Any
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``validate`` on the subparsers of ``archsim``."""
+    from archsim.cli.main import output_file
     from archsim.config import DEFAULT_PRESET
 
     p = sub.add_parser(
@@ -34,7 +35,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                           "core.matrix.f32_precision=high (repeatable)")
     p.add_argument("--workload", "-w", action="append", default=[], metavar="NAME",
                    help="only this row of DATA.csv (repeatable)")
-    p.add_argument("--json", metavar="FILE", help="also write the rows and the mean "
+    p.add_argument("--json", metavar="FILE", type=output_file, help="also write the rows and the mean "
                                                    "absolute error as JSON to FILE")
     p.set_defaults(handler=run)
     return p

@@ -20,6 +20,9 @@ from archsim.errors import ArchsimError
 
 FUNCTIONAL_PARAMETER_LIMIT = 30_000_000
 """Models with more parameters than this run performance-only unless asked otherwise."""
+FUNCTIONAL_BYTES_LIMIT = 1 << 30
+"""Built-in workloads whose weights and inputs take more host memory than this run
+performance-only (``gemm --seq 100000`` would allocate 80 GB of inputs on the host)."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,12 @@ def _simulate_program(path: Path, config: NpuConfig, progress) -> Any:
 def _from_python_file(path: Path) -> tuple[Any, tuple[Any, ...]]:
     if not path.is_file():
         raise ArchsimError(f"no such model file: {path}")
+    try:
+        compile(path.read_bytes(), str(path), "exec")
+    except SyntaxError as exc:  # also a file that is not UTF-8
+        raise ArchsimError(f"{path}:{exc.lineno}: not valid Python: {exc.msg}") from None
+    # An exception raised by the file's own code keeps its traceback: it points into the
+    # user's model, where the bug is.
     namespace = runpy.run_path(str(path))
     model = namespace.get("model")
     inputs = namespace.get("example_inputs")
@@ -184,9 +193,12 @@ def _simulate_builtin(name: str, workload: Workload, args: argparse.Namespace,
     args.layers = args.layers or workload.layers
     torch.manual_seed(0)
     with torch.device("meta"):
-        module, _ = workload.build(args, _dtype(args.dtype or "f32"))
+        module, meta_inputs = workload.build(args, _dtype(args.dtype or "f32"))
     parameters = sum(p.numel() for p in module.parameters())
-    perf_only = args.perf_only or parameters > FUNCTIONAL_PARAMETER_LIMIT or name == "llama-7b"
+    data_bytes = sum(t.numel() * t.element_size() for t in (*module.parameters(), *meta_inputs)
+                     if isinstance(t, torch.Tensor))
+    perf_only = (args.perf_only or parameters > FUNCTIONAL_PARAMETER_LIMIT
+                 or data_bytes > FUNCTIONAL_BYTES_LIMIT or name == "llama-7b")
     # Functional runs default to f32 so numbers compare with torch exactly; estimates
     # default to the matrix engine's native precision, as a deployment would use.
     native = config.core.matrix.input_dtype if config.core.matrix.input_dtype != "i8" else "f16"
@@ -200,8 +212,9 @@ def _simulate_builtin(name: str, workload: Workload, args: argparse.Namespace,
               f"(numbers checked against torch on CPU)", file=sys.stderr)
     elif not args.quiet:
         print(f"{name}: {parameters / 1e6:.1f}M parameters, {dtype_name}, performance-only "
-              f"(shapes only; --perf-only or > {FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M "
-              f"parameters)", file=sys.stderr)
+              f"(shapes only; --perf-only, > {FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M "
+              f"parameters or > {FUNCTIONAL_BYTES_LIMIT >> 30} GiB of weights and inputs)",
+              file=sys.stderr)
     label = f"{name} b{args.batch}" + (f" s{args.seq}" if name not in ("resnet-18", "resnet-50",
                                                                        "conv") else "")
     label += f" {dtype_name}"

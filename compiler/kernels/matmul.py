@@ -66,6 +66,8 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     n_tile = nt * used
     tiles = [(bi, m0, n0) for bi in range(batch) for m0 in range(0, m, mt)
              for n0 in range(0, n, n_tile)]
+    k_steps = list(range(0, k, kt))
+    ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each
     cores = min(ctx.cores, len(tiles))
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     bufs = [_allocate(ctx, c, tiling, a.dtype, acc_dtype, out, cast_needed, trans_b, group,
@@ -76,12 +78,11 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     # so a block's loads issued ahead never overwrite one still being multiplied
     for t, (bi, m0, n0) in enumerate(tiles):
         core = t % cores
-        q = (len([1 for x in range(t) if x % cores == core])) % tiling.acc_sets
+        q = (t // cores) % tiling.acc_sets  # the core's own tile count so far
         batch_index = unravel(bi, batch_shape)
         m1 = min(m0 + mt, m)
         cols = [(n0 + j * nt, min(n0 + (j + 1) * nt, n)) for j in range(used)
                 if n0 + j * nt < n]
-        k_steps = list(range(0, k, kt))
         load_a = not tiling.a_resident or holding[core] != (bi, m0)
         if load_a and tiling.a_resident:
             blocks[core] += 1

@@ -60,3 +60,64 @@ def test_set_with_a_value_that_is_not_yaml(capsys) -> None:
 def test_non_positive_sizes(flag: str, capsys) -> None:
     err = _error(capsys, "argparse", "run", "gemm", flag, "-5")
     assert f"argument {flag}: expected a positive integer, got -5" in err
+
+
+def test_json_into_a_missing_directory_is_refused_before_simulating(tmp_path: Path,
+                                                                    capsys) -> None:
+    target = tmp_path / "missing" / "result.json"
+    err = _error(capsys, "argparse", "run", "gemm", "--seq", "16", "--json", str(target))
+    assert f"argument --json: {target}: directory '{target.parent}' does not exist" in err
+    assert "simulating" not in err
+
+
+def test_json_naming_a_directory(tmp_path: Path, capsys) -> None:
+    err = _error(capsys, "argparse", "llm", "llama-2-7b", "--json", str(tmp_path))
+    assert f"argument --json: {tmp_path}: is a directory; give a file name" in err
+
+
+def test_a_model_file_with_a_syntax_error_names_file_and_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "model.py"
+    path.write_text("import torch\nmodel = (\n")
+    err = _error(capsys, "run", str(path))
+    assert err.strip() == f"archsim: error: {path}:2: not valid Python: '(' was never closed"
+
+
+def test_a_model_file_that_is_not_utf8(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "model.py"
+    path.write_bytes(b"x = '\xff\xfe'\n")
+    err = _error(capsys, "run", str(path))
+    assert err.startswith(f"archsim: error: {path}:1: not valid Python: (unicode error) "
+                          f"'utf-8' codec can't decode byte 0xff")
+
+
+def test_a_sweep_over_10000_points_is_refused(capsys) -> None:
+    cols = ",".join(str(v) for v in range(1, 41))
+    err = _error(capsys, "sweep", "gemm", "--grid", "core.matrix.rows=" + cols,
+                 "--grid", "core.matrix.cols=" + cols, "--grid", "cores=1,2,4,8,16,32,64")
+    assert err.strip() == ("archsim: error: the grid has 11,200 points (40 core.matrix.rows x "
+                           "40 core.matrix.cols x 7 cores), more than 10,000; sweep fewer "
+                           "values per axis, or split the sweep into several runs")
+
+
+def test_a_sweep_writing_into_a_file_is_refused_before_running(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "a_file"
+    path.write_text("x")
+    err = _error(capsys, "sweep", "gemm", "-c", "tiny", "--grid", "cores=1,2", "--out",
+                 str(path))
+    assert err.strip() == f"archsim: error: --out {path}: is a file; give a directory " \
+                          f"(created if missing)"
+    assert "[1/2]" not in err
+
+
+def test_a_gemm_too_large_to_compile_is_refused_early(monkeypatch, capsys) -> None:
+    """gemm --seq 100000 once grew to 23 GB of host memory: its inputs now make it
+    performance-only (> 1 GiB) and the compiler refuses a plan past the command cap
+    before building it (here a 16384^3 GEMM, 2 GiB of f32 inputs, against a cap of 1,000
+    commands)."""
+    monkeypatch.setenv("ARCHSIM_MAX_COMMANDS", "1000")
+    err = _error(capsys, "run", "gemm", "--seq", "16384", "-c", "tiny")
+    assert "performance-only (shapes only; --perf-only, > 30M parameters or > 1 GiB" in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("archsim: error: program ") and \
+        "needs more than 1,000 commands (at mm: " in last and \
+        last.endswith("raise the cap with ARCHSIM_MAX_COMMANDS")

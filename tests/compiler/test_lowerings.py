@@ -11,6 +11,7 @@ from compiler_helpers import check_op
 
 import compiler
 from archsim.config import load_config
+from archsim.errors import LoweringError
 from compiler.ir.ops import MatMul
 
 aten = torch.ops.aten
@@ -438,3 +439,14 @@ def test_host_ops_with_several_results_give_the_one_read() -> None:
     assert len(compiled.fallbacks) == 5 and result.host_cycles > 0
     for got, want in zip(outputs, Pick()(x)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_data_dependent_output_shape_is_a_lowering_error() -> None:
+    class Unique(torch.nn.Module):
+        def forward(self, x):
+            return torch.unique(x)
+
+    exported = compiler.export_model(Unique(), (torch.tensor([1.0, 2.0, 2.0]),))
+    with pytest.raises(LoweringError, match=r"dynamic shape \[u0\] is not supported \(a size "
+                                            r"that depends on the data, as torch.unique's"):
+        compiler.compile_graph(exported, load_config("tiny"))
