@@ -21,6 +21,7 @@ from compiler.ir.operands import DramRef, DramTensor, Scalar, SramRef
 from compiler.ir.ops import (
     Binary,
     BinaryKind,
+    Command,
     Cast,
     Copy,
     Gather,
@@ -346,3 +347,14 @@ class FunctionalExecutor:
             run_host_op(op, self.memory, self.host_functions)
             return
         EXECUTORS[type(op)](op, self.memory)
+
+    def execute_command(self, command: Command) -> None:
+        """Execute one command; a failure is a SimulationError naming it (cause chained)."""
+        try:
+            self.execute(command.op)
+        except SimulationError:
+            raise
+        except Exception as exc:
+            raise SimulationError(f"command {command.id} ({command.engine} "
+                                  f"{command.op.mnemonic}) failed in functional mode: "
+                                  f"{type(exc).__name__}: {exc}") from exc

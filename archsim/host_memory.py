@@ -17,6 +17,9 @@ from compiler.ir.operands import DramTensor
 
 ENV_LIMIT = "ARCHSIM_HOST_MEMORY_BYTES"
 """Environment variable that overrides the host memory a functional run may use."""
+ALWAYS_FITS = 64 << 20
+"""Runs needing less than this are not checked against the machine (unless the limit is
+set explicitly): any machine that runs torch has 64 MiB to spare."""
 HEADROOM = 0.8
 """Share of the available memory a functional run may take (the rest is torch, numpy
 temporaries and the outputs' copies)."""
@@ -56,6 +59,8 @@ def check_host_memory(program_name: str, tensors: Iterable[DramTensor],
     """Raise HostMemoryError if the program's DRAM tensors (and SRAM) exceed the limit."""
     tensors = list(tensors)
     needed = sum(t.nbytes for t in tensors) + sram_bytes
+    if needed <= ALWAYS_FITS and not os.environ.get(ENV_LIMIT):
+        return  # not worth reading /proc/meminfo for (eager ops run this per call)
     limit = host_memory_limit()
     if needed <= limit:
         return

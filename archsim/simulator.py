@@ -131,6 +131,34 @@ class _Plan:
                 for space, end in self.program.sram_high_water.items()}
 
 
+    @cached_property
+    def functional_order(self) -> list[int]:
+        """Command indices in an order that respects every dependency (program order
+        when, as emitted programs do, every command depends only on earlier ones)."""
+        deps = self.deps
+        if all(d < i for i, ds in enumerate(deps) for d in ds):
+            return list(range(self.n))
+        waiting = [len(ds) for ds in deps]
+        users: list[list[int]] = [[] for _ in range(self.n)]
+        for i, ds in enumerate(deps):
+            for d in ds:
+                users[d].append(i)
+        order = [i for i in range(self.n) if not waiting[i]]
+        for i in order:  # grows while iterated: Kahn's algorithm
+            for u in users[i]:
+                waiting[u] -= 1
+                if not waiting[u]:
+                    order.append(u)
+        return order
+
+
+def functional_plan(program: Program, config: NpuConfig) -> tuple[dict[str, int], list[int]]:
+    """What a functional execution of ``program`` needs without simulating it: the SRAM
+    bytes per space and a dependency-respecting command order (cached with the plan)."""
+    plan = _plan_for(program, config, verify=False)
+    return plan.sram_sizes, plan.functional_order
+
+
 _Step = tuple[int, tuple[int, ...], float, float]
 
 
@@ -337,14 +365,7 @@ class _Run:
         self._drain()
 
     def execute_command(self, i: int) -> None:
-        try:
-            self.executor.execute(self.program.commands[i].op)
-        except SimulationError:
-            raise
-        except Exception as exc:  # name the command; keep the cause chained
-            c = self.program.commands[i]
-            raise SimulationError(f"command {c.id} ({c.engine} {c.op.mnemonic}) failed in "
-                                  f"functional mode: {type(exc).__name__}: {exc}") from exc
+        self.executor.execute_command(self.program.commands[i])
 
     def _stuck_message(self) -> str:
         commands = self.program.commands

@@ -113,20 +113,29 @@ class CompiledProgram:
             feed[name] = const if isinstance(const, np.ndarray) else const.array()
         return feed
 
-    def run(self, *args: Any, simulate: bool = True, verify: bool = True) -> tuple[Any, Any]:
+    def run(self, *args: Any, simulate: bool = True, verify: bool = True,
+            timing: Any = None) -> tuple[Any, Any]:
         """Run functionally on tensors/arrays; returns (outputs as torch tensors, SimResult).
         With ``simulate=False`` the compiled graph runs in torch on CPU instead and the
-        SimResult is None (a fast reference path)."""
+        SimResult is None (a fast reference path). With ``timing`` (an earlier result of
+        this program) the commands run functionally without the event simulation and the
+        result keeps that timing (:func:`archsim.replay.replay`: cycles never depend on
+        the data)."""
         import torch
 
+        from archsim.replay import replay
         from archsim.simulator import Simulator
         from compiler.torch_types import torch_dtype
 
         if not simulate:
             return self._reference(*args), None
-        result = Simulator(self.config).run(self.program, self.feed(*args),
-                                            host_functions=dict(self.host_functions),
-                                            verify=verify)
+        if timing is not None:
+            result = replay(self.program, self.config, self.feed(*args), timing,
+                            dict(self.host_functions))
+        else:
+            result = Simulator(self.config).run(self.program, self.feed(*args),
+                                                host_functions=dict(self.host_functions),
+                                                verify=verify)
         outs = []
         for spec in self.outputs:
             array = np.asarray(result.outputs[spec.tensor]).reshape(spec.shape)

@@ -10,7 +10,8 @@ import signal
 from contextlib import contextmanager
 
 import pytest
-from hypothesis import given
+from hypothesis import event as _event, given, settings
+from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
 
 from archsim.cli.main import main
@@ -20,6 +21,13 @@ from archsim.simulator import Simulator
 from compiler.ir.text import parse_program, print_program
 
 SECONDS = 20
+
+
+def event(text: str) -> None:
+    """Count an outcome in Hypothesis' statistics (``--hypothesis-show-statistics``);
+    nothing when called from a plain test."""
+    if currently_in_test_context():
+        _event(text)
 
 
 @contextmanager
@@ -63,8 +71,10 @@ def test_config_overrides_give_a_config_or_a_config_error(overrides) -> None:
     with time_limit():
         try:
             config = load_config("tiny").with_overrides(overrides)
-        except ArchsimError:
+        except ArchsimError as exc:
+            event(f"ArchsimError: {type(exc).__name__}")
             return
+    event("accepted")
     for path, value in overrides.items():  # accepted values are finite and in range
         assert not (isinstance(value, float) and not math.isfinite(value)), path
     assert config.dram_bandwidth_bytes_per_s > 0 and config.peak_flops > 0
@@ -89,8 +99,10 @@ def _answer(text: str) -> None:
         try:
             program = parse_program(text)
             result = Simulator(config).run(program)
-        except ArchsimError:
+        except ArchsimError as exc:
+            event(f"ArchsimError: {type(exc).__name__}")
             return
+    event("simulated")
     assert result.total_cycles >= 0
     # a valid program round-trips through the text form with the same cycles
     again = Simulator(config).run(parse_program(print_program(program)))
@@ -118,8 +130,10 @@ def test_valid_matmul_programs_end_no_earlier_than_their_roofline(m, k, n) -> No
     with time_limit():
         try:
             result = Simulator(config).run(parse_program(text))
-        except ArchsimError:  # e.g. a tile larger than tiny's scratchpad
+        except ArchsimError as exc:  # e.g. a tile larger than tiny's scratchpad
+            event(f"ArchsimError: {type(exc).__name__}")
             return
+    event("simulated")
     flops = 2 * m * k * n
     dram = 4 * (m * k + k * n + m * n)
     roofline = max(flops / (config.peak_flops / config.clock_hz),
@@ -141,6 +155,7 @@ def test_cli_argument_lists_exit_cleanly(argv) -> None:
             code = main(argv)
         except SystemExit as exc:  # argparse: usage errors and --help
             code = exc.code
+    event(f"exit {code}")
     assert code in (0, 1, 2, None)
 
 
@@ -148,3 +163,78 @@ def test_cli_argument_lists_exit_cleanly(argv) -> None:
                                   "program p\ndram %A : f32[99999999999999999999] in\n"])
 def test_edge_programs(text: str) -> None:
     _answer(text)
+
+
+# ---------------------------------------------------------------- random small models
+
+LAYERS = ("linear", "relu", "gelu", "layer_norm", "softmax", "residual", "scale", "transpose",
+          "sum", "self_matmul", "tanh", "exp")
+
+
+class _Random(__import__("torch").nn.Module):
+    """A chain of ``LAYERS`` on a (batch, rows, features) input; linear widths taken in
+    turn from ``widths``."""
+
+    def __init__(self, layers: list[str], rows: int, width: int, widths: list[int]) -> None:
+        import torch
+
+        super().__init__()
+        self.layers = layers
+        self.mods = torch.nn.ModuleList()
+        for name in layers:  # track the (rows, features) shape each layer sees
+            if name == "linear":
+                out = widths[len(self.mods) % len(widths)]
+                self.mods.append(torch.nn.Linear(width, out))
+                width = out
+            elif name == "layer_norm":
+                self.mods.append(torch.nn.LayerNorm(width))
+            elif name == "transpose":
+                rows, width = width, rows
+            elif name == "self_matmul":
+                width = rows
+
+    def forward(self, x):
+        import torch
+
+        mods = iter(self.mods)
+        elementwise = {"relu": torch.relu, "gelu": torch.nn.functional.gelu,
+                       "tanh": torch.tanh, "softmax": lambda t: torch.softmax(t, dim=-1),
+                       "residual": lambda t: t + t * 0.5, "scale": lambda t: t * 0.25,
+                       "transpose": lambda t: t.transpose(-1, -2),
+                       "sum": lambda t: t.sum(dim=-1, keepdim=True) + t,
+                       "self_matmul": lambda t: t @ t.transpose(-1, -2) * 0.1,
+                       "exp": lambda t: torch.exp(-t.abs())}
+        for name in self.layers:
+            x = next(mods)(x) if name in ("linear", "layer_norm") else elementwise[name](x)
+        return x
+
+
+@settings(max_examples=max(4, settings.default.max_examples // 8))
+@given(st.lists(st.sampled_from(LAYERS), min_size=1, max_size=5), st.integers(1, 2),
+       st.integers(1, 24), st.integers(1, 40), st.lists(st.integers(1, 40), min_size=1,
+                                                        max_size=3))
+def test_random_small_models_match_torch_or_give_an_archsim_error(layers, batch, rows, width,
+                                                                  widths) -> None:
+    """Compile and run a random chain of layers: the numbers equal torch's on CPU and the
+    run ends no earlier than its DRAM roofline, or the answer is an ArchsimError."""
+    import torch
+
+    import compiler
+
+    torch.manual_seed(0)
+    model = _Random(layers, rows, width, widths).eval()
+    x = torch.randn(batch, rows, width)
+    config = load_config("tiny")
+    with time_limit(60):
+        try:
+            compiled = compiler.compile_graph(compiler.export_model(model, (x,)), config)
+            (got,), result = compiled.run(x)
+        except ArchsimError as exc:
+            event(f"ArchsimError: {type(exc).__name__}")
+            return
+    event("compiled and ran")
+    want = model(x)
+    torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+    dram = 4 * (x.numel() + want.numel())
+    assert result.total_cycles >= math.floor(
+        dram / (config.dram_bandwidth_bytes_per_s / config.clock_hz))
