@@ -11,6 +11,7 @@ import copy
 
 import pytest
 import torch
+from mobilenet_v3 import MobileNetV3Small
 
 import archsim
 import compiler
@@ -60,6 +61,7 @@ FAMILIES = {
     "mobilenet_v2": lambda: (T.MobileNetV2Model(T.MobileNetV2Config(image_size=32,
                                                                     depth_multiplier=0.25)),
                              _image()),
+    "mobilenet_v3": lambda: (MobileNetV3Small(), _image()),
     "convnext": lambda: (T.ConvNextModel(T.ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1],
                                                           num_stages=2)), _image()),
 }
