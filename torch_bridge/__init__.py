@@ -45,13 +45,16 @@ import torch  # noqa: E402,F401
 
 from torch_bridge._registration import is_registered, register  # noqa: E402
 
-__all__ = ["is_registered", "profile", "register"]
+__all__ = ["HostFallbackWarning", "is_registered", "profile", "register"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "profile":
         from torch_bridge.profiler import profile
         return profile
+    if name == "HostFallbackWarning":
+        from torch_bridge.fallback import HostFallbackWarning
+        return HostFallbackWarning
     raise AttributeError(f"module 'torch_bridge' has no attribute {name!r}")
 
 

@@ -33,15 +33,16 @@ from torch_bridge import kernels, runtime, storage
 from torch_bridge.eager_ops import (BACKWARD, BINARY, COMPILE_AS, COMPILED_OPS, IN_PLACE,
                                     LOSS, MATMUL, MODEL_OPS, NORM, OUT_OF_PLACE, REDUCTION,
                                     SOFTMAX, UNARY)
-from torch_bridge.fallback import op_info, run_on_host
+from torch_bridge.fallback import HostFallbackWarning, op_info, run_on_host
 
 if TYPE_CHECKING:
     from compiler.compile import CompiledProgram
 
 aten = torch.ops.aten
 OpOverload = torch._ops.OpOverload
-class CompileFallbackWarning(UserWarning):
-    """An op that has a lowering ran on the host instead (see the event's ``note``)."""
+class CompileFallbackWarning(HostFallbackWarning):
+    """An op that has a lowering ran on the host instead (see the event's ``note``); a
+    kind of :class:`HostFallbackWarning`, so one filter silences both."""
 
 
 @dataclass(frozen=True)

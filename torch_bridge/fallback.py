@@ -14,6 +14,7 @@ once per op and cached: building them dominates a naive fallback's cost.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -152,12 +153,33 @@ def _nbytes_out(value: Any) -> int:
     return 8 if value is not None else 0
 
 
+class HostFallbackWarning(UserWarning):
+    """An op ran on the host (CPU) instead of the npu: warned once per op, timed as host
+    work in ``torch_bridge.profile()``. Filter it with
+    ``warnings.filterwarnings("ignore", category=HostFallbackWarning)``."""
+
+
+INHERENTLY_HOST = frozenset({"aten._local_scalar_dense"})
+"""Ops that are host work by nature (``.item()`` reads a value back): never warned."""
+_warned_ops: set[str] = set()
+
+
+def _warn_once(name: str) -> None:
+    if name in INHERENTLY_HOST or name in _warned_ops:
+        return
+    _warned_ops.add(name)
+    warnings.warn(f"{name} has no npu kernel and runs on the host (timed as host work; see "
+                  f"torch_bridge.profile())", HostFallbackWarning, stacklevel=4)
+
+
 def run_on_host(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any],
                 host_op: Callable[..., Any] | None = None, note: str = "") -> Any:
     """Run ``op`` (or ``host_op``, a CPU stand-in with the same arguments) on CPU views
     and return npu results; records the call as host work on the device timeline, with
     ``note`` saying why it ran on the host when that is not simply "no npu kernel"."""
     info = op_info(op)
+    if not note:  # with a note, the caller has said why (CompileFallbackWarning)
+        _warn_once(info.name)
     call = _Call()
     cpu_args = tuple(call.to_host(a) for a in args)
     cpu_kwargs = {k: call.to_host(v) for k, v in kwargs.items()} if kwargs else kwargs
@@ -238,4 +260,4 @@ def _resync_written(info: OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any],
         storage.cpu_view(npu).copy_(cpu)
 
 
-__all__ = ["OpInfo", "op_info", "run_on_host"]
+__all__ = ["HostFallbackWarning", "OpInfo", "op_info", "run_on_host"]

@@ -152,3 +152,26 @@ class TestCompileFailure:
         assert event.kind == "host"
         assert event.note == "dtype torch.float64 is not supported by the device"
         assert not [w for w in recwarn if issubclass(w.category, eager.CompileFallbackWarning)]
+
+
+def test_an_op_with_no_npu_kernel_warns_once_and_is_host_work(monkeypatch) -> None:
+    import warnings
+
+    import torch_bridge
+    from torch_bridge import fallback
+
+    monkeypatch.setattr(fallback, "_warned_ops", set())
+    x = torch.randn(4, 4)
+    with warnings.catch_warnings(record=True) as caught, torch_bridge.profile() as prof:
+        warnings.simplefilter("always")
+        q1, _ = torch.linalg.qr(x.npu())
+        q2, _ = torch.linalg.qr(x.npu())
+        x.npu().sum().item()  # reading a value back is host work by nature: no warning
+    host = [w for w in caught if issubclass(w.category, torch_bridge.HostFallbackWarning)]
+    assert [str(w.message) for w in host] == [
+        "aten.linalg_qr.out has no npu kernel and runs on the host (timed as host work; see "
+        "torch_bridge.profile())"]
+    assert_close(q1.cpu(), torch.linalg.qr(x)[0])
+    ops = {r.name: r for r in prof.result.host_work}
+    assert ops["aten.linalg_qr.out"].calls == 2 and ops["aten.linalg_qr.out"].host_cycles > 0
+    assert issubclass(eager.CompileFallbackWarning, torch_bridge.HostFallbackWarning)
