@@ -159,8 +159,13 @@ class HostFallbackWarning(UserWarning):
     ``warnings.filterwarnings("ignore", category=HostFallbackWarning)``."""
 
 
-INHERENTLY_HOST = frozenset({"aten._local_scalar_dense"})
-"""Ops that are host work by nature (``.item()`` reads a value back): never warned."""
+INHERENTLY_HOST = frozenset({
+    "aten._local_scalar_dense", "aten.normal_", "aten.uniform_", "aten.random_",
+    "aten.random_.from", "aten.random_.to", "aten.bernoulli_.float", "aten.exponential_",
+})
+"""Ops that are host work by design, never warned: ``.item()`` reads a value back, and
+random fills (``torch.randn(..., device="npu")``) draw from CPU's generator so the
+numbers equal CPU's. They are still timed as host work."""
 _warned_ops: set[str] = set()
 
 

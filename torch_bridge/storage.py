@@ -137,13 +137,21 @@ def cpu_view(tensor: torch.Tensor) -> torch.Tensor:
         return cached[1]
     view = torch.empty(0, dtype=tensor.dtype).set_(
         cpu_storage(tensor.untyped_storage()), tensor.storage_offset(), key[1], key[2])
+    if tensor.is_complex() and tensor.is_conj():  # torch's lazy bits live on the tensor,
+        view = view.conj()                        # not in its bytes: carry them over
+    if tensor.is_neg():
+        view = view._neg_view()
     tensor.__dict__["_npu_cpu_view"] = (key, view)
     return view
 
 
 def wrap_cpu(cpu: torch.Tensor) -> torch.Tensor:
     """An npu tensor that takes over ``cpu``'s bytes (no copy); ``cpu`` must not be used
-    by anyone else afterwards. Counted against device memory."""
+    by anyone else afterwards. Counted against device memory. A result with torch's
+    lazy conjugate or negative bit is materialized first: the bytes alone do not carry
+    the bit (``fft.ifft``'s result is such a view)."""
+    if cpu.is_conj() or cpu.is_neg():
+        cpu = cpu.resolve_conj().resolve_neg()
     nbytes = cpu.untyped_storage().nbytes()
     allocator.reserve(nbytes)
     storage = _storage_over(cpu, nbytes)

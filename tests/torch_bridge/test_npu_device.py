@@ -452,3 +452,17 @@ class TestSaveLoad:
         npu_model = torch.nn.Linear(3, 2).npu()
         npu_model.load_state_dict(torch.load(buffer, map_location="npu"))
         assert_close(npu_model.weight.cpu(), model.weight)
+
+
+def test_lazy_conjugate_and_negative_bits_survive_the_device() -> None:
+    """fft.ifft returns a lazily conjugated view and torch.conj sets the bit on npu
+    tensors: copies and host fallbacks see the values, not the raw bytes."""
+    import warnings
+
+    x = torch.randn(8)
+    c = torch.randn(5, dtype=torch.complex64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fft runs on the host
+        assert_close(torch.fft.ifft(x.to("npu")).cpu(), torch.fft.ifft(x))
+    assert_close(torch.conj(c.to("npu")).cpu(), torch.conj(c))
+    assert_close(torch.conj(c.to("npu")).imag.cpu(), torch.conj(c).imag)
