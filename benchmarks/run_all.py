@@ -19,6 +19,7 @@ BENCHMARKS = [
     ["validation.py", "--out", "-"],
     ["llm_bench.py"],
     ["triton_bench.py"],
+    ["opinfo_coverage.py"],  # needs the opinfo extra (expecttest)
     ["scalesim_agreement.py", "--quick"],  # says why and skips without SCALE-Sim
 ]
 

@@ -12,11 +12,13 @@ numbers in tensor positions (``x * 2.5``) are fed as 0-dim tensors, so a new sca
 value does not compile a new program.
 
 If an op cannot be compiled for some arguments (a dtype the device lacks such as float64,
-a zero-element tensor, the compiler raises, or it would run the op as a host node) or its run fails, the call
+the compiler raises, or it would run the op as a host node) or its run fails, the call
 runs on the host through :func:`torch_bridge.fallback.run_on_host`: timed as host work,
 with the reason in the event's ``note``, listed by the profiler and kept in
 :func:`compile_failures`. Compiler and simulator errors also issue a
-:class:`CompileFallbackWarning`, once per op and reason.
+:class:`CompileFallbackWarning`, once per op and reason. A call with a zero-element
+operand whose results are all empty computes nothing: its empty results are made on the
+device at no cost (torch's shape rules give their shapes).
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ class _Entry:
     program: CompiledProgram
     timing: Any = None
     """The first run's SimResult: later calls replay it with new data (archsim.replay)."""
+
+
+ZERO_ELEMENTS = object()
+"""Cache entry of a signature with a zero-element operand (see ``_zero_elements``)."""
 
 
 class _Cache:
@@ -181,6 +187,8 @@ class CompiledOpKernel:
             entry = entries[key] = self._compile(host_args, host_kwargs)
         if isinstance(entry, CompileFailure):
             return self._on_host(args, kwargs, entry)
+        if entry is ZERO_ELEMENTS:
+            return self._zero_elements(args, kwargs, entries, key)
         tensors = _tensors((*host_args, *host_kwargs.values()))
         try:
             outputs, result = entry.program.run(*tensors, timing=entry.timing)
@@ -219,8 +227,7 @@ class CompiledOpKernel:
                 return self._failure(call, f"dtype {tensor.dtype} is not supported by the "
                                            f"device", warn=False)
             if tensor.numel() == 0:
-                return self._failure(call, "zero-element tensors are not compiled",
-                                     warn=False)
+                return ZERO_ELEMENTS
         try:
             program = compiler.compile_op(self.target, host_args, host_kwargs,
                                           runtime.get_config())
@@ -247,6 +254,27 @@ class CompiledOpKernel:
             warnings.warn(f"{self.name} runs on the host: {reason}", CompileFallbackWarning,
                           stacklevel=3)
         return failure
+
+    def _zero_elements(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                       entries: dict[Hashable, Any], key: Hashable) -> Any:
+        """A call with a zero-element operand: when every result is empty too there is
+        nothing to compute, so the empty results are made (from torch's own shape rules
+        on the CPU views) and the call costs no device time; otherwise (``mm`` with
+        K = 0 gives zeros) it runs on the host, timed."""
+        cpu_args = tuple(_host_value(a, False) for a in args)
+        cpu_kwargs = {k: _host_value(v, False) for k, v in kwargs.items()}
+        out = (self.host_op or self.op)(*cpu_args, **cpu_kwargs)
+        results = out if isinstance(out, (tuple, list)) else (out,)
+        if not all(isinstance(r, torch.Tensor) and r.numel() == 0 for r in results):
+            failure = entries[key] = self._failure(
+                (cpu_args, cpu_kwargs), "a zero-element operand with a non-empty result",
+                warn=False)
+            return self._on_host(args, kwargs, failure)
+        runtime.record_device(self.name, 0, note="zero elements: nothing to compute")
+        if self.in_place:
+            return args[0]
+        wrapped = tuple(storage.wrap_cpu(r) for r in results)
+        return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def _on_host(self, args: tuple[Any, ...], kwargs: dict[str, Any],
                  failure: CompileFailure) -> Any:

@@ -175,3 +175,29 @@ def test_an_op_with_no_npu_kernel_warns_once_and_is_host_work(monkeypatch) -> No
     ops = {r.name: r for r in prof.result.host_work}
     assert ops["aten.linalg_qr.out"].calls == 2 and ops["aten.linalg_qr.out"].host_cycles > 0
     assert issubclass(eager.CompileFallbackWarning, torch_bridge.HostFallbackWarning)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.abs(), lambda x: x * 2.5, lambda x: x.sum(-1),
+                                lambda x: torch.softmax(x, -1),
+                                lambda x: x @ x.transpose(-1, -2)],
+                         ids=["abs", "mul_scalar", "sum", "softmax", "matmul"])
+def test_zero_element_calls_cost_nothing_and_stay_on_the_device(fn: Op) -> None:
+    import torch_bridge
+
+    x = torch.randn(2, 0, 3)
+    with torch_bridge.profile() as prof:
+        y = fn(x.to("npu"))
+    want = fn(x)
+    assert y.device.type == "npu" and y.shape == want.shape and y.dtype == want.dtype
+    assert prof.result.host_cycles == 0 and not prof.result.host_work
+    assert prof.result.device_cycles == 0
+
+
+def test_a_zero_element_operand_with_a_non_empty_result_runs_on_the_host() -> None:
+    import torch_bridge
+
+    a, b = torch.randn(5, 0), torch.randn(0, 4)
+    with torch_bridge.profile() as prof:
+        y = a.to("npu") @ b.to("npu")
+    assert_close(y.cpu(), torch.zeros(5, 4))
+    assert [r.name for r in prof.result.host_work] == ["aten.mm"]
