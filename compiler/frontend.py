@@ -7,6 +7,8 @@ a lowering become :class:`~compiler.graph.HostCall` nodes (timed on the host, vi
 
 from __future__ import annotations
 
+import re
+
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,6 +62,18 @@ def _static_shape(t: torch.Tensor, where: str) -> tuple[int, ...]:
         raise LoweringError(f"{where}: dynamic shape {list(t.shape)} is not supported (a "
                             f"size that depends on the data, as torch.unique's, or a dynamic "
                             f"dimension); export with static shapes") from None
+
+
+def node_source(node: torch.fx.Node) -> str:
+    """What a node's commands are attributed to: the innermost module it came from and
+    its FX name (``h.0.mlp.c_fc:addmm_5``), or the FX name alone outside any module."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return node.name
+    path = str(list(stack.values())[-1][0])
+    path = re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", path)  # L['self'].h[0] -> L.self.h.0
+    path = re.sub(r"^(L\.self\.|L\.|self\.|model\.)", "", path)
+    return f"{path}:{node.name}" if path and path != "self" else node.name
 
 
 class Frontend:
@@ -131,7 +145,7 @@ class Frontend:
             return
         args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
-        self.builder.source = node.name
+        self.builder.source = node_source(node)
         if is_triton_call(target):  # a Triton kernel: traced and lowered as launched
             self.env[node] = lower_triton_call(self.builder, node.name, kwargs)
             return

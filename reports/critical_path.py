@@ -198,42 +198,43 @@ def _engine_time(engine: str, queue: list[CommandRecord], by_id: dict[int, Comma
 # ---------------------------------------------------------------- text
 
 
-def critical_path_text(result: ResultLike, max_rows: int = 30) -> str:
-    """The critical path as runs of consecutive steps on one engine for one source op,
-    followed by where its time went."""
+def critical_path_text(result: ResultLike, max_rows: int = 12, fold_below: float = 0.01
+                       ) -> str:
+    """The critical path by source op, ranked by its share of the path: per op the
+    engines and commands it spent there and when it was first and last on it. Ops under
+    ``fold_below`` of the path (or past ``max_rows``) are folded into one line."""
+    from compiler.ir.ops import engine_kind
+
     data = report_data(result)
     path = critical_path(data)
     total = data.total_cycles
     lines = [f"Critical path: {len(path.steps)} commands, {format_cycles(path.length_cycles)} "
-             f"cycles ({data.cycles_to_us(path.length_cycles):.2f} us)"]
-    runs = _runs(path.steps)
-    rows = []
-    for run in runs[:max_rows]:
-        first, last = run[0], run[-1]
-        ids = f"{first.command}" if len(run) == 1 else f"{first.command}..{last.command}"
-        cycles = sum(s.cycles for s in run)
-        ops = ",".join(dict.fromkeys(s.op for s in run))
-        rows.append((format_cycles(first.start), format_cycles(last.end), first.engine,
-                     ops, first.source or "<unattributed>", ids, format_cycles(cycles),
+             f"cycles ({data.cycles_to_us(path.length_cycles):.2f} us), by op"]
+    groups: dict[str, list[PathStep]] = {}
+    for step in path.steps:
+        groups.setdefault(step.source or "<unattributed>", []).append(step)
+    ranked = sorted(groups.items(), key=lambda item: -sum(s.cycles for s in item[1]))
+    rows, folded = [], []
+    for source, steps in ranked:
+        cycles = sum(s.cycles for s in steps)
+        if len(rows) >= max_rows or cycles < fold_below * total:
+            folded.append(cycles)
+            continue
+        engines = ",".join(dict.fromkeys(engine_kind(s.engine) for s in steps))
+        ops = ",".join(dict.fromkeys(s.op for s in steps))
+        rows.append((source, ops, engines, str(len(steps)), format_cycles(steps[0].start),
+                     format_cycles(steps[-1].end), format_cycles(cycles),
                      percent(cycles, total)))
     lines.append(format_table(
-        ("start", "end", "engine", "op", "source", "commands", "cycles", "share"), rows,
-        align="rrllllrr"))
-    if len(runs) > max_rows:
-        lines.append(f"... {len(runs) - max_rows} more runs")
+        ("source", "op", "engines", "commands", "first", "last", "cycles", "share"), rows,
+        align="lllrrrrr"))
+    if folded:
+        lines.append(f"... {len(folded)} more ops (under {percent(fold_below * total, total)} "
+                     f"each, or past the first {max_rows}): {format_cycles(sum(folded))} "
+                     f"cycles ({percent(sum(folded), total)})")
     shares = ", ".join(f"{k} {percent(v, total)}" for k, v in path.cycles_by("kind").items())
     lines.append(f"Path time by engine kind: {shares}")
     return "\n".join(lines)
-
-
-def _runs(steps: tuple[PathStep, ...]) -> list[list[PathStep]]:
-    runs: list[list[PathStep]] = []
-    for step in steps:
-        if runs and runs[-1][-1].engine == step.engine and runs[-1][-1].source == step.source:
-            runs[-1].append(step)
-        else:
-            runs.append([step])
-    return runs
 
 
 def idle_text(result: ResultLike) -> str:

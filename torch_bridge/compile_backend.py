@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx
 
+from compiler.frontend import node_source
 from torch_bridge import runtime, storage
 
 if TYPE_CHECKING:
@@ -102,9 +103,10 @@ class GraphRunner:
         self._boxed_call = True  # an instance attribute: dynamo's wrappers copy __dict__
         self.gm = gm
         self.label = label
-        self.sources = {n.name: _op_name(n.target) for n in gm.graph.nodes
+        self.sources = {node_source(n): _op_name(n.target) for n in gm.graph.nodes
                         if n.op == "call_function"}
-        """Graph node name -> aten op, to attribute a run's cycles to ops."""
+        """Kernel source (module path and node name) -> aten op, to attribute a run's
+        cycles to ops."""
         self._config: object = None
         self._program: CompiledProgram | None = None
         self._layout: tuple[_Output, ...] = ()
