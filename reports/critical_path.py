@@ -29,6 +29,8 @@ integer buckets that sum to ``total_cycles``:
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -232,9 +234,25 @@ def critical_path_text(result: ResultLike, max_rows: int = 12, fold_below: float
         lines.append(f"... {len(folded)} more ops (under {percent(fold_below * total, total)} "
                      f"each, or past the first {max_rows}): {format_cycles(sum(folded))} "
                      f"cycles ({percent(sum(folded), total)})")
+    merged = _across_layers(ranked)
+    if len(merged) < len(ranked):  # repeated layers: what each kind of op costs in all
+        top = sorted(merged.items(), key=lambda kv: -kv[1])[:6]
+        lines.append("Across layers: " + ", ".join(f"{name} {percent(cycles, total)}"
+                                                    for name, cycles in top))
     shares = ", ".join(f"{k} {percent(v, total)}" for k, v in path.cycles_by("kind").items())
     lines.append(f"Path time by engine kind: {shares}")
     return "\n".join(lines)
+
+
+def _across_layers(ranked: list[tuple[str, list[PathStep]]]) -> dict[str, int]:
+    """Path cycles per source with layer numbers and node counters merged:
+    ``blocks.3.proj:addmm_23`` and ``blocks.5.proj:addmm_35`` -> ``blocks.*.proj:addmm``."""
+    merged: dict[str, int] = {}
+    for source, steps in ranked:
+        path, colon, node = source.rpartition(":")
+        key = re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", path) + colon + re.sub(r"_\d+$", "", node)
+        merged[key] = merged.get(key, 0) + sum(s.cycles for s in steps)
+    return merged
 
 
 def idle_text(result: ResultLike) -> str:

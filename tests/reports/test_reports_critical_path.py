@@ -132,3 +132,45 @@ def test_transfers_in_flight_stream_on_the_path_and_are_counted_once():
     assert (dma.busy, dma.contention, dma.waiting, dma.nothing_to_do) == (83, 0, 0, 0)
     assert report_data(result).engine_busy_cycles["core0.dma0"] == 83
     assert result.engine_busy_cycles["core0.dma0"] == 83
+
+
+def test_text_ranks_ops_by_share_names_modules_and_merges_layers():
+    """Two identical blocks: rows are module path + aten node, sorted by share; ops
+    under 1% are folded; the across-layers line merges blocks.0 and blocks.1."""
+    import re
+
+    import torch
+
+    import compiler
+    from archsim.config import load_config
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+
+        def forward(self, x):
+            return x + self.down(torch.relu(self.up(x)))
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.Sequential(Block(), Block())
+
+        def forward(self, x):
+            return self.blocks(x)
+
+    x = torch.randn(32, 64)
+    result = compiler.compile_graph(compiler.export_model(Net(), (x,)),
+                                    load_config("tiny")).simulate()
+    text = critical_path_text(result, max_rows=3)
+    rows = [line for line in text.splitlines() if re.match(r"  blocks\.\d", line)]
+    assert len(rows) == 3
+    shares = [float(row.split()[-1].rstrip("%")) for row in rows]
+    assert shares == sorted(shares, reverse=True) and shares[0] > 1.0
+    assert all(re.match(r"  blocks\.[01]\.(up|down):addmm", row) for row in rows)
+    folded = re.search(r"\.\.\. (\d+) more ops .*: ([\d,]+) cycles", text)
+    listed = sum(int(row.split()[-2].replace(",", "")) for row in rows)
+    assert listed + int(folded.group(2).replace(",", "")) == result.total_cycles
+    across = re.search(r"Across layers: (.*)", text).group(1)
+    assert "blocks.*.up:addmm" in across and "blocks.*.down:addmm" in across
