@@ -21,8 +21,8 @@ from compiler.ir.operands import DramRef, DramTensor, Scalar, SramRef
 from compiler.ir.ops import (
     Binary,
     BinaryKind,
-    Command,
     Cast,
+    Command,
     Copy,
     Gather,
     HostOp,

@@ -24,10 +24,9 @@ from typing import Any
 
 from archsim.config.model import NpuConfig
 from archsim.errors import SimulationError
-from archsim.functional import FunctionalExecutor, HostFunction, Memory
-from archsim.host_memory import check_host_memory
+from archsim.functional import HostFunction
 from archsim.result import SimResult
-from archsim.simulator import functional_plan
+from archsim.plan import functional_setup
 from compiler.ir.ops import Program
 
 
@@ -39,10 +38,7 @@ def replay(program: Program, config: NpuConfig, inputs: Mapping[str, Any], timin
         raise SimulationError(f"replay of {program.name!r}: the timing given is of "
                               f"{timing.program.name!r} on {timing.config.name}, not of this "
                               f"program on {config.name}; run the simulator instead")
-    sram_sizes, order = functional_plan(program, config)
-    check_host_memory(program.name, program.tensors, sum(sram_sizes.values()))
-    executor = FunctionalExecutor(Memory(program.tensor_map, sram_sizes, inputs),
-                                  host_functions or {})
+    executor, order = functional_setup(program, config, inputs, host_functions or {})
     commands = program.commands
     for i in order:
         executor.execute_command(commands[i])

@@ -128,7 +128,7 @@ def main() -> int:
     rest = tally[False]
     print(f"OpInfo float32, up to {args.samples} samples per op, torch {torch.__version__}, "
           f"{seconds:.0f} s")
-    print(f"| ops | count | match CPU | no host work |\n|---|---|---|---|")
+    print("| ops | count | match CPU | no host work |\n|---|---|---|---|")
     print(f"| all | {every['ops']} | {every['match'] / every['ops']:.1%} | "
           f"{every['device'] / every['ops']:.1%} |")
     print(f"| outside linalg/fft/special | {rest['ops']} | {rest['match'] / rest['ops']:.1%} | "

@@ -7,9 +7,8 @@ a lowering become :class:`~compiler.graph.HostCall` nodes (timed on the host, vi
 
 from __future__ import annotations
 
-import re
-
 import operator
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -65,15 +64,36 @@ def _static_shape(t: torch.Tensor, where: str) -> tuple[int, ...]:
 
 
 def node_source(node: torch.fx.Node) -> str:
-    """What a node's commands are attributed to: the innermost module it came from and
-    its FX name (``h.0.mlp.c_fc:addmm_5``), or the FX name alone outside any module."""
-    stack = node.meta.get("nn_module_stack")
+    """What a node's commands are attributed to: the innermost module it came from, as a
+    path inside the user's model, and its FX name (``h.0.mlp.c_fc:addmm_5``); the FX
+    name alone outside any submodule. Paths in ``nn_module_stack`` start at the traced
+    root (torch.export: ``''``; dynamo: the local ``L['self']`` or ``L['fn']``). A model
+    exported inside archsim's ``model_outputs.Forward`` wrapper (``archsim run``,
+    ``archsim.estimate``) is a root too, so the wrapper's ``model`` attribute never
+    shows; paths are otherwise relative to the module that was traced."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
     if not stack:
         return node.name
-    path = str(list(stack.values())[-1][0])
-    path = re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", path)  # L['self'].h[0] -> L.self.h.0
-    path = re.sub(r"^(L\.self\.|L\.|self\.|model\.)", "", path)
-    return f"{path}:{node.name}" if path and path != "self" else node.name
+    path = _from_root(str(stack[-1][0]))
+    for entry_path, kind in stack:
+        if _type_name(kind).endswith("model_outputs.Forward"):
+            wrapped = ".".join(p for p in (_from_root(str(entry_path)), "model") if p)
+            if path == wrapped or path.startswith(wrapped + "."):
+                path = path[len(wrapped):].lstrip(".")
+    return f"{path}:{node.name}" if path else node.name
+
+
+def _from_root(path: str) -> str:
+    """``L['self'].model.layers[0]`` -> ``model.layers.0`` (dynamo's root local dropped,
+    indexing as dots)."""
+    path = re.sub(r"^L\[[^\]]*\]\.?", "", path)
+    return re.sub(r"\[['\"]?([^\]'\"]+)['\"]?\]", r".\1", path).lstrip(".")
+
+
+def _type_name(kind: Any) -> str:
+    """A module type as ``nn_module_stack`` records it: a class (dynamo) or its dotted
+    name (torch.export)."""
+    return kind if isinstance(kind, str) else f"{kind.__module__}.{kind.__qualname__}"
 
 
 class Frontend:

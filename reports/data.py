@@ -208,7 +208,7 @@ def from_sim_result(result: SimResult) -> ReportData:
     import simpy
 
     from archsim.chip import Chip
-    from archsim.simulator import command_timings
+    from archsim.plan import command_timings
 
     config = result.config
     program = result.program

@@ -35,9 +35,10 @@ from torch_bridge import kernels, runtime, storage
 from torch_bridge.eager_ops import (BACKWARD, BINARY, COMPILE_AS, COMPILED_OPS, IN_PLACE,
                                     LOSS, MATMUL, MODEL_OPS, NORM, OUT_OF_PLACE, REDUCTION,
                                     SOFTMAX, UNARY)
-from torch_bridge.fallback import HostFallbackWarning, op_info, run_on_host
+from torch_bridge.fallback import HostFallbackWarning, op_info, run_on_host, user_stacklevel
 
 if TYPE_CHECKING:
+    from archsim.result import SimResult
     from compiler.compile import CompiledProgram
 
 aten = torch.ops.aten
@@ -61,7 +62,7 @@ class _Entry:
     """A cached compiled program, and its timing once simulated (and verified)."""
 
     program: CompiledProgram
-    timing: Any = None
+    timing: SimResult | None = None
     """The first run's SimResult: later calls replay it with new data (archsim.replay)."""
 
 
@@ -252,7 +253,7 @@ class CompiledOpKernel:
         if warn and (self.name, reason) not in _warned:
             _warned.add((self.name, reason))
             warnings.warn(f"{self.name} runs on the host: {reason}", CompileFallbackWarning,
-                          stacklevel=3)
+                          stacklevel=user_stacklevel())
         return failure
 
     def _zero_elements(self, args: tuple[Any, ...], kwargs: dict[str, Any],

@@ -14,6 +14,8 @@ once per op and cached: building them dominates a naive fallback's cost.
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,12 +171,22 @@ numbers equal CPU's. They are still timed as host work."""
 _warned_ops: set[str] = set()
 
 
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside torch and
+    torch_bridge: the user's line that called the op, not the dispatcher's."""
+    inside = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _warn_once(name: str) -> None:
     if name in INHERENTLY_HOST or name in _warned_ops:
         return
     _warned_ops.add(name)
     warnings.warn(f"{name} has no npu kernel and runs on the host (timed as host work; see "
-                  f"torch_bridge.profile())", HostFallbackWarning, stacklevel=4)
+                  f"torch_bridge.profile())", HostFallbackWarning, stacklevel=user_stacklevel())
 
 
 def run_on_host(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any],

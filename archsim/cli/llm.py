@@ -55,7 +55,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                         "a tree for small messages, a bidirectional ring "
                                         "for large ones)")
     p.add_argument("--json", metavar="FILE", type=output_file, help="also write the results as JSON to FILE")
-    p.add_argument("--trace", metavar="FILE",
+    p.add_argument("--trace", metavar="FILE", type=output_file,
                    help="also write a Perfetto trace (one track group per chip) to FILE")
     p.set_defaults(handler=run)
     return p

@@ -116,8 +116,7 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"argument --set: {fixed[0].partition('=')[0].strip()} is also swept "
                       f"by --grid; drop one")
     base = resolve_config(args.config, args.overrides)
-    if args.out:
-        output_dir(args.out)  # refused now, not after the sweep has run
+    out = output_dir(args.out) if args.out else None  # refused now, not after the sweep
 
     def report(point: SweepPoint, done: int, total: int) -> None:
         if args.quiet:
@@ -131,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
                    workers=args.workers, batch=args.batch, seq=args.seq, layers=args.layers,
                    dtype=args.dtype, perf_only=args.perf_only, on_point=report)
     print(reports.sweep_table(points, cost=args.cost))
-    if args.out:
-        _write(points, args, grid, Path(args.out))
+    if out is not None:
+        _write(points, args, grid, out)
     return 0 if any(p.ok for p in points) else 1
 
 
@@ -140,7 +139,6 @@ def _write(points: Sequence[SweepPoint], args: argparse.Namespace, grid: dict[st
            out: Path) -> None:
     import reports
 
-    out.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model, "config": args.config,
             "fixed_overrides": {path.strip(): yaml.safe_load(value) for path, _, value
                                 in (item.partition("=") for item in args.overrides)},

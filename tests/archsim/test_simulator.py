@@ -92,13 +92,13 @@ def test_a_program_is_verified_once_per_config(monkeypatch) -> None:
 def test_rerunning_a_program_reuses_its_plan_and_gives_the_same_result() -> None:
     import numpy as np
 
-    from archsim.simulator import _plan_for
+    from archsim.plan import plan_for
 
     program = copy_program()
     first = Simulator(TINY).run(program)
-    plan = _plan_for(program, TINY, verify=False)
+    plan = plan_for(program, TINY, verify=False)
     second = Simulator(TINY).run(program, {"x": np.ones((8, 8), np.float32)})
-    assert _plan_for(program, TINY, verify=False) is plan
+    assert plan_for(program, TINY, verify=False) is plan
     assert second.starts.tolist() == first.starts.tolist()
     assert second.ends.tolist() == first.ends.tolist()
     np.testing.assert_allclose(second.outputs["y"], np.exp(np.ones((8, 8))), rtol=1e-6)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,6 @@ def test_a_gemm_too_large_to_compile_is_refused_early(monkeypatch, capsys) -> No
     assert last.startswith("archsim: error: program ") and \
         "needs more than 1,000 commands (at mm: " in last and \
         last.endswith("raise the cap with ARCHSIM_MAX_COMMANDS")
+    # refused for the whole plan before it was built, not one command past the cap
+    planned = int(re.search(r"at mm: ([\d,]+) more", last).group(1).replace(",", ""))
+    assert planned > 1000

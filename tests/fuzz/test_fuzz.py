@@ -10,6 +10,7 @@ import signal
 from contextlib import contextmanager
 
 import pytest
+import torch
 from hypothesis import event as _event, given, settings
 from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
@@ -171,13 +172,11 @@ LAYERS = ("linear", "relu", "gelu", "layer_norm", "softmax", "residual", "scale"
           "sum", "self_matmul", "tanh", "exp")
 
 
-class _Random(__import__("torch").nn.Module):
+class _Random(torch.nn.Module):
     """A chain of ``LAYERS`` on a (batch, rows, features) input; linear widths taken in
     turn from ``widths``."""
 
     def __init__(self, layers: list[str], rows: int, width: int, widths: list[int]) -> None:
-        import torch
-
         super().__init__()
         self.layers = layers
         self.mods = torch.nn.ModuleList()
@@ -194,8 +193,6 @@ class _Random(__import__("torch").nn.Module):
                 width = rows
 
     def forward(self, x):
-        import torch
-
         mods = iter(self.mods)
         elementwise = {"relu": torch.relu, "gelu": torch.nn.functional.gelu,
                        "tanh": torch.tanh, "softmax": lambda t: torch.softmax(t, dim=-1),
@@ -217,8 +214,6 @@ def test_random_small_models_match_torch_or_give_an_archsim_error(layers, batch,
                                                                   widths) -> None:
     """Compile and run a random chain of layers: the numbers equal torch's on CPU and the
     run ends no earlier than its DRAM roofline, or the answer is an ArchsimError."""
-    import torch
-
     import compiler
 
     torch.manual_seed(0)

@@ -171,6 +171,7 @@ def test_an_op_with_no_npu_kernel_warns_once_and_is_host_work(monkeypatch) -> No
     assert [str(w.message) for w in host] == [
         "aten.linalg_qr.out has no npu kernel and runs on the host (timed as host work; see "
         "torch_bridge.profile())"]
+    assert host[0].filename == __file__  # points at the caller's line, not the dispatcher
     assert_close(q1.cpu(), torch.linalg.qr(x)[0])
     ops = {r.name: r for r in prof.result.host_work}
     assert ops["aten.linalg_qr.out"].calls == 2 and ops["aten.linalg_qr.out"].host_cycles > 0

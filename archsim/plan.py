@@ -1,0 +1,209 @@
+"""A program's plan on a config: everything about a run that does not depend on time.
+
+Per-command costs (each distinct engine and op shape costed once, :mod:`archsim.timing`),
+dependencies as indices, engine queues, links and their traffic, and the totals that
+follow from the costs alone. A plan is built once per (program object, config) and
+reused when the same program runs again (eager ops, repeated graphs, replays); the
+simulator (:mod:`archsim.simulator`) walks it in time, :mod:`archsim.replay` executes it
+functionally without time.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Hashable, Mapping
+from functools import cached_property
+from operator import attrgetter
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import simpy
+
+from archsim.bandwidth import solo_rate
+from archsim.chip import Chip
+from archsim.config.model import NpuConfig
+from archsim.functional import FunctionalExecutor, HostFunction, Memory
+from archsim.host_memory import check_host_memory
+from archsim.timing import COST_KEY, CommandTiming, no_cost_key
+from compiler.ir.ops import Program
+
+
+class Plan:
+    """Everything about a run that does not depend on time: per-command costs,
+    dependencies as indices, engine queues, the links and their traffic, and the
+    totals that follow from the costs alone."""
+
+    def __init__(self, program: Program, config: NpuConfig) -> None:
+        self.program = program
+        self.config = config
+        commands = program.commands
+        self.n = len(commands)
+        self.deps = [c.deps for c in commands]
+        if [c.id for c in commands] != list(range(self.n)):
+            index = {c.id: i for i, c in enumerate(commands)}
+            self.deps = [tuple(index[d] for d in deps) for deps in self.deps]
+        chip = Chip(simpy.Environment(), config, program.tensor_map)
+        capacity = chip.network.capacity
+        # Each distinct (engine, op shape) is costed once: loops repeat a few shapes.
+        shapes: dict[tuple[str, type, Hashable], int] = {}
+        timings: list[CommandTiming] = []
+        steps: list[Step] = []
+        engines: list[str] = []
+        kinds: list[int] = []
+        key_of = COST_KEY.get
+        for c in commands:
+            op = c.op
+            cls = type(op)
+            key = (c.engine, cls, key_of(cls, no_cost_key)(op))
+            kind = shapes.get(key)
+            if kind is None:
+                kind = shapes[key] = len(timings)
+                timing = chip.timing(c.engine, op)
+                timings.append(timing)
+                engines.append(c.engine)
+                solo = solo_rate(timing.links, timing.cap, capacity) if timing.links else 0.0
+                steps.append((timing.fixed_cycles, timing.links, float(timing.nbytes), solo))
+            kinds.append(kind)
+        self.timings = timings
+        """Distinct costs; ``timings[kinds[i]]`` is command i's."""
+        self.kinds = kinds
+        kind_of = np.asarray(kinds, dtype=np.intp)
+        self.queues, self.engine_index = _engine_queues(engines, kind_of)
+        self.in_flight = {engine: chip.in_flight(engine) for engine in self.queues}
+        """Per engine, transfers it may keep in flight (1: each ends before the next)."""
+        self.saving = {engine: chip.back_to_back_saving(engine) for engine in self.queues}
+        """Per engine, cycles a command saves when it starts as the previous one ends."""
+        self.steps = [steps[k] for k in kinds]
+        """Per command: (fixed cycles, links, bytes, solo rate) — what the run reads."""
+        self.link_names = tuple(chip.network.names)
+        self.link_capacities = tuple(capacity)
+        counts = np.bincount(kind_of, minlength=len(timings))
+        moved = [0.0] * len(self.link_names)
+        for timing, count in zip(timings, counts.tolist()):
+            for link in timing.links:
+                moved[link] += timing.nbytes * count
+        self.link_bytes = MappingProxyType({name: int(b) for name, b in
+                                           zip(self.link_names, moved)})
+        field = {name: np.fromiter(map(attrgetter(name), timings), np.float64, len(timings))
+                 for name in ("flops", "nbytes", "dram_read", "dram_written", "host_bytes")}
+        self.flops = field["flops"].astype(np.int64)[kind_of]
+        self.nbytes = field["nbytes"].astype(np.int64)[kind_of]
+        self.dram_read, self.dram_written, self.host_bytes = (
+            int(field[name] @ counts) for name in ("dram_read", "dram_written", "host_bytes"))
+        self.matmul_flops = int(sum(int(t.flops) * int(count) for t, engine, count
+                                    in zip(timings, engines, counts) if ".mxu" in engine))
+
+    @cached_property
+    def sram_sizes(self) -> dict[str, int]:
+        """Bytes to allocate per SRAM space in a functional run: only what the program
+        touches."""
+        capacity = _space_sizes(self.config)
+        return {space: min(capacity.get(space, end), end)
+                for space, end in self.program.sram_high_water.items()}
+
+
+    def executor(self, inputs: Mapping[str, Any],
+                 host_functions: Mapping[str, HostFunction]) -> FunctionalExecutor:
+        """Memory for a functional run of this plan's program (host memory checked
+        before anything is allocated) and the executor over it."""
+        program = self.program
+        check_host_memory(program.name, program.tensors, sum(self.sram_sizes.values()))
+        return FunctionalExecutor(Memory(program.tensor_map, self.sram_sizes, inputs),
+                                  host_functions)
+
+    @cached_property
+    def functional_order(self) -> list[int]:
+        """Command indices in an order that respects every dependency (program order
+        when, as emitted programs do, every command depends only on earlier ones)."""
+        deps = self.deps
+        if all(d < i for i, ds in enumerate(deps) for d in ds):
+            return list(range(self.n))
+        waiting = [len(ds) for ds in deps]
+        users: list[list[int]] = [[] for _ in range(self.n)]
+        for i, ds in enumerate(deps):
+            for d in ds:
+                users[d].append(i)
+        order = [i for i in range(self.n) if not waiting[i]]
+        for i in order:  # grows while iterated: Kahn's algorithm
+            for u in users[i]:
+                waiting[u] -= 1
+                if not waiting[u]:
+                    order.append(u)
+        return order
+
+
+def functional_setup(program: Program, config: NpuConfig, inputs: Mapping[str, Any],
+                     host_functions: Mapping[str, HostFunction]
+                     ) -> tuple[FunctionalExecutor, list[int]]:
+    """A functional execution of ``program`` without simulating it: its executor and a
+    dependency-respecting command order (cached with the plan)."""
+    plan = plan_for(program, config, verify=False)
+    return plan.executor(inputs, host_functions), plan.functional_order
+
+
+Step = tuple[int, tuple[int, ...], float, float]
+
+
+def _engine_queues(engines: list[str], kind_of: np.ndarray) -> tuple[dict[str, list[int]],
+                                                                     list[int]]:
+    """Each engine's queue (command indices in program order), engines in order of
+    their first command, and each command's engine number. ``engines[k]`` is the engine
+    of cost kind ``k``; ``kind_of[i]`` is command i's kind."""
+    numbers: dict[str, int] = {}
+    engine_of = np.asarray([numbers.setdefault(e, len(numbers)) for e in engines],
+                           dtype=np.intp)[kind_of]
+    order = np.argsort(engine_of, kind="stable")
+    bounds = np.searchsorted(engine_of[order], np.arange(len(numbers) + 1)).tolist()
+    queues = {engine: order[bounds[k]:bounds[k + 1]].tolist() for engine, k in numbers.items()}
+    return queues, engine_of.tolist()
+
+
+class _ProgramCache:
+    """Plans (and verification) of one program object, per config."""
+
+    __slots__ = ("program", "plans", "verified")
+
+    def __init__(self, program: Program) -> None:
+        self.program = weakref.ref(program)
+        self.plans: dict[NpuConfig, Plan] = {}
+        self.verified: set[NpuConfig] = set()
+
+
+_CACHE: dict[int, _ProgramCache] = {}
+"""By object identity (hashing a program hashes every command); an entry goes away
+with its program."""
+
+
+def plan_for(program: Program, config: NpuConfig, verify: bool) -> Plan:
+    """The plan of ``program`` on ``config``, verified first when asked — each done
+    once per program object and config."""
+    key = id(program)
+    entry = _CACHE.get(key)
+    if entry is None or entry.program() is not program:
+        entry = _ProgramCache(program)
+        weakref.finalize(program, _CACHE.pop, key, None)
+        _CACHE[key] = entry
+    if verify and config not in entry.verified:
+        from compiler.ir.verify import verify as verify_program
+
+        verify_program(program, config)
+        entry.verified.add(config)
+    plan = entry.plans.get(config)
+    if plan is None:
+        plan = entry.plans[config] = Plan(program, config)
+    return plan
+
+
+def command_timings(program: Program, config: NpuConfig) -> list[CommandTiming]:
+    """What each command of ``program`` costs on ``config``, in program order (from the
+    plan a run made, or makes it)."""
+    plan = plan_for(program, config, verify=False)
+    return [plan.timings[k] for k in plan.kinds]
+
+
+def _space_sizes(config: NpuConfig) -> dict[str, int]:
+    sizes = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
+    if config.shared_sram.size_bytes:
+        sizes["shared"] = config.shared_sram.size_bytes
+    return sizes
