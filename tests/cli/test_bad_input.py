@@ -125,3 +125,10 @@ def test_a_gemm_too_large_to_compile_is_refused_early(monkeypatch, capsys) -> No
     # refused for the whole plan before it was built, not one command past the cap
     planned = int(re.search(r"at mm: ([\d,]+) more", last).group(1).replace(",", ""))
     assert planned > 1000
+
+
+def test_llm_trace_into_a_missing_directory_is_refused_before_serving(tmp_path: Path,
+                                                                       capsys) -> None:
+    target = tmp_path / "missing" / "trace.json"
+    err = _error(capsys, "argparse", "llm", "llama-2-7b", "--trace", str(target))
+    assert f"argument --trace: {target}: directory '{target.parent}' does not exist" in err
