@@ -35,7 +35,8 @@ class Plan:
     totals that follow from the costs alone."""
 
     def __init__(self, program: Program, config: NpuConfig) -> None:
-        self.program = program
+        # weakly: plans are cached per program and must not keep it alive
+        self._program = weakref.ref(program)
         self.config = config
         commands = program.commands
         self.n = len(commands)
@@ -93,6 +94,13 @@ class Plan:
             int(field[name] @ counts) for name in ("dram_read", "dram_written", "host_bytes"))
         self.matmul_flops = int(sum(int(t.flops) * int(count) for t, engine, count
                                     in zip(timings, engines, counts) if ".mxu" in engine))
+
+    @property
+    def program(self) -> Program:
+        program = self._program()
+        if program is None:
+            raise ReferenceError("the plan's program is gone")
+        return program
 
     @cached_property
     def sram_sizes(self) -> dict[str, int]:

@@ -51,6 +51,27 @@ class OpStats:
 
 
 @dataclass(frozen=True)
+class RepeatedLayers:
+    """How a result covers a stack of identical layers."""
+
+    path: str
+    """The stack's module path in the model (``model.layers``)."""
+    simulated: int
+    """Layers compiled and simulated (the first ones)."""
+    total: int
+    """Layers in the model."""
+    layer_cycles: int
+    """Cycles each layer not simulated adds (what a middle simulated one added)."""
+
+    def describe(self) -> str:
+        if self.simulated >= self.total:
+            return f"{self.total} of {self.total} layers simulated"
+        return (f"{self.simulated} of {self.total} layers simulated ({self.path}); the other "
+                f"{self.total - self.simulated} identical layers add "
+                f"{self.layer_cycles:,} cycles each, as a simulated middle one did")
+
+
+@dataclass(frozen=True)
 class SimResult:
     program: Program
     config: NpuConfig
@@ -70,6 +91,10 @@ class SimResult:
     ``shared.port``, ``host_link``)."""
     outputs: Mapping[str, np.ndarray] | None = None
     """Final DRAM tensor values in functional mode (bf16 as float32); None otherwise."""
+    layers: RepeatedLayers | None = None
+    """Set when a stack of identical layers was simulated in part and the totals cover
+    all of it (:func:`archsim.repeated.extend`); the trace is that of the simulated
+    layers."""
 
     @property
     def sram_peak_bytes(self) -> Mapping[str, int]:

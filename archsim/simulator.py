@@ -215,7 +215,7 @@ class _Run:
         plan = self.plan
         starts = np.asarray(self.starts, dtype=np.int64)
         ends = np.asarray(self.ends, dtype=np.int64)
-        busy = {engine: _busy_cycles(starts[queue], ends[queue], plan.in_flight[engine])
+        busy = {engine: busy_cycles(starts[queue], ends[queue], plan.in_flight[engine])
                 for engine, queue in self.queues.items()}
         outputs = None
         if self.executor is not None:
@@ -239,7 +239,7 @@ class _Run:
         )
 
 
-def _busy_cycles(starts: np.ndarray, ends: np.ndarray, in_flight: int) -> int:
+def busy_cycles(starts: np.ndarray, ends: np.ndarray, in_flight: int) -> int:
     """Cycles an engine had at least one command running (commands start in queue
     order; with several in flight their spans overlap and are counted once)."""
     if in_flight == 1 or len(starts) == 0:

@@ -23,6 +23,7 @@ from compiler import graph as g
 from compiler.emit import Emitter
 from compiler.graph import Graph, Value, base_of
 from compiler.ir.collector import paused
+from compiler.schedule_cache import ScheduleCache
 from compiler.ir.dram_peak import check_dram_capacity
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import Program
@@ -166,7 +167,7 @@ class CompiledProgram:
 
 # ---------------------------------------------------------------- the driver
 
-_CACHE: dict[tuple[Any, ...], CompiledProgram] = {}
+_CACHE: ScheduleCache[CompiledProgram] = ScheduleCache()
 
 
 def _safe(name: str) -> str:
@@ -367,7 +368,8 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
         kernels=tuple(k.name for k in kernels),
         bound=MappingProxyType(_bound_weights(program, tuple(input_specs))),
         reference=reference)
-    _CACHE[key] = compiled
+    # the schedule only: the weights and the graph are the caller's
+    _CACHE.put(key, dataclasses.replace(compiled, bound=MappingProxyType({}), reference=None))
     return compiled
 
 

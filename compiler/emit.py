@@ -11,10 +11,11 @@ race. Dependencies on the same engine are dropped (queue order implies them).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
 from archsim.errors import CapacityError, ConfigError, ProgramTooLargeError
+from compiler.byte_map import ByteMap, Record
 from compiler.ir import access
 from compiler.ir.builder import ProgramBuilder
 from compiler.ir.dtypes import DType
@@ -24,15 +25,6 @@ from compiler.views import Box, split_box
 
 Shape = tuple[int, ...]
 ALIGN_BYTES = 64
-
-
-@dataclass
-class _Record:
-    start: int
-    end: int
-    writer: int | None
-    readers: dict[str, int] = field(default_factory=dict)
-    """Latest reader per engine since the write (an engine's reads finish in order)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +129,7 @@ class Emitter:
         self.config = config
         self.builder = ProgramBuilder(name, target=config.name)
         self._engine_of: list[str] = []
-        self._sram: dict[str, list[_Record]] = {}
+        self._sram: dict[str, ByteMap] = {}
         self._dram_writes: dict[str, _BoxIndex] = {}
         self._dram_reads: dict[str, list[int]] = {}
         self._rr: dict[str, int] = {}
@@ -210,39 +202,17 @@ class Emitter:
         self._record_dram(op, cid)
         return cid
 
-    def _overlapping(self, ref: SramRef) -> list[_Record]:
-        """Records overlapping ``ref``, after splitting those that straddle its ends, so
-        every record returned lies inside ``ref`` (exact byte intervals, no false
+    def _overlapping(self, ref: SramRef) -> list[Record]:
+        """Records of the bytes ``ref`` spans (exact byte intervals, no false
         dependencies between neighbouring buffers)."""
-        start = ref.offset
-        end = ref.end
-        records = self._sram.get(ref.space)
-        if not records:
-            return []
-        hits = [r for r in records if r.start < end and start < r.end]
-        if not hits:
-            return []
-        inside: list[_Record] = []
-        for r in hits:
-            if start <= r.start and r.end <= end:
-                inside.append(r)
-                continue
-            records.remove(r)
-            cuts = sorted({r.start, r.end, max(r.start, start), min(r.end, end)})
-            for lo, hi in zip(cuts, cuts[1:]):
-                piece = _Record(lo, hi, r.writer, dict(r.readers))
-                records.append(piece)
-                if start <= lo and hi <= end:
-                    inside.append(piece)
-        return inside
+        space = self._sram.get(ref.space)
+        return space.inside(ref.offset, ref.end) if space is not None else []
 
     def _record_write(self, ref: SramRef, cid: int) -> None:
-        records = self._sram.setdefault(ref.space, [])
-        start = ref.offset
-        end = ref.end
-        kept = [r for r in records if not (start <= r.start and r.end <= end)]
-        kept.append(_Record(start, end, cid))
-        self._sram[ref.space] = kept
+        space = self._sram.get(ref.space)
+        if space is None:
+            space = self._sram[ref.space] = ByteMap()
+        space.write(ref.offset, ref.end, cid)
 
     def _dram_deps(self, op: Op) -> set[int]:
         deps: set[int] = set()

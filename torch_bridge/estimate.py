@@ -27,13 +27,21 @@ if TYPE_CHECKING:
 
 
 def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | NpuConfig = "atom",
-             *, kwargs: Mapping[str, Any] | None = None, options: Any = None) -> SimResult:
+             *, kwargs: Mapping[str, Any] | None = None, options: Any = None,
+             all_layers: bool = False) -> SimResult:
     """Simulate one call ``model(*example_inputs, **kwargs)`` performance-only on
     ``config`` (preset name, YAML path or ``NpuConfig``) and return its ``SimResult``.
 
     ``example_inputs`` is a tensor or a tuple of tensors (any device, or ``meta``); only
     their shapes and dtypes matter. The model runs as it is (``train()`` / ``eval()``
     mode included). ``options`` are ``compiler.CompileOptions``.
+
+    A stack of at least four identical layers (``model.layers`` of a transformer) is
+    simulated in part: its first three layers are compiled and simulated and the result
+    is extended to the whole stack, each other layer adding what the second added
+    (``result.layers`` says so; :mod:`archsim.repeated`) — unless the model does work
+    of its own between its layers, which a partial run would leave out.
+    ``all_layers=True`` simulates every layer.
     """
     import torch
 
@@ -50,6 +58,17 @@ def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | N
     # one forward pass returning tensors: ModelOutput flattened, no KV cache object
     from torch_bridge.model_outputs import Forward
 
+    from torch_bridge.layer_stack import find_layer_stack, first_layers, work_between_layers
+
+    stack = None if all_layers else find_layer_stack(meta_model)
+    if stack is not None:
+        with first_layers(stack):
+            exported = compiler.export_model(Forward(meta_model), meta_args, meta_kwargs)
+        if not work_between_layers(exported.graph, stack.path):
+            from archsim.repeated import extend
+
+            result = compiler.compile_graph(exported, npu_config, options).simulate()
+            return extend(result, stack.path, stack.total)
     exported = compiler.export_model(Forward(meta_model), meta_args, meta_kwargs)
     return compiler.compile_graph(exported, npu_config, options).simulate()
 

@@ -43,17 +43,22 @@ def dram_peak(program: Program) -> tuple[int, int]:
     return peak, at
 
 
-def check_dram_capacity(program: Program, config: NpuConfig) -> None:
+def check_dram_capacity(program: Program, config: NpuConfig, extra_bytes: int = 0,
+                        extra: str = "") -> None:
     """Raise :class:`DeviceMemoryError` when the program needs more DRAM than the chip
-    has (``dram.capacity_bytes``), saying how much and where."""
+    has (``dram.capacity_bytes``), saying how much and where. ``extra_bytes`` are live
+    throughout besides the program's own (``extra`` says what they are: the weights of
+    layers a partial simulation left out)."""
     peak, at = dram_peak(program)
+    peak += extra_bytes
     capacity = config.dram.capacity_bytes
     if peak <= capacity:
         return
     where = program.commands[at].source if program.commands else ""
+    also = f"; {extra}" if extra else ""
     raise DeviceMemoryError(
         f"{program.name} needs {_gib(peak)} of DRAM at once (at command {at}"
-        f"{f', {where}' if where else ''}) but {config.name} has {_gib(capacity)} "
+        f"{f', {where}' if where else ''}{also}) but {config.name} has {_gib(capacity)} "
         f"(dram.capacity_bytes): use a smaller model or batch, a preset with more DRAM, "
         f"--set dram.capacity_bytes=..., or split it over chips (archsim llm --tp/--pp)")
 

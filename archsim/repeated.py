@@ -1,0 +1,115 @@
+"""A stack of identical layers simulated in part: the run of the first few layers
+extended to the whole stack.
+
+Models are stacks of identical layers (a Llama-2-70B is 80 copies of one decoder
+layer). When only the first ``k`` (at least 3) layers of a stack of ``n`` were compiled
+and simulated, :func:`extend` returns the result of the whole stack. The first layer
+(which follows the embedding) and the last (which is followed by the final norm and
+the head, and fuses with them) are not like the others; a layer between two
+identical ones is. So each of the ``n - k`` layers not simulated adds what the
+second-to-last simulated layer added: its cycles (its end minus the end of the layer
+before it, so the overlap between neighbouring layers counts as simulated), its
+engines' busy cycles, its bytes and its FLOPs. Work, bytes and FLOPs are exact; the
+cycles are exact when the middle layers reach a steady state, and within about 1%
+where DRAM address interleaving makes them differ by a few hundred cycles
+(``tests/torch_bridge/test_layer_stack.py`` compares with whole-model runs).
+
+The trace (starts, ends, per-command bytes and FLOPs) stays that of the simulated
+layers; totals, utilization and bandwidths cover the whole stack.
+
+Commands belong to layer ``i`` of the stack at ``path`` when their source (module path
+and aten node, ``model.layers.3.mlp.up_proj:mm``) starts with ``path.i`` followed by
+``.`` or ``:``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from types import MappingProxyType
+
+import numpy as np
+
+from archsim.errors import ArchsimError
+from compiler.ir.access import dram_reads, dram_writes
+from compiler.ir.dram_peak import check_dram_capacity
+from compiler.ir.ops import HostTransfer
+from archsim.plan import plan_for
+from archsim.result import RepeatedLayers, SimResult
+from archsim.simulator import busy_cycles
+
+
+def layer_of_commands(result: SimResult, path: str) -> np.ndarray:
+    """Per command, the index of the layer of ``path`` it belongs to (-1: outside)."""
+    pattern = re.compile(re.escape(path) + r"\.(\d+)(?:[.:]|$)")
+    index = np.full(len(result.program.commands), -1, dtype=np.int64)
+    for i, command in enumerate(result.program.commands):
+        match = pattern.match(command.source or "")
+        if match:
+            index[i] = int(match.group(1))
+    return index
+
+
+def extend(result: SimResult, path: str, total: int) -> SimResult:
+    """``result`` (of a model whose stack ``path`` kept its first layers) extended to a
+    stack of ``total`` identical layers; see the module docstring."""
+    layer = layer_of_commands(result, path)
+    simulated = int(layer.max()) + 1 if len(layer) else 0
+    if simulated < 3 or not all((layer == i).any() for i in range(simulated)):
+        raise ArchsimError(f"cannot extend {path!r} to {total} layers: the run has commands "
+                           f"of {simulated} of its layers, the first 3 at least are needed")
+    if total < simulated:
+        raise ArchsimError(f"cannot extend {path!r} to {total} layers: the run already "
+                           f"simulated {simulated}")
+    middle = simulated - 2
+    chosen = layer == middle
+    layer_cycles = int(result.ends[chosen].max() - result.ends[layer == middle - 1].max())
+    extra = total - simulated
+    check_dram_capacity(result.program, result.config, extra * _resident_bytes(result, chosen),
+                        f"with the {extra} layers of {path} not simulated")
+    plan = plan_for(result.program, result.config, verify=False)
+    timings = [plan.timings[plan.kinds[i]] for i in np.flatnonzero(chosen)]
+    busy = dict(result.engine_busy_cycles)
+    for engine, queue in plan.queues.items():
+        members = [i for i in queue if chosen[i]]
+        if members:
+            busy[engine] += extra * busy_cycles(result.starts[members], result.ends[members],
+                                                plan.in_flight[engine])
+    links = dict(result.link_bytes)
+    for link, name in enumerate(plan.link_names):
+        moved = sum(t.nbytes for t in timings if link in t.links)
+        links[name] = int(links.get(name, 0) + extra * moved)
+    matmul = sum(int(plan.flops[i]) for i in np.flatnonzero(chosen)
+                 if ".mxu" in result.program.commands[i].engine)
+    return dataclasses.replace(
+        result,
+        total_cycles=result.total_cycles + extra * layer_cycles,
+        engine_busy_cycles=MappingProxyType(busy),
+        dram_bytes_read=result.dram_bytes_read + extra * sum(t.dram_read for t in timings),
+        dram_bytes_written=result.dram_bytes_written
+        + extra * sum(t.dram_written for t in timings),
+        host_link_bytes=result.host_link_bytes + extra * sum(t.host_bytes for t in timings),
+        matmul_flops=result.matmul_flops + extra * matmul,
+        flops=result.flops + extra * int(sum(t.flops for t in timings)),
+        link_bytes=MappingProxyType(links),
+        layers=RepeatedLayers(path, simulated, total, layer_cycles),
+    )
+
+
+def _resident_bytes(result: SimResult, members: np.ndarray) -> int:
+    """Bytes of the DRAM tensors live for the whole run (inputs such as weights, and
+    outputs such as a KV cache) that only ``members`` touch: what one more layer adds
+    to the footprint."""
+    program = result.program
+    inside: dict[str, bool] = {}
+    for command, member in zip(program.commands, members.tolist()):
+        op = command.op
+        names = (op.ref.tensor,) if isinstance(op, HostTransfer) else (
+            *dram_reads(op), *dram_writes(op))
+        for name in names:
+            inside[name] = inside.get(name, True) and member
+    return sum(t.nbytes for t in program.tensors
+               if t.role in ("in", "out", "inout") and inside.get(t.name, False))
+
+
+__all__ = ["RepeatedLayers", "extend", "layer_of_commands"]

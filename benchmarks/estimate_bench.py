@@ -1,0 +1,83 @@
+"""``archsim.estimate`` on a Llama-2-70B: wall time and peak memory of a whole process.
+
+    python benchmarks/estimate_bench.py [--tokens 2048] [--all-layers]
+
+Each case runs in a fresh Python process, so its wall time includes starting Python and
+importing torch and transformers, and its peak RSS is the process's own. The model is
+transformers' ``LlamaForCausalLM`` with Llama-2-70B's configuration (hidden 8192, 80
+layers, 64 heads, 8 K/V heads, FFN 28672, vocabulary 32000) built on the meta device in
+bf16, one prompt of ``--tokens`` tokens, on ``tpu-v4`` with its DRAM capacity raised to
+hold the weights (138 GB). ``import torch`` alone is timed in the same run. Prints a
+markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_CASE = """
+import json, resource, sys, time
+start = time.perf_counter()
+import dataclasses, torch, transformers
+import archsim
+from archsim.config import load_config
+tokens, all_layers = int(sys.argv[1]), sys.argv[2] == "1"
+config = transformers.LlamaConfig(
+    hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
+    num_key_value_heads=8, num_hidden_layers=80, vocab_size=32000,
+    max_position_embeddings=4096)
+with torch.device("meta"):
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+preset = load_config("tpu-v4")
+preset = dataclasses.replace(preset, dram=dataclasses.replace(
+    preset.dram, capacity_bytes=160 * 2 ** 30))
+ids = torch.zeros(1, tokens, dtype=torch.long, device="meta")
+imported = time.perf_counter()
+result = archsim.estimate(model, (ids,), preset, all_layers=all_layers)
+done = time.perf_counter()
+print(json.dumps({
+    "imports_s": imported - start, "estimate_s": done - imported,
+    "cycles": result.total_cycles, "ms": result.seconds * 1e3,
+    "commands": len(result.program.commands),
+    "layers": result.layers.describe() if result.layers else "all 80 simulated",
+    "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}))
+"""
+
+
+def _wall(argv: list[str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    return time.perf_counter() - start, out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--all-layers", action="store_true",
+                        help="simulate all 80 layers (tens of minutes, needs "
+                             "ARCHSIM_MAX_COMMANDS raised)")
+    args = parser.parse_args()
+    torch_s, _ = _wall([sys.executable, "-c", "import torch"])
+    wall, out = _wall([sys.executable, "-c", _CASE, str(args.tokens),
+                       "1" if args.all_layers else "0"])
+    case = json.loads(out.strip().splitlines()[-1])
+    print(f"Llama-2-70B (transformers, meta, bf16), {args.tokens}-token prompt, tpu-v4:\n")
+    print("| process wall s | imports s | estimate s | peak RSS GB | commands | latency ms "
+          "| import torch s |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| **{wall:.1f}** | {case['imports_s']:.1f} | {case['estimate_s']:.1f} | "
+          f"**{case['peak_rss_gb']:.2f}** | {case['commands']:,} | {case['ms']:.1f} | "
+          f"{torch_s:.1f} |")
+    print(f"\n{case['layers']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
