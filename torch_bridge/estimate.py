@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from archsim.config import NpuConfig
     from archsim.result import SimResult
+    from torch_bridge.layer_stack import LayerStack
 
 
 def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | NpuConfig = "atom",
@@ -55,22 +56,42 @@ def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | N
     meta_model = _on_meta(model)
     meta_args = tuple(_meta_like(x) for x in inputs)
     meta_kwargs = {k: _meta_like(v) for k, v in (kwargs or {}).items()}
-    # one forward pass returning tensors: ModelOutput flattened, no KV cache object
+    exported, stack = export_shapes(meta_model, meta_args, meta_kwargs, all_layers)
+    return whole_stack(compiler.compile_graph(exported, npu_config, options).simulate(), stack)
+
+
+def export_shapes(model: torch.nn.Module, args: tuple[Any, ...],
+                  kwargs: Mapping[str, Any] | None = None, all_layers: bool = False
+                  ) -> tuple[torch.export.ExportedProgram, LayerStack | None]:
+    """``model(*args, **kwargs)`` exported as one forward pass returning tensors
+    (ModelOutput flattened, no KV cache object) for a shapes-only run — with only the
+    first layers of its stack of identical layers, returned with it, unless
+    ``all_layers`` or the model works between its layers (:func:`estimate`)."""
+    import compiler
+    from torch_bridge.layer_stack import find_layer_stack, first_layers, work_between_layers
     from torch_bridge.model_outputs import Forward
 
-    from torch_bridge.layer_stack import find_layer_stack, first_layers, work_between_layers
+    import torch
 
-    stack = None if all_layers else find_layer_stack(meta_model)
+    # tensors are inputs of the graph; other arguments (flags) are bound into it
+    tensors = {k: v for k, v in (kwargs or {}).items() if isinstance(v, torch.Tensor)}
+    forward = Forward(model, {k: v for k, v in (kwargs or {}).items() if k not in tensors})
+    stack = None if all_layers else find_layer_stack(model)
     if stack is not None:
         with first_layers(stack):
-            exported = compiler.export_model(Forward(meta_model), meta_args, meta_kwargs)
+            exported = compiler.export_model(forward, args, tensors)
         if not work_between_layers(exported.graph, stack.path):
-            from archsim.repeated import extend
+            return exported, stack
+    return compiler.export_model(forward, args, tensors), None
 
-            result = compiler.compile_graph(exported, npu_config, options).simulate()
-            return extend(result, stack.path, stack.total)
-    exported = compiler.export_model(Forward(meta_model), meta_args, meta_kwargs)
-    return compiler.compile_graph(exported, npu_config, options).simulate()
+
+def whole_stack(result: SimResult, stack: LayerStack | None) -> SimResult:
+    """The result of a run exported by :func:`export_shapes`, over the whole stack."""
+    if stack is None:
+        return result
+    from archsim.repeated import extend
+
+    return extend(result, stack.path, stack.total)
 
 
 def _meta_like(value: Any) -> Any:
@@ -101,4 +122,4 @@ def _on_meta(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model, memo)
 
 
-__all__ = ["estimate"]
+__all__ = ["estimate", "export_shapes", "whole_stack"]

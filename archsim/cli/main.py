@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--perf-only", action="store_true",
                        help="performance-only: shapes only, no data (automatic for large "
                             "models)")
+        p.add_argument("--all-layers", action="store_true",
+                       help="performance-only runs: simulate every layer of a stack of "
+                            "identical layers (default: the first 3, the others extended "
+                            "from them)")
         p.add_argument("--quiet", "-q", action="store_true",
                        help="print only the summary line (for scripts)")
         p.add_argument("--kwarg", action="append", default=[], type=kwarg,

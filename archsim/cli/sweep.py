@@ -36,12 +36,16 @@ def grid_axis(text: str) -> tuple[str, tuple[Any, ...]]:
                                          f"valid YAML)") from None
 
 
+COSTS = ("peak_flops", "sram_bytes", "dram_bandwidth", "cores")
+"""The keys of ``reports.figures.COST_METRICS``, named here so that building the
+parser does not import matplotlib (a test keeps the two equal)."""
+
+
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``sweep`` on the subparsers of ``archsim``."""
     from archsim.cli.main import positive
     from archsim.config import DEFAULT_PRESET
     from archsim.sweep import BACKENDS
-    from reports.figures import COST_METRICS
 
     p = sub.add_parser(
         "sweep", help="simulate one model on a grid of hardware configs",
@@ -75,7 +79,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="run points as Ray tasks (on the cluster RAY_ADDRESS names, else "
                         "on a new local Ray with --workers CPUs); needs pip install "
                         "'archsim[ray]'")
-    p.add_argument("--cost", choices=tuple(COST_METRICS), default="peak_flops",
+    p.add_argument("--cost", choices=COSTS, default="peak_flops",
                    help="hardware cost for the Pareto front (default: peak_flops)")
     p.add_argument("--out", metavar="DIR",
                    help="write sweep.csv, sweep.json and pareto.png to DIR")

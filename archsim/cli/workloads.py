@@ -116,9 +116,9 @@ WORKLOADS: dict[str, Workload] = {
                      _gpt2, layers=12, model_layers=12),
     "bert-base": Workload("BERT-base encoder (hidden 768, 12 heads), --layers (12), --seq (128)",
                           _bert, layers=12, model_layers=12),
-    "llama-7b": Workload("Llama-7B-shaped decoder layers (hidden 4096, SwiGLU 11008), "
-                         "--layers (2), --seq (2048); performance-only", _llama, seq=2048,
-                         layers=2, model_layers=32),
+    "llama-7b": Workload("Llama-7B-shaped decoder (hidden 4096, SwiGLU 11008), --layers "
+                         "(32: 3 simulated, the others extended), --seq (2048); "
+                         "performance-only", _llama, seq=2048, layers=32, model_layers=32),
     "llama-small": Workload("small Llama-style decoder (hidden 512, GQA 8/2 heads), "
                             "--layers (2)", _llama_small, layers=2),
     "resnet-18": Workload("ResNet-18 on 224x224 images, --batch (1)", _resnet((2, 2, 2, 2), False)),
@@ -218,10 +218,10 @@ def _simulate_builtin(name: str, workload: Workload, args: argparse.Namespace,
     label = f"{name} b{args.batch}" + (f" s{args.seq}" if name not in ("resnet-18", "resnet-50",
                                                                        "conv") else "")
     label += f" {dtype_name}"
-    if workload.layers:
-        of = f" of {workload.model_layers}" if workload.model_layers else ""
-        label += f", {args.layers}{of} layers simulated"
-    return _run_module(label, module.eval(), inputs, perf_only, config, args.quiet, progress)
+    of = f" of {workload.model_layers}" if workload.layers and workload.model_layers else ""
+    layers = f"{args.layers}{of}" if workload.layers else ""
+    return _run_module(label, module.eval(), inputs, {}, perf_only, config, args, progress,
+                       layers)
 
 
 def _simulate_torch(name: str, module: Any, inputs: tuple[Any, ...], args: argparse.Namespace,
@@ -236,20 +236,41 @@ def _simulate_torch(name: str, module: Any, inputs: tuple[Any, ...], args: argpa
     weights = {TORCH_TO_IR[p.dtype].value if p.dtype in TORCH_TO_IR else str(p.dtype)
                for p in module.parameters() if p.is_floating_point()}
     label = f"{name} ({'/'.join(sorted(weights))} weights)" if weights else name
-    return _run_module(label, Forward(module.eval(), kwargs), inputs, perf_only, config,
-                       args.quiet, progress)
+    return _run_module(label, module.eval(), inputs, kwargs, perf_only, config, args,
+                       progress)
 
 
-def _run_module(name: str, module: Any, inputs: tuple[Any, ...], perf_only: bool,
-                config: NpuConfig, quiet: bool, progress) -> Any:
+def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any],
+                perf_only: bool, config: NpuConfig, args: argparse.Namespace, progress,
+                layers: str = "") -> Any:
+    """Export, compile and simulate ``model(*inputs, **kwargs)``. Performance-only runs
+    simulate the first layers of a stack of identical layers and extend the result to
+    the whole stack (``archsim.estimate``'s export; ``--all-layers`` simulates each);
+    ``layers`` (``12`` or ``2 of 32``) names the layers a built-in model was built with."""
     import dataclasses
 
     import torch
 
     import compiler
+    from torch_bridge.estimate import export_shapes, whole_stack
+    from torch_bridge.layer_stack import KEEP_LAYERS
+    from torch_bridge.model_outputs import Forward
 
+    quiet = args.quiet
+    module = Forward(model, kwargs)
+    stack = None
     with progress.step("exporting with torch.export"):
-        exported = compiler.export_model(module, inputs)
+        if perf_only:
+            exported, stack = export_shapes(model, inputs, kwargs,
+                                            getattr(args, "all_layers", False))
+        else:
+            exported = compiler.export_model(module, inputs)
+    if stack:
+        kept = KEEP_LAYERS
+        name += (f", {layers or stack.total} layers ({kept} simulated, "
+                 f"{stack.total - kept} extended)")
+    elif layers:
+        name += f", {layers} layers simulated"
     with progress.step(f"compiling for {config.name}"):
         compiled = compiler.compile_graph(exported, config)
     program = dataclasses.replace(compiled.program, name=name)
@@ -257,7 +278,7 @@ def _run_module(name: str, module: Any, inputs: tuple[Any, ...], perf_only: bool
     steps = f"simulating {len(program.commands)} commands"
     if perf_only:
         with progress.step(steps + " (performance-only)"):
-            return compiled.simulate()
+            return whole_stack(compiled.simulate(), stack)
     with progress.step(steps + " (functional)"):
         outputs, result = compiled.run(*inputs)
     with torch.no_grad(), _triton_on_cpu():

@@ -75,3 +75,41 @@ def test_run_and_estimate_give_the_same_cycles(name: str, tmp_path: Path, capsys
     estimated = archsim.estimate(namespace["model"], namespace["example_inputs"],
                                  config="tiny")
     assert read_json(tmp_path / "r.json").total_cycles == estimated.total_cycles
+
+
+def _cycles(out: str) -> int:
+    return int(re.search(r"latency\s+([\d,]+) cycles", out).group(1).replace(",", ""))
+
+
+def test_a_performance_run_simulates_three_layers_of_a_stack_and_says_so(capsys) -> None:
+    argv = ["run", "gpt2", "--layers", "6", "--seq", "32", "--perf-only", "--config", "tiny"]
+    assert main(argv) == 0
+    part = capsys.readouterr().out
+    assert "gpt2 b1 s32 f32, 6 of 12 layers (3 simulated, 3 extended) on tiny" in part
+    assert main([*argv, "--all-layers"]) == 0
+    whole = capsys.readouterr().out
+    assert "gpt2 b1 s32 f32, 6 of 12 layers simulated on tiny" in whole
+    assert _cycles(part) == pytest.approx(_cycles(whole), rel=0.01)
+
+
+def test_a_model_file_run_performance_only_agrees_with_estimate(tmp_path: Path,
+                                                                 capsys) -> None:
+    import archsim
+
+    path = tmp_path / "deep.py"
+    path.write_text("import torch, transformers\n"
+                    "config = transformers.GPT2Config(n_layer=6, n_head=4, n_embd=64,\n"
+                    "    vocab_size=500, n_positions=64, bos_token_id=0, eos_token_id=0)\n"
+                    "with torch.device('meta'):\n"
+                    "    model = transformers.GPT2LMHeadModel(config).eval()\n"
+                    "example_inputs = (torch.zeros(1, 16, dtype=torch.long, "
+                    "device='meta'),)\n")
+    assert main(["run", str(path), "--config", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "3 of 6 layers extended from 3 simulated" not in out
+    assert "(3 simulated, 3 extended)" in out
+    namespace: dict = {}
+    exec(path.read_text(), namespace)
+    estimate = archsim.estimate(namespace["model"], namespace["example_inputs"], "tiny")
+    assert estimate.layers is not None and estimate.layers.simulated == 3
+    assert _cycles(out) == estimate.total_cycles

@@ -277,6 +277,12 @@ class TestSweepReports:
                                              r"peak_flops, sram_bytes, dram_bandwidth, cores$"):
             pareto_points(self.points, cost="area")
 
+    def test_the_cli_offers_every_cost_and_no_other(self) -> None:
+        from archsim.cli.sweep import COSTS
+        from reports.figures import COST_METRICS
+
+        assert COSTS == tuple(COST_METRICS)
+
     def test_json(self) -> None:
         document = sweep_to_json(self.points, meta={"model": "gemm"})
         assert document["format"] == "archsim.sweep"
