@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Union
@@ -44,6 +44,27 @@ class Region:
         return self.offset + self.nbytes
 
 
+class Description:
+    """A command's operand text and the SRAM bytes it reads and writes: derived from its
+    op when first asked (the text summary never asks; traces, JSON and the SRAM figure
+    do), or given (loaded from JSON)."""
+
+    __slots__ = ("_op", "_value")
+
+    def __init__(self, op: Op | None = None, operands: str = "",
+                 reads: tuple[Region, ...] = (), writes: tuple[Region, ...] = ()) -> None:
+        self._op = op
+        self._value = None if op is not None else (operands, reads, writes)
+
+    def get(self) -> tuple[str, tuple[Region, ...], tuple[Region, ...]]:
+        if self._value is None:
+            op = self._op
+            self._value = (operand_text(op), _regions(op, write=False),
+                           _regions(op, write=True))
+            self._op = None
+        return self._value
+
+
 @dataclass(frozen=True)
 class CommandRecord:
     """One executed command with everything reports need about it."""
@@ -64,10 +85,22 @@ class CommandRecord:
     """Duration had the command been alone on the chip (equal to its duration for
     compute; for transfers: fixed cycles + bytes at the slowest of its engine cap
     and its links' capacities)."""
-    operands: str
-    """Operand text: ``src=%A[0:8, 0:8] dst=sram0[0x000000] f32[8,8]``."""
-    reads: tuple[Region, ...] = ()
-    writes: tuple[Region, ...] = ()
+    description: Description = field(default_factory=lambda: Description(), compare=False,
+                                     repr=False)
+    """Operand text and SRAM regions, derived from the op when first read."""
+
+    @property
+    def operands(self) -> str:
+        """Operand text: ``src=%A[0:8, 0:8] dst=sram0[0x000000] f32[8,8]``."""
+        return self.description.get()[0]
+
+    @property
+    def reads(self) -> tuple[Region, ...]:
+        return self.description.get()[1]
+
+    @property
+    def writes(self) -> tuple[Region, ...]:
+        return self.description.get()[2]
 
     @property
     def cycles(self) -> int:
@@ -214,17 +247,14 @@ def from_sim_result(result: SimResult) -> ReportData:
     program = result.program
     capacities = Chip(simpy.Environment(), config, program.tensor_map).network.capacity
     records = []
-    # Tiled programs repeat the same ops (same buffers) many times: describe each once.
-    described: dict[Op, tuple[str, tuple[Region, ...], tuple[Region, ...]]] = {}
+    # Programs may repeat one op object: describe it once, and only if asked.
+    described: dict[int, Description] = {}
     for command, timing, start, end, nbytes, flops in zip(
             program.commands, command_timings(program, config), result.starts, result.ends,
             result.command_bytes, result.command_flops):
-        description = described.get(command.op)
+        description = described.get(id(command.op))
         if description is None:
-            description = described[command.op] = (
-                operand_text(command.op), _regions(command.op, write=False),
-                _regions(command.op, write=True))
-        operands, reads, writes = description
+            description = described[id(command.op)] = Description(command.op)
         records.append(CommandRecord(
             id=command.id, engine=command.engine, op=command.op.mnemonic,
             source=command.source, deps=tuple(command.deps), start=int(start), end=int(end),
@@ -232,7 +262,7 @@ def from_sim_result(result: SimResult) -> ReportData:
             dram_bytes=int(timing.dram_read + timing.dram_written),
             uncontended_cycles=uncontended_cycles(timing.fixed_cycles, timing.links,
                                                   timing.nbytes, timing.cap, capacities),
-            operands=operands, reads=reads, writes=writes,
+            description=description,
         ))
     capacity = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
     if config.shared_sram.size_bytes:
@@ -297,6 +327,6 @@ def _regions(op: Op, write: bool) -> tuple[Region, ...]:
 
 
 __all__ = [
-    "COMPUTE_KINDS", "CommandRecord", "DMA_KINDS", "Region", "ReportData", "ResultLike",
+    "COMPUTE_KINDS", "CommandRecord", "Description", "DMA_KINDS", "Region", "ReportData", "ResultLike",
     "UNATTRIBUTED", "from_sim_result", "operand_text", "report_data", "uncontended_cycles",
 ]

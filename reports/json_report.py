@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from reports.critical_path import critical_path, engine_times
-from reports.data import CommandRecord, Region, ReportData, ResultLike, report_data
+from reports.data import CommandRecord, Description, Region, ReportData, ResultLike, report_data
 from reports.ops import op_rows
 
 FORMAT = "archsim.report"
@@ -105,10 +105,13 @@ def from_json(document: Mapping[str, Any]) -> ReportData:
             raise ValueError(f"trace columns have different lengths: {sorted(lengths)}")
         commands = tuple(
             CommandRecord(
-                **{name: trace[name][i] for name in _TRACE_FIELDS if name != "deps"},
+                **{name: trace[name][i] for name in _TRACE_FIELDS
+                   if name not in ("deps", "operands")},
                 deps=tuple(trace["deps"][i]),
-                reads=tuple(Region(*r) for r in trace["reads"][i]),
-                writes=tuple(Region(*r) for r in trace["writes"][i]),
+                description=Description(
+                    operands=trace["operands"][i],
+                    reads=tuple(Region(*r) for r in trace["reads"][i]),
+                    writes=tuple(Region(*r) for r in trace["writes"][i])),
             )
             for i in range(len(trace["id"]))
         )

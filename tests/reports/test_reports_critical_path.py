@@ -47,7 +47,7 @@ def _record(cid: int, engine: str, start: int, end: int,
             deps: tuple[int, ...] = ()) -> CommandRecord:
     return CommandRecord(id=cid, engine=engine, op="binary", source=f"op{cid}", deps=deps,
                          start=start, end=end, bytes=0, flops=0, dram_bytes=0,
-                         uncontended_cycles=end - start, operands="")
+                         uncontended_cycles=end - start)
 
 
 def _data(template, *commands: CommandRecord) -> ReportData:
