@@ -18,7 +18,7 @@ BENCHMARKS = [
     ["bridge_bench.py"],
     ["validation.py", "--out", "-"],
     ["llm_bench.py"],
-    ["estimate_bench.py"],
+    ["wall_bench.py"],
     ["triton_bench.py"],
     ["opinfo_coverage.py"],  # needs the opinfo extra (expecttest)
     ["scalesim_agreement.py", "--quick"],  # says why and skips without SCALE-Sim
