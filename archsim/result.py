@@ -61,14 +61,14 @@ class RepeatedLayers:
     total: int
     """Layers in the model."""
     layer_cycles: int
-    """Cycles each layer not simulated adds (what a middle simulated one added)."""
+    """Cycles each layer not simulated adds (the mean of the middle simulated ones)."""
 
     def describe(self) -> str:
         if self.simulated >= self.total:
             return f"{self.total} of {self.total} layers simulated"
         return (f"{self.simulated} of {self.total} layers simulated ({self.path}); the other "
                 f"{self.total - self.simulated} identical layers add "
-                f"{self.layer_cycles:,} cycles each, as a simulated middle one did")
+                f"{self.layer_cycles:,} cycles each, as the simulated middle ones did")
 
 
 @dataclass(frozen=True)

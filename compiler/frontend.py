@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,10 +97,12 @@ def _type_name(kind: Any) -> str:
 
 
 class Frontend:
-    def __init__(self, options: CompileOptions) -> None:
+    def __init__(self, options: CompileOptions,
+                 lifted: Mapping[str, torch.Tensor] | None = None) -> None:
         self.options = options
+        self.lifted = dict(lifted or {})
         self.graph = Graph()
-        self.builder = GraphBuilder(self.graph)
+        self.builder = GraphBuilder(self.graph, self._const_tensor)
         self.env: dict[torch.fx.Node, Any] = {}
         self.const: dict[int, torch.Tensor] = {}
         self.inputs: list[InputSpec] = []
@@ -125,6 +127,9 @@ class Frontend:
         return self.graph
 
     def _placeholder(self, node: torch.fx.Node, kind: str, target: str) -> None:
+        if node.name in self.lifted:
+            self.env[node] = self._constant(self.lifted[node.name], node.name)
+            return
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             raise LoweringError(f"placeholder {node.name}: needs a tensor in meta['val'], "
@@ -350,6 +355,28 @@ def _map_values(tree: Any, fn: Callable[[Any], Any]) -> Any:
     return fn(tree)
 
 
+LIFTED_FOLD_ELEMENTS = 4096
+"""Largest tensor constant lifted by torch.export that is folded into the graph."""
+
+
+def lifted_constants(program: Any) -> dict[str, torch.Tensor]:
+    """Tensor constants ``torch.export`` lifted to inputs (a tensor the forward builds
+    from Python values, such as Falcon's ``qkv[..., [-2], :]`` index), by placeholder:
+    small real integer ones (indices, masks) are folded into the graph like ``get_attr``
+    constants, so lowerings can read them (``GraphBuilder.constant_of``). Floating
+    ones (a weight captured from a closure) stay inputs, like parameters."""
+    if not isinstance(program, torch.export.ExportedProgram):
+        return {}
+    found = {}
+    for spec in program.graph_signature.input_specs:
+        tensor = program.constants.get(spec.target) if spec.target else None
+        if spec.kind.name == "CONSTANT_TENSOR" and isinstance(tensor, torch.Tensor) and \
+                tensor.device.type != "meta" and tensor.numel() <= LIFTED_FOLD_ELEMENTS \
+                and not tensor.is_floating_point() and not tensor.is_complex():
+            found[spec.arg.name] = tensor
+    return found
+
+
 def build(program: Any, options: CompileOptions) -> tuple[Graph, list[InputSpec], list[str]]:
     """An ExportedProgram or GraphModule -> (graph IR, input specs, host fallbacks)."""
     kinds: dict[str, tuple[str, str]] = {}
@@ -366,6 +393,6 @@ def build(program: Any, options: CompileOptions) -> tuple[Graph, list[InputSpec]
     else:
         raise LoweringError(f"compile_graph takes an ExportedProgram or fx.GraphModule, got "
                             f"{type(program).__name__}")
-    frontend = Frontend(options)
+    frontend = Frontend(options, lifted_constants(program))
     graph = frontend.run(gm, kinds)
     return graph, frontend.inputs, frontend.fallbacks

@@ -3,7 +3,8 @@ type promotion live here, once."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -54,10 +55,14 @@ def normalize_dim(dim: int, rank: int, where: str = "") -> int:
 class GraphBuilder:
     """Appends primitive nodes to a graph; ``source`` names the aten node being lowered."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph,
+                 constant_of: Callable[[Value], Any] | None = None) -> None:
         self.graph = graph
         self.source = ""
         self._count = 0
+        self.constant_of: Callable[[Value], Any] = constant_of or (lambda value: None)
+        """The torch tensor a value holds when the frontend folded it to a constant
+        (indices written in the model, ``x[..., [-2], :]``), else None."""
 
     def _name(self, hint: str) -> str:
         self._count += 1

@@ -3,9 +3,11 @@
 Defined in the bridge layer (it exports and compiles a PyTorch model); ``archsim``
 re-exports it lazily.
 
-The model and inputs are mirrored on the ``meta`` device (parameters and buffers are
-replaced by meta tensors of the same shape and dtype; the caller's model is not touched
-and no weight is copied), exported with ``torch.export``, decomposed to core ATen
+When the inputs are on the ``meta`` device, the model is mirrored there too
+(parameters and buffers replaced by meta tensors of the same shape and dtype; the
+caller's model is not touched and no weight is copied); otherwise it is exported as it
+is (``torch.export`` traces with fake tensors and copies nothing). It is exported with
+``torch.export``, decomposed to core ATen
 (keeping attention whole for the compiler's flash-attention kernel), compiled with
 ``compiler.compile_graph`` and simulated performance-only. Cycles equal
 those of a functional run of the same program, so a 7B-parameter model can be timed in
@@ -39,7 +41,7 @@ def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | N
 
     A stack of at least four identical layers (``model.layers`` of a transformer) is
     simulated in part: its first three layers are compiled and simulated and the result
-    is extended to the whole stack, each other layer adding what the second added
+    is extended to the whole stack, each other layer adding what the middle ones added
     (``result.layers`` says so; :mod:`archsim.repeated`) — unless the model does work
     of its own between its layers, which a partial run would leave out.
     ``all_layers=True`` simulates every layer.
@@ -53,10 +55,14 @@ def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | N
         raise TypeError(f"estimate expects an nn.Module, got {type(model).__name__}")
     npu_config = config if isinstance(config, NpuConfig) else load_config(str(config))
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    meta_model = _on_meta(model)
-    meta_args = tuple(_meta_like(x) for x in inputs)
-    meta_kwargs = {k: _meta_like(v) for k, v in (kwargs or {}).items()}
-    exported, stack = export_shapes(meta_model, meta_args, meta_kwargs, all_layers)
+    kwargs = dict(kwargs or {})
+    if _any_meta((inputs, kwargs)):  # shapes only: the model mirrored on meta too
+        model = _on_meta(model)
+        inputs = tuple(_meta_like(x) for x in inputs)
+        kwargs = {k: _meta_like(v) for k, v in kwargs.items()}
+    # else exported as it is (torch.export traces with fake tensors, copying nothing),
+    # so tensors the forward builds from Python values (index lists) stay known
+    exported, stack = export_shapes(model, tuple(inputs), kwargs, all_layers)
     return whole_stack(compiler.compile_graph(exported, npu_config, options).simulate(), stack)
 
 
@@ -92,6 +98,18 @@ def whole_stack(result: SimResult, stack: LayerStack | None) -> SimResult:
     from archsim.repeated import extend
 
     return extend(result, stack.path, stack.total)
+
+
+def _any_meta(value: Any) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.is_meta
+    if isinstance(value, (list, tuple)):
+        return any(_any_meta(v) for v in value)
+    if isinstance(value, dict):
+        return any(_any_meta(v) for v in value.values())
+    return False
 
 
 def _meta_like(value: Any) -> Any:

@@ -171,6 +171,10 @@ def choose_tile(space: tuple[int, ...], whole: set[int], budget: int,
 
 
 def tiles_of(space: tuple[int, ...], tile: tuple[int, ...]) -> list[Box]:
+    """The tiles covering ``space``: none when it has no elements (an empty slice, such
+    as the pass-through half of a rotary embedding applied to every dim)."""
+    if 0 in space:
+        return []
     boxes: list[Box] = [()]
     for n, t in zip(space, tile):
         boxes = [b + ((lo, min(lo + t, n)),) for b in boxes for lo in range(0, n, t)]

@@ -172,6 +172,32 @@ def lower_embedding(b: GraphBuilder, weight: Value, indices: Value, padding_idx:
     return gather_rows(b, weight, indices)
 
 
+@lowering(aten.index.Tensor)
+def lower_index(b: GraphBuilder, x: Value, indices: list[Value | None]) -> Value:
+    """``x[..., idx, ...]`` with one index tensor whose values are written in the model
+    (Falcon's ``qkv[..., [-2], :]``): slices of ``x`` along that dim, one per run of
+    consecutive indices, concatenated. Data-dependent indices are not lowered here."""
+    given = [(d, v) for d, v in enumerate(indices) if v is not None]
+    if len(given) != 1 or not isinstance(given[0][1], Value):
+        raise NotImplementedError("index with several or no index tensors")
+    dim, index = given[0]
+    values = b.constant_of(index)
+    if values is None or values.dim() != 1 or values.is_floating_point() or values.numel() == 0:
+        raise NotImplementedError("index by a tensor computed at run time")
+    size = x.shape[dim]
+    picks = [int(v) + size if int(v) < 0 else int(v) for v in values.tolist()]
+    if any(not 0 <= p < size for p in picks):
+        raise NotImplementedError("index out of range")  # torch raises; the host says so
+    runs: list[list[int]] = []
+    for p in picks:
+        if runs and p == runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([p, p + 1])
+    parts = [b.slice(x, dim, lo, hi) for lo, hi in runs]
+    return parts[0] if len(parts) == 1 else lower_cat(b, parts, dim)
+
+
 @lowering(aten.index_select.default)
 def lower_index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Value:
     if len(x.shape) != 2 or normalize_dim(dim, 2, b.source) != 0:

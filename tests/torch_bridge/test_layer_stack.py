@@ -72,7 +72,7 @@ class TestFinding:
         assert find_layer_stack(Chain([16, 16, 16, 16, 32])) is None
 
     def test_short_stacks_are_simulated_whole_and_the_largest_stack_is_taken(self) -> None:
-        assert find_layer_stack(Chain([16] * 4)) is None  # 3 layers
+        assert find_layer_stack(Chain([16] * 4)) is None  # 3 layers: all simulated anyway
         model = nn.Module()
         model.small = Chain([8] * 9).layers
         model.large = Chain([32] * 5).layers
