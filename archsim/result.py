@@ -64,11 +64,12 @@ class RepeatedLayers:
     """Cycles each layer not simulated adds (the mean of the middle simulated ones)."""
 
     def describe(self) -> str:
+        """``3 of 80 simulated, 77 extended at 16,620,801 cycles each`` (the stack's
+        path is ``path``)."""
         if self.simulated >= self.total:
-            return f"{self.total} of {self.total} layers simulated"
-        return (f"{self.simulated} of {self.total} layers simulated ({self.path}); the other "
-                f"{self.total - self.simulated} identical layers add "
-                f"{self.layer_cycles:,} cycles each, as the simulated middle ones did")
+            return f"{self.total} of {self.total} simulated"
+        return (f"{self.simulated} of {self.total} simulated, {self.total - self.simulated} "
+                f"extended at {self.layer_cycles:,} cycles each")
 
 
 @dataclass(frozen=True)

@@ -153,6 +153,11 @@ class ReportData:
     """Every command once, in program order."""
     matrix_precision: str = ""
     """How the arrays run matmuls: their input dtype and the f32 precision policy."""
+    layers: str = ""
+    """When a stack of identical layers was simulated in part, how (``SimResult.layers``):
+    totals and busy cycles cover the whole stack, the commands the simulated layers."""
+    stack_busy_cycles: Mapping[str, int] | None = None
+    """The whole stack's busy cycles per engine when ``layers`` is set."""
 
     # -- time -----------------------------------------------------------------------
     @property
@@ -181,9 +186,17 @@ class ReportData:
         return self.matmul_flops / self.seconds if self.total_cycles else 0.0
 
     @cached_property
+    def trace_cycles(self) -> int:
+        """Cycles the trace covers: the run's, or fewer when a stack of identical layers
+        was simulated in part and the totals extended (``SimResult.layers``)."""
+        return max((c.end for c in self.commands), default=0)
+
+    @cached_property
     def engine_busy_cycles(self) -> Mapping[str, int]:
         """Busy cycles per engine of the config (0 for unused ones)."""
         busy = dict.fromkeys(self.engines, 0)
+        if self.stack_busy_cycles is not None:
+            return MappingProxyType(busy | dict(self.stack_busy_cycles))
         reach: dict[str, int] = {}  # a DMA keeping transfers in flight overlaps them:
         for c in self.commands:     # count each cycle once (commands start in order)
             start = max(c.start, reach.get(c.engine, c.start))
@@ -287,6 +300,9 @@ def from_sim_result(result: SimResult) -> ReportData:
         sram_peak_bytes=MappingProxyType(dict(result.sram_peak_bytes)),
         sram_capacity_bytes=MappingProxyType(capacity),
         matrix_precision=matrix_precision(config),
+        layers=result.layers.describe() if result.layers else "",
+        stack_busy_cycles=(MappingProxyType(dict(result.engine_busy_cycles))
+                           if result.layers else None),
         commands=tuple(records),
     )
 

@@ -27,8 +27,9 @@ from matplotlib.patches import Patch
 
 from reports.data import ReportData, ResultLike, report_data
 from reports.ops import op_rows
+from reports.roofline_figure import roofline_figure
 from reports.perfetto import track_name
-from reports.text import format_si
+from reports.text import format_bytes, format_si
 
 _OP_COLORS = {
     "load": "#1f77b4", "store": "#17becf", "copy": "#aec7e8", "matmul": "#d62728",
@@ -44,8 +45,8 @@ def _op_color(op: str) -> str:
 
 
 def _time_scale(data: ReportData) -> tuple[float, str]:
-    """Multiply cycles by the factor to get the returned unit."""
-    seconds = data.seconds
+    """Multiply cycles by the factor to get the returned unit (for the traced span)."""
+    seconds = data.trace_cycles / data.clock_hz
     if seconds >= 1e-3:
         return 1e3 / data.clock_hz, "ms"
     if seconds >= 1e-6:
@@ -80,11 +81,12 @@ def timeline_figure(result: ResultLike) -> Figure:
                        edgecolor="white", linewidth=0.3)
     ax.set_yticks(range(len(engines)), [_engine_label(e) for e in engines])
     ax.set_ylim(max(len(engines), 1) - 0.5, -0.5)
-    ax.set_xlim(0, max(data.total_cycles, 1) * scale)
+    ax.set_xlim(0, max(data.trace_cycles, 1) * scale)
     ax.set_xlabel(f"time ({unit})")
     extra = f", {hidden} more engines not shown" if hidden else ""
-    ax.set_title(f"Timeline: {data.program_name} on {data.config_name} "
-                 f"({data.total_cycles:,} cycles{extra})")
+    span = (f"{data.total_cycles:,} cycles" if data.trace_cycles >= data.total_cycles else
+            f"the simulated layers' {data.trace_cycles:,} of {data.total_cycles:,} cycles")
+    ax.set_title(f"Timeline: {data.program_name} on {data.config_name}\n({span}{extra})")
     ops = sorted({op for _, op in bars})
     ax.legend(handles=[Patch(color=_op_color(op), label=op) for op in ops], title="op",
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
@@ -128,61 +130,6 @@ def utilization_figure(result: ResultLike) -> Figure:
 # ---------------------------------------------------------------- roofline
 
 
-_ROOFLINE_LABELS = 10
-
-
-def roofline_figure(result: ResultLike) -> Figure:
-    """Roofline (log-log): arithmetic intensity (FLOP per DRAM byte) vs achieved FLOP/s
-    over each source op's span, under the matrix and vector peaks and the DRAM
-    bandwidth ceiling. Ops without FLOPs or without DRAM traffic cannot be placed and
-    are listed in the title."""
-    data = report_data(result)
-    rows = op_rows(data)
-    placed = [r for r in rows if r.flops and r.dram_bytes and r.span_cycles]
-    skipped = len(rows) - len(placed)
-    fig = Figure(figsize=(9, 6), layout="constrained")
-    ax = fig.add_subplot()
-    intensities = [r.arithmetic_intensity for r in placed]
-    ridge = data.peak_flops / data.dram_bandwidth_bytes_per_s
-    low = min([ridge / 100, *intensities]) / 2
-    high = max([ridge * 100, *intensities]) * 2
-    x = np.geomspace(low, high, 200)
-    ax.loglog(x, np.minimum(data.peak_flops, x * data.dram_bandwidth_bytes_per_s), "k-",
-              linewidth=2, label=f"matrix peak {format_si(data.peak_flops, 'FLOP/s')}, "
-                                 f"DRAM {format_si(data.dram_bandwidth_bytes_per_s, 'B/s')}")
-    ax.loglog(x, np.minimum(data.vector_peak_flops, x * data.dram_bandwidth_bytes_per_s),
-              "k--", linewidth=1,
-              label=f"vector peak {format_si(data.vector_peak_flops, 'FLOP/s')}")
-    ax.axvline(ridge, color="grey", linestyle=":", linewidth=1,
-               label=f"ridge {ridge:.3g} FLOP/B")
-    # One colour and marker per bound (a legend entry each, however many ops); only
-    # the ops that take the most time are named, so labels stay readable.
-    styles = {"compute": ("o", "tab:red"), "memory": ("s", "tab:blue"),
-              "latency": ("^", "tab:orange"), "host": ("D", "tab:purple")}
-    for bound, (marker, color) in styles.items():
-        group = [r for r in placed if r.bound == bound]
-        if group:
-            ax.scatter([r.arithmetic_intensity for r in group],
-                       [r.achieved_flops for r in group], s=50, zorder=3, marker=marker,
-                       color=color, alpha=0.8, label=f"{bound}-bound ops ({len(group)})")
-    named = sorted(placed, key=lambda r: r.span_cycles, reverse=True)[:_ROOFLINE_LABELS]
-    for r in named:
-        ax.annotate(r.source, (r.arithmetic_intensity, r.achieved_flops),
-                    textcoords="offset points", xytext=(6, 4), fontsize="small")
-    ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
-    ax.set_ylabel("achieved FLOP/s (over the op's span)")
-    notes = []
-    if len(placed) > len(named):
-        notes.append(f"the {len(named)} longest ops named")
-    if skipped:
-        notes.append(f"{skipped} ops without FLOPs or DRAM traffic not placed")
-    title = f"Roofline: {data.program_name} on {data.config_name}"
-    ax.set_title(title + ("\n(" + "; ".join(notes) + ")" if notes else ""))
-    ax.legend(loc="lower right", fontsize="small")
-    ax.grid(True, which="both", alpha=0.3)
-    return fig
-
-
 # ---------------------------------------------------------------- SRAM occupancy
 
 
@@ -197,7 +144,9 @@ class Occupancy:
     capacity_bytes: int
 
     @property
-    def peak_bytes(self) -> int:
+    def max_live_bytes(self) -> int:
+        """The most bytes live at once (at or below the space's SRAM peak, the highest
+        address the program uses)."""
         return int(self.live_bytes.max()) if len(self.live_bytes) else 0
 
 
@@ -265,20 +214,24 @@ def sram_occupancy_figure(result: ResultLike, max_lines: int = 8) -> Figure:
     for group in shown:
         occ = group[0]
         # From cycle 0 (nothing live yet) to the end of the run.
-        times = np.concatenate(([0], occ.cycles, [data.total_cycles])) * scale
+        times = np.concatenate(([0], occ.cycles, [data.trace_cycles])) * scale
         values = np.concatenate(([0], occ.live_bytes, occ.live_bytes[-1:]))
         name = occ.space if len(group) == 1 else f"{occ.space} (and {len(group) - 1} identical)"
-        ax.step(times, values / 1024, where="post", linewidth=1.5,
-                label=f"{name}: peak {occ.peak_bytes / 1024:.1f} of "
-                      f"{occ.capacity_bytes / 1024:.0f} KiB")
-    ax.set_xlim(0, max(data.total_cycles, 1) * scale)
+        # "SRAM peak" means what the text summary means: the highest address used
+        peak = data.sram_peak_bytes.get(occ.space, 0)
+        line, = ax.step(times, values / 1024, where="post", linewidth=1.5,
+                        label=f"{name}: at most {occ.max_live_bytes / 1024:.1f} KiB live; "
+                              f"SRAM peak {format_bytes(peak)} of "
+                              f"{format_bytes(occ.capacity_bytes)}")
+        ax.axhline(peak / 1024, color=line.get_color(), linestyle="--", linewidth=1)
+    ax.set_xlim(0, max(data.trace_cycles, 1) * scale)
     ax.set_ylim(bottom=0)
     ax.set_xlabel(f"time ({unit})")
-    ax.set_ylabel("live bytes (KiB)")
+    ax.set_ylabel("live KiB (dashed: SRAM peak)")
     hidden = sum(len(g) for g in lines[max_lines:])
     note = f"; {hidden} more spaces not shown" if hidden else ""
-    ax.set_title(f"SRAM occupancy (live = written until last read): {data.program_name} on "
-                 f"{data.config_name}{note}")
+    ax.set_title(f"SRAM occupancy (live = written until last read; SRAM peak = highest "
+                 f"address used)\n{data.program_name} on {data.config_name}{note}")
     if shown:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small",
                   title="space")

@@ -94,6 +94,7 @@ def test_a_performance_run_simulates_three_layers_of_a_stack_and_says_so(capsys)
     assert main(argv) == 0
     part = capsys.readouterr().out
     assert "gpt2 b1 s32 f32, 6 of 12 layers (3 simulated, 3 extended) on tiny" in part
+    assert re.search(r"\n  layers +3 of 6 simulated, 3 extended at [\d,]+ cycles each\n", part)
     assert main([*argv, "--all-layers"]) == 0
     whole = capsys.readouterr().out
     assert "gpt2 b1 s32 f32, 6 of 12 layers simulated on tiny" in whole

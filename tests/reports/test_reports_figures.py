@@ -16,7 +16,9 @@ from reports.figures import (
     pareto_figure,
     pareto_front,
     save_figures,
+    roofline_figure,
     sram_occupancy,
+    sram_occupancy_figure,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +84,7 @@ def test_sram_occupancy_chain_hand_derived(chain_result):
 
 def test_sram_occupancy_never_exceeds_the_address_high_water(mm_result):
     for occ in sram_occupancy(mm_result):
-        assert 0 < occ.peak_bytes <= mm_result.sram_peak_bytes[occ.space]
+        assert 0 < occ.max_live_bytes <= mm_result.sram_peak_bytes[occ.space]
         assert occ.live_bytes[-1] == 0
         assert np.all(np.diff(occ.cycles) > 0)
 
@@ -100,3 +102,55 @@ def test_pareto_figure(mm_result, simulate, programs):
     assert ax.get_xscale() == "log"  # 0.064 vs 32.8 TFLOP/s
     with pytest.raises(ValueError, match="unknown cost 'price'"):
         pareto_figure(results, cost="price")
+
+
+def test_the_summary_and_the_figure_state_one_sram_peak(mm_result):
+    """'SRAM peak' is the highest address used, in the text and in the figure's legend
+    (drawn dashed); the most bytes live at once is named as such."""
+    from reports.summary import summary
+    from reports.text import format_bytes
+
+    text = summary(mm_result)
+    figure = sram_occupancy_figure(mm_result)
+    legend = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    occupancy = {occ.space: occ for occ in sram_occupancy(mm_result)}
+    assert legend
+    for line in legend:  # spaces with identical curves share a line
+        occ = occupancy[line.split(":")[0].split(" ")[0]]
+        peak = format_bytes(mm_result.sram_peak_bytes[occ.space])
+        assert f"SRAM peak {peak} of" in line
+        assert f"at most {occ.max_live_bytes / 1024:.1f} KiB live" in line
+        assert peak in text.split("SRAM peak (highest byte address used)")[1]
+    dashed = [ln for ln in figure.axes[0].get_lines() if ln.get_linestyle() == "--"]
+    assert len(dashed) == len(legend)
+
+
+def test_roofline_labels_name_their_own_points_and_never_overlap():
+    import torch
+
+    import archsim
+    from archsim.cli.models import GPT2
+    from reports.ops import op_rows
+
+    with torch.device("meta"):
+        model = GPT2(layers=2).eval()
+    result = archsim.estimate(model, torch.zeros(1, 64, dtype=torch.long, device="meta"),
+                              "atom", all_layers=True)
+    figure = roofline_figure(result)
+    ax = figure.axes[0]
+    labels = [t for t in ax.texts if t.get_text()]
+    assert len(labels) >= 5
+    rows = {r.source: r for r in op_rows(result)}
+    renderer = figure.canvas.get_renderer()
+    from matplotlib.text import Text
+
+    boxes = [Text.get_window_extent(t, renderer) for t in labels]
+    frame = ax.get_window_extent(renderer)
+    for label, box in zip(labels, boxes):
+        row = rows[label.get_text()]  # the label is at its op's point
+        assert label.xy == (row.arithmetic_intensity, row.achieved_flops)
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1
+        assert frame.y0 <= box.y0 and box.y1 <= frame.y1
+    for i, a in enumerate(boxes):
+        assert not any(a.overlaps(b) for b in boxes[i + 1:])
+    assert f"the {len(labels)} longest ops named" in ax.get_title()

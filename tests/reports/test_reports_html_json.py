@@ -118,3 +118,35 @@ def test_user_names_cannot_inject_script_into_reports(tmp_path) -> None:
     export_perfetto(result, tmp_path / "trace.json")
     events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert any(evil in json.dumps(e.get("args", {})) + str(e.get("name")) for e in events)
+
+
+def test_a_partly_simulated_stack_keeps_its_busy_cycles_through_json(tmp_path):
+    """Utilization of an extended run is the whole stack's busy time over its latency,
+    in the text and after a JSON round trip (not the trace's busy time)."""
+    import torch
+
+    import archsim
+    from reports.data import report_data
+    from reports.json_report import read_json, write_json
+
+    class Stack(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(6)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.blocks(x)
+
+    model = Stack()
+    result = archsim.estimate(model, torch.empty(16, 32, device="meta"), "tiny")
+    assert result.layers is not None
+    data = report_data(result)
+    assert data.layers == result.layers.describe()
+    for engine, busy in result.engine_busy_cycles.items():
+        assert data.engine_busy_cycles[engine] == busy
+    path = tmp_path / "r.json"
+    write_json(result, path)
+    loaded = read_json(path)
+    assert loaded.layers == data.layers
+    assert dict(loaded.engine_busy_cycles) == dict(data.engine_busy_cycles)
+    assert loaded.utilization == data.utilization

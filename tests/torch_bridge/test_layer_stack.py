@@ -113,7 +113,8 @@ class TestExtended:
         assert part.flops == whole.flops
         assert part.dram_bytes == whole.dram_bytes
         assert len(part.program.commands) < len(whole.program.commands)
-        assert f"3 of {layers} layers simulated" in part.layers.describe()
+        assert part.layers.describe() == (f"3 of {layers} simulated, {layers - 3} extended at "
+                                          f"{part.layers.layer_cycles:,} cycles each")
 
     def test_a_model_working_between_its_layers_runs_whole(self) -> None:
         model = Chain([64] * 9)  # relu in the parent's loop, outside every layer
