@@ -12,7 +12,7 @@ from archsim.errors import LoweringError
 from compiler import graph as g
 from compiler.graph import Graph, Operand, Shape, Value
 from compiler.ir.dtypes import DType
-from compiler.ir.ops import COMPARISON, BinaryKind, ReduceKind, UnaryKind
+from compiler.ir.ops import COMPARISON, KEEPS_DTYPE, BinaryKind, ReduceKind, UnaryKind
 
 _FLOAT_RANK = {DType.f16: 1, DType.bf16: 1, DType.f32: 2}
 _INT_RANK = {DType.bool: 0, DType.i8: 1, DType.i32: 2, DType.i64: 3}
@@ -83,8 +83,7 @@ class GraphBuilder:
 
     def unary(self, kind: UnaryKind, x: Value) -> Value:
         dtype = x.dtype
-        if kind is not UnaryKind.logical_not and kind not in (UnaryKind.neg, UnaryKind.abs,
-                                                              UnaryKind.relu, UnaryKind.square) \
+        if kind is not UnaryKind.logical_not and kind not in KEEPS_DTYPE \
                 and not dtype.is_float:
             dtype = DType.f32
             x = self.cast(x, dtype)

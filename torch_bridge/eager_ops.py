@@ -23,7 +23,12 @@ UNARY: tuple[OpOverload, ...] = (
     aten.cos.default, aten.erf.default, aten.gelu.default, aten.hardtanh.default,
     aten.leaky_relu.default, aten.hardswish.default, aten.logical_not.default,
     aten.pow.Tensor_Scalar, aten.clamp.default, aten.clamp_min.default,
-    aten.clamp_max.default,
+    aten.clamp_max.default, aten.tan.default, aten.acos.default, aten.asin.default,
+    aten.atan.default, aten.sinh.default, aten.cosh.default, aten.asinh.default,
+    aten.acosh.default, aten.atanh.default, aten.expm1.default, aten.log1p.default,
+    aten.log2.default, aten.log10.default, aten.exp2.default, aten.sign.default,
+    aten.sgn.default, aten.trunc.default, aten.floor.default, aten.ceil.default,
+    aten.round.default, aten.frac.default,
 )
 """Elementwise ops of one tensor (scalar arguments are compiled into the program)."""
 
@@ -78,7 +83,9 @@ MODEL_OPS: tuple[OpOverload, ...] = (
     aten.softplus.default, aten.mish.default, aten.glu.default,
     aten.max_pool2d_with_indices.default, aten.max_pool2d.default, aten.avg_pool2d.default,
     aten._adaptive_avg_pool2d.default, aten.constant_pad_nd.default,
-    aten.upsample_nearest2d.default,
+    aten.upsample_nearest2d.default, aten.upsample_nearest2d.vec, aten.var_mean.correction,
+    aten.argmax.default, aten.argmin.default, aten.mv.default, aten.addmv.default,
+    aten.dot.default, aten.vdot.default,
 )
 """What the model families' forward passes call besides the above (token and position
 lookups, masks, concatenation for rotary embeddings, pooling and eval batch norm)."""

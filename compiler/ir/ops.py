@@ -41,6 +41,26 @@ class UnaryKind(enum.Enum):
     erf = "erf"
     square = "square"
     logical_not = "logical_not"
+    tan = "tan"
+    acos = "acos"
+    asin = "asin"
+    atan = "atan"
+    sinh = "sinh"
+    cosh = "cosh"
+    asinh = "asinh"
+    acosh = "acosh"
+    atanh = "atanh"
+    expm1 = "expm1"
+    log1p = "log1p"
+    log2 = "log2"
+    log10 = "log10"
+    exp2 = "exp2"
+    sign = "sign"
+    trunc = "trunc"
+    floor = "floor"
+    ceil = "ceil"
+    round = "round"          # half to even, as torch.round
+    frac = "frac"
 
 
 class BinaryKind(enum.Enum):
@@ -76,8 +96,17 @@ class ReduceKind(enum.Enum):
 TRANSCENDENTAL: frozenset[UnaryKind] = frozenset({
     UnaryKind.exp, UnaryKind.log, UnaryKind.sqrt, UnaryKind.rsqrt, UnaryKind.reciprocal,
     UnaryKind.tanh, UnaryKind.sigmoid, UnaryKind.gelu, UnaryKind.gelu_tanh, UnaryKind.silu,
-    UnaryKind.sin, UnaryKind.cos, UnaryKind.erf,
+    UnaryKind.sin, UnaryKind.cos, UnaryKind.erf, UnaryKind.tan, UnaryKind.acos,
+    UnaryKind.asin, UnaryKind.atan, UnaryKind.sinh, UnaryKind.cosh, UnaryKind.asinh,
+    UnaryKind.acosh, UnaryKind.atanh, UnaryKind.expm1, UnaryKind.log1p, UnaryKind.log2,
+    UnaryKind.log10, UnaryKind.exp2,
 })
+KEEPS_DTYPE: frozenset[UnaryKind] = frozenset({
+    UnaryKind.neg, UnaryKind.abs, UnaryKind.relu, UnaryKind.square, UnaryKind.sign,
+    UnaryKind.trunc, UnaryKind.floor, UnaryKind.ceil, UnaryKind.round,
+})
+"""Unary ops that keep an integer input's dtype (the others compute in float, as torch
+promotes integers for them)."""
 DIVIDE: frozenset[BinaryKind] = frozenset({BinaryKind.div, BinaryKind.pow})
 COMPARISON: frozenset[BinaryKind] = frozenset({
     BinaryKind.eq, BinaryKind.ne, BinaryKind.lt, BinaryKind.le, BinaryKind.gt, BinaryKind.ge,

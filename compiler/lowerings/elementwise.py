@@ -24,6 +24,17 @@ _UNARY: dict[Any, UnaryKind] = {
     aten.silu.default: UnaryKind.silu, aten.sin.default: UnaryKind.sin,
     aten.cos.default: UnaryKind.cos, aten.erf.default: UnaryKind.erf,
     aten.logical_not.default: UnaryKind.logical_not,
+    aten.tan.default: UnaryKind.tan, aten.acos.default: UnaryKind.acos,
+    aten.asin.default: UnaryKind.asin, aten.atan.default: UnaryKind.atan,
+    aten.sinh.default: UnaryKind.sinh, aten.cosh.default: UnaryKind.cosh,
+    aten.asinh.default: UnaryKind.asinh, aten.acosh.default: UnaryKind.acosh,
+    aten.atanh.default: UnaryKind.atanh, aten.expm1.default: UnaryKind.expm1,
+    aten.log1p.default: UnaryKind.log1p, aten.log2.default: UnaryKind.log2,
+    aten.log10.default: UnaryKind.log10, aten.exp2.default: UnaryKind.exp2,
+    aten.sign.default: UnaryKind.sign, aten.sgn.default: UnaryKind.sign,
+    aten.trunc.default: UnaryKind.trunc, aten.fix.default: UnaryKind.trunc,
+    aten.floor.default: UnaryKind.floor, aten.ceil.default: UnaryKind.ceil,
+    aten.round.default: UnaryKind.round, aten.frac.default: UnaryKind.frac,
 }
 
 _BINARY: dict[Any, BinaryKind] = {

@@ -72,3 +72,19 @@ def lower_matmul(b: GraphBuilder, x: Value, w: Value) -> Value:
         out = b.matmul(b.view(x, (-1, x.shape[-1])), w)
         return b.view(out, (*lead, w.shape[-1]))
     return b.matmul(x, w)
+
+
+@lowering(aten.mv.default, aten.dot.default, aten.vdot.default)
+def lower_mv(b: GraphBuilder, x: Value, v: Value) -> Value:
+    """Matrix-vector and vector-vector products as matmuls with a one-column operand
+    (real dtypes: ``vdot`` conjugates nothing)."""
+    return lower_matmul(b, x, v)
+
+
+@lowering(aten.addmv.default)
+def lower_addmv(b: GraphBuilder, bias: Value, x: Value, v: Value, *, beta: float = 1,
+                alpha: float = 1) -> Value:
+    product = _scaled(b, lower_matmul(b, x, v), alpha)
+    if beta == 0:
+        return product
+    return b.binary(BinaryKind.add, product, _scaled(b, bias, beta))

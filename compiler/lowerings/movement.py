@@ -166,6 +166,27 @@ def pad2d(b: GraphBuilder, x: Value, pads: tuple[int, int, int, int], value: flo
     return b.add(g.Pad(pads, float(value)), (x,), shape, x.dtype, "pad")
 
 
+@lowering(aten.upsample_nearest2d.default, aten.upsample_nearest2d.vec)
+def lower_upsample_nearest2d(b: GraphBuilder, x: Value, output_size: Any = None,
+                             *scales: Any) -> Value:
+    """Nearest upsampling by whole factors (``interpolate(scale_factor=2)``, U-Nets and
+    FPNs): each pixel broadcast over a factor x factor block. Other sizes are not
+    lowered."""
+    n, c, h, w = x.shape
+    if output_size:
+        out_h, out_w = output_size
+    else:
+        factors = scales[-1] if scales and isinstance(scales[-1], (list, tuple)) else scales
+        if len(factors) < 2 or any(f is None for f in factors[:2]):
+            raise NotImplementedError("upsample without an output size or scales")
+        out_h, out_w = int(h * factors[0]), int(w * factors[1])
+    if out_h % h or out_w % w:
+        raise NotImplementedError("nearest upsampling by a fractional factor")
+    fh, fw = out_h // h, out_w // w
+    blocks = b.broadcast(b.view(x, (n, c, h, 1, w, 1)), (n, c, h, fh, w, fw))
+    return b.view(blocks, (n, c, out_h, out_w))
+
+
 @lowering(aten.embedding.default)
 def lower_embedding(b: GraphBuilder, weight: Value, indices: Value, padding_idx: int = -1,
                     scale_grad_by_freq: bool = False, sparse: bool = False) -> Value:

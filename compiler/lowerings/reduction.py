@@ -1,4 +1,5 @@
-"""Reductions along any axes (sum, mean, amax, amin, any, var), softmax, log_softmax."""
+"""Reductions along any axes (sum, mean, amax, amin, any, var, var_mean, argmax,
+argmin), softmax, log_softmax, cumsum."""
 
 from __future__ import annotations
 
@@ -73,6 +74,52 @@ def lower_var(b: GraphBuilder, x: Value, dim: Any = None, *args: Any, correction
     if scale != 1:
         var = b.binary(BinaryKind.mul, var, scale)
     return b.cast(var, x.dtype)
+
+
+@lowering(aten.var_mean.correction)
+def lower_var_mean(b: GraphBuilder, x: Value, dim: Any = None, *, correction: float = 1,
+                   keepdim: bool = False) -> tuple[Value, Value]:
+    mean = b.reduce(ReduceKind.mean, x, _axes(dim, len(x.shape)), keepdim)
+    var = lower_var(b, x, dim, correction=correction, keepdim=keepdim)
+    return var, b.cast(mean, var.dtype)
+
+
+def _arg_extreme(b: GraphBuilder, x: Value, dim: int | None, keepdim: bool,
+                 kind: ReduceKind) -> Value:
+    """Index of the first maximum (minimum) along ``dim`` (of the flattened tensor when
+    None): the extreme, then the smallest position holding it. NaN counts as the
+    extreme, as in torch."""
+    if dim is None:
+        flat = b.view(x, (-1,))
+        out = _arg_extreme(b, flat, 0, False, kind)
+        return b.view(out, (1,) * len(x.shape)) if keepdim else out
+    dim = normalize_dim(dim, len(x.shape), b.source)
+    if x.shape[dim] == 0:
+        raise NotImplementedError("argmax over an empty dim")
+    xf = b.cast(x, DType.f32) if x.dtype is DType.bool else x
+    nan = b.binary(BinaryKind.ne, xf, xf) if xf.dtype.is_float else None
+    extreme = b.reduce(kind, xf, (dim,), True)
+    hit = b.binary(BinaryKind.eq, xf, extreme)
+    if nan is not None:  # a NaN row: its first NaN
+        any_nan = b.reduce(ReduceKind.max, b.cast(nan, DType.f32), (dim,), True)
+        hit = b.select(b.binary(BinaryKind.gt, any_nan, 0.0), nan, hit)
+    shape = [1] * len(x.shape)
+    shape[dim] = x.shape[dim]
+    position = b.arange(x.shape[dim], tuple(shape))
+    candidates = b.select(hit, position, x.shape[dim])
+    return b.reduce(ReduceKind.min, candidates, (dim,), keepdim)
+
+
+@lowering(aten.argmax.default)
+def lower_argmax(b: GraphBuilder, x: Value, dim: int | None = None,
+                 keepdim: bool = False) -> Value:
+    return _arg_extreme(b, x, dim, keepdim, ReduceKind.max)
+
+
+@lowering(aten.argmin.default)
+def lower_argmin(b: GraphBuilder, x: Value, dim: int | None = None,
+                 keepdim: bool = False) -> Value:
+    return _arg_extreme(b, x, dim, keepdim, ReduceKind.min)
 
 
 def softmax(b: GraphBuilder, x: Value, dim: int, log: bool, out_dtype: DType) -> Value:
