@@ -12,7 +12,14 @@ from archsim.errors import LoweringError
 from compiler import graph as g
 from compiler.graph import Graph, Operand, Shape, Value
 from compiler.ir.dtypes import DType
-from compiler.ir.ops import COMPARISON, KEEPS_DTYPE, BinaryKind, ReduceKind, UnaryKind
+from compiler.ir.ops import (
+    COMPARISON,
+    FLOAT_ONLY,
+    KEEPS_DTYPE,
+    BinaryKind,
+    ReduceKind,
+    UnaryKind,
+)
 
 _FLOAT_RANK = {DType.f16: 1, DType.bf16: 1, DType.f32: 2}
 _INT_RANK = {DType.bool: 0, DType.i8: 1, DType.i32: 2, DType.i64: 3}
@@ -96,7 +103,7 @@ class GraphBuilder:
         if not isinstance(a, Value) and not isinstance(b, Value):
             raise LoweringError(f"{self.source}: binary {kind.value} of two scalars")
         compute = promote((a, b))
-        if kind is BinaryKind.div and not compute.is_float:
+        if kind in FLOAT_ONLY and not compute.is_float:
             compute = DType.f32
         if kind in LOGICAL:
             compute = DType.bool

@@ -38,7 +38,12 @@ BINARY: tuple[OpOverload, ...] = (
     aten.where.self, aten.eq.Tensor, aten.ne.Tensor, aten.lt.Tensor, aten.le.Tensor,
     aten.gt.Tensor, aten.ge.Tensor, aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar,
     aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar, aten.logical_and.default,
-    aten.logical_or.default,
+    aten.logical_or.default, aten.add.Scalar, aten.sub.Scalar, aten.mul.Scalar,
+    aten.div.Scalar, aten.rsub.Scalar, aten.rsub.Tensor, aten.clamp.Tensor,
+    aten.clamp_min.Tensor, aten.clamp_max.Tensor, aten.masked_fill.Tensor, aten.atan2.default,
+    aten.copysign.Tensor, aten.remainder.Tensor, aten.remainder.Scalar, aten.fmod.Tensor,
+    aten.fmod.Scalar, aten.hypot.default, aten.logaddexp.default, aten.bitwise_and.Tensor,
+    aten.bitwise_or.Tensor,
 )
 """Elementwise ops of several tensors, with broadcasting and type promotion."""
 
@@ -85,17 +90,45 @@ MODEL_OPS: tuple[OpOverload, ...] = (
     aten._adaptive_avg_pool2d.default, aten.constant_pad_nd.default,
     aten.upsample_nearest2d.default, aten.upsample_nearest2d.vec, aten.var_mean.correction,
     aten.argmax.default, aten.argmin.default, aten.mv.default, aten.addmv.default,
-    aten.dot.default, aten.vdot.default,
+    aten.dot.default, aten.vdot.default, aten.any.dims, aten.var.dim, aten.softmax.int,
+    aten.fix.default,
 )
 """What the model families' forward passes call besides the above (token and position
 lookups, masks, concatenation for rotary embeddings, pooling and eval batch norm)."""
 
-OUT_OF_PLACE: dict[OpOverload, OpOverload] = {aten.where.self_out: aten.where.self}
+FUNCTIONAL: tuple[OpOverload, ...] = (
+    *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
+)
+
+
+def out_variants(ops: tuple[OpOverload, ...]) -> dict[OpOverload, OpOverload]:
+    """Each op's ``out=`` overload (``exp.out``, ``sum.IntList_out``) with the same
+    inputs and one ``out`` tensor, mapped to the op: torch's composite ops and users
+    call these, and they run as the op with its result stored into ``out``."""
+    found: dict[OpOverload, OpOverload] = {}
+    for op in ops:
+        name = op._overloadname
+        for candidate in ("out" if name == "default" else f"{name}_out", "out"):
+            out = getattr(op.overloadpacket, candidate, None) \
+                if candidate in op.overloadpacket.overloads() else None
+            if out is not None and out not in found and _same_inputs(op, out):
+                found[out] = op
+                break
+    return found
+
+
+def _same_inputs(op: OpOverload, out: OpOverload) -> bool:
+    outs = [a for a in out._schema.arguments if a.is_out]
+    inputs = [(a.name, str(a.type)) for a in out._schema.arguments if not a.is_out]
+    return (len(outs) == 1 and outs[0].name == "out"
+            and inputs == [(a.name, str(a.type)) for a in op._schema.arguments])
+
+
+OUT_OF_PLACE: dict[OpOverload, OpOverload] = out_variants(FUNCTIONAL)
 """``out=`` variants that run as their functional op with the result stored into
 ``out`` (SDPA's math path calls ``where(..., out=)`` for its safe softmax)."""
 
 COMPILED_OPS: tuple[OpOverload, ...] = (
-    *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS,
-    *IN_PLACE, *COMPILE_AS, *MODEL_OPS, *OUT_OF_PLACE,
+    *FUNCTIONAL, *IN_PLACE, *COMPILE_AS, *OUT_OF_PLACE,
 )
 """Every op whose eager calls on npu go through the compiler and the simulator."""

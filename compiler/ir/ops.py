@@ -81,6 +81,12 @@ class BinaryKind(enum.Enum):
     ge = "ge"
     logical_and = "and"
     logical_or = "or"
+    atan2 = "atan2"
+    copysign = "copysign"
+    remainder = "remainder"  # the sign of the divisor, as Python's % and torch.remainder
+    fmod = "fmod"            # the sign of the dividend, as C's fmod
+    hypot = "hypot"
+    logaddexp = "logaddexp"
 
 
 class ReduceKind(enum.Enum):
@@ -107,7 +113,16 @@ KEEPS_DTYPE: frozenset[UnaryKind] = frozenset({
 })
 """Unary ops that keep an integer input's dtype (the others compute in float, as torch
 promotes integers for them)."""
-DIVIDE: frozenset[BinaryKind] = frozenset({BinaryKind.div, BinaryKind.pow})
+DIVIDE: frozenset[BinaryKind] = frozenset({
+    BinaryKind.div, BinaryKind.pow, BinaryKind.atan2, BinaryKind.remainder, BinaryKind.fmod,
+    BinaryKind.hypot, BinaryKind.logaddexp,
+})
+"""Binary ops timed in the vector unit's divide class (iterative or transcendental)."""
+FLOAT_ONLY: frozenset[BinaryKind] = frozenset({
+    BinaryKind.div, BinaryKind.atan2, BinaryKind.copysign, BinaryKind.hypot,
+    BinaryKind.logaddexp,
+})
+"""Binary ops that compute in float on integer operands (as torch promotes them)."""
 COMPARISON: frozenset[BinaryKind] = frozenset({
     BinaryKind.eq, BinaryKind.ne, BinaryKind.lt, BinaryKind.le, BinaryKind.gt, BinaryKind.ge,
     BinaryKind.logical_and, BinaryKind.logical_or,

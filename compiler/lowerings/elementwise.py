@@ -9,6 +9,7 @@ import torch
 
 from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
+from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, UnaryKind
 from compiler.lowerings.registry import lowering
 from compiler.torch_types import ir_dtype
@@ -50,9 +51,17 @@ _BINARY: dict[Any, BinaryKind] = {
     aten.ge.Tensor: BinaryKind.ge, aten.ge.Scalar: BinaryKind.ge,
     aten.logical_and.default: BinaryKind.logical_and,
     aten.logical_or.default: BinaryKind.logical_or,
+    aten.atan2.default: BinaryKind.atan2, aten.copysign.Tensor: BinaryKind.copysign,
+    aten.remainder.Tensor: BinaryKind.remainder, aten.remainder.Scalar: BinaryKind.remainder,
+    aten.fmod.Tensor: BinaryKind.fmod, aten.fmod.Scalar: BinaryKind.fmod,
+    aten.hypot.default: BinaryKind.hypot, aten.logaddexp.default: BinaryKind.logaddexp,
+}
+
+_BOOLEAN: dict[Any, BinaryKind] = {
     aten.bitwise_and.Tensor: BinaryKind.logical_and,
     aten.bitwise_or.Tensor: BinaryKind.logical_or,
 }
+"""Bitwise ops, lowered for bool tensors only (masks): on integers they are not logical."""
 
 
 def _unary_lowering(kind: UnaryKind):
@@ -71,6 +80,18 @@ for _op, _kind in _UNARY.items():
     lowering(_op)(_unary_lowering(_kind))
 for _op, _kind in _BINARY.items():
     lowering(_op)(_binary_lowering(_kind))
+
+
+def _boolean_lowering(kind: BinaryKind):
+    def lower(b: GraphBuilder, x: Any, y: Any) -> Value:
+        if any(isinstance(v, Value) and v.dtype is not DType.bool for v in (x, y)):
+            raise NotImplementedError("bitwise ops on integers")
+        return b.binary(kind, x, y)
+    return lower
+
+
+for _op, _kind in _BOOLEAN.items():
+    lowering(_op)(_boolean_lowering(_kind))
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar)

@@ -99,3 +99,29 @@ def test_on_the_eager_device_with_no_host_work(name: str) -> None:
         torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-5)
     assert prof.result.host_work == ()
     assert math.isfinite(prof.result.seconds)
+
+
+BINARY = [aten.atan2.default, aten.copysign.Tensor, aten.remainder.Tensor, aten.fmod.Tensor,
+          aten.hypot.default, aten.logaddexp.default]
+
+
+@pytest.mark.parametrize("op", BINARY, ids=str)
+def test_binary_with_broadcasting(op) -> None:
+    torch.manual_seed(0)
+    check_op(op, (3 * torch.randn(5, 13), torch.randn(13) + 0.1), "tiny")
+
+
+@pytest.mark.parametrize("op", [aten.remainder.Tensor, aten.fmod.Tensor], ids=str)
+def test_integer_remainders_keep_integers_and_their_signs(op) -> None:
+    a = torch.tensor([-7, -3, 0, 3, 7], dtype=torch.int32)
+    compiled, _ = check_op(op, (a, torch.tensor([3, -2, 5, -4, 2], dtype=torch.int32)), "tiny")
+    assert compiled.outputs[0].dtype == "i32"
+
+
+def test_bitwise_ops_are_lowered_for_masks_only() -> None:
+    masks = (torch.tensor([True, False, True]), torch.tensor([True, True, False]))
+    compiled, _ = check_op(aten.bitwise_and.Tensor, masks, "tiny")
+    assert compiled.fallbacks == ()
+    ints = (torch.tensor([6, 5, 12]), torch.tensor([3, 4, 10]))
+    compiled, _ = check_op(aten.bitwise_and.Tensor, ints, "tiny")  # 2, 4, 8: not logical
+    assert compiled.fallbacks != ()

@@ -229,7 +229,7 @@ PARSE_ERRORS = [
      "2:42: expected SRAM region or number for binary operand b, got 'two'"),
     ("program p\n0: core0.vpu binary plus 1, 2 -> sram0[16] f32[4]",
      "2:21: expected binary kind (add, sub, mul, div, max, min, pow, eq, ne, lt, le, gt, "
-     "ge, and, or), got 'plus'"),
+     "ge, and, or, atan2, copysign, remainder, fmod, hypot, logaddexp), got 'plus'"),
     ("program p\n0: core0.vpu reduce sum sram0[0] f32[4] -> sram0[16] f32[1] axes=0",
      "2:61: expected 'axis' after reduce operands, got 'axes'"),
     ("program p\n0: core0.vpu transpose sram0[0] f32[4] -> sram0[16] f32[4] perm=(0",
