@@ -91,7 +91,10 @@ MODEL_OPS: tuple[OpOverload, ...] = (
     aten.upsample_nearest2d.default, aten.upsample_nearest2d.vec, aten.var_mean.correction,
     aten.argmax.default, aten.argmin.default, aten.mv.default, aten.addmv.default,
     aten.dot.default, aten.vdot.default, aten.any.dims, aten.var.dim, aten.softmax.int,
-    aten.fix.default,
+    aten.fix.default, aten.isnan.default, aten.isinf.default, aten.isfinite.default,
+    aten.elu.default, aten.lerp.Scalar, aten.lerp.Tensor, aten.xlogy.Tensor,
+    aten.div.Tensor_mode, aten.div.Scalar_mode, aten.round.decimals,
+    aten.std_mean.correction, aten.nansum.default,
 )
 """What the model families' forward passes call besides the above (token and position
 lookups, masks, concatenation for rotary embeddings, pooling and eval batch norm)."""
@@ -123,6 +126,23 @@ def _same_inputs(op: OpOverload, out: OpOverload) -> bool:
     return (len(outs) == 1 and outs[0].name == "out"
             and inputs == [(a.name, str(a.type)) for a in op._schema.arguments])
 
+
+def in_place_variants(ops: tuple[OpOverload, ...]) -> dict[OpOverload, OpOverload]:
+    """Each op's in-place overload (``masked_fill_.Scalar``, ``clamp_min_.Tensor``) with
+    the same inputs, mapped to the op."""
+    found: dict[OpOverload, OpOverload] = {}
+    for op in ops:
+        packet = getattr(aten, op.overloadpacket.__name__ + "_", None)
+        if packet is None or op._overloadname not in packet.overloads():
+            continue
+        variant = getattr(packet, op._overloadname)
+        if [(a.name, str(a.type)) for a in variant._schema.arguments] == \
+                [(a.name, str(a.type)) for a in op._schema.arguments]:
+            found[variant] = op
+    return found
+
+
+IN_PLACE.update({k: v for k, v in in_place_variants(FUNCTIONAL).items() if k not in IN_PLACE})
 
 OUT_OF_PLACE: dict[OpOverload, OpOverload] = out_variants(FUNCTIONAL)
 """``out=`` variants that run as their functional op with the result stored into

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from compiler.graph import Value
-from compiler.graph_builder import GraphBuilder
+from compiler.graph_builder import GraphBuilder, promote
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, UnaryKind
 from compiler.lowerings.registry import lowering
@@ -233,3 +233,66 @@ def lower_empty(b: GraphBuilder, size: list[int], *, dtype: torch.dtype | None =
     return b.splat(0.0, tuple(size), ir_dtype(dtype or torch.get_default_dtype(), b.source))
 lowering(aten.ones_like.default)(_fill_like(1.0))
 
+
+
+@lowering(aten.isnan.default)
+def lower_isnan(b: GraphBuilder, x: Value) -> Value:
+    return b.binary(BinaryKind.ne, x, x)
+
+
+@lowering(aten.isinf.default)
+def lower_isinf(b: GraphBuilder, x: Value) -> Value:
+    return b.binary(BinaryKind.eq, b.unary(UnaryKind.abs, x), float("inf"))
+
+
+@lowering(aten.isfinite.default)
+def lower_isfinite(b: GraphBuilder, x: Value) -> Value:
+    """``x - x`` is 0 for finite values and NaN for infinities and NaN."""
+    if not x.dtype.is_float:
+        return b.binary(BinaryKind.eq, x, x)
+    return b.binary(BinaryKind.eq, b.binary(BinaryKind.sub, x, x), 0.0)
+
+
+@lowering(aten.elu.default)
+def lower_elu(b: GraphBuilder, x: Value, alpha: float = 1.0, scale: float = 1.0,
+              input_scale: float = 1.0) -> Value:
+    negative = b.binary(BinaryKind.mul, b.unary(
+        UnaryKind.expm1, b.binary(BinaryKind.mul, x, float(input_scale))), float(alpha))
+    out = b.select(b.binary(BinaryKind.gt, x, 0.0), x, negative)
+    return out if scale == 1 else b.binary(BinaryKind.mul, out, float(scale))
+
+
+@lowering(aten.lerp.Scalar, aten.lerp.Tensor)
+def lower_lerp(b: GraphBuilder, start: Value, end: Value, weight: Any) -> Value:
+    step = b.binary(BinaryKind.sub, end, start)
+    return b.binary(BinaryKind.add, start, b.binary(BinaryKind.mul, step, weight))
+
+
+@lowering(aten.xlogy.Tensor)
+def lower_xlogy(b: GraphBuilder, x: Value, y: Value) -> Value:
+    """``x * log(y)``, 0 where x is 0 unless y is NaN (torch's definition)."""
+    product = b.binary(BinaryKind.mul, x, b.unary(UnaryKind.log, y))
+    zero = b.binary(BinaryKind.logical_and, b.binary(BinaryKind.eq, x, 0.0),
+                    b.binary(BinaryKind.eq, y, y))
+    return b.select(zero, 0.0, product)
+
+
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def lower_div_mode(b: GraphBuilder, x: Any, y: Any, *, rounding_mode: str | None = None
+                   ) -> Value:
+    quotient = b.binary(BinaryKind.div, x, y)
+    if rounding_mode is None:
+        return quotient
+    kind = {"trunc": UnaryKind.trunc, "floor": UnaryKind.floor}[rounding_mode]
+    rounded = b.unary(kind, quotient)
+    operands = [v for v in (x, y) if isinstance(v, Value)]
+    integral = all(not v.dtype.is_float for v in operands) and not any(
+        isinstance(v, float) for v in (x, y))
+    return b.cast(rounded, promote(operands)) if integral else rounded
+
+
+@lowering(aten.round.decimals)
+def lower_round_decimals(b: GraphBuilder, x: Value, *, decimals: int = 0) -> Value:
+    scale = 10.0 ** decimals
+    return b.binary(BinaryKind.div, b.unary(
+        UnaryKind.round, b.binary(BinaryKind.mul, x, scale)), scale)

@@ -181,3 +181,18 @@ def lower_cumsum(b: GraphBuilder, x: Value, dim: int, *,
     keep = b.binary(BinaryKind.le, earlier, later)
     table = b.view(x, x.shape[:-1] + (1, length))
     return b.reduce(ReduceKind.sum, b.select(keep, table, 0), (rank,), keepdim=False)
+
+
+@lowering(aten.std_mean.correction)
+def lower_std_mean(b: GraphBuilder, x: Value, dim: Any = None, *, correction: float = 1,
+                   keepdim: bool = False) -> tuple[Value, Value]:
+    var, mean = lower_var_mean(b, x, dim, correction=correction, keepdim=keepdim)
+    return b.unary(UnaryKind.sqrt, var), mean
+
+
+@lowering(aten.nansum.default)
+def lower_nansum(b: GraphBuilder, x: Value, dim: Any = None, keepdim: bool = False, *,
+                 dtype: torch.dtype | None = None) -> Value:
+    if x.dtype.is_float:
+        x = b.select(b.binary(BinaryKind.ne, x, x), 0.0, x)
+    return lower_sum(b, x, dim, keepdim, dtype=dtype)

@@ -125,3 +125,54 @@ def test_bitwise_ops_are_lowered_for_masks_only() -> None:
     ints = (torch.tensor([6, 5, 12]), torch.tensor([3, 4, 10]))
     compiled, _ = check_op(aten.bitwise_and.Tensor, ints, "tiny")  # 2, 4, 8: not logical
     assert compiled.fallbacks != ()
+
+
+SPECIALS = torch.tensor([[0.0, -1.5, float("nan"), float("inf")], [-float("inf"), 2.5, -0.0, 3.0]])
+
+
+@pytest.mark.parametrize("op", [aten.isnan.default, aten.isinf.default, aten.isfinite.default],
+                         ids=str)
+def test_float_classes(op) -> None:
+    check_op(op, (SPECIALS,), "tiny")
+
+
+def test_elu_lerp_xlogy() -> None:
+    torch.manual_seed(0)
+    x, y = torch.randn(6, 9), torch.randn(6, 9)
+    check_op(aten.elu.default, (x, 0.7, 1.2, 0.5), "tiny")
+    check_op(aten.lerp.Scalar, (x, y, 0.3), "tiny")
+    check_op(aten.lerp.Tensor, (x, y, torch.rand(9)), "tiny")
+    with_nan = {"rtol": 1e-4, "atol": 1e-4, "equal_nan": True}
+    check_op(aten.xlogy.Tensor, (SPECIALS, SPECIALS.abs() + 0.5), "tiny", tol=with_nan)
+    check_op(aten.xlogy.Tensor, (torch.tensor([0.0, 0.0, 2.0]),
+                                 torch.tensor([float("nan"), 3.0, 4.0])), "tiny", tol=with_nan)
+
+
+@pytest.mark.parametrize("mode", [None, "trunc", "floor"])
+def test_division_rounding_modes(mode) -> None:
+    torch.manual_seed(0)
+    check_op(aten.div.Tensor_mode, (5 * torch.randn(4, 7), torch.randn(7)), "tiny",
+             {"rounding_mode": mode})
+    ints = (torch.tensor([-7, 7, 9, -9]), torch.tensor([2, -2, 4, 4]))
+    if mode is not None:
+        check_op(aten.div.Tensor_mode, ints, "tiny", {"rounding_mode": mode})
+
+
+def test_round_to_decimals_std_mean_nansum() -> None:
+    torch.manual_seed(0)
+    check_op(aten.round.decimals, (10 * torch.randn(5, 6),), "tiny", {"decimals": 2})
+    check_op(aten.std_mean.correction, (torch.randn(6, 33), [1]), "tiny", {"keepdim": True})
+    finite_or_nan = SPECIALS.nan_to_num(nan=0.0, posinf=1.0, neginf=-1.0).masked_fill(
+        SPECIALS.isnan(), float("nan"))
+    check_op(aten.nansum.default, (finite_or_nan, [1]), "tiny")
+
+
+def test_in_place_variants_run_on_the_eager_device() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    n = x.to("npu")
+    with torch_bridge.profile() as prof:
+        n.clamp_min_(-0.5).masked_fill_(n > 1.0, 1.0).atan2_(n + 2)
+    x.clamp_min_(-0.5).masked_fill_(x > 1.0, 1.0).atan2_(x + 2)
+    torch.testing.assert_close(n.cpu(), x)
+    assert prof.result.host_work == ()
