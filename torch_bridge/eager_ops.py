@@ -94,7 +94,12 @@ MODEL_OPS: tuple[OpOverload, ...] = (
     aten.fix.default, aten.isnan.default, aten.isinf.default, aten.isfinite.default,
     aten.elu.default, aten.lerp.Scalar, aten.lerp.Tensor, aten.xlogy.Tensor,
     aten.div.Tensor_mode, aten.div.Scalar_mode, aten.round.decimals,
-    aten.std_mean.correction, aten.nansum.default,
+    aten.std_mean.correction, aten.nansum.default, aten.addcmul.default,
+    aten.addcdiv.default, aten.fmax.default, aten.fmin.default, aten.logical_xor.default,
+    aten.heaviside.default, aten.signbit.default, aten.logit.default, aten.sinc.default,
+    aten.hardshrink.default, aten.softshrink.default, aten.threshold.default,
+    aten.nan_to_num.default, aten.isposinf.default, aten.erfc.default,
+    aten.floor_divide.default, aten.floor_divide.Scalar, aten.mse_loss.default,
 )
 """What the model families' forward passes call besides the above (token and position
 lookups, masks, concatenation for rotary embeddings, pooling and eval batch norm)."""

@@ -176,3 +176,32 @@ def test_in_place_variants_run_on_the_eager_device() -> None:
     x.clamp_min_(-0.5).masked_fill_(x > 1.0, 1.0).atan2_(x + 2)
     torch.testing.assert_close(n.cpu(), x)
     assert prof.result.host_work == ()
+
+
+COMPOSITE = {
+    "addcmul": (aten.addcmul.default, lambda x, y: (x, y, y + 1), {"value": 0.5}),
+    "addcdiv": (aten.addcdiv.default, lambda x, y: (x, y, y.abs() + 1), {"value": 2.0}),
+    "fmax": (aten.fmax.default, lambda x, y: (SPECIALS, SPECIALS.flip(1)), {}),
+    "fmin": (aten.fmin.default, lambda x, y: (SPECIALS, SPECIALS.flip(0)), {}),
+    "logical_xor": (aten.logical_xor.default, lambda x, y: (x > 0, y > 0), {}),
+    "heaviside": (aten.heaviside.default, lambda x, y: (x.round(), y), {}),
+    "signbit": (aten.signbit.default, lambda x, y: (SPECIALS,), {}),
+    "logit": (aten.logit.default, lambda x, y: (torch.sigmoid(x), 1e-3), {}),
+    "sinc": (aten.sinc.default, lambda x, y: (x.masked_fill(x.abs() < 0.2, 0.0),), {}),
+    "hardshrink": (aten.hardshrink.default, lambda x, y: (x, 0.4), {}),
+    "softshrink": (aten.softshrink.default, lambda x, y: (x, 0.4), {}),
+    "threshold": (aten.threshold.default, lambda x, y: (x, 0.1, -2.0), {}),
+    "nan_to_num": (aten.nan_to_num.default, lambda x, y: (SPECIALS, 0.5, None, -7.0), {}),
+    "isposinf": (aten.isposinf.default, lambda x, y: (SPECIALS,), {}),
+    "erfc": (aten.erfc.default, lambda x, y: (x,), {}),
+    "floor_divide": (aten.floor_divide.default, lambda x, y: (5 * x, y), {}),
+    "mse_loss": (aten.mse_loss.default, lambda x, y: (x, y, 1), {}),
+}
+
+
+@pytest.mark.parametrize("name", COMPOSITE)
+def test_composite_pointwise(name: str) -> None:
+    torch.manual_seed(0)
+    op, make, kwargs = COMPOSITE[name]
+    x, y = torch.randn(2, 4), torch.randn(2, 4)
+    check_op(op, make(x, y), "tiny", kwargs, {"rtol": 1e-4, "atol": 1e-5, "equal_nan": True})
