@@ -89,6 +89,8 @@ def _arg_extreme(b: GraphBuilder, x: Value, dim: int | None, keepdim: bool,
     """Index of the first maximum (minimum) along ``dim`` (of the flattened tensor when
     None): the extreme, then the smallest position holding it. NaN counts as the
     extreme, as in torch."""
+    if not x.shape:  # a 0-d tensor: its one element
+        return b.splat(0, (), DType.i64)
     if dim is None:
         flat = b.view(x, (-1,))
         out = _arg_extreme(b, flat, 0, False, kind)

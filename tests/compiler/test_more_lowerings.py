@@ -51,6 +51,7 @@ def test_arg_extremes_pick_the_first_tie_and_nan(op, dim, keepdim) -> None:
                                                                        float("nan")]])
     check_op(op, (x, dim, keepdim), "tiny")
     check_op(op, (torch.randn(6, 37), dim, keepdim), "atom")
+    check_op(op, (torch.tensor(2.5), None if dim is None else 0, keepdim), "tiny")
 
 
 def test_var_mean() -> None:
