@@ -1,11 +1,10 @@
 """The roofline figure of a run, with its op labels placed so they do not overlap.
 
-Each placed op is a point at (arithmetic intensity, achieved FLOP/s over its span);
-the longest ops are named, each label next to its own point with a leader line to
-it. Labels are placed in
-order of the ops' time: each takes the first of a few offsets around its point where
-its box overlaps no label placed before and stays inside the axes; a label with no
-such place is left out, and the title says how many are named.
+Each placed op is a point at (arithmetic intensity, achieved FLOP/s over its span); the
+longest ops are named, each label next to its own point with a leader line to it. Labels
+are placed in order of the ops' time: each takes the first of a few offsets around its
+point where its box overlaps no label placed before nor the legend and stays inside the
+axes; a label with no such place is left out, and the title says how many are named.
 """
 
 from __future__ import annotations
@@ -87,15 +86,16 @@ def roofline_figure(result: ResultLike) -> Figure:
 
 def place_labels(fig: Figure, ax, labels: list[Annotation]) -> int:
     """Move each label (most important first) to the first offset where it overlaps no
-    label already placed and stays inside the axes; remove those that fit nowhere.
-    Returns how many are shown. Lays the figure out once, then fixes the layout so
-    the placement holds when saved."""
+    label already placed nor the legend and stays inside the axes; remove those that
+    fit nowhere. Returns how many are shown. Lays the figure out once, then fixes
+    the layout so the placement holds when saved."""
     canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
     canvas.draw()
     fig.set_layout_engine("none")
     renderer = canvas.get_renderer()
     inside = ax.get_window_extent(renderer)
-    boxes = []
+    legend = ax.get_legend()
+    boxes = [legend.get_window_extent(renderer)] if legend is not None else []
     shown = 0
     for label in labels:
         for dx, dy in _OFFSETS:

@@ -19,20 +19,18 @@ from compiler.lowerings.registry import lowering
 aten = torch.ops.aten
 
 
-@lowering(aten.addcmul.default)
-def lower_addcmul(b: GraphBuilder, x: Value, t1: Value, t2: Value, *, value: Any = 1) -> Value:
-    product = b.binary(BinaryKind.mul, t1, t2)
-    if value != 1:
-        product = b.binary(BinaryKind.mul, product, value)
-    return b.binary(BinaryKind.add, x, product)
+def _plus_scaled(kind: BinaryKind):
+    """addcmul / addcdiv: ``x + value * (t1 op t2)``."""
+    def lower(b: GraphBuilder, x: Value, t1: Value, t2: Value, *, value: Any = 1) -> Value:
+        term = b.binary(kind, t1, t2)
+        if value != 1:
+            term = b.binary(BinaryKind.mul, term, value)
+        return b.binary(BinaryKind.add, x, term)
+    return lower
 
 
-@lowering(aten.addcdiv.default)
-def lower_addcdiv(b: GraphBuilder, x: Value, t1: Value, t2: Value, *, value: Any = 1) -> Value:
-    quotient = b.binary(BinaryKind.div, t1, t2)
-    if value != 1:
-        quotient = b.binary(BinaryKind.mul, quotient, value)
-    return b.binary(BinaryKind.add, x, quotient)
+lowering(aten.addcmul.default)(_plus_scaled(BinaryKind.mul))
+lowering(aten.addcdiv.default)(_plus_scaled(BinaryKind.div))
 
 
 def _nan(b: GraphBuilder, x: Value) -> Value:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from compiler import graph as g
@@ -38,13 +40,18 @@ def lower_mm(b: GraphBuilder, x: Value, w: Value) -> Value:
     return _mm(b, x, w)
 
 
-@lowering(aten.addmm.default, aten.baddbmm.default)
-def lower_addmm(b: GraphBuilder, bias: Value, x: Value, w: Value, *, beta: float = 1,
-                alpha: float = 1) -> Value:
-    product = _scaled(b, _mm(b, x, w), alpha)
-    if beta == 0:
-        return product
-    return b.binary(BinaryKind.add, product, _scaled(b, bias, beta))
+def _plus_product(product: Callable[[GraphBuilder, Value, Value], Value]):
+    """``beta * bias + alpha * product(x, w)`` (addmm, baddbmm, addmv)."""
+    def lower(b: GraphBuilder, bias: Value, x: Value, w: Value, *, beta: float = 1,
+              alpha: float = 1) -> Value:
+        scaled = _scaled(b, product(b, x, w), alpha)
+        if beta == 0:
+            return scaled
+        return b.binary(BinaryKind.add, scaled, _scaled(b, bias, beta))
+    return lower
+
+
+lower_addmm = lowering(aten.addmm.default, aten.baddbmm.default)(_plus_product(_mm))
 
 
 @lowering(aten.linear.default)
@@ -81,10 +88,4 @@ def lower_mv(b: GraphBuilder, x: Value, v: Value) -> Value:
     return lower_matmul(b, x, v)
 
 
-@lowering(aten.addmv.default)
-def lower_addmv(b: GraphBuilder, bias: Value, x: Value, v: Value, *, beta: float = 1,
-                alpha: float = 1) -> Value:
-    product = _scaled(b, lower_matmul(b, x, v), alpha)
-    if beta == 0:
-        return product
-    return b.binary(BinaryKind.add, product, _scaled(b, bias, beta))
+lower_addmv = lowering(aten.addmv.default)(_plus_product(lower_matmul))

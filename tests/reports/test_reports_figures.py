@@ -151,6 +151,8 @@ def test_roofline_labels_name_their_own_points_and_never_overlap():
         assert label.xy == (row.arithmetic_intensity, row.achieved_flops)
         assert frame.x0 <= box.x0 and box.x1 <= frame.x1
         assert frame.y0 <= box.y0 and box.y1 <= frame.y1
+    legend = ax.get_legend().get_window_extent(renderer)
     for i, a in enumerate(boxes):
         assert not any(a.overlaps(b) for b in boxes[i + 1:])
+        assert not a.overlaps(legend)
     assert f"the {len(labels)} longest ops named" in ax.get_title()
