@@ -151,7 +151,10 @@ def lower_cat(b: GraphBuilder, tensors: list[Value], dim: int = 0) -> Value:
 
 @lowering(aten.constant_pad_nd.default)
 def lower_constant_pad(b: GraphBuilder, x: Value, pad: list[int], value: float = 0.0) -> Value:
-    pad = list(pad) + [0] * (4 - len(pad))
+    pad = list(pad)
+    while len(pad) > 4 and pad[-2:] == [0, 0]:  # MobileBERT pads [0, 0, 0, 1, 0, 0]
+        pad = pad[:-2]
+    pad += [0] * (4 - len(pad))
     if len(pad) > 4 or any(p < 0 for p in pad) or len(x.shape) < 2:
         raise NotImplementedError("constant_pad_nd beyond the last two dims or negative")
     left, right, top, bottom = pad[:4]
@@ -185,6 +188,20 @@ def lower_upsample_nearest2d(b: GraphBuilder, x: Value, output_size: Any = None,
     fh, fw = out_h // h, out_w // w
     blocks = b.broadcast(b.view(x, (n, c, h, 1, w, 1)), (n, c, h, fh, w, fw))
     return b.view(blocks, (n, c, out_h, out_w))
+
+
+@lowering(aten.repeat.default)
+def lower_repeat(b: GraphBuilder, x: Value, repeats: list[int]) -> Value:
+    """``x.repeat(r0, r1, ...)``: each dim of size s becomes r copies of it, as a
+    broadcast of [.., 1, s, ..] to [.., r, s, ..] (GPT-J's position table)."""
+    repeats = [int(r) for r in repeats]
+    shape = (1,) * (len(repeats) - len(x.shape)) + tuple(x.shape)
+    if len(repeats) < len(x.shape):
+        raise NotImplementedError("repeat with fewer repeats than dims")  # torch raises
+    split = tuple(n for s in shape for n in (1, s))
+    blown = tuple(n for r, s in zip(repeats, shape) for n in (r, s))
+    out = b.broadcast(b.view(x, split), blown)
+    return b.view(out, tuple(r * s for r, s in zip(repeats, shape)))
 
 
 @lowering(aten.embedding.default)

@@ -206,3 +206,15 @@ def test_composite_pointwise(name: str) -> None:
     op, make, kwargs = COMPOSITE[name]
     x, y = torch.randn(2, 4), torch.randn(2, 4)
     check_op(op, make(x, y), "tiny", kwargs, {"rtol": 1e-4, "atol": 1e-5, "equal_nan": True})
+
+
+@pytest.mark.parametrize("repeats", [[1, 1, 1], [2, 3], [2, 1, 3]], ids=str)
+def test_repeat(repeats) -> None:
+    torch.manual_seed(0)
+    check_op(aten.repeat.default, (torch.randn(4, 5), repeats), "tiny")
+
+
+def test_padding_that_leaves_the_leading_dims_alone() -> None:
+    torch.manual_seed(0)
+    check_op(aten.constant_pad_nd.default, (torch.randn(1, 15, 32), [0, 0, 0, 1, 0, 0]), "tiny")
+    check_op(aten.constant_pad_nd.default, (torch.randn(2, 3, 5), [1, 0, 2, 0, 0, 0]), "tiny")
