@@ -171,8 +171,7 @@ def choose_tile(space: tuple[int, ...], whole: set[int], budget: int,
 
 
 def tiles_of(space: tuple[int, ...], tile: tuple[int, ...]) -> list[Box]:
-    """The tiles covering ``space``: none when it has no elements (an empty slice, such
-    as the pass-through half of a rotary embedding applied to every dim)."""
+    """The tiles covering ``space``; none when it is empty (Phi-3's pass-through half)."""
     if 0 in space:
         return []
     boxes: list[Box] = [()]
