@@ -3,7 +3,8 @@
 DRAM holds one numpy array per tensor; each SRAM space is a byte buffer viewed through
 a command's regions. Values are computed in f32 for 16-bit floats and rounded back to
 the destination dtype, as torch does on CPU. bf16 is stored as raw bits and converted
-with :mod:`compiler.ir.bf16`. Dispatch is a table from op class to executor.
+with :mod:`compiler.ir.bf16`. Each op kind's numpy function is in a table here;
+:mod:`archsim.functional_steps` binds commands to these buffers and runs them.
 """
 
 from __future__ import annotations
@@ -17,28 +18,8 @@ import numpy as np
 from archsim.errors import SimulationError
 from compiler.ir import bf16
 from compiler.ir.dtypes import DType
-from compiler.ir.operands import DramRef, DramTensor, Scalar, SramRef
-from compiler.ir.ops import (
-    Binary,
-    BinaryKind,
-    Cast,
-    Command,
-    Copy,
-    Gather,
-    HostOp,
-    HostTransfer,
-    Load,
-    MatMul,
-    Op,
-    Reduce,
-    ReduceKind,
-    Select,
-    Store,
-    Transpose,
-    Unary,
-    UnaryKind,
-    VCopy,
-)
+from compiler.ir.operands import DramRef, DramTensor, SramRef
+from compiler.ir.ops import BinaryKind, HostOp, ReduceKind, UnaryKind
 
 HostFunction = Callable[..., Any]
 """Computes a host op: takes input values (numpy) and returns one array or a tuple."""
@@ -119,71 +100,18 @@ class Memory:
             self._views[ref] = view
         return view
 
-    def read(self, ref: SramRef) -> np.ndarray:
-        return to_values(self.view(ref), ref.dtype)
-
-    def write(self, ref: SramRef, values: np.ndarray) -> None:
-        if getattr(values, "shape", None) != ref.shape:
-            values = np.broadcast_to(values, ref.shape)
-        self.view(ref)[...] = to_stored(values, ref.dtype)
-
     def box(self, ref: DramRef) -> tuple[slice, ...]:
         return tuple(slice(s.start, s.stop, s.step) for s in ref.slices)
 
-    def output_values(self) -> dict[str, np.ndarray]:
-        """Final DRAM contents as values (bf16 as float32)."""
-        return {name: (bf16.to_f32(a) if self.tensors[name].dtype is DType.bf16 else a.copy())
+    def output_values(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """Final DRAM contents as values (bf16 as float32); ``copy=False`` hands out the
+        arrays themselves (for a caller that drops this memory's arrays afterwards)."""
+        return {name: (bf16.to_f32(a) if self.tensors[name].dtype is DType.bf16
+                       else a.copy() if copy else a)
                 for name, a in self.dram.items()}
 
 
-# ---------------------------------------------------------------- executors
-
-
-def _operand(memory: Memory, x: SramRef | Scalar) -> np.ndarray | float:
-    return x.value if isinstance(x, Scalar) else memory.read(x)
-
-
-def _load(op: Load, memory: Memory) -> None:
-    data = memory.dram[op.src.tensor][memory.box(op.src)]
-    memory.view(op.dst)[...] = data.reshape(op.dst.shape)
-
-
-def _store(op: Store, memory: Memory) -> None:
-    box = memory.box(op.dst)
-    target = memory.dram[op.dst.tensor]
-    target[box] = memory.view(op.src).reshape(target[box].shape)
-
-
-def _copy(op: Copy | VCopy, memory: Memory) -> None:
-    data = memory.view(op.src).copy()
-    if data.size == math.prod(op.dst.shape):
-        memory.view(op.dst)[...] = data.reshape(op.dst.shape)
-    else:
-        memory.view(op.dst)[...] = np.broadcast_to(data, op.dst.shape)
-
-
-def _gather(op: Gather, memory: Memory) -> None:
-    """Rows of the table box by index; an index outside the box raises IndexError,
-    which the simulator reports as a SimulationError naming the command."""
-    table = memory.dram[op.table.tensor][memory.box(op.table)]
-    indices = memory.view(op.indices).astype(np.int64)
-    bad = np.flatnonzero((indices < 0) | (indices >= table.shape[0]))
-    if bad.size:
-        i = int(bad[0])
-        raise IndexError(f"index {int(indices[i])} (position {i} of field indices) is out of "
-                         f"range for the {table.shape[0]} rows of the table box")
-    memory.view(op.dst)[...] = table[indices]
-
-
-def _matmul(op: MatMul, memory: Memory) -> None:
-    integer = op.a.dtype is DType.i8
-    acc_type = np.int32 if integer else np.float32
-    a = memory.read(op.a).astype(acc_type).reshape(-1, op.a.shape[-1])
-    b = memory.read(op.b).astype(acc_type)
-    product = a @ b
-    if op.accumulate:
-        product = memory.read(op.out).astype(acc_type) + product
-    memory.write(op.out, product)
+# ---------------------------------------------------------------- numpy functions per kind
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -281,67 +209,6 @@ REDUCE: dict[ReduceKind, Callable[..., np.ndarray]] = {
 }
 
 
-def _with_float32_scalars(x: np.ndarray | float, other: np.ndarray | float) -> Any:
-    """Keep f32 math in f32 when the other operand is a Python scalar."""
-    if isinstance(x, float) and isinstance(other, np.ndarray) and other.dtype == np.float32:
-        return np.float32(x)
-    return x
-
-
-def _unary(op: Unary, memory: Memory) -> None:
-    with np.errstate(all="ignore"):
-        memory.write(op.dst, UNARY[op.kind](memory.read(op.src)))
-
-
-def _binary(op: Binary, memory: Memory) -> None:
-    a, b = _operand(memory, op.a), _operand(memory, op.b)
-    a, b = _with_float32_scalars(a, b), _with_float32_scalars(b, a)
-    with np.errstate(all="ignore"):
-        memory.write(op.dst, BINARY[op.kind](a, b))
-
-
-def _select(op: Select, memory: Memory) -> None:
-    a, b = _operand(memory, op.a), _operand(memory, op.b)
-    memory.write(op.dst, np.where(memory.read(op.cond), a, b))
-
-
-def _cast(op: Cast, memory: Memory) -> None:
-    memory.write(op.dst, memory.read(op.src))
-
-
-def _reduce(op: Reduce, memory: Memory) -> None:
-    values = memory.read(op.src)
-    kwargs: dict[str, Any] = {"axis": op.axis, "keepdims": True}
-    if op.kind in (ReduceKind.sum, ReduceKind.mean) and values.dtype.kind == "f":
-        kwargs["dtype"] = np.float32
-    memory.write(op.dst, REDUCE[op.kind](values, **kwargs))
-
-
-def _transpose(op: Transpose, memory: Memory) -> None:
-    memory.write(op.dst, np.transpose(memory.read(op.src), op.perm))
-
-
-def _host_transfer(op: HostTransfer, memory: Memory) -> None:
-    """Timing only: DRAM already holds the caller's inputs."""
-
-
-EXECUTORS: dict[type[Op], Callable[[Any, Memory], None]] = {
-    Load: _load,
-    Store: _store,
-    Copy: _copy,
-    Gather: _gather,
-    VCopy: _copy,
-    MatMul: _matmul,
-    Unary: _unary,
-    Binary: _binary,
-    Select: _select,
-    Cast: _cast,
-    Reduce: _reduce,
-    Transpose: _transpose,
-    HostTransfer: _host_transfer,
-}
-
-
 def run_host_op(op: HostOp, memory: Memory, host_functions: Mapping[str, HostFunction]) -> None:
     fn = host_functions.get(op.name)
     if fn is None:
@@ -359,28 +226,3 @@ def run_host_op(op: HostOp, memory: Memory, host_functions: Mapping[str, HostFun
         t = memory.tensors[name]
         memory.dram[name] = np.ascontiguousarray(
             to_stored(np.broadcast_to(np.asarray(value), t.shape), t.dtype))
-
-
-class FunctionalExecutor:
-    """Executes commands on a :class:`Memory`."""
-
-    def __init__(self, memory: Memory, host_functions: Mapping[str, HostFunction]) -> None:
-        self.memory = memory
-        self.host_functions = host_functions
-
-    def execute(self, op: Op) -> None:
-        if isinstance(op, HostOp):
-            run_host_op(op, self.memory, self.host_functions)
-            return
-        EXECUTORS[type(op)](op, self.memory)
-
-    def execute_command(self, command: Command) -> None:
-        """Execute one command; a failure is a SimulationError naming it (cause chained)."""
-        try:
-            self.execute(command.op)
-        except SimulationError:
-            raise
-        except Exception as exc:
-            raise SimulationError(f"command {command.id} ({command.engine} "
-                                  f"{command.op.mnemonic}) failed in functional mode: "
-                                  f"{type(exc).__name__}: {exc}") from exc

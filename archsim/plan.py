@@ -23,7 +23,8 @@ import simpy
 from archsim.bandwidth import solo_rate
 from archsim.chip import Chip
 from archsim.config.model import NpuConfig
-from archsim.functional import FunctionalExecutor, HostFunction, Memory
+from archsim.functional import HostFunction, Memory
+from archsim.functional_steps import BoundProgram, FunctionalExecutor
 from archsim.host_memory import check_host_memory
 from archsim.timing import COST_KEY, CommandTiming, no_cost_key
 from compiler.ir.ops import Program
@@ -38,6 +39,7 @@ class Plan:
         # weakly: plans are cached per program and must not keep it alive
         self._program = weakref.ref(program)
         self.config = config
+        self._bound: BoundProgram | None = None
         commands = program.commands
         self.n = len(commands)
         self.deps = [c.deps for c in commands]
@@ -120,6 +122,16 @@ class Plan:
         return FunctionalExecutor(Memory(program.tensor_map, self.sram_sizes, inputs),
                                   host_functions)
 
+    def bound(self) -> BoundProgram:
+        """The program bound once to buffers kept for later runs (host memory checked
+        when first bound); see :func:`archsim.replay.replay`."""
+        if self._bound is None:
+            program = self.program
+            check_host_memory(program.name, program.tensors, sum(self.sram_sizes.values()))
+            self._bound = BoundProgram(program.tensor_map, self.sram_sizes, program.commands,
+                                       self.functional_order)
+        return self._bound
+
     @cached_property
     def functional_order(self) -> list[int]:
         """Command indices in an order that respects every dependency (program order
@@ -139,15 +151,6 @@ class Plan:
                 if not waiting[u]:
                     order.append(u)
         return order
-
-
-def functional_setup(program: Program, config: NpuConfig, inputs: Mapping[str, Any],
-                     host_functions: Mapping[str, HostFunction]
-                     ) -> tuple[FunctionalExecutor, list[int]]:
-    """A functional execution of ``program`` without simulating it: its executor and a
-    dependency-respecting command order (cached with the plan)."""
-    plan = plan_for(program, config, verify=False)
-    return plan.executor(inputs, host_functions), plan.functional_order
 
 
 Step = tuple[int, tuple[int, ...], float, float]

@@ -5,7 +5,10 @@ address and cost is fixed at compile time, so a performance-only run and a funct
 run of the same program give the same cycles (see :class:`~archsim.simulator.Simulator`).
 An eager device that runs the same cached program on new tensors therefore need not
 rebuild the event simulation: :func:`replay` executes the commands functionally in
-dependency order and returns the earlier result's timing with the new outputs.
+dependency order and returns the earlier result's timing with the new outputs. The
+commands are bound once to buffers kept with the program's plan
+(:class:`~archsim.functional_steps.BoundProgram`), so a replay costs the arithmetic and
+little else.
 
 What invalidates a timing: a different program object (another op, shape, dtype or
 argument) or a different config. Both are checked; the data never is, because it cannot
@@ -17,16 +20,14 @@ change the timing.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 from archsim.config.model import NpuConfig
 from archsim.errors import SimulationError
 from archsim.functional import HostFunction
 from archsim.result import SimResult
-from archsim.plan import functional_setup
+from archsim.plan import plan_for
 from compiler.ir.ops import Program
 
 
@@ -38,12 +39,8 @@ def replay(program: Program, config: NpuConfig, inputs: Mapping[str, Any], timin
         raise SimulationError(f"replay of {program.name!r}: the timing given is of "
                               f"{timing.program.name!r} on {timing.config.name}, not of this "
                               f"program on {config.name}; run the simulator instead")
-    executor, order = functional_setup(program, config, inputs, host_functions or {})
-    commands = program.commands
-    for i in order:
-        executor.execute_command(commands[i])
-    return dataclasses.replace(timing,
-                               outputs=MappingProxyType(executor.memory.output_values()))
+    outputs = plan_for(program, config, verify=False).bound().run(inputs, host_functions or {})
+    return timing.with_outputs(outputs)
 
 
 __all__ = ["replay"]

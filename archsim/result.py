@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -110,6 +112,13 @@ class SimResult:
     @property
     def functional(self) -> bool:
         return self.outputs is not None
+
+    def with_outputs(self, outputs: Mapping[str, np.ndarray]) -> SimResult:
+        """This result with other outputs (a replay: same timing, new data); what was
+        derived from the timing is kept, not recomputed."""
+        result = copy.copy(self)
+        object.__setattr__(result, "outputs", MappingProxyType(dict(outputs)))
+        return result
 
     # -- utilization ----------------------------------------------------------------
     @cached_property

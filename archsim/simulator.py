@@ -22,7 +22,8 @@ import simpy
 from archsim.bandwidth import FlowNetwork
 from archsim.config.model import NpuConfig
 from archsim.errors import SimulationError
-from archsim.functional import FunctionalExecutor, HostFunction
+from archsim.functional import HostFunction
+from archsim.functional_steps import FunctionalExecutor
 from archsim.plan import Plan, plan_for
 from archsim.result import SimResult
 from compiler.ir.collector import paused

@@ -99,3 +99,42 @@ dram %C : f32[4,8] out
     again = replay(program, config, {"A": a}, first)
     np.testing.assert_array_equal(again.outputs["C"], a)
     assert again.total_cycles == first.total_cycles
+
+
+def test_a_replay_starts_from_zeroed_buffers_as_a_fresh_run_does() -> None:
+    """Replays reuse the program's bound buffers: command 0 stores a region that
+    command 1 only fills afterwards, and C's last rows are never written. Every replay
+    must see zeros there (not the previous replay's data), as a fresh simulation does."""
+    config = load_config("tiny")
+    program = parse_program("""program stale target=tiny
+dram %A : f32[4,8] in
+dram %C : f32[4,8] out
+dram %D : f32[4,8] out
+ 0: core0.dma0 store  sram0[0x000100] f32[2,8] -> %C[0:2, 0:8]
+ 1: core0.dma1 load   %A[0:4, 0:8] -> sram0[0x000100] f32[4,8] after 0
+ 2: core0.dma0 store  sram0[0x000100] f32[4,8] -> %D[0:4, 0:8] after 1
+""")
+    first = Simulator(config).run(program, {"A": np.ones((4, 8), np.float32)})
+    for seed in range(3):
+        a = np.random.default_rng(seed).standard_normal((4, 8)).astype(np.float32)
+        again = replay(program, config, {"A": a}, first)
+        np.testing.assert_array_equal(again.outputs["C"], np.zeros((4, 8), np.float32))
+        np.testing.assert_array_equal(again.outputs["D"], a)
+        np.testing.assert_array_equal(again.outputs["A"], a)
+
+
+def test_replay_runs_host_ops_on_the_new_data() -> None:
+    config = load_config("tiny")
+    program = parse_program("""program host target=tiny
+dram %X : f32[2,4] in
+dram %Y : f32[2,4] out
+ 0: host host_op aten.neg.default (%X) -> (%Y) cycles=10
+""")
+    host = {"aten.neg.default": np.negative}
+    first = Simulator(config).run(program, {"X": np.ones((2, 4))}, host_functions=host)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    again = replay(program, config, {"X": x}, first, host)
+    np.testing.assert_array_equal(again.outputs["Y"], -x)
+    with pytest.raises(SimulationError, match=r"host op 'aten\.neg\.default' has no host "
+                                              r"function for functional mode \(given: none\)"):
+        replay(program, config, {"X": x}, first, {})
