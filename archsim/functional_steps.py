@@ -126,24 +126,34 @@ def _bind_matmul(op: MatMul, memory: Memory) -> Step:
     return matmul
 
 
+def _in_place(memory: Memory, dst: SramRef, *operands: SramRef | Scalar) -> bool:
+    """Whether a ufunc can write straight into ``dst``: f32 everywhere, same shapes
+    (a float scalar is taken as f32, as the general path does)."""
+    if dst.dtype is not DType.f32 or all(isinstance(x, Scalar) for x in operands):
+        return False
+    return all(isinstance(x.value, float) if isinstance(x, Scalar)
+               else x.dtype is DType.f32 and x.shape == dst.shape for x in operands)
+
+
 def _bind_unary(op: Unary, memory: Memory) -> Step:
     fn, read, write = UNARY[op.kind], _reader(memory, op.src), _writer(memory, op.dst)
-
-    def unary() -> None:
-        with np.errstate(all="ignore"):
-            write(fn(read()))
-    return unary
+    if isinstance(fn, np.ufunc) and _in_place(memory, op.dst, op.src):
+        src, dst = memory.view(op.src), memory.view(op.dst)
+        return lambda: fn(src, out=dst)
+    return lambda: write(fn(read()))
 
 
 def _bind_binary(op: Binary, memory: Memory) -> Step:
     fn, write = BINARY[op.kind], _writer(memory, op.dst)
+    if _in_place(memory, op.dst, op.a, op.b):
+        a, b, dst = (np.float32(x.value) if isinstance(x, Scalar) else memory.view(x)
+                     for x in (op.a, op.b, op.dst))
+        return lambda: fn(a, b, out=dst)
     read_a, read_b = _reader(memory, op.a), _reader(memory, op.b)
 
     def binary() -> None:
         a, b = read_a(), read_b()
-        a, b = _with_float32_scalars(a, b), _with_float32_scalars(b, a)
-        with np.errstate(all="ignore"):
-            write(fn(a, b))
+        write(fn(_with_float32_scalars(a, b), _with_float32_scalars(b, a)))
     return binary
 
 
@@ -219,7 +229,8 @@ class FunctionalExecutor:
         self.host_functions = host_functions
 
     def execute(self, op: Op) -> None:
-        bind(op, self.memory, self.host_functions)()
+        with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them
+            bind(op, self.memory, self.host_functions)()
 
     def execute_command(self, command: Command) -> None:
         """Execute one command; a failure is a SimulationError naming it (cause chained)."""
@@ -242,6 +253,7 @@ class BoundProgram:
         blank = {name: np.zeros(t.shape, t.dtype.storage) for name, t in self.tensors.items()
                  if t.role in ("in", "inout")}
         self.memory = Memory(self.tensors, sram_sizes, blank)
+        self.fed = [(name, t, t.role in ("in", "inout")) for name, t in self.tensors.items()]
         self.host_functions: dict[str, HostFunction] = {}
         self.commands = [commands[i] for i in order]
         self.steps = [bind(c.op, self.memory, self.host_functions) for c in self.commands]
@@ -250,26 +262,29 @@ class BoundProgram:
             host_functions: Mapping[str, HostFunction]) -> dict[str, np.ndarray]:
         """Final DRAM contents (as :meth:`Memory.output_values`) after running on
         ``inputs``; errors are those of a fresh functional run."""
-        memory = self.memory
-        unknown = sorted(set(inputs) - set(self.tensors))
-        if unknown:
+        memory, dram = self.memory, self.memory.dram
+        if not inputs.keys() <= self.tensors.keys():
+            unknown = sorted(set(inputs) - set(self.tensors))
             raise SimulationError(f"inputs name unknown DRAM tensors: {', '.join(unknown)} "
                                   f"(tensors: {', '.join(self.tensors)})")
-        for name, t in self.tensors.items():
-            if name in inputs:
-                memory.dram[name] = memory._input(t, inputs[name])
-            elif t.role in ("in", "inout"):
+        for name, t, required in self.fed:
+            value = inputs.get(name)
+            if value is not None:
+                dram[name] = memory._input(t, value)
+            elif required:
                 raise SimulationError(f"input tensor {name!r} ({t.role}) was not given")
             else:
-                memory.dram[name] = np.zeros(t.shape, t.dtype.storage)
+                dram[name] = np.zeros(t.shape, t.dtype.storage)
         for buffer in memory.sram.values():
             buffer.fill(0)
-        self.host_functions.clear()
-        self.host_functions.update(host_functions)
+        if host_functions is not self.host_functions:
+            self.host_functions.clear()
+            self.host_functions.update(host_functions)
         step_number = 0
         try:
-            for step_number, step in enumerate(self.steps):
-                step()
+            with np.errstate(all="ignore"):  # IEEE results (inf, nan) as torch gives them
+                for step_number, step in enumerate(self.steps):
+                    step()
         except SimulationError:
             raise
         except Exception as exc:

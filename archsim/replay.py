@@ -35,7 +35,8 @@ def replay(program: Program, config: NpuConfig, inputs: Mapping[str, Any], timin
            host_functions: Mapping[str, HostFunction] | None = None) -> SimResult:
     """``timing`` (a result of ``program`` on ``config``) with the outputs of running
     ``program`` on ``inputs``: the same cycles, new numbers, no event simulation."""
-    if timing.program is not program or timing.config != config:
+    if timing.program is not program or (timing.config is not config
+                                          and timing.config != config):
         raise SimulationError(f"replay of {program.name!r}: the timing given is of "
                               f"{timing.program.name!r} on {timing.config.name}, not of this "
                               f"program on {config.name}; run the simulator instead")

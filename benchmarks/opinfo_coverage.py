@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 import torch_bridge
-from torch_bridge import runtime
+from torch_bridge import numerics, runtime
 
 EXCLUDED_FAMILIES = ("linalg", "fft", "special")
 UNINITIALIZED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
@@ -108,6 +108,7 @@ def main() -> int:
         return 0
 
     runtime.set_config("atom")
+    numerics.set_mode("simulate")  # every sample through its program, none from CPU
     ops = [op for op in op_db if torch.float32 in op.supported_dtypes("cpu")][:args.limit]
     start = time.perf_counter()
     tally: dict[bool, Counter] = {True: Counter(), False: Counter()}

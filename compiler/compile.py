@@ -12,6 +12,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -90,6 +91,15 @@ class CompiledProgram:
     def user_input_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.inputs if s.kind == "user_input")
 
+    @cached_property
+    def _tensor_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {t.name: t.shape for t in self.program.tensors}
+
+    @cached_property
+    def _output_dtypes(self) -> tuple[Any, ...]:
+        from compiler.torch_types import torch_dtype
+        return tuple(torch_dtype(DType(spec.dtype)) for spec in self.outputs)
+
     def feed(self, *args: Any) -> dict[str, np.ndarray]:
         """Input arrays by DRAM name: give every placeholder, or only the user inputs
         when parameters were bound at compile time."""
@@ -106,7 +116,7 @@ class CompiledProgram:
             given = dict(zip(users, args))
             args = tuple(given.get(n, self.bound.get(n)) for n in names)
         feed: dict[str, np.ndarray] = {}
-        shapes = {t.name: t.shape for t in self.program.tensors}
+        shapes = self._tensor_shapes
         for name, arg in zip(names, args):
             array = to_numpy(arg) if isinstance(arg, torch.Tensor) else np.asarray(arg)
             feed[name] = array.reshape(shapes[name]) if array.shape != shapes[name] else array
@@ -126,21 +136,20 @@ class CompiledProgram:
 
         from archsim.replay import replay
         from archsim.simulator import Simulator
-        from compiler.torch_types import torch_dtype
 
         if not simulate:
             return self._reference(*args), None
         if timing is not None:
             result = replay(self.program, self.config, self.feed(*args), timing,
-                            dict(self.host_functions))
+                            self.host_functions)
         else:
             result = Simulator(self.config).run(self.program, self.feed(*args),
                                                 host_functions=dict(self.host_functions),
                                                 verify=verify)
         outs = []
-        for spec in self.outputs:
+        for spec, dtype in zip(self.outputs, self._output_dtypes):
             array = np.asarray(result.outputs[spec.tensor]).reshape(spec.shape)
-            outs.append(torch.from_numpy(np.array(array)).to(torch_dtype(DType(spec.dtype))))
+            outs.append(torch.from_numpy(np.array(array)).to(dtype))
         return tuple(outs), result
 
     def _reference(self, *args: Any) -> tuple[Any, ...]:

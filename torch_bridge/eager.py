@@ -7,7 +7,9 @@ npu tensors. The run's cycles go on the device timeline as ``"device"`` work and
 ``SimResult`` goes to the timeline's listeners (the profiler).
 
 Per call the cost is: a signature (shapes, dtypes, scalar arguments) looked up in this
-module's cache of compiled programs, one simulator run, and wrapping the outputs. Python
+module's cache of compiled programs, the first call's timing charged again, the numbers
+computed (:mod:`torch_bridge.numerics`: by the op on CPU once the first call's simulated
+outputs agreed with it, else by replaying the program), and wrapping the outputs. Python
 numbers in tensor positions (``x * 2.5``) are fed as 0-dim tensors, so a new scalar
 value does not compile a new program.
 
@@ -31,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torch_bridge import kernels, runtime, storage
+from torch_bridge import kernels, numerics, runtime, storage
 from torch_bridge.eager_ops import (BACKWARD, BINARY, COMPILE_AS, COMPILED_OPS, IN_PLACE,
                                     LOSS, MATMUL, MODEL_OPS, NORM, OUT_OF_PLACE, REDUCTION,
                                     SOFTMAX, UNARY)
 from torch_bridge.fallback import HostFallbackWarning, op_info, run_on_host, user_stacklevel
+from torch_bridge.numerics import flat_tensors
 
 if TYPE_CHECKING:
     from archsim.result import SimResult
@@ -64,6 +67,9 @@ class _Entry:
     program: CompiledProgram
     timing: SimResult | None = None
     """The first run's SimResult: later calls replay it with new data (archsim.replay)."""
+    cpu_numerics: bool = False
+    """The first run's outputs agreed with the op on CPU: later calls may take their
+    numbers from there (:mod:`torch_bridge.numerics`)."""
 
 
 ZERO_ELEMENTS = object()
@@ -135,16 +141,6 @@ def _key_of(value: Any) -> Hashable:
     return (type(value), value)
 
 
-def _tensors(values: Iterable[Any]) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            out.append(value)
-        elif isinstance(value, (list, tuple)):
-            out.extend(_tensors(value))
-    return out
-
-
 def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """The call's signature as text: ``(float32[4, 8], 2.5, dim=-1)``."""
     def text(value: Any) -> str:
@@ -190,14 +186,22 @@ class CompiledOpKernel:
             return self._on_host(args, kwargs, entry)
         if entry is ZERO_ELEMENTS:
             return self._zero_elements(args, kwargs, entries, key)
-        tensors = _tensors((*host_args, *host_kwargs.values()))
-        try:
-            outputs, result = entry.program.run(*tensors, timing=entry.timing)
-        except Exception as exc:  # noqa: BLE001 - reported: cached, warned, on the event
-            failure = entries[key] = self._failure((host_args, host_kwargs),
-                                                   f"simulation failed: {_reason(exc)}")
-            return self._on_host(args, kwargs, failure)
-        entry.timing = result
+        outputs = None
+        if entry.cpu_numerics and numerics.mode() == "checked":
+            outputs, result = numerics.cpu_results(self.target, host_args, host_kwargs), \
+                entry.timing
+        if outputs is None:
+            tensors = flat_tensors((*host_args, *host_kwargs.values()))
+            try:
+                outputs, result = entry.program.run(*tensors, timing=entry.timing)
+            except Exception as exc:  # noqa: BLE001 - reported: cached, warned, on the event
+                failure = entries[key] = self._failure((host_args, host_kwargs),
+                                                       f"simulation failed: {_reason(exc)}")
+                return self._on_host(args, kwargs, failure)
+            if entry.timing is None:
+                entry.cpu_numerics = numerics.agrees(
+                    outputs, numerics.cpu_results(self.target, host_args, host_kwargs))
+            entry.timing = result
         runtime.record_device(self.name, result.total_cycles, result.dram_bytes,
                               flops=result.flops, result=result)
         if self.in_place:
@@ -226,7 +230,7 @@ class CompiledOpKernel:
         from compiler.torch_types import TORCH_TO_IR
 
         call = (host_args, host_kwargs)
-        for tensor in _tensors((*host_args, *host_kwargs.values())):
+        for tensor in flat_tensors((*host_args, *host_kwargs.values())):
             if tensor.dtype not in TORCH_TO_IR:  # device limits, not compiler failures
                 return self._failure(call, f"dtype {tensor.dtype} is not supported by the "
                                            f"device", warn=False)

@@ -1,0 +1,119 @@
+"""Where a cached eager op's numbers come from after its first call.
+
+An eager op's timing depends only on its program and the config, never on the data, so
+every call of a cached signature is charged the first call's simulated cycles. The
+numbers are another matter. The first call of each signature always runs the compiled
+program functionally (the simulator computes the outputs from the commands) and its
+outputs are compared with the same op on CPU. Then, by mode:
+
+- ``"checked"`` (default): if the first call agreed with CPU (same shapes and dtypes,
+  values within the dtype's tolerance, integers and booleans exactly), later calls take
+  their numbers from the op on CPU; a signature that disagreed keeps running its
+  program. A replayed eager op then costs about what a plain Python device does.
+- ``"simulate"``: every call runs its program functionally (slower; for checking the
+  compiler's programs on many inputs, as ``benchmarks/opinfo_coverage.py`` does).
+
+    >>> torch_bridge.numerics.set_mode("simulate")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from archsim.errors import ArchsimError
+
+MODES = ("checked", "simulate")
+
+_mode = "checked"
+
+# torch.testing's default tolerances per dtype (rtol, atol)
+_TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+}
+
+
+def set_mode(mode: str) -> None:
+    """Choose where cached eager ops' later numbers come from (see the module doc)."""
+    global _mode
+    if mode not in MODES:
+        raise ArchsimError(f"unknown eager numerics mode {mode!r}; use one of: "
+                           f"{', '.join(MODES)}")
+    _mode = mode
+
+
+def mode() -> str:
+    return _mode
+
+
+def cpu_results(op: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> tuple[torch.Tensor, ...] | None:
+    """``op`` on CPU arguments, as fresh tensors (a result sharing an argument's bytes
+    is copied); ``None`` if it raises or returns something other than tensors, and for
+    an op that draws random numbers or writes into an argument (running it again on CPU
+    would advance the generator or update the argument twice)."""
+    if not _repeatable(op):
+        return None
+    try:
+        out = op(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - then the program's own numbers are used
+        return None
+    results = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if not all(isinstance(r, torch.Tensor) for r in results):
+        return None
+    inputs = {a.untyped_storage().data_ptr() for a in flat_tensors((*args, *kwargs.values()))}
+    return tuple(r.clone() if r.untyped_storage().data_ptr() in inputs else r
+                 for r in results)
+
+
+def _repeatable(op: Any) -> bool:
+    known = _REPEATABLE.get(op)
+    if known is None:
+        known = _REPEATABLE[op] = (
+            torch.Tag.nondeterministic_seeded not in op.tags
+            and op not in _WRITES_UNANNOTATED
+            and not any(a.alias_info is not None and a.alias_info.is_write
+                        for a in op._schema.arguments))
+    return known
+
+
+_REPEATABLE: dict[Any, bool] = {}
+
+_WRITES_UNANNOTATED = (torch.ops.aten.native_batch_norm.default,)
+"""Ops that update an argument in place although their schema does not say so
+(training batch norm's running statistics)."""
+
+
+def agrees(device: tuple[torch.Tensor, ...], cpu: tuple[torch.Tensor, ...] | None) -> bool:
+    """Whether the simulated outputs are the CPU op's: shapes and dtypes equal, values
+    within the dtype's tolerance (NaN where CPU has NaN), integers and booleans equal."""
+    if cpu is None or len(device) != len(cpu):
+        return False
+    for got, want in zip(device, cpu):
+        if got.shape != want.shape or got.dtype != want.dtype:
+            return False
+        tolerance = _TOLERANCE.get(want.dtype)
+        if tolerance is None:
+            if not torch.equal(got, want):
+                return False
+        elif not torch.allclose(got, want, rtol=tolerance[0], atol=tolerance[1],
+                                equal_nan=True):
+            return False
+    return True
+
+
+def flat_tensors(values: Any) -> list[torch.Tensor]:
+    """The tensors among ``values`` and inside their lists and tuples, in order."""
+    out: list[torch.Tensor] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(flat_tensors(value))
+    return out
+
+
+__all__ = ["MODES", "agrees", "cpu_results", "flat_tensors", "mode", "set_mode"]
