@@ -206,13 +206,6 @@ def plan_for(program: Program, config: NpuConfig, verify: bool) -> Plan:
     return plan
 
 
-def command_timings(program: Program, config: NpuConfig) -> list[CommandTiming]:
-    """What each command of ``program`` costs on ``config``, in program order (from the
-    plan a run made, or makes it)."""
-    plan = plan_for(program, config, verify=False)
-    return [plan.timings[k] for k in plan.kinds]
-
-
 def _space_sizes(config: NpuConfig) -> dict[str, int]:
     sizes = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
     if config.shared_sram.size_bytes:

@@ -16,7 +16,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Union
 
-from archsim.bandwidth import cycles_to_move, solo_rate
+from archsim.bandwidth import cycles_to_move
 from compiler.ir.ops import engine_core, engine_kind
 
 if TYPE_CHECKING:
@@ -251,31 +251,30 @@ def matrix_precision(config: NpuConfig) -> str:
 
 
 def from_sim_result(result: SimResult) -> ReportData:
-    import simpy
-
-    from archsim.chip import Chip
-    from archsim.plan import command_timings
+    from archsim.plan import plan_for
 
     config = result.config
     program = result.program
-    capacities = Chip(simpy.Environment(), config, program.tensor_map).network.capacity
+    plan = plan_for(program, config, verify=False)
+    # costs are per distinct command shape (the plan's kinds): alone-on-chip time once each
+    alone = [uncontended_cycles(fixed, links, nbytes, solo)
+             for fixed, links, nbytes, solo in plan.steps]
     records = []
     # Programs may repeat one op object: describe it once, and only if asked.
     described: dict[int, Description] = {}
-    for command, timing, start, end, nbytes, flops in zip(
-            program.commands, command_timings(program, config), result.starts, result.ends,
+    for command, kind, start, end, nbytes, flops in zip(
+            program.commands, plan.kinds, result.starts, result.ends,
             result.command_bytes, result.command_flops):
         description = described.get(id(command.op))
         if description is None:
             description = described[id(command.op)] = Description(command.op)
+        timing = plan.timings[kind]
         records.append(CommandRecord(
             id=command.id, engine=command.engine, op=command.op.mnemonic,
             source=command.source, deps=tuple(command.deps), start=int(start), end=int(end),
             bytes=int(nbytes), flops=int(flops),
             dram_bytes=int(timing.dram_read + timing.dram_written),
-            uncontended_cycles=uncontended_cycles(timing.fixed_cycles, timing.links,
-                                                  timing.nbytes, timing.cap, capacities),
-            description=description,
+            uncontended_cycles=alone[kind], description=description,
         ))
     capacity = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
     if config.shared_sram.size_bytes:
@@ -307,13 +306,14 @@ def from_sim_result(result: SimResult) -> ReportData:
     )
 
 
-def uncontended_cycles(fixed_cycles: int, links: tuple[int, ...], nbytes: float, cap: float,
-                       capacities: list[float]) -> int:
-    """A command's duration alone on the chip, rounded like the flow network rounds
-    (a flow finishes at the ceiling of its exact finish time)."""
+def uncontended_cycles(fixed_cycles: int, links: tuple[int, ...], nbytes: float,
+                       solo: float) -> int:
+    """A command's duration alone on the chip (its transfer at its ``solo`` rate), rounded
+    like the flow network rounds (a flow finishes at the ceiling of its exact finish
+    time)."""
     if not links or nbytes <= 0:
         return int(fixed_cycles)
-    return int(fixed_cycles) + cycles_to_move(nbytes, solo_rate(links, cap, capacities))
+    return int(fixed_cycles) + cycles_to_move(nbytes, solo)
 
 
 def operand_text(op: Op) -> str:

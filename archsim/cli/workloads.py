@@ -204,9 +204,13 @@ def _simulate_builtin(name: str, workload: Workload, args: argparse.Namespace,
     native = config.core.matrix.input_dtype if config.core.matrix.input_dtype != "i8" else "f16"
     dtype_name = args.dtype or (native if perf_only else "f32")
     dtype = _dtype(dtype_name)
-    device = "meta" if perf_only else "cpu"
-    with torch.device(device):
-        module, inputs = workload.build(args, dtype)
+    if perf_only:  # shapes only: the meta module in the run's dtype (every build ends
+        module = module.to(dtype)  # in .to(dtype) and makes float inputs in it)
+        inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                       else t for t in meta_inputs)
+    else:
+        with torch.device("cpu"):
+            module, inputs = workload.build(args, dtype)
     if not perf_only and not args.quiet:
         print(f"{name}: {parameters / 1e6:.1f}M parameters, {dtype_name}, functional run "
               f"(numbers checked against torch on CPU)", file=sys.stderr)
