@@ -100,6 +100,7 @@ MODEL_OPS: tuple[OpOverload, ...] = (
     aten.hardshrink.default, aten.softshrink.default, aten.threshold.default,
     aten.nan_to_num.default, aten.isposinf.default, aten.erfc.default,
     aten.floor_divide.default, aten.floor_divide.Scalar, aten.mse_loss.default,
+    aten.index.Tensor,
 )
 """What the model families' forward passes call besides the above (token and position
 lookups, masks, concatenation for rotary embeddings, pooling and eval batch norm)."""

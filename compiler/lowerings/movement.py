@@ -216,12 +216,12 @@ def lower_index(b: GraphBuilder, x: Value, indices: list[Value | None]) -> Value
     (Falcon's ``qkv[..., [-2], :]``): slices of ``x`` along that dim, one per run of
     consecutive indices, concatenated. Data-dependent indices are not lowered here."""
     given = [(d, v) for d, v in enumerate(indices) if v is not None]
-    if len(given) != 1 or not isinstance(given[0][1], Value):
-        raise NotImplementedError("index with several or no index tensors")
-    dim, index = given[0]
-    values = b.constant_of(index)
+    if not given or not all(isinstance(v, Value) for _, v in given):
+        raise NotImplementedError("index with no index tensors")
+    values = b.constant_of(given[0][1]) if len(given) == 1 else None
     if values is None or values.dim() != 1 or values.is_floating_point() or values.numel() == 0:
-        raise NotImplementedError("index by a tensor computed at run time")
+        return _index_rows(b, x, given)
+    dim, index = given[0]
     size = x.shape[dim]
     picks = [int(v) + size if int(v) < 0 else int(v) for v in values.tolist()]
     if any(not 0 <= p < size for p in picks):
@@ -236,6 +236,39 @@ def lower_index(b: GraphBuilder, x: Value, indices: list[Value | None]) -> Value
     return parts[0] if len(parts) == 1 else lower_cat(b, parts, dim)
 
 
+def _index_rows(b: GraphBuilder, x: Value, given: list[tuple[int, Value]]) -> Value:
+    """``x[i0, i1, ...]`` with index tensors on the leading dims, computed at run time
+    (CLIP's ``hidden[arange(B), ids.argmax(-1)]``, CodeGen's ``table[position_ids]``):
+    the leading dims flattened into rows, each pick's row number computed on the vector
+    unit (negative indices wrapped as torch does), then one indexed DMA per tile. A
+    table that is not a dense 2-D tensor is copied into one first (timed)."""
+    k = len(given)
+    if [d for d, _ in given] != list(range(k)) or k > len(x.shape):
+        raise NotImplementedError("index tensors on other than the leading dims")
+    if any(v.dtype not in _INDEX_DTYPES for _, v in given):
+        raise NotImplementedError("index by a mask or a non-integer tensor")
+    rows = 1
+    for n in x.shape[:k]:
+        rows *= n
+    flat: Value | None = None
+    stride = 1
+    for dim, index in reversed(given):
+        size = x.shape[dim]
+        index = b.cast(index, DType.i64)
+        index = b.select(b.binary(BinaryKind.lt, index, 0), b.binary(BinaryKind.add, index, size),
+                         index)
+        term = index if stride == 1 else b.binary(BinaryKind.mul, index, stride)
+        flat = term if flat is None else b.binary(BinaryKind.add, flat, term)
+        stride *= size
+    rest = tuple(x.shape[k:])
+    cols = 1
+    for n in rest:
+        cols *= n
+    table = _dense(b, x if len(x.shape) == 2 else b.view(x, (rows, cols)))
+    picked = gather_rows(b, table, flat)
+    return b.view(picked, flat.shape + rest)
+
+
 @lowering(aten.index_select.default)
 def lower_index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Value:
     if len(x.shape) != 2 or normalize_dim(dim, 2, b.source) != 0:
@@ -247,7 +280,7 @@ def lower_index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Val
 def lower_gather(b: GraphBuilder, x: Value, dim: int, index: Value,
                  sparse_grad: bool = False) -> Value:
     if len(x.shape) != 2 or len(index.shape) != 2:
-        raise NotImplementedError("gather is lowered only on 2-D tensors")
+        return _gather_along(b, x, normalize_dim(dim, len(x.shape), b.source), index)
     if normalize_dim(dim, 2, b.source) == 1:
         return _gather_one_per_row(b, x, index)
     if base_of(x) is not x or index.shape[1] > x.shape[1] or 0 in index.shape:
@@ -255,6 +288,34 @@ def lower_gather(b: GraphBuilder, x: Value, dim: int, index: Value,
     if index.dtype not in _INDEX_DTYPES:
         index = b.cast(index, DType.i64)
     return b.add(g.Gather(per_column=True), (x, index), index.shape, x.dtype, "gather")
+
+
+def _dense(b: GraphBuilder, x: Value) -> Value:
+    """``x`` itself if it owns its storage, else a copy that does (a cat of one)."""
+    return x if base_of(x) is x else b.add(g.Cat(0), (x,), x.shape, x.dtype, "cat")
+
+
+def _gather_along(b: GraphBuilder, x: Value, dim: int, index: Value) -> Value:
+    """``torch.gather`` along ``dim`` of an N-D tensor whose index matches it on every
+    other dim (GPT-J's rotary table picked by position): ``dim`` moved to the front and
+    the rest flattened into columns, it is the dim-0 gather of a 2-D table, one picked
+    element per (row, column)."""
+    if len(index.shape) != len(x.shape) or any(
+            i != n for k, (i, n) in enumerate(zip(index.shape, x.shape)) if k != dim):
+        raise NotImplementedError("gather with an index that differs from the input on "
+                                  "dims other than the gathered one")
+    order = (dim, *(k for k in range(len(x.shape)) if k != dim))
+    moved_x, moved_index = b.permute(x, order), b.permute(index, order)
+    cols = 1
+    for n in moved_x.shape[1:]:
+        cols *= n
+    table = _dense(b, b.view(moved_x, (x.shape[dim], cols)))
+    picks = _dense(b, b.view(moved_index, (index.shape[dim], cols)))
+    if picks.dtype not in _INDEX_DTYPES:
+        picks = b.cast(picks, DType.i64)
+    out = b.add(g.Gather(per_column=True), (table, picks), picks.shape, x.dtype, "gather")
+    out = b.view(out, moved_index.shape)
+    return b.permute(out, tuple(order.index(k) for k in range(len(order))))
 
 
 _GATHER_MASK_LIMIT = 1 << 22
