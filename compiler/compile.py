@@ -305,7 +305,7 @@ def _graph_key(program: Any) -> str:
             parts.append(_tensor_digest(_fetch_attr(gm, str(node.target))))
     if isinstance(program, torch.export.ExportedProgram):
         parts.append(str(program.graph_signature))
-    from compiler.frontend import lifted_constants
+    from compiler.export import lifted_constants
 
     for name, tensor in lifted_constants(program).items():  # folded too
         parts.append(f"{name}={_tensor_digest(tensor)}")

@@ -31,3 +31,29 @@ def export_model(module: Any, args: tuple[Any, ...],
     exported = torch.export.export(module, tuple(args), dict(kwargs or {}))
     return exported.run_decompositions(export_decompositions(),
                                        decompose_custom_triton_ops=True)
+
+
+LIFTED_FOLD_ELEMENTS = 4096
+"""Largest tensor constant lifted by torch.export that is folded into the graph."""
+
+
+def lifted_constants(program: Any) -> dict[str, Any]:
+    """Tensor constants ``torch.export`` lifted to inputs (a tensor the forward builds
+    from Python values, such as Falcon's ``qkv[..., [-2], :]`` index), by placeholder:
+    small integer ones (indices, masks). The frontend folds real ones into the graph like
+    ``get_attr`` constants, so lowerings can read them (``GraphBuilder.constant_of``);
+    meta ones (a shapes-only export lost their values) stay inputs that lowerings know
+    are constants. Floating ones (a weight captured from a closure) stay inputs, like
+    parameters."""
+    import torch
+
+    if not isinstance(program, torch.export.ExportedProgram):
+        return {}
+    found = {}
+    for spec in program.graph_signature.input_specs:
+        tensor = program.constants.get(spec.target) if spec.target else None
+        if spec.kind.name == "CONSTANT_TENSOR" and isinstance(tensor, torch.Tensor) and \
+                tensor.numel() <= LIFTED_FOLD_ELEMENTS \
+                and not tensor.is_floating_point() and not tensor.is_complex():
+            found[spec.arg.name] = tensor
+    return found

@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 from archsim.errors import LoweringError, UnsupportedOpError
+from compiler.export import lifted_constants
 from compiler import graph as g
 from compiler.attention_match import AttentionMatch, find_attention
 from compiler.graph import Graph, Value
@@ -127,8 +128,9 @@ class Frontend:
         return self.graph
 
     def _placeholder(self, node: torch.fx.Node, kind: str, target: str) -> None:
-        if node.name in self.lifted:
-            self.env[node] = self._constant(self.lifted[node.name], node.name)
+        lifted = self.lifted.get(node.name)
+        if lifted is not None and not lifted.is_meta:
+            self.env[node] = self._constant(lifted, node.name)
             return
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
@@ -136,6 +138,8 @@ class Frontend:
                                 f"got {type(val).__name__}")
         value = Value(_static_shape(val, node.name), ir_dtype(val.dtype, node.name), node.name)
         self.graph.inputs.append(value)
+        if lifted is not None:  # a constant of the model whose values a meta export lost
+            self.const[value.id] = lifted
         if kind != "user_input":
             self.graph.weights.add(value.id)
         self.inputs.append(InputSpec(node.name, kind, target, value.shape, value.dtype.value))
@@ -271,7 +275,8 @@ class Frontend:
         values = [v for v in _flatten((args, kwargs)) if isinstance(v, Value)]
         if not values and target in LOWERINGS:
             return False
-        if any(self._const_tensor(v) is None for v in values):
+        known = [self._const_tensor(v) for v in values]
+        if any(t is None or t.is_meta for t in known):  # meta: a constant of unknown values
             return False
         if not metas or any(m is None for m in metas):
             return False
@@ -353,28 +358,6 @@ def _map_values(tree: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(tree, dict):
         return {k: _map_values(v, fn) for k, v in tree.items()}
     return fn(tree)
-
-
-LIFTED_FOLD_ELEMENTS = 4096
-"""Largest tensor constant lifted by torch.export that is folded into the graph."""
-
-
-def lifted_constants(program: Any) -> dict[str, torch.Tensor]:
-    """Tensor constants ``torch.export`` lifted to inputs (a tensor the forward builds
-    from Python values, such as Falcon's ``qkv[..., [-2], :]`` index), by placeholder:
-    small real integer ones (indices, masks) are folded into the graph like ``get_attr``
-    constants, so lowerings can read them (``GraphBuilder.constant_of``). Floating
-    ones (a weight captured from a closure) stay inputs, like parameters."""
-    if not isinstance(program, torch.export.ExportedProgram):
-        return {}
-    found = {}
-    for spec in program.graph_signature.input_specs:
-        tensor = program.constants.get(spec.target) if spec.target else None
-        if spec.kind.name == "CONSTANT_TENSOR" and isinstance(tensor, torch.Tensor) and \
-                tensor.device.type != "meta" and tensor.numel() <= LIFTED_FOLD_ELEMENTS \
-                and not tensor.is_floating_point() and not tensor.is_complex():
-            found[spec.arg.name] = tensor
-    return found
 
 
 def build(program: Any, options: CompileOptions) -> tuple[Graph, list[InputSpec], list[str]]:

@@ -128,8 +128,8 @@ def _host_value(value: Any, tensor_position: bool) -> Any:
         return value if value.is_cpu else storage.cpu_view(value)
     if tensor_position and isinstance(value, (bool, int, float)):
         return _scalar_tensor(value)
-    if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
-        return type(value)(_host_value(v, False) for v in value)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(_host_value(v, False) for v in value)  # [None, None, index] too
     return value
 
 

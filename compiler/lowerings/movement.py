@@ -219,10 +219,13 @@ def lower_index(b: GraphBuilder, x: Value, indices: list[Value | None]) -> Value
     if not given or not all(isinstance(v, Value) for _, v in given):
         raise NotImplementedError("index with no index tensors")
     values = b.constant_of(given[0][1]) if len(given) == 1 else None
-    if values is None or values.dim() != 1 or values.is_floating_point() or values.numel() == 0:
+    if values is None or values.dim() != 1 or values.is_floating_point() or values.numel() == 0 \
+            or (values.is_meta and values.numel() != 1):
         return _index_rows(b, x, given)
     dim, index = given[0]
     size = x.shape[dim]
+    if values.is_meta:  # a one-element constant of a shapes-only export: its slice costs
+        values = torch.zeros(1, dtype=torch.int64)  # the same wherever it is
     picks = [int(v) + size if int(v) < 0 else int(v) for v in values.tolist()]
     if any(not 0 <= p < size for p in picks):
         raise NotImplementedError("index out of range")  # torch raises; the host says so
@@ -237,14 +240,23 @@ def lower_index(b: GraphBuilder, x: Value, indices: list[Value | None]) -> Value
 
 
 def _index_rows(b: GraphBuilder, x: Value, given: list[tuple[int, Value]]) -> Value:
-    """``x[i0, i1, ...]`` with index tensors on the leading dims, computed at run time
-    (CLIP's ``hidden[arange(B), ids.argmax(-1)]``, CodeGen's ``table[position_ids]``):
-    the leading dims flattened into rows, each pick's row number computed on the vector
+    """``x[..., i0, i1, ...]`` with index tensors computed at run time (CLIP's
+    ``hidden[arange(B), ids.argmax(-1)]``, CodeGen's ``table[position_ids]``): the
+    indexed dims moved to the front and flattened into rows, each pick's row number computed on the vector
     unit (negative indices wrapped as torch does), then one indexed DMA per tile. A
     table that is not a dense 2-D tensor is copied into one first (timed)."""
     k = len(given)
-    if [d for d, _ in given] != list(range(k)) or k > len(x.shape):
-        raise NotImplementedError("index tensors on other than the leading dims")
+    dims = [d for d, _ in given]
+    if dims != list(range(k)):  # indexed dims to the front, then the picks put back where
+        rest = [d for d in range(len(x.shape)) if d not in dims]  # torch puts them: at the
+        moved = b.permute(x, (*dims, *rest))                     # first indexed dim if the
+        out = _index_rows(b, moved, [(i, v) for i, (_, v) in enumerate(given)])  # dims are
+        if dims != list(range(dims[0], dims[0] + k)):            # consecutive, else first
+            return out
+        picked = len(out.shape) - (len(x.shape) - k)
+        before = list(range(picked, picked + dims[0]))
+        return b.permute(out, (*before, *range(picked), *range(picked + dims[0],
+                                                                len(out.shape))))
     if any(v.dtype not in _INDEX_DTYPES for _, v in given):
         raise NotImplementedError("index by a mask or a non-integer tensor")
     rows = 1

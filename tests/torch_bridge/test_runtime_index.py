@@ -95,3 +95,38 @@ def test_models_that_index_at_run_time_compile_with_no_host_work(name: str) -> N
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
     for got, want in zip(outputs, expected):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_index_tensors_on_inner_dims_put_the_picks_where_torch_does() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 4)
+    i, j = torch.tensor([-2, 0, 4]), torch.tensor([1, 2, 0])
+    cases = [lambda x, i, j: x[:, :, i],            # one inner dim
+             lambda x, i, j: x[:, j, i],            # consecutive dims: picks stay there
+             lambda x, i, j: x[j % 2, :, i],        # separated dims: picks go first
+             lambda x, i, j: x[..., j]]
+    for fn in cases:
+        assert torch.equal(_on_device(fn, x, i, j), fn(x, i, j))
+
+
+def test_falcon_estimate_on_meta_equals_the_run_with_no_host_work() -> None:
+    """Falcon indexes ``qkv[..., [-2], :]`` with a constant list: a meta export loses the
+    constant's values, but a one-element pick costs the same wherever it is, so the
+    shapes-only estimate lowers it to the slice the real run uses: the same cycles."""
+    T = pytest.importorskip("transformers")
+    import archsim
+    import compiler
+    from archsim.config import load_config
+    from torch_bridge.model_outputs import Forward
+
+    torch.manual_seed(0)
+    config = T.FalconConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            vocab_size=100, new_decoder_architecture=False, multi_query=True)
+    model = T.FalconForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (1, 16))
+    estimate = archsim.estimate(model, (ids.to("meta"),), config="tiny")
+    compiled = compiler.compile_graph(compiler.export_model(Forward(model, {}), (ids,)),
+                                      load_config("tiny"))
+    assert compiled.fallbacks == ()
+    assert not [c for c in estimate.program.commands if c.engine.startswith("host")]
+    assert estimate.total_cycles == compiled.simulate().total_cycles
