@@ -121,7 +121,8 @@ class CompiledProgram:
             array = to_numpy(arg) if isinstance(arg, torch.Tensor) else np.asarray(arg)
             feed[name] = array.reshape(shapes[name]) if array.shape != shapes[name] else array
         for name, const in self.constants.items():
-            feed[name] = const if isinstance(const, np.ndarray) else const.array()
+            array = const if isinstance(const, np.ndarray) else const.array()
+            feed[name] = array.reshape(shapes[name]) if array.shape != shapes[name] else array
         return feed
 
     def run(self, *args: Any, simulate: bool = True, verify: bool = True,
@@ -324,7 +325,7 @@ def _tensor_digest(value: Any) -> str:
 
     if not isinstance(value, torch.Tensor) or value.device.type == "meta":
         return repr(type(value))
-    data = value.detach().cpu().contiguous()
+    data = value.detach().cpu().contiguous().reshape(-1)  # 0-dim too
     raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
     return hashlib.sha256(raw.numpy().tobytes()).hexdigest()
 

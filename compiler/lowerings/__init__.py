@@ -5,6 +5,7 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     composite,
     conv,
     elementwise,
+    indexing,
     matmul,
     movement,
     norm,

@@ -12,6 +12,7 @@ from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, ReduceKind
+from compiler.lowerings.indexing import stored
 from compiler.lowerings.movement import pad2d
 from compiler.lowerings.registry import lowering
 
@@ -37,6 +38,7 @@ def lower_convolution(b: GraphBuilder, x: Value, w: Value, bias: Value | None,
         return _conv1d(b, x, w, bias, stride, padding, dilation, groups)
     if transposed or len(x.shape) != 4:
         raise NotImplementedError("only non-transposed 1-D and 2-D convolution is lowered")
+    x = stored(b, x)  # the kernel addresses its input's windows by their dims
     ph, pw = _pair(padding)
     sh, sw = _pair(stride)
     dh, dw = _pair(dilation)

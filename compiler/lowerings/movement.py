@@ -13,6 +13,8 @@ from compiler.graph import Value, base_of
 from compiler.graph_builder import GraphBuilder, normalize_dim
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, ReduceKind
+from compiler.lowerings.indexing import (INDEX_DTYPES, gather_along, index_rows,
+                                          gather_rows, stored)
 from compiler.lowerings.registry import lowering
 
 aten = torch.ops.aten
@@ -108,7 +110,7 @@ def lower_slice(b: GraphBuilder, x: Value, dim: int = 0, start: int | None = Non
     size = x.shape[normalize_dim(dim, len(x.shape), b.source)]
     start = 0 if start is None else start
     end = size if end is None else min(end, size)
-    return b.slice(x, dim, start, end, step)
+    return b.slice(stored(b, x) if step != 1 else x, dim, start, end, step)
 
 
 @lowering(aten.select.int)
@@ -221,7 +223,7 @@ def lower_index(b: GraphBuilder, x: Value, indices: list[Value | None]) -> Value
     values = b.constant_of(given[0][1]) if len(given) == 1 else None
     if values is None or values.dim() != 1 or values.is_floating_point() or values.numel() == 0 \
             or (values.is_meta and values.numel() != 1):
-        return _index_rows(b, x, given)
+        return index_rows(b, x, given)
     dim, index = given[0]
     size = x.shape[dim]
     if values.is_meta:  # a one-element constant of a shapes-only export: its slice costs
@@ -239,48 +241,6 @@ def lower_index(b: GraphBuilder, x: Value, indices: list[Value | None]) -> Value
     return parts[0] if len(parts) == 1 else lower_cat(b, parts, dim)
 
 
-def _index_rows(b: GraphBuilder, x: Value, given: list[tuple[int, Value]]) -> Value:
-    """``x[..., i0, i1, ...]`` with index tensors computed at run time (CLIP's
-    ``hidden[arange(B), ids.argmax(-1)]``, CodeGen's ``table[position_ids]``): the
-    indexed dims moved to the front and flattened into rows, each pick's row number computed on the vector
-    unit (negative indices wrapped as torch does), then one indexed DMA per tile. A
-    table that is not a dense 2-D tensor is copied into one first (timed)."""
-    k = len(given)
-    dims = [d for d, _ in given]
-    if dims != list(range(k)):  # indexed dims to the front, then the picks put back where
-        rest = [d for d in range(len(x.shape)) if d not in dims]  # torch puts them: at the
-        moved = b.permute(x, (*dims, *rest))                     # first indexed dim if the
-        out = _index_rows(b, moved, [(i, v) for i, (_, v) in enumerate(given)])  # dims are
-        if dims != list(range(dims[0], dims[0] + k)):            # consecutive, else first
-            return out
-        picked = len(out.shape) - (len(x.shape) - k)
-        before = list(range(picked, picked + dims[0]))
-        return b.permute(out, (*before, *range(picked), *range(picked + dims[0],
-                                                                len(out.shape))))
-    if any(v.dtype not in _INDEX_DTYPES for _, v in given):
-        raise NotImplementedError("index by a mask or a non-integer tensor")
-    rows = 1
-    for n in x.shape[:k]:
-        rows *= n
-    flat: Value | None = None
-    stride = 1
-    for dim, index in reversed(given):
-        size = x.shape[dim]
-        index = b.cast(index, DType.i64)
-        index = b.select(b.binary(BinaryKind.lt, index, 0), b.binary(BinaryKind.add, index, size),
-                         index)
-        term = index if stride == 1 else b.binary(BinaryKind.mul, index, stride)
-        flat = term if flat is None else b.binary(BinaryKind.add, flat, term)
-        stride *= size
-    rest = tuple(x.shape[k:])
-    cols = 1
-    for n in rest:
-        cols *= n
-    table = _dense(b, x if len(x.shape) == 2 else b.view(x, (rows, cols)))
-    picked = gather_rows(b, table, flat)
-    return b.view(picked, flat.shape + rest)
-
-
 @lowering(aten.index_select.default)
 def lower_index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Value:
     if len(x.shape) != 2 or normalize_dim(dim, 2, b.source) != 0:
@@ -292,42 +252,14 @@ def lower_index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Val
 def lower_gather(b: GraphBuilder, x: Value, dim: int, index: Value,
                  sparse_grad: bool = False) -> Value:
     if len(x.shape) != 2 or len(index.shape) != 2:
-        return _gather_along(b, x, normalize_dim(dim, len(x.shape), b.source), index)
+        return gather_along(b, x, normalize_dim(dim, len(x.shape), b.source), index)
     if normalize_dim(dim, 2, b.source) == 1:
         return _gather_one_per_row(b, x, index)
     if base_of(x) is not x or index.shape[1] > x.shape[1] or 0 in index.shape:
         raise NotImplementedError("gather needs a dense table at least as wide as the index")
-    if index.dtype not in _INDEX_DTYPES:
+    if index.dtype not in INDEX_DTYPES:
         index = b.cast(index, DType.i64)
     return b.add(g.Gather(per_column=True), (x, index), index.shape, x.dtype, "gather")
-
-
-def _dense(b: GraphBuilder, x: Value) -> Value:
-    """``x`` itself if it owns its storage, else a copy that does (a cat of one)."""
-    return x if base_of(x) is x else b.add(g.Cat(0), (x,), x.shape, x.dtype, "cat")
-
-
-def _gather_along(b: GraphBuilder, x: Value, dim: int, index: Value) -> Value:
-    """``torch.gather`` along ``dim`` of an N-D tensor whose index matches it on every
-    other dim (GPT-J's rotary table picked by position): ``dim`` moved to the front and
-    the rest flattened into columns, it is the dim-0 gather of a 2-D table, one picked
-    element per (row, column)."""
-    if len(index.shape) != len(x.shape) or any(
-            i != n for k, (i, n) in enumerate(zip(index.shape, x.shape)) if k != dim):
-        raise NotImplementedError("gather with an index that differs from the input on "
-                                  "dims other than the gathered one")
-    order = (dim, *(k for k in range(len(x.shape)) if k != dim))
-    moved_x, moved_index = b.permute(x, order), b.permute(index, order)
-    cols = 1
-    for n in moved_x.shape[1:]:
-        cols *= n
-    table = _dense(b, b.view(moved_x, (x.shape[dim], cols)))
-    picks = _dense(b, b.view(moved_index, (index.shape[dim], cols)))
-    if picks.dtype not in _INDEX_DTYPES:
-        picks = b.cast(picks, DType.i64)
-    out = b.add(g.Gather(per_column=True), (table, picks), picks.shape, x.dtype, "gather")
-    out = b.view(out, moved_index.shape)
-    return b.permute(out, tuple(order.index(k) for k in range(len(order))))
 
 
 _GATHER_MASK_LIMIT = 1 << 22
@@ -370,25 +302,3 @@ def lower_scatter_value(b: GraphBuilder, x: Value, dim: int, index: Value,
     columns = b.arange(x.shape[-1], (1,) * (len(x.shape) - 1) + (x.shape[-1],))
     hit = b.binary(BinaryKind.eq, b.cast(index, DType.i64), columns)
     return b.select(hit, value, x)
-
-
-_INDEX_DTYPES = (DType.i32, DType.i64)
-
-
-def gather_rows(b: GraphBuilder, table: Value, indices: Value) -> Value:
-    """``table[indices]`` for a dense 2-D table: one indexed DMA per tile. Indices of any
-    shape are flattened; the result has shape ``indices.shape + (cols,)``."""
-    if len(table.shape) != 2 or base_of(table) is not table:
-        raise NotImplementedError("row gather needs a dense 2-D table (not a view)")
-    count = 1
-    for n in indices.shape:
-        count *= n
-    if count == 0:
-        raise NotImplementedError("row gather of no indices")
-    if indices.dtype not in _INDEX_DTYPES:
-        indices = b.cast(indices, DType.i64)
-    flat = indices if indices.shape == (count,) else b.view(indices, (count,))
-    cols = table.shape[1]
-    rows = b.add(g.Gather(), (table, flat), (count, cols), table.dtype, "gather")
-    shape = indices.shape + (cols,)
-    return rows if shape == rows.shape else b.view(rows, shape)

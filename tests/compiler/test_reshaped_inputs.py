@@ -1,0 +1,65 @@
+"""Kernels that address their input by its own dims (a convolution's windows, a strided
+slice) get a stored tensor when the graph hands them a reshape of another value (Swin's
+patch merging, SegFormer's and MobileViT's reshaped feature maps): the reshape is
+copied first. Also writes into slices (BART's shifted decoder ids) and 0-dim constants.
+Each compiles with no host node and matches torch on CPU."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import compiler
+from archsim.config import load_config
+
+
+def _run(module: nn.Module, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    compiled = compiler.compile_graph(compiler.export_model(module.eval(), inputs),
+                                      load_config("tiny"))
+    assert compiled.fallbacks == ()
+    outputs, _ = compiled.run(*inputs)
+    return outputs
+
+
+class ConvOfReshape(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 6, 3, padding=1)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # [B, H*W, C] -> conv
+        b, n, c = tokens.shape
+        x = (tokens * 2).transpose(1, 2).reshape(b, c, 4, n // 4)
+        return self.conv(x.reshape(b, c, 4, n // 4))
+
+
+class StridedSliceOfReshape(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # Swin's patch merging
+        y = (x + 1).view(1, 6, 6, 4)
+        return torch.cat([y[:, 0::2, 0::2, :], y[:, 1::2, 1::2, :]], -1)
+
+
+class ShiftRight(nn.Module):
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:  # BART's shift_tokens_right
+        shifted = ids.new_zeros(ids.shape)
+        shifted[:, 1:] = ids[:, :-1].clone()
+        shifted[:, 0] = 7
+        return shifted * 3
+
+
+def test_a_convolution_of_a_reshaped_value() -> None:
+    torch.manual_seed(0)
+    module, tokens = ConvOfReshape(), torch.randn(2, 20, 4)
+    (out,) = _run(module, tokens)
+    torch.testing.assert_close(out, module(tokens), rtol=1e-4, atol=1e-4)
+
+
+def test_a_strided_slice_of_a_reshaped_value() -> None:
+    x = torch.randn(36, 4)
+    (out,) = _run(StridedSliceOfReshape(), x)
+    assert torch.equal(out, StridedSliceOfReshape()(x))
+
+
+def test_slice_writes_and_copies_of_a_constant() -> None:
+    ids = torch.randint(0, 50, (2, 9))
+    (out,) = _run(ShiftRight(), ids)
+    assert torch.equal(out, ShiftRight()(ids))
