@@ -25,6 +25,24 @@ def lower_view(b: GraphBuilder, x: Value, shape: list[int]) -> Value:
     return b.view(x, tuple(shape))
 
 
+@lowering(aten.as_strided.default)
+def lower_as_strided(b: GraphBuilder, x: Value, size: list[int], stride: list[int],
+                     storage_offset: int | None = None) -> Value:
+    """``as_strided`` that only adds or drops size-1 dims of a vector (the adaptive 1-D
+    pool's decomposition puts a mean of ``[1, C]`` into ``[1, C, 1, 1]`` this way): the
+    one longer dim has stride 1 and the whole vector, no offset — the same elements in
+    the same order as ``x``'s, whatever the strides of the size-1 dims. Other strides
+    fall back (they address ``x``'s storage, which the graph does not model)."""
+    long = [(int(n), s) for n, s in zip(size, stride) if n != 1]
+    count = 1
+    for n in x.shape:
+        count *= n
+    if storage_offset or sum(n != 1 for n in x.shape) > 1 or len(long) > 1 \
+            or (long and (long[0][1] != 1 or long[0][0] != count)):
+        raise NotImplementedError("as_strided other than adding or dropping size-1 dims")
+    return b.view(x, tuple(int(n) for n in size))
+
+
 @lowering(aten.flatten.using_ints)
 def lower_flatten(b: GraphBuilder, x: Value, start_dim: int = 0, end_dim: int = -1) -> Value:
     """``torch.flatten`` (kept whole when a program is exported without decompositions,

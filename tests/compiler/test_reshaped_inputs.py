@@ -63,3 +63,27 @@ def test_slice_writes_and_copies_of_a_constant() -> None:
     ids = torch.randint(0, 50, (2, 9))
     (out,) = _run(ShiftRight(), ids)
     assert torch.equal(out, ShiftRight()(ids))
+
+
+class PoolTokens(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # Swin's pooler on one image
+        return torch.flatten(nn.functional.adaptive_avg_pool1d(x.transpose(1, 2), 1), 1)
+
+
+def test_as_strided_that_only_adds_size_one_dims_is_a_view() -> None:
+    x = torch.randn(1, 16, 32)
+    (out,) = _run(PoolTokens(), x)
+    torch.testing.assert_close(out, PoolTokens()(x), rtol=1e-5, atol=1e-6)
+
+
+def test_other_as_strided_falls_back_visibly() -> None:
+    class Strided(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.as_strided(x * 3, (2, 16), (1, 2))
+
+    x = torch.randn(2, 16)
+    compiled = compiler.compile_graph(compiler.export_model(Strided(), (x,)),
+                                      load_config("tiny"))
+    assert [f.split(": ")[1] for f in compiled.fallbacks] == ["aten.as_strided.default"]
+    (out,) = compiled.run(x)[0]
+    assert torch.equal(out, Strided()(x))
