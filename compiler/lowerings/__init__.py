@@ -4,10 +4,15 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     attention,
     composite,
     conv,
+    cumulative,
     elementwise,
+    indexing,
+    losses,
     matmul,
     movement,
     norm,
+    norms,
+    reduce_more,
     reduction,
 )
 from compiler.lowerings.registry import LOWERINGS, lowering
