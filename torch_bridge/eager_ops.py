@@ -138,9 +138,15 @@ DECOMPOSED: tuple[OpOverload, ...] = (
 """Losses and pointwise specials compiled through torch's core-ATen decompositions into
 ops that have lowerings."""
 
+SPECIAL: tuple[OpOverload, ...] = (
+    aten.lgamma.default, aten.digamma.default, aten.polygamma.default, aten.mvlgamma.default,
+    aten.erfinv.default, aten.i0.default, aten.pow.Scalar, aten.frexp.Tensor,
+)
+"""Special functions composed of vector primitives (series with recurrence shifts)."""
+
 FUNCTIONAL: tuple[OpOverload, ...] = (
     *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
-    *MORE_REDUCTIONS, *CUMULATIVE, *INDEXING, *NORMS, *DECOMPOSED,
+    *MORE_REDUCTIONS, *CUMULATIVE, *INDEXING, *NORMS, *DECOMPOSED, *SPECIAL,
 )
 
 

@@ -14,6 +14,7 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     norms,
     reduce_more,
     reduction,
+    special,
 )
 from compiler.lowerings.registry import LOWERINGS, lowering
 

@@ -175,3 +175,28 @@ LOSSES: dict[str, Fn] = {
 @pytest.mark.parametrize("name", LOSSES)
 def test_losses(name: str) -> None:
     _check(LOSSES[name], *_nll_inputs())
+
+
+def _points() -> torch.Tensor:
+    """Both signs, near and far from the poles and roots, and the special values."""
+    return torch.cat([torch.linspace(-8.65, 8.65, 59), torch.tensor(
+        [0.0, -1.0, -3.0, 1.0, 2.0, 1e-3, 1.4616321, -4.5, 30.0, float("inf"), float("nan")])])
+
+
+SPECIALS: dict[str, Fn] = {
+    "lgamma": torch.lgamma,
+    "digamma": torch.digamma,
+    **{f"polygamma_{n}": (lambda n: lambda x: torch.polygamma(n, x))(n) for n in range(2, 5)},
+    # torch's float32 trigamma is inexact next to its poles: away from them
+    "polygamma_1": lambda x: torch.polygamma(1, x + 0.25),
+    "mvlgamma": lambda x: torch.mvlgamma(x.abs() + 1.5, 3),
+    "erfinv": lambda x: torch.erfinv(x / 8.71),
+    "i0": lambda x: torch.i0(x * 3),
+    "ldexp": lambda x: torch.ldexp(x, torch.arange(70, device=x.device) % 9 - 4.0),
+    "frexp": lambda x: torch.frexp(x * 1e3),
+}
+
+
+@pytest.mark.parametrize("name", SPECIALS)
+def test_specials(name: str) -> None:
+    _check(SPECIALS[name], _points(), rtol=1e-4, atol=1e-5)
