@@ -141,6 +141,7 @@ ops that have lowerings."""
 SPECIAL: tuple[OpOverload, ...] = (
     aten.lgamma.default, aten.digamma.default, aten.polygamma.default, aten.mvlgamma.default,
     aten.erfinv.default, aten.i0.default, aten.pow.Scalar, aten.frexp.Tensor,
+    aten.nextafter.default,
 )
 """Special functions composed of vector primitives (series with recurrence shifts)."""
 

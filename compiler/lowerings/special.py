@@ -279,3 +279,36 @@ def lower_frexp(b: GraphBuilder, x: Value) -> tuple[Value, Value]:
     mantissa = _mul(b, x, b.unary(UnaryKind.exp2, b.unary(UnaryKind.neg, e)))
     mantissa = b.select(finite, mantissa, x)
     return mantissa, b.cast(b.select(finite, e, 0.0), DType.i32)
+
+
+@lowering(aten.nextafter.default)
+def lower_nextafter(b: GraphBuilder, x: Value, other: Value) -> Value:
+    """The float next to ``x`` towards ``other``: ``|x| = m 2^E`` with m in [1, 2) (E
+    from log2, corrected as in frexp), one unit in the last place ``2^(max(E, -126) -
+    23)`` added or taken away (half of it below an exact power of two), exact in f32;
+    from 0 the smallest subnormal; ``other`` where they are equal, NaN with a NaN."""
+    if x.dtype is not DType.f32 or (isinstance(other, Value) and other.dtype is not x.dtype):
+        raise NotImplementedError("nextafter is lowered for float32")
+    a = b.unary(UnaryKind.abs, x)
+    nonzero = b.binary(BinaryKind.logical_and, b.binary(BinaryKind.gt, a, 0.0),
+                       b.binary(BinaryKind.lt, a, math.inf))
+    safe = b.select(nonzero, a, 1.0)
+    e = b.unary(UnaryKind.floor, b.unary(UnaryKind.log2, safe))
+    m = _mul(b, safe, b.unary(UnaryKind.exp2, b.unary(UnaryKind.neg, e)))
+    e = _add(b, e, b.cast(b.binary(BinaryKind.ge, m, 2.0), DType.f32))
+    e = _sub(b, e, b.cast(b.binary(BinaryKind.lt, m, 1.0), DType.f32))
+    ulp = b.unary(UnaryKind.exp2, _sub(b, b.binary(BinaryKind.max, e, -126.0), 23.0))
+    power_of_two = b.binary(BinaryKind.logical_and, b.binary(
+        BinaryKind.eq, safe, b.unary(UnaryKind.exp2, e)), b.binary(BinaryKind.gt, e, -126.0))
+    down = _sub(b, a, b.select(power_of_two, _mul(b, ulp, 0.5), ulp))
+    outward = b.binary(BinaryKind.eq, b.binary(BinaryKind.gt, other, x),
+                       b.binary(BinaryKind.gt, x, 0.0))
+    step = b.binary(BinaryKind.copysign, b.select(outward, _add(b, a, ulp), down), x)
+    tiny = b.binary(BinaryKind.copysign, 2.0 ** -149, b.binary(BinaryKind.sub, other, x))
+    out = b.select(b.binary(BinaryKind.eq, a, 0.0), tiny, step)
+    largest = b.binary(BinaryKind.copysign, float(torch.finfo(torch.float32).max), x)
+    out = b.select(b.binary(BinaryKind.eq, a, math.inf), largest, out)  # inf: inwards
+    out = b.select(b.binary(BinaryKind.eq, x, other), other, out)
+    either_nan = b.binary(BinaryKind.logical_or, b.binary(BinaryKind.ne, x, x),
+                          b.binary(BinaryKind.ne, other, other))
+    return b.select(either_nan, math.nan, out)

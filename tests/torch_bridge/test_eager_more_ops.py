@@ -3,6 +3,7 @@ ops, movement, pointwise specials, losses): values as on CPU, and no host work."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -200,3 +201,13 @@ SPECIALS: dict[str, Fn] = {
 @pytest.mark.parametrize("name", SPECIALS)
 def test_specials(name: str) -> None:
     _check(SPECIALS[name], _points(), rtol=1e-4, atol=1e-5)
+
+
+def test_nextafter_is_bit_exact() -> None:
+    big = torch.finfo(torch.float32).max
+    x = torch.cat([_points() * 13, torch.tensor([0.0, -1.0, 0.5, big, 1e-45, 3e-39, -math.inf])])
+    for y in (x.flip(0), torch.zeros_like(x), torch.full_like(x, math.inf), x):
+        with torch_bridge.profile() as prof:
+            got = torch.nextafter(x.to("npu"), y.to("npu")).cpu()
+        torch.testing.assert_close(got, torch.nextafter(x, y), rtol=0, atol=0, equal_nan=True)
+        assert prof.result.host_work == ()
