@@ -120,6 +120,7 @@ CUMULATIVE: tuple[OpOverload, ...] = (
 INDEXING: tuple[OpOverload, ...] = (
     aten.flip.default, aten.roll.default, aten.take.default, aten.index_fill.int_Scalar,
     aten.index_fill.int_Tensor, aten.index_copy.default, aten.index_add.default,
+    aten.index_reduce.default, aten.put.default,
 )
 """Reordering and run-time indexing along a dim (index_select is with the model ops)."""
 

@@ -182,3 +182,63 @@ def lower_index_add(b: GraphBuilder, x: Value, dim: int, index: Value, source: V
     if alpha != 1:
         sums = b.binary(BinaryKind.mul, sums, alpha)
     return b.view(b.cast(b.binary(BinaryKind.add, lifted, sums), x.dtype), x.shape)
+
+
+@lowering(aten.put.default)
+def lower_put(b: GraphBuilder, x: Value, index: Value, source: Value,
+              accumulate: bool = False) -> Value:
+    """index_copy (or index_add with ``accumulate``) on the flattened tensor."""
+    flat, values = b.view(x, (-1,)), b.view(source, (-1,))
+    if accumulate:
+        out = lower_index_add(b, flat, 0, index, values)
+    else:
+        out = lower_index_copy(b, flat, 0, index, values)
+    return b.view(out, x.shape)
+
+
+_REDUCE_IDENTITY = {"amax": -float("inf"), "amin": float("inf"), "prod": 1.0, "mean": 0.0}
+
+
+@lowering(aten.index_reduce.default)
+def lower_index_reduce(b: GraphBuilder, x: Value, dim: int, index: Value, source: Value,
+                       reduce: str, *, include_self: bool = True) -> Value:
+    """Source slices reduced into the positions ``index`` names: the picks not sent to a
+    position replaced by the reduction's identity (a select against the compare), then
+    a max/min reduce, a product tree or a sum and count (mean) over the picks; the
+    positions nothing is sent to keep ``x``."""
+    from compiler.lowerings.reduce_more import product_last
+
+    if not x.dtype.is_float:
+        raise NotImplementedError("index_reduce of integers")
+    lifted, source = _lifted(b, x, source)
+    d = normalize_dim(dim, len(lifted.shape), b.source)
+    outer, n, inner = _split(lifted, d)
+    picks = 1
+    for m in index.shape:
+        picks *= m
+    _check_size(outer, picks, n, inner)
+    hit = b.view(b.permute(_hits(b, index, n), (1, 0)), (1, n, 1, picks))
+    table = b.view(b.permute(b.view(source, (outer, picks, inner)), (0, 2, 1)),
+                   (outer, 1, inner, picks))
+    picked = b.select(hit, table, _REDUCE_IDENTITY[reduce])  # [outer, n, inner, picks]
+    base = b.view(lifted, (outer, n, inner, 1))
+    if reduce in ("amax", "amin"):
+        kind = ReduceKind.max if reduce == "amax" else ReduceKind.min
+        if include_self:
+            picked = lower_cat(b, [picked, base], 3)
+        out = b.reduce(kind, picked, (3,), False)
+    elif reduce == "prod":
+        if include_self:
+            picked = lower_cat(b, [picked, base], 3)
+        out = b.view(product_last(b, picked), (outer, n, inner))
+    elif reduce == "mean":
+        total = b.reduce(ReduceKind.sum, picked, (3,), False)
+        count = b.reduce(ReduceKind.sum, b.cast(hit, x.dtype), (3,), False)  # [1, n, 1]
+        if include_self:
+            total = b.binary(BinaryKind.add, total, b.view(lifted, (outer, n, inner)))
+            count = b.binary(BinaryKind.add, count, 1.0)
+        out = b.binary(BinaryKind.div, total, b.binary(BinaryKind.max, count, 1.0))
+    else:
+        raise NotImplementedError(f"index_reduce {reduce!r}")
+    covered = _covered(b, lifted, d, index)
+    return b.view(b.select(covered, b.view(out, lifted.shape), lifted), x.shape)

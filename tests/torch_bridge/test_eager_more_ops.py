@@ -211,3 +211,19 @@ def test_nextafter_is_bit_exact() -> None:
             got = torch.nextafter(x.to("npu"), y.to("npu")).cpu()
         torch.testing.assert_close(got, torch.nextafter(x, y), rtol=0, atol=0, equal_nan=True)
         assert prof.result.host_work == ()
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin", "prod", "mean"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce(reduce: str, include_self: bool) -> None:
+    index = torch.tensor([2, 0, 2, 3, 0, 2])  # repeats; position 1 receives nothing
+    _check(lambda x, s: x.index_reduce(1, index.to(x.device), s, reduce,
+                                       include_self=include_self),
+           _x(), torch.randn(3, 6, 5))
+
+
+def test_put() -> None:
+    index = torch.tensor([[7, -1], [0, 7]])
+    source = torch.tensor([[1.5, -2.0], [3.0, 4.0]])
+    _check(lambda x, s: x.put(index.to(x.device), s, accumulate=True), _x(), source)
+    _check(lambda x, s: x.put(index.to(x.device)[:, :1], s[:, :1]), _x(), source)
