@@ -2,6 +2,7 @@
 
 from compiler.lowerings import (  # noqa: F401  (imported for their registrations)
     attention,
+    bessel,
     composite,
     conv,
     cumulative,

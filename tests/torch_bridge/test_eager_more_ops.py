@@ -227,3 +227,18 @@ def test_put() -> None:
     source = torch.tensor([[1.5, -2.0], [3.0, 4.0]])
     _check(lambda x, s: x.put(index.to(x.device), s, accumulate=True), _x(), source)
     _check(lambda x, s: x.put(index.to(x.device)[:, :1], s[:, :1]), _x(), source)
+
+
+BESSEL: dict[str, Fn] = {
+    "i0e": torch.special.i0e,
+    "i1": torch.special.i1,
+    "i1e": torch.special.i1e,
+    "modified_bessel_i1": torch.special.modified_bessel_i1,
+    "spherical_bessel_j0": torch.special.spherical_bessel_j0,
+    "ndtri": lambda x: torch.special.ndtri(torch.sigmoid(x)),
+}
+
+
+@pytest.mark.parametrize("name", BESSEL)
+def test_bessel_and_normal_quantile(name: str) -> None:
+    _check(BESSEL[name], _points() * 2, rtol=1e-4, atol=1e-5)
