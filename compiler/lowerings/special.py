@@ -300,3 +300,41 @@ def lower_nextafter(b: GraphBuilder, x: Value, other: Value) -> Value:
     either_nan = b.binary(BinaryKind.logical_or, b.binary(BinaryKind.ne, x, x),
                           b.binary(BinaryKind.ne, other, other))
     return b.select(either_nan, math.nan, out)
+
+
+_ERFCX_DEPTH = 40
+"""Continued-fraction levels of erfcx for x >= 1 (1.5e-7 relative at x = 1)."""
+
+
+@lowering(aten.special_erfcx.default)
+def lower_erfcx(b: GraphBuilder, x: Value) -> Value:
+    """``exp(x^2) erfc(x)``: below 1 directly (erfc there is at least 0.157, so 1 - erf
+    keeps f32 precision); from 1 on the continued fraction ``1 / (sqrt(pi) (x + (1/2) /
+    (x + 1 / (x + (3/2) / ...))))`` evaluated from a fixed depth, which never forms the
+    vanishing erfc."""
+    x = _float(b, x)
+    direct = _mul(b, b.unary(UnaryKind.exp, b.unary(UnaryKind.square, x)),
+                  _sub(b, 1.0, b.unary(UnaryKind.erf, x)))
+    large = b.binary(BinaryKind.ge, x, 1.0)
+    z = b.select(large, x, 1.0)
+    t = z
+    for k in range(_ERFCX_DEPTH, 0, -1):
+        t = _add(b, z, _div(b, k / 2, t))
+    fraction = b.unary(UnaryKind.reciprocal, _mul(b, t, math.sqrt(math.pi)))
+    return b.select(large, fraction, direct)
+
+
+@lowering(aten.special_log_ndtr.default)
+def lower_log_ndtr(b: GraphBuilder, x: Value) -> Value:
+    """``log Phi(x)`` with ``t = x / sqrt(2)``: ``log(erfcx(-t) / 2) - t^2`` below
+    x = -1 (no underflow), else ``log1p(-erfc(t) / 2)`` with ``erfc(t) = erfcx(t)
+    e^(-t^2)`` (tiny, not 1 - erf, for large x)."""
+    x = _float(b, x)
+    t = _mul(b, x, 1 / math.sqrt(2))
+    t2 = b.unary(UnaryKind.square, t)
+    low = _sub(b, b.unary(UnaryKind.log, _mul(b, lower_erfcx(b, b.unary(UnaryKind.neg, t)), 0.5)),
+               t2)
+    erfc = _mul(b, lower_erfcx(b, t), b.unary(UnaryKind.exp, b.unary(UnaryKind.neg, t2)))
+    high = b.unary(UnaryKind.log1p, _mul(b, erfc, -0.5))
+    high = b.select(b.binary(BinaryKind.eq, x, math.inf), 0.0, high)
+    return b.select(b.binary(BinaryKind.lt, x, -1.0), low, high)

@@ -236,6 +236,8 @@ BESSEL: dict[str, Fn] = {
     "modified_bessel_i1": torch.special.modified_bessel_i1,
     "spherical_bessel_j0": torch.special.spherical_bessel_j0,
     "ndtri": lambda x: torch.special.ndtri(torch.sigmoid(x)),
+    "erfcx": torch.special.erfcx,
+    "log_ndtr": lambda x: torch.special.log_ndtr(x * 2),
 }
 
 
