@@ -36,7 +36,7 @@ import torch
 from torch_bridge import kernels, numerics, runtime, storage
 from torch_bridge.eager_ops import (BACKWARD, BINARY, COMPILE_AS, COMPILED_OPS, IN_PLACE,
                                     LOSS, MATMUL, MODEL_OPS, NORM, OUT_OF_PLACE, REDUCTION,
-                                    SOFTMAX, UNARY)
+                                    SOFTMAX, UNARY, out_names)
 from torch_bridge.fallback import HostFallbackWarning, op_info, run_on_host, user_stacklevel
 from torch_bridge.numerics import flat_tensors
 
@@ -212,17 +212,22 @@ class CompiledOpKernel:
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
     def _into_out(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        out = kwargs["out"]
-        functional = {k: v for k, v in kwargs.items() if k != "out"}
+        names = out_names(self.op)
+        outs = [kwargs[n] for n in names]
+        functional = {k: v for k, v in kwargs.items() if k not in names}
         result = _installed_kernel(self.target)(*args, **functional)
-        if isinstance(result, torch.Tensor) and result.shape != out.shape \
-                and out.numel() == 0:  # torch hands in an empty out to be resized
-            out.resize_(result.shape)
-        if not isinstance(result, torch.Tensor) or result.shape != out.shape \
-                or not torch.can_cast(result.dtype, out.dtype):
+        results = (result,) if isinstance(result, torch.Tensor) else tuple(result)
+        for got, out in zip(results, outs):
+            if isinstance(got, torch.Tensor) and got.shape != out.shape \
+                    and out.numel() == 0:  # torch hands in an empty out to be resized
+                out.resize_(got.shape)
+        if len(results) != len(outs) or not all(
+                isinstance(got, torch.Tensor) and got.shape == out.shape
+                and torch.can_cast(got.dtype, out.dtype) for got, out in zip(results, outs)):
             return run_on_host(self.op, args, kwargs, note="result does not fit out=")
-        storage.cpu_view(out).copy_(storage.cpu_view(result))
-        return out
+        for got, out in zip(results, outs):
+            storage.cpu_view(out).copy_(storage.cpu_view(got))
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _compile(self, host_args: tuple[Any, ...],
                  host_kwargs: dict[str, Any]) -> _Entry | CompileFailure:
@@ -273,12 +278,19 @@ class CompiledOpKernel:
         cpu_kwargs = {k: _host_value(v, False) for k, v in kwargs.items()}
         out = (self.host_op or self.op)(*cpu_args, **cpu_kwargs)
         results = out if isinstance(out, (tuple, list)) else (out,)
-        if not all(isinstance(r, torch.Tensor) and r.numel() == 0 for r in results):
+        if all(t.numel() == 0 for t in flat_tensors((*args, *kwargs.values()))) and all(
+                isinstance(r, torch.Tensor) for r in results):
+            # no element to read: the results (var of nothing is NaN, a sum 0) depend on
+            # shapes alone, a constant the device writes like a fill
+            runtime.record_device_memory_op(self.name, 0, sum(
+                r.numel() * r.element_size() for r in results))
+        elif not all(isinstance(r, torch.Tensor) and r.numel() == 0 for r in results):
             failure = entries[key] = self._failure(
                 (cpu_args, cpu_kwargs), "a zero-element operand with a non-empty result",
                 warn=False)
             return self._on_host(args, kwargs, failure)
-        runtime.record_device(self.name, 0, note="zero elements: nothing to compute")
+        else:
+            runtime.record_device(self.name, 0, note="zero elements: nothing to compute")
         if self.in_place:
             return args[0]
         wrapped = tuple(storage.wrap_cpu(r) for r in results)
@@ -336,8 +348,18 @@ def _arange_fill(start: Any, end: Any, step: Any = 1, *, out: torch.Tensor) -> A
     return out
 
 
+def _equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """``torch.equal``: same shape, then a compare and an all-reduce on the device (the
+    answer read back as a Python bool)."""
+    if x.shape != y.shape:
+        return False
+    same = _installed_kernel(aten.eq.Tensor)(x, y)
+    return bool(_installed_kernel(aten.all.default)(same).item())
+
+
 ADAPTED: dict[OpOverload, Any] = {aten.native_batch_norm.default: _eval_batch_norm,
-                                  aten.arange.start_out: _arange_fill}
+                                  aten.arange.start_out: _arange_fill,
+                                  aten.equal.default: _equal}
 """Ops compiled as another op after adapting their arguments."""
 
 

@@ -105,31 +105,86 @@ MODEL_OPS: tuple[OpOverload, ...] = (
 """What the model families' forward passes call besides the above (token and position
 lookups, masks, concatenation for rotary embeddings, pooling and eval batch norm)."""
 
+MORE_REDUCTIONS: tuple[OpOverload, ...] = (
+    aten.max.default, aten.min.default, aten.max.dim, aten.min.dim, aten.aminmax.default,
+    aten.prod.default, aten.prod.dim_int, aten.count_nonzero.dim_IntList,
+    aten.count_nonzero.default, aten.logsumexp.default, aten.trace.default,
+)
+"""Reductions beyond sum/mean/amax (OpInfo's max/min with and without a dim, prod...)."""
+
+CUMULATIVE: tuple[OpOverload, ...] = (
+    aten.cumprod.default, aten.logcumsumexp.default, aten._logcumsumexp.default,
+    aten.cummax.default, aten.cummin.default,
+)
+"""Running results along a dim (cumsum is with the model ops)."""
+
+INDEXING: tuple[OpOverload, ...] = (
+    aten.flip.default, aten.roll.default, aten.take.default, aten.index_fill.int_Scalar,
+    aten.index_fill.int_Tensor, aten.index_copy.default, aten.index_add.default,
+    aten.index_reduce.default, aten.put.default,
+)
+"""Reordering and run-time indexing along a dim (index_select is with the model ops)."""
+
+NORMS: tuple[OpOverload, ...] = (
+    aten.linalg_vector_norm.default, aten.norm.Scalar, aten.norm.ScalarOpt_dim,
+    aten.norm.ScalarOpt_dim_dtype, aten.norm.ScalarOpt_dtype, aten.dist.default,
+    aten.renorm.default,
+)
+"""Vector norms and what is built on them (torch.norm, normalize, cdist-free distances)."""
+
+DECOMPOSED: tuple[OpOverload, ...] = (
+    aten.huber_loss.default, aten.smooth_l1_loss.default, aten.binary_cross_entropy.default,
+    aten.log_sigmoid_forward.default, aten.nll_loss2d_forward.default,
+    aten.logaddexp2.default, aten.special_xlog1py.default, aten.special_entr.default,
+)
+"""Losses and pointwise specials compiled through torch's core-ATen decompositions into
+ops that have lowerings."""
+
+SPECIAL: tuple[OpOverload, ...] = (
+    aten.lgamma.default, aten.digamma.default, aten.polygamma.default, aten.mvlgamma.default,
+    aten.erfinv.default, aten.i0.default, aten.pow.Scalar, aten.frexp.Tensor,
+    aten.nextafter.default, aten.special_i0e.default, aten.special_i1.default,
+    aten.special_i1e.default, aten.special_modified_bessel_i0.default, aten.special_ndtri.default,
+    aten.special_erfcx.default, aten.special_log_ndtr.default,
+    aten.special_modified_bessel_i1.default, aten.special_spherical_bessel_j0.default,
+)
+"""Special functions composed of vector primitives (series with recurrence shifts)."""
+
 FUNCTIONAL: tuple[OpOverload, ...] = (
     *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
+    *MORE_REDUCTIONS, *CUMULATIVE, *INDEXING, *NORMS, *DECOMPOSED, *SPECIAL,
 )
 
 
 def out_variants(ops: tuple[OpOverload, ...]) -> dict[OpOverload, OpOverload]:
-    """Each op's ``out=`` overload (``exp.out``, ``sum.IntList_out``) with the same
-    inputs and one ``out`` tensor, mapped to the op: torch's composite ops and users
-    call these, and they run as the op with its result stored into ``out``."""
+    """Each op's ``out=`` overload (``exp.out``, ``sum.IntList_out``, ``max.dim_max``)
+    with the same inputs and one out tensor per result, mapped to the op: torch's
+    composite ops and users call these, and they run as the op with its results stored
+    into the out tensors."""
     found: dict[OpOverload, OpOverload] = {}
     for op in ops:
         name = op._overloadname
-        for candidate in ("out" if name == "default" else f"{name}_out", "out"):
-            out = getattr(op.overloadpacket, candidate, None) \
-                if candidate in op.overloadpacket.overloads() else None
-            if out is not None and out not in found and _same_inputs(op, out):
+        preferred = ("out" if name == "default" else f"{name}_out", "out")
+        names = [*(n for n in preferred if n in op.overloadpacket.overloads()),
+                 *sorted(set(op.overloadpacket.overloads()) - set(preferred))]
+        for candidate in names:
+            out = getattr(op.overloadpacket, candidate)
+            if out is not op and out not in found and _same_inputs(op, out):
                 found[out] = op
                 break
     return found
 
 
+def out_names(out: OpOverload) -> tuple[str, ...]:
+    """The keyword names of an ``out=`` overload's out tensors, in result order."""
+    return tuple(a.name for a in out._schema.arguments if a.is_out)
+
+
 def _same_inputs(op: OpOverload, out: OpOverload) -> bool:
-    outs = [a for a in out._schema.arguments if a.is_out]
+    outs = out_names(out)
     inputs = [(a.name, str(a.type)) for a in out._schema.arguments if not a.is_out]
-    return (len(outs) == 1 and outs[0].name == "out"
+    return (len(outs) == len(op._schema.returns) and bool(outs)
+            and (len(outs) > 1 or outs[0] == "out")
             and inputs == [(a.name, str(a.type)) for a in op._schema.arguments])
 
 

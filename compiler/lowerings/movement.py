@@ -259,13 +259,6 @@ def lower_index(b: GraphBuilder, x: Value, indices: list[Value | None]) -> Value
     return parts[0] if len(parts) == 1 else lower_cat(b, parts, dim)
 
 
-@lowering(aten.index_select.default)
-def lower_index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Value:
-    if len(x.shape) != 2 or normalize_dim(dim, 2, b.source) != 0:
-        raise NotImplementedError("index_select is gathered only along dim 0 of a 2-D tensor")
-    return gather_rows(b, x, index)
-
-
 @lowering(aten.gather.default)
 def lower_gather(b: GraphBuilder, x: Value, dim: int, index: Value,
                  sparse_grad: bool = False) -> Value:

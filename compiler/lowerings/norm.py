@@ -3,7 +3,6 @@ needs no lowering of its own.)"""
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 

@@ -1,5 +1,5 @@
 """Reductions along any axes (sum, mean, amax, amin, any, var, var_mean, argmax,
-argmin), softmax, log_softmax, cumsum."""
+argmin), softmax, log_softmax."""
 
 from __future__ import annotations
 
@@ -152,37 +152,6 @@ def lower_log_softmax(b: GraphBuilder, x: Value, dim: int,
 def lower_softmax_int(b: GraphBuilder, x: Value, dim: int,
                       dtype: torch.dtype | None = None) -> Value:
     return softmax(b, x, dim, False, ir_dtype(dtype, b.source) if dtype else x.dtype)
-
-
-_CUMSUM_MASK_LIMIT = 1 << 22
-"""Largest rows x length x length a cumsum computes as masked sums."""
-
-
-@lowering(aten.cumsum.default)
-def lower_cumsum(b: GraphBuilder, x: Value, dim: int, *,
-                 dtype: torch.dtype | None = None) -> Value:
-    """Running sum along the last dim (RoBERTa's position ids from the padding mask):
-    element j sums the elements k <= j picked by a triangular mask — vector work over
-    rows x length x length, so only for short rows. Integers and bools sum as i64, as
-    in torch."""
-    rank = len(x.shape)
-    if rank == 0 or normalize_dim(dim, rank, b.source) != rank - 1:
-        raise NotImplementedError("cumsum is lowered only along the last dim")
-    length = x.shape[-1]
-    rows = 1
-    for n in x.shape[:-1]:
-        rows *= n
-    if rows * length * length > _CUMSUM_MASK_LIMIT:
-        raise NotImplementedError(f"cumsum over rows of {length} is too long for masked sums")
-    target = ir_dtype(dtype, b.source) if dtype is not None else (
-        x.dtype if x.dtype.is_float else DType.i64)
-    if x.dtype is not target:
-        x = b.cast(x, target)
-    later = b.arange(length, (length, 1))  # j: the output position
-    earlier = b.arange(length, (1, length))  # k: the summed position
-    keep = b.binary(BinaryKind.le, earlier, later)
-    table = b.view(x, x.shape[:-1] + (1, length))
-    return b.reduce(ReduceKind.sum, b.select(keep, table, 0), (rank,), keepdim=False)
 
 
 @lowering(aten.std_mean.correction)
