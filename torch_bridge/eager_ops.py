@@ -104,8 +104,18 @@ MODEL_OPS: tuple[OpOverload, ...] = (
 """What the model families' forward passes call besides the above (token and position
 lookups, masks, concatenation for rotary embeddings, pooling and eval batch norm)."""
 
+POOLING: tuple[OpOverload, ...] = (
+    aten.max_pool3d_with_indices.default, aten.avg_pool3d.default,
+    aten._adaptive_avg_pool3d.default, aten.adaptive_max_pool2d.default,
+    aten.adaptive_max_pool3d.default, aten.max_unpool2d.default, aten.max_unpool3d.default,
+    aten.max_pool2d_with_indices_backward.default,
+)
+"""Pooling beyond the plain 2-D windows above: 3-D and adaptive windows, max indices,
+unpooling and the max-pool backward (separable vector work over the windows' taps)."""
+
 FUNCTIONAL: tuple[OpOverload, ...] = (
     *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
+    *POOLING,
 )
 
 

@@ -8,6 +8,7 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     matmul,
     movement,
     norm,
+    pooling,
     reduction,
 )
 from compiler.lowerings.registry import LOWERINGS, lowering
