@@ -309,9 +309,12 @@ def _installed_kernel(op: OpOverload) -> CompiledOpKernel:
 
 def _eval_batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
                      training: bool, momentum: float, eps: float) -> Any:
-    """``native_batch_norm`` in eval mode (what ``nn.BatchNorm2d.eval()`` calls) is the
-    running-statistics op the compiler lowers; training mode declines (host)."""
-    if training or running_mean is None or running_var is None:
+    """``native_batch_norm``: in eval mode (what ``nn.BatchNorm2d.eval()`` calls) the
+    running-statistics op the compiler lowers; in training mode the batch-statistics
+    op, its new running statistics written back into the buffers."""
+    if training:
+        return _train_batch_norm(x, weight, bias, running_mean, running_var, momentum, eps)
+    if running_mean is None or running_var is None:
         return NotImplemented
     out = _installed_kernel(aten._native_batch_norm_legit_no_training.default)(
         x, weight, bias, running_mean, running_var, momentum, eps)
@@ -319,6 +322,44 @@ def _eval_batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, running_
         return out
     empty = torch.empty(0, dtype=x.dtype, device=x.device)  # no saved statistics in eval
     return out, empty, empty.clone()
+
+
+def _train_batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                      momentum: float, eps: float) -> Any:
+    """Training batch norm: (output, saved mean, saved 1/std); the running buffers, when
+    given, take the compiled program's updated statistics in place."""
+    if running_mean is None or running_var is None:
+        return _installed_kernel(aten._native_batch_norm_legit.no_stats)(
+            x, weight, bias, True, momentum, eps)
+    out, mean, rstd, new_mean, new_var = _installed_kernel(
+        aten._native_batch_norm_legit_functional.default)(
+        x, weight, bias, running_mean, running_var, True, momentum, eps)
+    storage.cpu_view(running_mean).copy_(storage.cpu_view(new_mean))
+    storage.cpu_view(running_var).copy_(storage.cpu_view(new_var))
+    return out, mean, rstd
+
+
+def _legit_batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                      training: bool, momentum: float, eps: float) -> Any:
+    """``_native_batch_norm_legit``: as ``native_batch_norm``."""
+    return _eval_batch_norm(x, weight, bias, running_mean, running_var, training, momentum,
+                            eps)
+
+
+def _no_stats_batch_norm(x: Any, weight: Any, bias: Any, training: bool, momentum: float,
+                         eps: float) -> Any:
+    """``_native_batch_norm_legit.no_stats`` (instance norm): batch statistics only."""
+    if not training:
+        return NotImplemented
+    return _train_batch_norm(x, weight, bias, None, None, momentum, eps)
+
+
+def _batch_norm_with_update(x: Any, weight: Any, bias: Any, running_mean: Any,
+                            running_var: Any, momentum: float, eps: float) -> Any:
+    """Training batch norm plus its (empty) cuDNN reserve buffer."""
+    out, mean, rstd = _train_batch_norm(x, weight, bias, running_mean, running_var,
+                                        momentum, eps)
+    return out, mean, rstd, torch.empty(0, dtype=torch.uint8, device=x.device)
 
 
 def _arange_fill(start: Any, end: Any, step: Any = 1, *, out: torch.Tensor) -> Any:
@@ -332,8 +373,13 @@ def _arange_fill(start: Any, end: Any, step: Any = 1, *, out: torch.Tensor) -> A
     return out
 
 
-ADAPTED: dict[OpOverload, Any] = {aten.native_batch_norm.default: _eval_batch_norm,
-                                  aten.arange.start_out: _arange_fill}
+ADAPTED: dict[OpOverload, Any] = {
+    aten.native_batch_norm.default: _eval_batch_norm,
+    aten._native_batch_norm_legit.default: _legit_batch_norm,
+    aten._native_batch_norm_legit.no_stats: _no_stats_batch_norm,
+    aten._batch_norm_with_update.default: _batch_norm_with_update,
+    aten.arange.start_out: _arange_fill,
+}
 """Ops compiled as another op after adapting their arguments."""
 
 

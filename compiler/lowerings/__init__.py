@@ -2,6 +2,7 @@
 
 from compiler.lowerings import (  # noqa: F401  (imported for their registrations)
     attention,
+    batch_norm,
     composite,
     conv,
     elementwise,
