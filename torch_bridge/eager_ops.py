@@ -113,9 +113,19 @@ POOLING: tuple[OpOverload, ...] = (
 """Pooling beyond the plain 2-D windows above: 3-D and adaptive windows, max indices,
 unpooling and the max-pool backward (separable vector work over the windows' taps)."""
 
+UPSAMPLE: tuple[OpOverload, ...] = tuple(
+    getattr(getattr(aten, name), overload)
+    for name in ("upsample_nearest1d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+                 "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d",
+                 "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d",
+                 "_upsample_bilinear2d_aa")
+    for overload in ("default", "vec")
+)
+"""``interpolate``'s resampling: per axis, weighted sums of picked input positions."""
+
 FUNCTIONAL: tuple[OpOverload, ...] = (
     *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
-    *POOLING,
+    *POOLING, *UPSAMPLE,
 )
 
 

@@ -11,6 +11,7 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     norm,
     pooling,
     reduction,
+    upsample,
 )
 from compiler.lowerings.registry import LOWERINGS, lowering
 
