@@ -123,9 +123,17 @@ UPSAMPLE: tuple[OpOverload, ...] = tuple(
 )
 """``interpolate``'s resampling: per axis, weighted sums of picked input positions."""
 
+PADDING: tuple[OpOverload, ...] = (
+    aten.reflection_pad1d.default, aten.reflection_pad2d.default,
+    aten.reflection_pad3d.default, aten.replication_pad1d.default,
+    aten.replication_pad2d.default, aten.replication_pad3d.default,
+    aten.channel_shuffle.default, aten.native_channel_shuffle.default, aten.im2col.default,
+)
+"""Padding by re-reading edge positions, channel shuffle and im2col (copies)."""
+
 FUNCTIONAL: tuple[OpOverload, ...] = (
     *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
-    *POOLING, *UPSAMPLE,
+    *POOLING, *UPSAMPLE, *PADDING,
 )
 
 

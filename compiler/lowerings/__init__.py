@@ -9,6 +9,7 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     matmul,
     movement,
     norm,
+    padding,
     pooling,
     reduction,
     upsample,
