@@ -131,9 +131,15 @@ PADDING: tuple[OpOverload, ...] = (
 )
 """Padding by re-reading edge positions, channel shuffle and im2col (copies)."""
 
+SORTING: tuple[OpOverload, ...] = (
+    aten.sort.default, aten.sort.stable, aten.topk.default, aten.kthvalue.default,
+    aten.median.default, aten.median.dim, aten.nanmedian.default, aten.nanmedian.dim,
+)
+"""Sorts (by rank for short rows, a bitonic network for longer ones), medians by rank."""
+
 FUNCTIONAL: tuple[OpOverload, ...] = (
     *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
-    *POOLING, *UPSAMPLE, *PADDING,
+    *POOLING, *UPSAMPLE, *PADDING, *SORTING,
 )
 
 

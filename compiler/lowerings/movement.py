@@ -247,6 +247,13 @@ def lower_index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Val
 def lower_gather(b: GraphBuilder, x: Value, dim: int, index: Value,
                  sparse_grad: bool = False) -> Value:
     if len(x.shape) != 2 or len(index.shape) != 2:
+        last = normalize_dim(dim, max(len(x.shape), 1), b.source) == len(x.shape) - 1
+        if x.shape and last and x.shape[:-1] == index.shape[:-1]:
+            # along the last dim, one row of picks per row (quantile's picks from sorted
+            # rows): the 2-D masked-sum gather on the rows flattened
+            rows = b.view(x, (-1, x.shape[-1]))
+            picks = b.view(index, (-1, index.shape[-1]))
+            return b.view(_gather_one_per_row(b, rows, picks), index.shape)
         raise NotImplementedError("gather is lowered only on 2-D tensors")
     if normalize_dim(dim, 2, b.source) == 1:
         return _gather_one_per_row(b, x, index)

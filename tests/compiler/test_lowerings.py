@@ -426,8 +426,9 @@ def test_conv1d_runs_as_a_conv2d_of_height_one(preset: str) -> None:
 
 
 def test_host_ops_with_several_results_give_the_one_read() -> None:
-    """topk(...).values, sort(...)[1], svd(...)[1], qr(...)[1], min(dim)[1] run on the
-    host (timed) and each returns what torch returns, whichever result is used."""
+    """svd(...)[1], qr(...)[1], min(dim)[1] run on the host (timed) and each returns what
+    torch returns, whichever result is used; topk(...).values and sort(...)[1] next to
+    them are now lowered (sorting by rank)."""
 
     class Pick(torch.nn.Module):
         def forward(self, x):
@@ -438,7 +439,7 @@ def test_host_ops_with_several_results_give_the_one_read() -> None:
     x = torch.randn(4, 8)
     compiled = compiler.compile_graph(compiler.export_model(Pick(), (x,)), load_config("tiny"))
     outputs, result = compiled.run(x)
-    assert len(compiled.fallbacks) == 5 and result.host_cycles > 0
+    assert len(compiled.fallbacks) == 3 and result.host_cycles > 0
     for got, want in zip(outputs, Pick()(x)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
