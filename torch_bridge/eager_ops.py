@@ -123,6 +123,9 @@ UPSAMPLE: tuple[OpOverload, ...] = tuple(
 )
 """``interpolate``'s resampling: per axis, weighted sums of picked input positions."""
 
+SAMPLING: tuple[OpOverload, ...] = (aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
+"""``grid_sample``: positions computed at run time, corners fetched by indexed gathers."""
+
 PADDING: tuple[OpOverload, ...] = (
     aten.reflection_pad1d.default, aten.reflection_pad2d.default,
     aten.reflection_pad3d.default, aten.replication_pad1d.default,
@@ -139,7 +142,7 @@ SORTING: tuple[OpOverload, ...] = (
 
 FUNCTIONAL: tuple[OpOverload, ...] = (
     *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
-    *POOLING, *UPSAMPLE, *PADDING, *SORTING,
+    *POOLING, *UPSAMPLE, *SAMPLING, *PADDING, *SORTING,
 )
 
 

@@ -12,6 +12,7 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     padding,
     pooling,
     reduction,
+    sampling,
     sorting,
     upsample,
 )
