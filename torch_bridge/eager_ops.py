@@ -140,9 +140,22 @@ SORTING: tuple[OpOverload, ...] = (
 )
 """Sorts (by rank for short rows, a bitonic network for longer ones), medians by rank."""
 
+SEARCH: tuple[OpOverload, ...] = (
+    aten.searchsorted.Tensor, aten.bucketize.Tensor, aten.isin.Tensor_Tensor,
+    aten.mode.default,
+)
+"""Searches by counting comparisons (values x boundaries)."""
+
+SCATTER: tuple[OpOverload, ...] = (
+    aten.scatter.src, aten.scatter_add.default, aten.scatter.reduce, aten.scatter_reduce.two,
+    aten.scatter.value, aten.scatter.value_reduce, aten.segment_reduce.default,
+)
+"""Scatters along any dim and segment reductions, as masked reductions (positions x
+indices per row)."""
+
 FUNCTIONAL: tuple[OpOverload, ...] = (
     *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
-    *POOLING, *UPSAMPLE, *SAMPLING, *PADDING, *SORTING,
+    *POOLING, *UPSAMPLE, *SAMPLING, *PADDING, *SORTING, *SEARCH, *SCATTER,
 )
 
 

@@ -13,6 +13,8 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     pooling,
     reduction,
     sampling,
+    scatter,
+    search,
     sorting,
     upsample,
 )
