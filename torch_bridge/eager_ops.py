@@ -153,9 +153,18 @@ SCATTER: tuple[OpOverload, ...] = (
 """Scatters along any dim and segment reductions, as masked reductions (positions x
 indices per row)."""
 
+EXTRAS: tuple[OpOverload, ...] = (
+    aten._prelu_kernel.default, aten.angle.default, aten.linalg_cross.default,
+    aten.addbmm.default, aten.histc.default, aten.pow.Scalar, aten.logaddexp2.default,
+    aten.native_dropout_backward.default, aten.frexp.Tensor,
+)
+"""Small composites: PReLU, the angle of real numbers, the cross product, addbmm, histc,
+a number raised to a tensor, logaddexp2, dropout's backward, frexp."""
+
 FUNCTIONAL: tuple[OpOverload, ...] = (
     *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
     *POOLING, *UPSAMPLE, *SAMPLING, *PADDING, *SORTING, *SEARCH, *SCATTER,
+    *EXTRAS,
 )
 
 

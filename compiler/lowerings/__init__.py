@@ -6,6 +6,7 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     composite,
     conv,
     elementwise,
+    extras,
     matmul,
     movement,
     norm,
