@@ -263,18 +263,27 @@ class CompiledOpKernel:
                        entries: dict[Hashable, Any], key: Hashable) -> Any:
         """A call with a zero-element operand: when every result is empty too there is
         nothing to compute, so the empty results are made (from torch's own shape rules
-        on the CPU views) and the call costs no device time; otherwise (``mm`` with
-        K = 0 gives zeros) it runs on the host, timed."""
+        on the CPU views) and the call costs no device time. When no input has data but
+        a result does (``mm`` with K = 0 gives zeros, padding an empty tensor gives the
+        fill), the results are fills written on the device at DRAM bandwidth; otherwise
+        it runs on the host, timed."""
         cpu_args = tuple(_host_value(a, False) for a in args)
         cpu_kwargs = {k: _host_value(v, False) for k, v in kwargs.items()}
         out = (self.host_op or self.op)(*cpu_args, **cpu_kwargs)
         results = out if isinstance(out, (tuple, list)) else (out,)
-        if not all(isinstance(r, torch.Tensor) and r.numel() == 0 for r in results):
+        empty = all(isinstance(r, torch.Tensor) and r.numel() == 0 for r in results)
+        filled = not empty and _all_empty_inputs(cpu_args, cpu_kwargs)
+        if filled:  # no input data: the results are fills (padding of nothing, mm with K=0)
+            nbytes = sum(r.numel() * r.element_size() for r in results
+                         if isinstance(r, torch.Tensor))
+            runtime.record_device_memory_op(self.name, 0, nbytes)
+        elif not empty:
             failure = entries[key] = self._failure(
                 (cpu_args, cpu_kwargs), "a zero-element operand with a non-empty result",
                 warn=False)
             return self._on_host(args, kwargs, failure)
-        runtime.record_device(self.name, 0, note="zero elements: nothing to compute")
+        if not filled:
+            runtime.record_device(self.name, 0, note="zero elements: nothing to compute")
         if self.in_place:
             return args[0]
         wrapped = tuple(storage.wrap_cpu(r) for r in results)
@@ -283,6 +292,13 @@ class CompiledOpKernel:
     def _on_host(self, args: tuple[Any, ...], kwargs: dict[str, Any],
                  failure: CompileFailure) -> Any:
         return run_on_host(self.op, args, kwargs, host_op=self.host_op, note=failure.reason)
+
+
+def _all_empty_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Every tensor argument has zero elements: results depend on shapes and scalars
+    only (a fill written at DRAM bandwidth)."""
+    tensors = _tensors((*args, *kwargs.values()))
+    return bool(tensors) and all(t.numel() == 0 for t in tensors)
 
 
 def _out_dtype(name: str) -> torch.dtype:

@@ -38,3 +38,15 @@ def test_padding_matches_cpu_on_the_device(name: str) -> None:
         got = fn(x.to("npu"))
     torch.testing.assert_close(got.cpu(), fn(x))
     assert prof.result.host_work == ()
+
+
+def test_results_of_empty_inputs_are_device_fills() -> None:
+    """Padding an empty tensor, or mm with K = 0: no input data, so the results are
+    fills written on the device (timed as a memset), not host work."""
+    empty, left, right = torch.randn(0, 3, 3), torch.randn(5, 0), torch.randn(0, 4)
+    with torch_bridge.profile() as prof:
+        padded = F.pad(empty.to("npu"), (1, 1, 1, 1, 1, 1), value=2.0)
+        product = left.to("npu") @ right.to("npu")
+    torch.testing.assert_close(padded.cpu(), F.pad(empty, (1, 1, 1, 1, 1, 1), value=2.0))
+    torch.testing.assert_close(product.cpu(), left @ right)
+    assert prof.result.host_work == ()
