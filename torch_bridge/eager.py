@@ -38,6 +38,7 @@ from torch_bridge.eager_ops import (BACKWARD, BINARY, COMPILE_AS, COMPILED_OPS, 
                                     LOSS, MATMUL, MODEL_OPS, NORM, OUT_OF_PLACE, REDUCTION,
                                     SOFTMAX, UNARY, out_names)
 from torch_bridge.fallback import HostFallbackWarning, op_info, run_on_host, user_stacklevel
+from torch_bridge.eager_adapted import ADAPTED
 from torch_bridge.numerics import flat_tensors
 
 if TYPE_CHECKING:
@@ -272,24 +273,26 @@ class CompiledOpKernel:
                        entries: dict[Hashable, Any], key: Hashable) -> Any:
         """A call with a zero-element operand: when every result is empty too there is
         nothing to compute, so the empty results are made (from torch's own shape rules
-        on the CPU views) and the call costs no device time; otherwise (``mm`` with
-        K = 0 gives zeros) it runs on the host, timed."""
+        on the CPU views) and the call costs no device time. When no input has data but
+        a result does (``mm`` with K = 0 gives zeros, padding an empty tensor gives the
+        fill), the results are fills written on the device at DRAM bandwidth; otherwise
+        it runs on the host, timed."""
         cpu_args = tuple(_host_value(a, False) for a in args)
         cpu_kwargs = {k: _host_value(v, False) for k, v in kwargs.items()}
         out = (self.host_op or self.op)(*cpu_args, **cpu_kwargs)
         results = out if isinstance(out, (tuple, list)) else (out,)
-        if all(t.numel() == 0 for t in flat_tensors((*args, *kwargs.values()))) and all(
-                isinstance(r, torch.Tensor) for r in results):
-            # no element to read: the results (var of nothing is NaN, a sum 0) depend on
-            # shapes alone, a constant the device writes like a fill
-            runtime.record_device_memory_op(self.name, 0, sum(
-                r.numel() * r.element_size() for r in results))
-        elif not all(isinstance(r, torch.Tensor) and r.numel() == 0 for r in results):
+        empty = all(isinstance(r, torch.Tensor) and r.numel() == 0 for r in results)
+        filled = not empty and _all_empty_inputs(cpu_args, cpu_kwargs)
+        if filled:  # no input data: the results are fills (padding of nothing, mm with K=0)
+            nbytes = sum(r.numel() * r.element_size() for r in results
+                         if isinstance(r, torch.Tensor))
+            runtime.record_device_memory_op(self.name, 0, nbytes)
+        elif not empty:
             failure = entries[key] = self._failure(
                 (cpu_args, cpu_kwargs), "a zero-element operand with a non-empty result",
                 warn=False)
             return self._on_host(args, kwargs, failure)
-        else:
+        if not filled:
             runtime.record_device(self.name, 0, note="zero elements: nothing to compute")
         if self.in_place:
             return args[0]
@@ -299,6 +302,13 @@ class CompiledOpKernel:
     def _on_host(self, args: tuple[Any, ...], kwargs: dict[str, Any],
                  failure: CompileFailure) -> Any:
         return run_on_host(self.op, args, kwargs, host_op=self.host_op, note=failure.reason)
+
+
+def _all_empty_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Every tensor argument has zero elements: results depend on shapes and scalars
+    only (a fill written at DRAM bandwidth)."""
+    tensors = flat_tensors((*args, *kwargs.values()))
+    return bool(tensors) and all(t.numel() == 0 for t in tensors)
 
 
 def _out_dtype(name: str) -> torch.dtype:
@@ -321,46 +331,6 @@ def _installed_kernel(op: OpOverload) -> CompiledOpKernel:
     if kernel is None:
         kernel = _installed[op] = CompiledOpKernel(op)
     return kernel
-
-
-def _eval_batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
-                     training: bool, momentum: float, eps: float) -> Any:
-    """``native_batch_norm`` in eval mode (what ``nn.BatchNorm2d.eval()`` calls) is the
-    running-statistics op the compiler lowers; training mode declines (host)."""
-    if training or running_mean is None or running_var is None:
-        return NotImplemented
-    out = _installed_kernel(aten._native_batch_norm_legit_no_training.default)(
-        x, weight, bias, running_mean, running_var, momentum, eps)
-    if isinstance(out, tuple):  # ran on the host: all three results
-        return out
-    empty = torch.empty(0, dtype=x.dtype, device=x.device)  # no saved statistics in eval
-    return out, empty, empty.clone()
-
-
-def _arange_fill(start: Any, end: Any, step: Any = 1, *, out: torch.Tensor) -> Any:
-    """``torch.arange(..., device="npu")``: a fill on the device, timed like a memset
-    (the values are written at DRAM bandwidth)."""
-    values = torch.arange(start, end, step, dtype=out.dtype)
-    if out.shape != values.shape:
-        out.resize_(values.shape)  # torch.arange hands in an empty tensor
-    storage.cpu_view(out).copy_(values)
-    runtime.record_device_memory_op("aten.arange", 0, values.numel() * values.element_size())
-    return out
-
-
-def _equal(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """``torch.equal``: same shape, then a compare and an all-reduce on the device (the
-    answer read back as a Python bool)."""
-    if x.shape != y.shape:
-        return False
-    same = _installed_kernel(aten.eq.Tensor)(x, y)
-    return bool(_installed_kernel(aten.all.default)(same).item())
-
-
-ADAPTED: dict[OpOverload, Any] = {aten.native_batch_norm.default: _eval_batch_norm,
-                                  aten.arange.start_out: _arange_fill,
-                                  aten.equal.default: _equal}
-"""Ops compiled as another op after adapting their arguments."""
 
 
 def install(ops: Iterable[OpOverload] = COMPILED_OPS) -> None:

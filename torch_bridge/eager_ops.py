@@ -150,9 +150,67 @@ SPECIAL: tuple[OpOverload, ...] = (
 )
 """Special functions composed of vector primitives (series with recurrence shifts)."""
 
+POOLING: tuple[OpOverload, ...] = (
+    aten.max_pool3d_with_indices.default, aten.avg_pool3d.default,
+    aten._adaptive_avg_pool3d.default, aten.adaptive_max_pool2d.default,
+    aten.adaptive_max_pool3d.default, aten.max_unpool2d.default, aten.max_unpool3d.default,
+    aten.max_pool2d_with_indices_backward.default,
+)
+"""Pooling beyond the plain 2-D windows above: 3-D and adaptive windows, max indices,
+unpooling and the max-pool backward (separable vector work over the windows' taps)."""
+
+UPSAMPLE: tuple[OpOverload, ...] = tuple(
+    getattr(getattr(aten, name), overload)
+    for name in ("upsample_nearest1d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+                 "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d",
+                 "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d",
+                 "_upsample_bilinear2d_aa")
+    for overload in ("default", "vec")
+)
+"""``interpolate``'s resampling: per axis, weighted sums of picked input positions."""
+
+SAMPLING: tuple[OpOverload, ...] = (aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
+"""``grid_sample``: positions computed at run time, corners fetched by indexed gathers."""
+
+PADDING: tuple[OpOverload, ...] = (
+    aten.reflection_pad1d.default, aten.reflection_pad2d.default,
+    aten.reflection_pad3d.default, aten.replication_pad1d.default,
+    aten.replication_pad2d.default, aten.replication_pad3d.default,
+    aten.channel_shuffle.default, aten.native_channel_shuffle.default, aten.im2col.default,
+)
+"""Padding by re-reading edge positions, channel shuffle and im2col (copies)."""
+
+SORTING: tuple[OpOverload, ...] = (
+    aten.sort.default, aten.sort.stable, aten.topk.default, aten.kthvalue.default,
+    aten.median.default, aten.median.dim, aten.nanmedian.default, aten.nanmedian.dim,
+)
+"""Sorts (by rank for short rows, a bitonic network for longer ones), medians by rank."""
+
+SEARCH: tuple[OpOverload, ...] = (
+    aten.searchsorted.Tensor, aten.bucketize.Tensor, aten.isin.Tensor_Tensor,
+    aten.mode.default,
+)
+"""Searches by counting comparisons (values x boundaries)."""
+
+SCATTER: tuple[OpOverload, ...] = (
+    aten.scatter.src, aten.scatter_add.default, aten.scatter.reduce, aten.scatter_reduce.two,
+    aten.scatter.value, aten.scatter.value_reduce, aten.segment_reduce.default,
+)
+"""Scatters along any dim and segment reductions, as masked reductions (positions x
+indices per row)."""
+
+EXTRAS: tuple[OpOverload, ...] = (
+    aten._prelu_kernel.default, aten.angle.default, aten.linalg_cross.default,
+    aten.addbmm.default, aten.histc.default, aten.native_dropout_backward.default,
+)
+"""Small composites: PReLU, the angle of real numbers, the cross product, addbmm, histc,
+dropout's backward (a number raised to a tensor, logaddexp2 and frexp are with the
+special functions)."""
+
 FUNCTIONAL: tuple[OpOverload, ...] = (
     *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
     *MORE_REDUCTIONS, *CUMULATIVE, *INDEXING, *NORMS, *DECOMPOSED, *SPECIAL,
+    *POOLING, *UPSAMPLE, *SAMPLING, *PADDING, *SORTING, *SEARCH, *SCATTER, *EXTRAS,
 )
 
 

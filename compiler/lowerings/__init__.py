@@ -2,21 +2,30 @@
 
 from compiler.lowerings import (  # noqa: F401  (imported for their registrations)
     attention,
+    batch_norm,
     bessel,
     composite,
     conv,
     cumulative,
     elementwise,
+    extras,
     indexing,
     losses,
     matmul,
     movement,
     norm,
     norms,
-    reorder,
+    padding,
+    pooling,
     reduce_more,
     reduction,
+    reorder,
+    sampling,
+    scatter,
+    search,
+    sorting,
     special,
+    upsample,
 )
 from compiler.lowerings.registry import LOWERINGS, lowering
 

@@ -1,5 +1,5 @@
 """2-D convolution (implicit GEMM, any stride/padding/dilation/groups; padding by
-addressing) and pooling (on an explicitly padded input)."""
+addressing). Pooling lives in :mod:`compiler.lowerings.pooling`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import torch
 from compiler import graph as g
 from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
-from compiler.ir.dtypes import DType
-from compiler.ir.ops import BinaryKind, ReduceKind
+from compiler.ir.ops import BinaryKind
+from compiler.lowerings.conv_nd import add_bias, conv3d, conv_transposed
 from compiler.lowerings.indexing import stored
-from compiler.lowerings.movement import pad2d
 from compiler.lowerings.registry import lowering
 
 aten = torch.ops.aten
@@ -36,6 +35,20 @@ def lower_convolution(b: GraphBuilder, x: Value, w: Value, bias: Value | None,
                       transposed: bool, output_padding: list[int], groups: int) -> Value:
     if not transposed and len(x.shape) == 3 and len(w.shape) == 3:
         return _conv1d(b, x, w, bias, stride, padding, dilation, groups)
+    if transposed or len(x.shape) == 5:  # on the 2-D unit (compiler.lowerings.conv_nd)
+        nd = len(w.shape) - 2
+
+        def ints(v: Any) -> list[int]:
+            v = [int(i) for i in ([v] if isinstance(v, int) else v)]
+            return v * nd if len(v) == 1 else v
+
+        if transposed:
+            out = conv_transposed(b, x, w, ints(stride), ints(padding), ints(dilation),
+                                  ints(output_padding), groups, lower_convolution)
+        else:
+            out = conv3d(b, x, w, ints(stride), ints(padding), ints(dilation), groups,
+                         lower_convolution)
+        return add_bias(b, out, bias)
     if transposed or len(x.shape) != 4:
         raise NotImplementedError("only non-transposed 1-D and 2-D convolution is lowered")
     x = stored(b, x)  # the kernel addresses its input's windows by their dims
@@ -82,55 +95,3 @@ def lower_conv2d(b: GraphBuilder, x: Value, w: Value, bias: Value | None = None,
                  stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Value:
     return lower_convolution(b, x, w, bias, _pair(stride), _pair(padding), _pair(dilation),
                              False, [0, 0], groups)
-
-
-def _pool(b: GraphBuilder, x: Value, kind: str, kernel: Any, stride: Any, padding: Any,
-          dilation: Any, ceil_mode: bool, divisor: float | None) -> Value:
-    if ceil_mode:
-        raise NotImplementedError("ceil_mode pooling")
-    kh, kw = _pair(kernel)
-    sh, sw = _pair(stride) if stride else (kh, kw)
-    ph, pw = _pair(padding)
-    dh, dw = _pair(dilation)
-    fill = float("-inf") if kind == "max" else 0.0
-    padded = pad2d(b, x, (ph, ph, pw, pw), fill)
-    lead, (h, wd) = padded.shape[:-2], padded.shape[-2:]
-    oh = _out_size(h, kh, sh, dh, 0)
-    ow = _out_size(wd, kw, sw, dw, 0)
-    scale = 1.0 / (divisor if divisor else kh * kw) if kind == "avg" else 1.0
-    return b.add(g.Pool2d(kind, (kh, kw), (sh, sw), (dh, dw), scale), (padded,),
-                 (*lead, oh, ow), x.dtype, f"{kind}pool")
-
-
-@lowering(aten.max_pool2d_with_indices.default)
-def lower_max_pool_with_indices(b: GraphBuilder, x: Value, kernel_size: Any, stride: Any = (),
-                                padding: Any = 0, dilation: Any = 1,
-                                ceil_mode: bool = False) -> tuple[Value, None]:
-    return _pool(b, x, "max", kernel_size, stride, padding, dilation, ceil_mode, None), None
-
-
-@lowering(aten.max_pool2d.default)
-def lower_max_pool(b: GraphBuilder, x: Value, kernel_size: Any, stride: Any = (),
-                   padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Value:
-    return _pool(b, x, "max", kernel_size, stride, padding, dilation, ceil_mode, None)
-
-
-@lowering(aten.avg_pool2d.default)
-def lower_avg_pool(b: GraphBuilder, x: Value, kernel_size: Any, stride: Any = (),
-                   padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
-                   divisor_override: int | None = None) -> Value:
-    if not count_include_pad and any(_pair(padding)):
-        raise NotImplementedError("avg_pool2d with count_include_pad=False and padding")
-    return _pool(b, x, "avg", kernel_size, stride, padding, 1, ceil_mode, divisor_override)
-
-
-@lowering(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
-def lower_adaptive_avg_pool(b: GraphBuilder, x: Value, output_size: Any) -> Value:
-    oh, ow = _pair(output_size)
-    h, w = x.shape[-2:]
-    if (oh, ow) == (1, 1):
-        xf = b.cast(x, DType.f32)
-        return b.cast(b.reduce(ReduceKind.mean, xf, (-2, -1), True), x.dtype)
-    if h % oh or w % ow:
-        raise NotImplementedError(f"adaptive_avg_pool2d {h}x{w} -> {oh}x{ow} (not divisible)")
-    return _pool(b, x, "avg", (h // oh, w // ow), (h // oh, w // ow), 0, 1, False, None)

@@ -263,6 +263,16 @@ def lower_index(b: GraphBuilder, x: Value, indices: list[Value | None]) -> Value
 def lower_gather(b: GraphBuilder, x: Value, dim: int, index: Value,
                  sparse_grad: bool = False) -> Value:
     if len(x.shape) != 2 or len(index.shape) != 2:
+        last = normalize_dim(dim, max(len(x.shape), 1), b.source) == len(x.shape) - 1
+        if x.shape and last and x.shape[:-1] == index.shape[:-1]:
+            # along the last dim, one row of picks per row (quantile's picks from sorted
+            # rows): the 2-D masked-sum gather on the rows flattened
+            rows = b.view(x, (-1, x.shape[-1]))
+            picks = b.view(index, (-1, index.shape[-1]))
+            try:
+                return b.view(_gather_one_per_row(b, rows, picks), index.shape)
+            except NotImplementedError:
+                pass  # too wide for masked sums: a per-column gather
         return gather_along(b, x, normalize_dim(dim, len(x.shape), b.source), index)
     if normalize_dim(dim, 2, b.source) == 1:
         return _gather_one_per_row(b, x, index)

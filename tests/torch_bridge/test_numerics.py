@@ -29,10 +29,12 @@ def program_runs(monkeypatch):
             outputs = tuple(calls["perturb"](t) for t in outputs)
         return outputs, result
     monkeypatch.setattr(compile_module.CompiledProgram, "run", counted)
+    before = runtime.get_config()
     runtime.set_config("tiny")
     eager.clear_cache()
     yield calls
     numerics.set_mode("checked")
+    runtime.set_config(before)
     eager.clear_cache()
 
 

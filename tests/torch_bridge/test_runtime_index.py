@@ -13,7 +13,10 @@ from torch_bridge import runtime
 
 @pytest.fixture(autouse=True)
 def _tiny():
+    before = runtime.get_config()
     runtime.set_config("tiny")
+    yield
+    runtime.set_config(before)
 
 
 def _on_device(fn, *tensors):
