@@ -11,6 +11,7 @@ from compiler import graph as g
 from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
 from compiler.ir.ops import BinaryKind
+from compiler.lowerings.conv_nd import add_bias, conv3d, conv_transposed
 from compiler.lowerings.registry import lowering
 
 aten = torch.ops.aten
@@ -33,6 +34,20 @@ def lower_convolution(b: GraphBuilder, x: Value, w: Value, bias: Value | None,
                       transposed: bool, output_padding: list[int], groups: int) -> Value:
     if not transposed and len(x.shape) == 3 and len(w.shape) == 3:
         return _conv1d(b, x, w, bias, stride, padding, dilation, groups)
+    if transposed or len(x.shape) == 5:  # on the 2-D unit (compiler.lowerings.conv_nd)
+        nd = len(w.shape) - 2
+
+        def ints(v: Any) -> list[int]:
+            v = [int(i) for i in ([v] if isinstance(v, int) else v)]
+            return v * nd if len(v) == 1 else v
+
+        if transposed:
+            out = conv_transposed(b, x, w, ints(stride), ints(padding), ints(dilation),
+                                  ints(output_padding), groups, lower_convolution)
+        else:
+            out = conv3d(b, x, w, ints(stride), ints(padding), ints(dilation), groups,
+                         lower_convolution)
+        return add_bias(b, out, bias)
     if transposed or len(x.shape) != 4:
         raise NotImplementedError("only non-transposed 1-D and 2-D convolution is lowered")
     ph, pw = _pair(padding)
