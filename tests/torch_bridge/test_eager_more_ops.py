@@ -252,3 +252,7 @@ def test_hurwitz_zeta() -> None:
     q = torch.cat([torch.rand(40) * 14 - 6, torch.rand(40) * 8 + 0.01])
     s[:4], q[:4] = torch.tensor([1.0, 2.0, 3.0, 0.5]), torch.tensor([2.0, -2.0, -1.5, 1.0])
     _check(torch.special.zeta, s, q, rtol=1e-4, atol=1e-5)
+
+
+def test_flip_of_a_long_dim() -> None:
+    _check(lambda x: x.flip(1, 2), torch.randn(3, 100, 7))
