@@ -145,7 +145,7 @@ SPECIAL: tuple[OpOverload, ...] = (
     aten.erfinv.default, aten.i0.default, aten.pow.Scalar, aten.frexp.Tensor,
     aten.nextafter.default, aten.special_i0e.default, aten.special_i1.default,
     aten.special_i1e.default, aten.special_modified_bessel_i0.default, aten.special_ndtri.default,
-    aten.special_erfcx.default, aten.special_log_ndtr.default,
+    aten.special_erfcx.default, aten.special_log_ndtr.default, aten.special_zeta.default,
     aten.special_modified_bessel_i1.default, aten.special_spherical_bessel_j0.default,
 )
 """Special functions composed of vector primitives (series with recurrence shifts)."""

@@ -12,7 +12,7 @@ from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, UnaryKind
-from compiler.lowerings.registry import lowering
+from compiler.lowerings.registry import LoweringFn, lowering
 
 aten = torch.ops.aten
 
@@ -66,7 +66,7 @@ def bessel_i(b: GraphBuilder, x: Value, order: int, scaled: bool) -> Value:
     return out
 
 
-def _bessel(order: int, scaled: bool):
+def _bessel(order: int, scaled: bool) -> LoweringFn:
     def lower(b: GraphBuilder, x: Value) -> Value:
         return bessel_i(b, x, order, scaled)
     return lower

@@ -12,7 +12,7 @@ from compiler.graph_builder import GraphBuilder, normalize_dim
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, ReduceKind
 from compiler.lowerings.movement import lower_cat
-from compiler.lowerings.registry import lowering
+from compiler.lowerings.registry import LoweringFn, lowering
 from compiler.torch_types import ir_dtype
 
 aten = torch.ops.aten
@@ -81,7 +81,7 @@ def lower_logcumsumexp(b: GraphBuilder, x: Value, dim: int) -> Value:
     return scan(b, x if x.dtype.is_float else b.cast(x, DType.f32), dim, BinaryKind.logaddexp)
 
 
-def _running_extreme(kind: BinaryKind):
+def _running_extreme(kind: BinaryKind) -> LoweringFn:
     """cummax/cummin: the running extreme, and where it was last attained. Element j
     attains its own running extreme where ``x[j] == running[j]``; the running index is
     a running max of those positions. From the first NaN on, the values are NaN and the

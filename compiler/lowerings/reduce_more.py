@@ -14,13 +14,13 @@ from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, ReduceKind, UnaryKind
 from compiler.lowerings.movement import lower_cat
 from compiler.lowerings.reduction import _arg_extreme, _axes
-from compiler.lowerings.registry import lowering
+from compiler.lowerings.registry import LoweringFn, lowering
 from compiler.torch_types import ir_dtype
 
 aten = torch.ops.aten
 
 
-def _extreme_all(kind: ReduceKind):
+def _extreme_all(kind: ReduceKind) -> LoweringFn:
     """max(x) / min(x): one reduce over every axis (NaN wins, as in torch)."""
     def lower(b: GraphBuilder, x: Value) -> Value:
         return b.reduce(kind, x, (), False)
@@ -31,7 +31,7 @@ lowering(aten.max.default)(_extreme_all(ReduceKind.max))
 lowering(aten.min.default)(_extreme_all(ReduceKind.min))
 
 
-def _extreme_dim(kind: ReduceKind):
+def _extreme_dim(kind: ReduceKind) -> LoweringFn:
     """max(x, dim) / min(x, dim): the reduced values and the first position holding
     each (NaN counts as the extreme)."""
     def lower(b: GraphBuilder, x: Value, dim: int, keepdim: bool = False

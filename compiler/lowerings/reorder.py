@@ -30,14 +30,16 @@ _FLIP_LIMIT = 64
 @lowering(aten.flip.default)
 def lower_flip(b: GraphBuilder, x: Value, dims: list[int]) -> Value:
     """Each flipped dim is its elements, one slice each, concatenated in reverse order
-    (DMA copies)."""
+    (DMA copies); a dim longer than 64 as a masked sum over reversed positions."""
     for dim in dims:
         d = normalize_dim(dim, len(x.shape), b.source)
         n = x.shape[d]
         if n <= 1:
             continue
-        if n > _FLIP_LIMIT:
-            raise NotImplementedError(f"flip of a dim of {n} (one slice per element)")
+        if n > _FLIP_LIMIT:  # a masked sum picking n - 1 - j for each j
+            reverse = b.binary(BinaryKind.sub, n - 1, b.arange(n, (n,)))
+            x = select_along(b, x, d, reverse)
+            continue
         x = lower_cat(b, [b.slice(x, d, i, i + 1) for i in reversed(range(n))], d)
     return x
 

@@ -338,3 +338,37 @@ def lower_log_ndtr(b: GraphBuilder, x: Value) -> Value:
     high = b.unary(UnaryKind.log1p, _mul(b, erfc, -0.5))
     high = b.select(b.binary(BinaryKind.eq, x, math.inf), 0.0, high)
     return b.select(b.binary(BinaryKind.lt, x, -1.0), low, high)
+
+
+_ZETA_SHIFT = 16
+"""Terms summed before the Euler-Maclaurin tail of the Hurwitz zeta (q + 16 >= 8 for
+the q > -8 OpInfo draws)."""
+
+
+@lowering(aten.special_zeta.default)
+def lower_zeta(b: GraphBuilder, s: Value, q: Value) -> Value:
+    """Hurwitz zeta ``sum_k (q + k)^-s``: 16 terms, then the Euler-Maclaurin tail at
+    ``a = q + 16`` (six Bernoulli terms). As torch (Cephes): inf at s = 1 and at
+    non-positive integer q, NaN for s < 1 (and, through pow, for q < 0 with non-integer
+    s)."""
+    s, q = _float(b, s), _float(b, q)
+    a = _add(b, q, float(_ZETA_SHIFT))
+    power = b.binary(BinaryKind.pow, a, b.unary(UnaryKind.neg, s))  # a^-s
+    total = _add(b, _div(b, _mul(b, power, a), _sub(b, s, 1.0)), _mul(b, power, 0.5))
+    inv = b.unary(UnaryKind.reciprocal, a)
+    inv2 = b.unary(UnaryKind.square, inv)
+    term = _mul(b, power, inv)  # a^(-s-1)
+    rising = s  # s (s+1) ... (s + 2j - 2)
+    bernoulli = [1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730]
+    for j, b2j in enumerate(bernoulli, start=1):
+        total = _add(b, total, _mul(b, _mul(b, term, rising), b2j / math.factorial(2 * j)))
+        term = _mul(b, term, inv2)
+        rising = _mul(b, _mul(b, rising, _add(b, s, 2 * j - 1.0)), _add(b, s, 2.0 * j))
+    for k in range(_ZETA_SHIFT):
+        total = _add(b, total, b.binary(BinaryKind.pow, _add(b, q, float(k)),
+                                        b.unary(UnaryKind.neg, s)))
+    pole = b.binary(BinaryKind.logical_or, b.binary(BinaryKind.eq, s, 1.0), b.binary(
+        BinaryKind.logical_and, b.binary(BinaryKind.le, q, 0.0),
+        b.binary(BinaryKind.eq, q, b.unary(UnaryKind.floor, q))))
+    total = b.select(b.binary(BinaryKind.lt, s, 1.0), math.nan, total)
+    return b.select(pole, math.inf, total)

@@ -244,3 +244,15 @@ BESSEL: dict[str, Fn] = {
 @pytest.mark.parametrize("name", BESSEL)
 def test_bessel_and_normal_quantile(name: str) -> None:
     _check(BESSEL[name], _points() * 2, rtol=1e-4, atol=1e-5)
+
+
+def test_hurwitz_zeta() -> None:
+    torch.manual_seed(2)
+    s = torch.cat([(torch.rand(40) * 10 - 1).round(), torch.rand(40) * 10 - 1])
+    q = torch.cat([torch.rand(40) * 14 - 6, torch.rand(40) * 8 + 0.01])
+    s[:4], q[:4] = torch.tensor([1.0, 2.0, 3.0, 0.5]), torch.tensor([2.0, -2.0, -1.5, 1.0])
+    _check(torch.special.zeta, s, q, rtol=1e-4, atol=1e-5)
+
+
+def test_flip_of_a_long_dim() -> None:
+    _check(lambda x: x.flip(1, 2), torch.randn(3, 100, 7))
