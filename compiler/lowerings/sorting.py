@@ -27,8 +27,12 @@ MAX_SORTED = 1024
 """Longest row sorted by rank."""
 MAX_COMPARISONS = 1 << 22
 """Most rows x n x n comparisons one rank sort may take."""
-MAX_BITONIC = 1 << 16
-"""Most elements (rows x row length padded to a power of two) one bitonic sort takes."""
+MAX_BITONIC = 1 << 12
+"""Most elements (rows x row length padded to a power of two) one bitonic sort takes:
+the network's steps grow as log^2 of the length and each is a few vector ops per element,
+so compiling and simulating 4,096 elements already takes seconds on a laptop-class CPU
+(8,000 took 17 s); longer sorts stay on the host, visibly, rather than stall an eager
+call."""
 
 
 def _last(b: GraphBuilder, x: Value, dim: int) -> tuple[Value, int]:

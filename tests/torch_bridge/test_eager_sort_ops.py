@@ -48,3 +48,14 @@ def test_sort_matches_cpu_on_the_device(name: str) -> None:
         else:
             assert torch.equal(g.cpu(), w)
     assert prof.result.host_work == ()
+
+
+def test_a_sort_beyond_the_bitonic_bound_runs_on_the_host_visibly() -> None:
+    from compiler.lowerings.sorting import MAX_BITONIC
+
+    x = torch.randn(MAX_BITONIC + 1)
+    with pytest.warns(torch_bridge.HostFallbackWarning, match=r"aten\.sort"):
+        with torch_bridge.profile() as prof:
+            got = torch.sort(x.to("npu"))
+    assert torch.equal(got.values.cpu(), torch.sort(x).values)
+    assert [r.name for r in prof.result.host_work] == ["aten.sort"]
