@@ -10,7 +10,8 @@ import torch
 from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
 from compiler.ir.dtypes import DType
-from compiler.ir.ops import BinaryKind, ReduceKind, UnaryKind
+from compiler.ir.ops import BinaryKind
+from compiler.lowerings.norm import normalized
 from compiler.lowerings.registry import lowering
 
 aten = torch.ops.aten
@@ -27,12 +28,7 @@ def _batch_statistics(b: GraphBuilder, x: Value, weight: Value | None, bias: Val
     if rank < 2:
         raise NotImplementedError("batch norm needs a channel dim")
     axes = (0,) + tuple(range(2, rank))
-    xf = b.cast(x, DType.f32)
-    mean = b.reduce(ReduceKind.mean, xf, axes, True)
-    centered = b.binary(BinaryKind.sub, xf, mean)
-    var = b.reduce(ReduceKind.mean, b.unary(UnaryKind.square, centered), axes, True)
-    rstd = b.unary(UnaryKind.rsqrt, b.binary(BinaryKind.add, var, float(eps)))
-    out = b.binary(BinaryKind.mul, centered, rstd)
+    out, mean, rstd, var = normalized(b, x, axes, eps)
     if weight is not None:
         out = b.binary(BinaryKind.mul, out, _channel(b, weight, rank))
     if bias is not None:

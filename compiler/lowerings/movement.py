@@ -249,14 +249,19 @@ def lower_index(b: GraphBuilder, x: Value, indices: list[Value | None]) -> Value
     picks = [int(v) + size if int(v) < 0 else int(v) for v in values.tolist()]
     if any(not 0 <= p < size for p in picks):
         raise NotImplementedError("index out of range")  # torch raises; the host says so
+    parts = [b.slice(x, dim, lo, hi) for lo, hi in consecutive_runs(picks)]
+    return parts[0] if len(parts) == 1 else lower_cat(b, parts, dim)
+
+
+def consecutive_runs(picks: list[int]) -> list[list[int]]:
+    """``[start, stop)`` of each run of consecutive positions in ``picks``, in order."""
     runs: list[list[int]] = []
     for p in picks:
         if runs and p == runs[-1][1]:
             runs[-1][1] += 1
         else:
             runs.append([p, p + 1])
-    parts = [b.slice(x, dim, lo, hi) for lo, hi in runs]
-    return parts[0] if len(parts) == 1 else lower_cat(b, parts, dim)
+    return runs
 
 
 @lowering(aten.gather.default)

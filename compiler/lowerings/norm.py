@@ -15,18 +15,25 @@ from compiler.lowerings.registry import lowering
 aten = torch.ops.aten
 
 
+def normalized(b: GraphBuilder, x: Value, axes: tuple[int, ...],
+               eps: float) -> tuple[Value, Value, Value, Value]:
+    """``(x - mean) / sqrt(var + eps)`` over ``axes`` in f32, with the mean, 1/std and the
+    biased variance (kept dims): what layer and batch norm share."""
+    xf = b.cast(x, DType.f32)
+    mean = b.reduce(ReduceKind.mean, xf, axes, True)
+    centered = b.binary(BinaryKind.sub, xf, mean)
+    var = b.reduce(ReduceKind.mean, b.unary(UnaryKind.square, centered), axes, True)
+    rstd = b.unary(UnaryKind.rsqrt, b.binary(BinaryKind.add, var, float(eps)))
+    return b.binary(BinaryKind.mul, centered, rstd), mean, rstd, var
+
+
 @lowering(aten.native_layer_norm.default)
 def lower_native_layer_norm(b: GraphBuilder, x: Value, normalized_shape: list[int],
                             weight: Value | None, bias: Value | None,
                             eps: float) -> tuple[Value, Value, Value]:
     rank = len(x.shape)
     axes = tuple(range(rank - len(normalized_shape), rank))
-    xf = b.cast(x, DType.f32)
-    mean = b.reduce(ReduceKind.mean, xf, axes, True)
-    centered = b.binary(BinaryKind.sub, xf, mean)
-    var = b.reduce(ReduceKind.mean, b.unary(UnaryKind.square, centered), axes, True)
-    rstd = b.unary(UnaryKind.rsqrt, b.binary(BinaryKind.add, var, float(eps)))
-    out = b.binary(BinaryKind.mul, centered, rstd)
+    out, mean, rstd, _ = normalized(b, x, axes, eps)
     if weight is not None:
         out = b.binary(BinaryKind.mul, out, b.cast(weight, DType.f32))
     if bias is not None:

@@ -82,10 +82,17 @@ def _hits(b: GraphBuilder, index: Value, n: int) -> Value:
     return b.binary(BinaryKind.eq, picks, b.arange(n, (1, n)))
 
 
-def _check_size(outer: int, picks: int, n: int, inner: int) -> None:
+def _picked(x: Value, d: int, index: Value) -> tuple[int, int, int, int]:
+    """(outer, picks, n, inner) of an index op along dim ``d``, refused when the masked
+    sums would be too big."""
+    outer, n, inner = _split(x, d)
+    picks = 1
+    for m in index.shape:
+        picks *= m
     if outer * picks * n * inner > _MASK_LIMIT:
         raise NotImplementedError(f"index op over {outer}x{picks}x{n}x{inner} is too big "
                                   f"for masked sums")
+    return outer, picks, n, inner
 
 
 def _summed(b: GraphBuilder, mask: Value, table: Value, axis: int, dtype: DType) -> Value:
@@ -100,11 +107,7 @@ def select_along(b: GraphBuilder, x: Value, dim: int, index: Value) -> Value:
     if not x.shape:  # torch keeps a 0-d tensor 0-d
         return x
     d = normalize_dim(dim, len(x.shape), b.source)
-    outer, n, inner = _split(x, d)
-    picks = 1
-    for m in index.shape:
-        picks *= m
-    _check_size(outer, picks, n, inner)
+    outer, picks, n, inner = _picked(x, d, index)
     hit = b.view(_hits(b, index, n), (1, picks, n, 1))
     table = b.view(x, (outer, 1, n, inner))
     out = _summed(b, hit, table, 2, x.dtype)
@@ -154,11 +157,7 @@ def _scattered(b: GraphBuilder, x: Value, dim: int, index: Value, source: Value
     """``(sum of the source slices sent to each position of x's dim, which positions
     receive one)``, both shaped like ``x``."""
     d = normalize_dim(dim, len(x.shape), b.source)
-    outer, n, inner = _split(x, d)
-    picks = 1
-    for m in index.shape:
-        picks *= m
-    _check_size(outer, picks, n, inner)
+    outer, picks, n, inner = _picked(x, d, index)
     hit = b.view(b.permute(_hits(b, index, n), (1, 0)), (1, n, picks, 1))
     table = b.view(source, (outer, 1, picks, inner))
     sums = b.view(_summed(b, hit, table, 2, source.dtype), x.shape)
@@ -215,11 +214,7 @@ def lower_index_reduce(b: GraphBuilder, x: Value, dim: int, index: Value, source
         raise NotImplementedError("index_reduce of integers")
     lifted, source = _lifted(b, x, source)
     d = normalize_dim(dim, len(lifted.shape), b.source)
-    outer, n, inner = _split(lifted, d)
-    picks = 1
-    for m in index.shape:
-        picks *= m
-    _check_size(outer, picks, n, inner)
+    outer, picks, n, inner = _picked(lifted, d, index)
     hit = b.view(b.permute(_hits(b, index, n), (1, 0)), (1, n, 1, picks))
     table = b.view(b.permute(b.view(source, (outer, picks, inner)), (0, 2, 1)),
                    (outer, 1, inner, picks))

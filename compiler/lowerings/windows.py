@@ -13,6 +13,7 @@ from compiler.graph import Value, base_of
 from compiler.graph_builder import GraphBuilder, normalize_dim
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind
+from compiler.lowerings.movement import consecutive_runs
 
 _INT_TYPES = (DType.i32, DType.i64)
 
@@ -85,12 +86,7 @@ def take(b: GraphBuilder, x: Value, dim: int, index: Sequence[int] | np.ndarray)
                   and all(picks[i + 1] - picks[i] == picks[1] - picks[0] for i in range(n - 1))):
         step = picks[1] - picks[0] if n > 1 else 1
         return b.slice(x, dim, picks[0], picks[-1] + 1, step)
-    runs: list[list[int]] = []
-    for p in picks:
-        if runs and p == runs[-1][1]:
-            runs[-1][1] += 1
-        else:
-            runs.append([p, p + 1])
+    runs = consecutive_runs(picks)
     if len(runs) <= 4:
         parts = [b.slice(x, dim, lo, hi) for lo, hi in runs]
         shape = x.shape[:dim] + (n,) + x.shape[dim + 1:]
