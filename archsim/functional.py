@@ -63,14 +63,15 @@ class Memory:
                                   f"(tensors: {', '.join(tensors)})")
         for name, t in tensors.items():
             if name in inputs:
-                self.dram[name] = self._input(t, inputs[name])
+                self.dram[name] = self.input_array(t, inputs[name])
             elif t.role in ("in", "inout"):
                 raise SimulationError(f"input tensor {name!r} ({t.role}) was not given")
             else:
                 self.dram[name] = np.zeros(t.shape, t.dtype.storage)
 
     @staticmethod
-    def _input(t: DramTensor, value: Any) -> np.ndarray:
+    def input_array(t: DramTensor, value: Any) -> np.ndarray:
+        """``value`` as the stored array of input tensor ``t`` (a copy; its shape checked)."""
         array = np.asarray(value)
         if tuple(array.shape) != t.shape:
             raise SimulationError(f"input {t.name!r}: shape {list(array.shape)} does not match "

@@ -126,7 +126,7 @@ def _bind_matmul(op: MatMul, memory: Memory) -> Step:
     return matmul
 
 
-def _in_place(memory: Memory, dst: SramRef, *operands: SramRef | Scalar) -> bool:
+def _in_place(dst: SramRef, *operands: SramRef | Scalar) -> bool:
     """Whether a ufunc can write straight into ``dst``: f32 everywhere, same shapes
     (a float scalar is taken as f32, as the general path does)."""
     if dst.dtype is not DType.f32 or all(isinstance(x, Scalar) for x in operands):
@@ -137,7 +137,7 @@ def _in_place(memory: Memory, dst: SramRef, *operands: SramRef | Scalar) -> bool
 
 def _bind_unary(op: Unary, memory: Memory) -> Step:
     fn, read, write = UNARY[op.kind], _reader(memory, op.src), _writer(memory, op.dst)
-    if isinstance(fn, np.ufunc) and _in_place(memory, op.dst, op.src):
+    if isinstance(fn, np.ufunc) and _in_place(op.dst, op.src):
         src, dst = memory.view(op.src), memory.view(op.dst)
         return lambda: fn(src, out=dst)
     return lambda: write(fn(read()))
@@ -145,7 +145,7 @@ def _bind_unary(op: Unary, memory: Memory) -> Step:
 
 def _bind_binary(op: Binary, memory: Memory) -> Step:
     fn, write = BINARY[op.kind], _writer(memory, op.dst)
-    if _in_place(memory, op.dst, op.a, op.b):
+    if _in_place(op.dst, op.a, op.b):
         a, b, dst = (np.float32(x.value) if isinstance(x, Scalar) else memory.view(x)
                      for x in (op.a, op.b, op.dst))
         return lambda: fn(a, b, out=dst)
@@ -270,7 +270,7 @@ class BoundProgram:
         for name, t, required in self.fed:
             value = inputs.get(name)
             if value is not None:
-                dram[name] = memory._input(t, value)
+                dram[name] = memory.input_array(t, value)
             elif required:
                 raise SimulationError(f"input tensor {name!r} ({t.role}) was not given")
             else:

@@ -18,9 +18,9 @@ import torch
 import torch.fx
 
 from archsim.errors import LoweringError, UnsupportedOpError
-from compiler.export import lifted_constants
 from compiler import graph as g
 from compiler.attention_match import AttentionMatch, find_attention
+from compiler.export import lifted_constants
 from compiler.graph import Graph, Value
 from compiler.graph_builder import GraphBuilder
 from compiler.lowerings import LOWERINGS

@@ -37,8 +37,10 @@ def gather_rows(b: GraphBuilder, table: Value, indices: Value) -> Value:
     return rows if shape == rows.shape else b.view(rows, shape)
 
 
-def _dense(b: GraphBuilder, x: Value) -> Value:
-    """``x`` itself if it owns its storage, else a copy that does (a cat of one)."""
+def dense(b: GraphBuilder, x: Value) -> Value:
+    """``x`` itself if it owns its storage, else a copy that does: a cat of one, which the
+    graph passes keep (an elementwise copy such as ``x + 0`` of a view gets the view
+    moved below it again by view sinking, so the result would still be a view)."""
     return x if base_of(x) is x else b.add(g.Cat(0), (x,), x.shape, x.dtype, "cat")
 
 
@@ -47,7 +49,7 @@ def stored(b: GraphBuilder, x: Value) -> Value:
     reshape of another value, which is copied (a cat of one). Kernels that address
     their input by its dims (convolution windows, strided slices) need this."""
     base = base_of(x)
-    return x if base is x or base.shape == x.shape else _dense(b, x)
+    return x if base is x or base.shape == x.shape else dense(b, x)
 
 
 def index_rows(b: GraphBuilder, x: Value, given: list[tuple[int, Value]]) -> Value:
@@ -87,7 +89,7 @@ def index_rows(b: GraphBuilder, x: Value, given: list[tuple[int, Value]]) -> Val
     cols = 1
     for n in rest:
         cols *= n
-    table = _dense(b, x if len(x.shape) == 2 else b.view(x, (rows, cols)))
+    table = dense(b, x if len(x.shape) == 2 else b.view(x, (rows, cols)))
     picked = gather_rows(b, table, flat)
     return b.view(picked, flat.shape + rest)
 
@@ -106,8 +108,8 @@ def gather_along(b: GraphBuilder, x: Value, dim: int, index: Value) -> Value:
     cols = 1
     for n in moved_x.shape[1:]:
         cols *= n
-    table = _dense(b, b.view(moved_x, (x.shape[dim], cols)))
-    picks = _dense(b, b.view(moved_index, (index.shape[dim], cols)))
+    table = dense(b, b.view(moved_x, (x.shape[dim], cols)))
+    picks = dense(b, b.view(moved_index, (index.shape[dim], cols)))
     if picks.dtype not in INDEX_DTYPES:
         picks = b.cast(picks, DType.i64)
     out = b.add(g.Gather(per_column=True), (table, picks), picks.shape, x.dtype, "gather")

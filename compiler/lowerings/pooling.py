@@ -18,6 +18,7 @@ from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, ReduceKind
+from compiler.lowerings.indexing import stored
 from compiler.lowerings.movement import pad2d
 from compiler.lowerings.registry import lowering
 from compiler.lowerings.windows import pad_trailing, strided_tap, table, take
@@ -158,7 +159,7 @@ def _pool(b: GraphBuilder, x: Value, kind: str, kernel: Any, stride: Any, paddin
     ph, pw = _ints(padding, 2)
     dh, dw = _ints(dilation, 2)
     fill = float("-inf") if kind == "max" else 0.0
-    padded = pad2d(b, x, (ph, ph, pw, pw), fill)
+    padded = stored(b, pad2d(b, x, (ph, ph, pw, pw), fill))  # windows addressed by dims
     lead, (h, wd) = padded.shape[:-2], padded.shape[-2:]
     oh = _out_size(h, kh, sh, dh, 0)
     ow = _out_size(wd, kw, sw, dw, 0)

@@ -9,13 +9,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from compiler import graph as g
-from compiler.graph import Value, base_of
+from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder, normalize_dim
 from compiler.ir.dtypes import DType
-from compiler.ir.ops import BinaryKind
+from compiler.lowerings.indexing import dense
 from compiler.lowerings.movement import consecutive_runs
-
-_INT_TYPES = (DType.i32, DType.i64)
 
 
 def table(b: GraphBuilder, array: np.ndarray, dtype: DType) -> Value:
@@ -66,13 +64,6 @@ def pad_trailing(b: GraphBuilder, x: Value, pads: Sequence[tuple[int, int]],
         x = b.add(g.Pad((top, bottom, left, right), float(value)), (x,), shape, x.dtype,
                   "pad")
     return x
-
-
-def dense(b: GraphBuilder, x: Value) -> Value:
-    """``x`` as a stored tensor of its own (a vector copy when it is a view)."""
-    if base_of(x) is x:
-        return x
-    return b.binary(BinaryKind.add, x, 0 if x.dtype in _INT_TYPES else 0.0)
 
 
 def take(b: GraphBuilder, x: Value, dim: int, index: Sequence[int] | np.ndarray) -> Value:

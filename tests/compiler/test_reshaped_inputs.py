@@ -32,6 +32,11 @@ class ConvOfReshape(nn.Module):
         return self.conv(x.reshape(b, c, 4, n // 4))
 
 
+class PoolOfReshape(nn.Module):
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # tokens back to a map, pooled
+        return nn.functional.max_pool2d((tokens * 2).transpose(1, 2).reshape(2, 4, 4, 5), 2)
+
+
 class StridedSliceOfReshape(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # Swin's patch merging
         y = (x + 1).view(1, 6, 6, 4)
@@ -51,6 +56,12 @@ def test_a_convolution_of_a_reshaped_value() -> None:
     module, tokens = ConvOfReshape(), torch.randn(2, 20, 4)
     (out,) = _run(module, tokens)
     torch.testing.assert_close(out, module(tokens), rtol=1e-4, atol=1e-4)
+
+
+def test_a_pooling_window_over_a_reshaped_value() -> None:
+    tokens = torch.randn(2, 20, 4)
+    (out,) = _run(PoolOfReshape(), tokens)
+    assert torch.equal(out, PoolOfReshape()(tokens))
 
 
 def test_a_strided_slice_of_a_reshaped_value() -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import torch_bridge
+from device_check import assert_on_device_like_cpu
 
 Fn = Callable[..., Any]
 pytestmark = pytest.mark.filterwarnings("ignore:.*degrees of freedom")
@@ -44,16 +45,7 @@ REDUCTIONS: dict[str, Fn] = {
 
 
 def _check(fn: Fn, *inputs: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-5) -> None:
-    with torch_bridge.profile() as prof:
-        got = fn(*(t.to("npu") for t in inputs))
-    want = fn(*inputs)
-    got = got if isinstance(got, tuple) else (got,)
-    want = want if isinstance(want, tuple) else (want,)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.device.type == "npu"
-        torch.testing.assert_close(g.cpu(), w, rtol=rtol, atol=atol, equal_nan=True)
-    assert prof.result.host_work == ()
+    assert_on_device_like_cpu(fn, *inputs, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("name", REDUCTIONS)

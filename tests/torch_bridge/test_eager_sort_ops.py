@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import torch_bridge
+from device_check import assert_on_device_like_cpu
 
 CASES: dict[str, tuple[Callable[[torch.Tensor], Any], tuple[int, ...]]] = {
     "sort_rank": (lambda x: torch.sort(x, dim=1, stable=True), (3, 9, 2)),
@@ -38,16 +39,7 @@ def test_sort_matches_cpu_on_the_device(name: str) -> None:
     if "rank" in name or "bitonic" in name:  # ties and NaNs
         x = (x * 2).round()
         x.view(-1)[::11] = float("nan")
-    with torch_bridge.profile() as prof:
-        got = fn(x.to("npu"))
-    want = fn(x)
-    for g, w in zip(got if isinstance(got, tuple) else (got,),
-                    want if isinstance(want, tuple) else (want,)):
-        if w.is_floating_point():
-            torch.testing.assert_close(g.cpu(), w, equal_nan=True)
-        else:
-            assert torch.equal(g.cpu(), w)
-    assert prof.result.host_work == ()
+    assert_on_device_like_cpu(fn, x)
 
 
 def test_a_sort_beyond_the_bitonic_bound_runs_on_the_host_visibly() -> None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import torch_bridge
+from device_check import assert_on_device_like_cpu
 from torch_bridge import runtime
 
 
@@ -17,13 +18,6 @@ def _tiny():
     runtime.set_config("tiny")
     yield
     runtime.set_config(before)
-
-
-def _on_device(fn, *tensors):
-    with torch_bridge.profile() as prof:
-        out = fn(*(t.npu() for t in tensors)).cpu()
-    assert not prof.result.host_work, [r.name for r in prof.result.host_work]
-    return out
 
 
 def test_index_by_run_time_tensors_on_leading_dims() -> None:
@@ -39,7 +33,7 @@ def test_index_by_run_time_tensors_on_leading_dims() -> None:
         (lambda x, p: (x * 2)[:, 1:][p], (x, picks)),            # a computed view
     ]
     for fn, args in cases:
-        assert torch.equal(_on_device(fn, *args), fn(*args))
+        assert_on_device_like_cpu(fn, *args, rtol=0, atol=0)
 
 
 def test_gather_along_any_dim_of_an_nd_tensor() -> None:
@@ -50,7 +44,7 @@ def test_gather_along_any_dim_of_an_nd_tensor() -> None:
     for fn, args in [(lambda x, i: torch.gather(x, 1, i), (x, along1)),
                      (lambda y, i: torch.gather(y, 2, i), (y, along2)),
                      (lambda x, i: torch.gather(x * 1 + 0, 1, i), (x, along1))]:
-        assert torch.equal(_on_device(fn, *args), fn(*args))
+        assert_on_device_like_cpu(fn, *args, rtol=0, atol=0)
 
 
 def test_gather_with_an_index_narrower_on_another_dim_falls_back_visibly() -> None:
@@ -109,7 +103,7 @@ def test_index_tensors_on_inner_dims_put_the_picks_where_torch_does() -> None:
              lambda x, i, j: x[j % 2, :, i],        # separated dims: picks go first
              lambda x, i, j: x[..., j]]
     for fn in cases:
-        assert torch.equal(_on_device(fn, x, i, j), fn(x, i, j))
+        assert_on_device_like_cpu(fn, x, i, j, rtol=0, atol=0)
 
 
 def test_falcon_estimate_on_meta_equals_the_run_with_no_host_work() -> None:
