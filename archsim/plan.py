@@ -42,10 +42,6 @@ class Plan:
         self._bound: BoundProgram | None = None
         commands = program.commands
         self.n = len(commands)
-        self.deps = [c.deps for c in commands]
-        if [c.id for c in commands] != list(range(self.n)):
-            index = {c.id: i for i, c in enumerate(commands)}
-            self.deps = [tuple(index[d] for d in deps) for deps in self.deps]
         chip = Chip(simpy.Environment(), config, program.tensor_map)
         capacity = chip.network.capacity
         # Each distinct (engine, op shape) is costed once: loops repeat a few shapes.
@@ -54,8 +50,15 @@ class Plan:
         steps: list[Step] = []
         engines: list[str] = []
         kinds: list[int] = []
+        deps: list[tuple[int, ...]] = []
         key_of = COST_KEY.get
-        for c in commands:
+        add_kind, add_deps, numbered = kinds.append, deps.append, True
+        # one pass over the commands (each visit touches several objects: this loop is
+        # most of a plan's cost)
+        for i, c in enumerate(commands):
+            if c.id != i:
+                numbered = False
+            add_deps(c.deps)
             op = c.op
             cls = type(op)
             key = (c.engine, cls, key_of(cls, no_cost_key)(op))
@@ -67,7 +70,11 @@ class Plan:
                 engines.append(c.engine)
                 solo = solo_rate(timing.links, timing.cap, capacity) if timing.links else 0.0
                 steps.append((timing.fixed_cycles, timing.links, float(timing.nbytes), solo))
-            kinds.append(kind)
+            add_kind(kind)
+        if not numbered:  # dependencies name command ids; the run indexes by position
+            index = {c.id: i for i, c in enumerate(commands)}
+            deps = [tuple(index[d] for d in ds) for ds in deps]
+        self.deps = deps
         self.timings = timings
         """Distinct costs; ``timings[kinds[i]]`` is command i's."""
         self.kinds = kinds
@@ -103,6 +110,11 @@ class Plan:
         if program is None:
             raise ReferenceError("the plan's program is gone")
         return program
+
+    @cached_property
+    def queue_arrays(self) -> dict[str, np.ndarray]:
+        """Each engine's queue as an index array (for per-engine totals of a run)."""
+        return {engine: np.asarray(queue, dtype=np.intp) for engine, queue in self.queues.items()}
 
     @cached_property
     def sram_sizes(self) -> dict[str, int]:

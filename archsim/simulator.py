@@ -135,6 +135,7 @@ class _Run:
             queue = engine.queue
             pos = engine.pos
             free = engine.free_at
+            saving = engine.saving
             count = len(queue)
             while pos < count:
                 i = queue[pos]
@@ -163,8 +164,8 @@ class _Run:
                             engine.busy = True
                             break
                         continue
-                    if engine.saving and pos and start == free:  # back to back
-                        fixed = max(1, fixed - engine.saving)
+                    if saving and pos and start == free:  # back to back
+                        fixed = max(1, fixed - saving)
                     free = ends[i] = start + fixed
                     woken = waiters.pop(i, None)
                     if woken:
@@ -217,7 +218,7 @@ class _Run:
         starts = np.asarray(self.starts, dtype=np.int64)
         ends = np.asarray(self.ends, dtype=np.int64)
         busy = {engine: busy_cycles(starts[queue], ends[queue], plan.in_flight[engine])
-                for engine, queue in self.queues.items()}
+                for engine, queue in plan.queue_arrays.items()}
         outputs = None
         if self.executor is not None:
             outputs = MappingProxyType(self.executor.memory.output_values())

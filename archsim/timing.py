@@ -55,9 +55,17 @@ def compute(cycles: int, flops: int = 0) -> CommandTiming:
 
 
 def _box(ref: DramRef) -> tuple[Any, ...]:
-    """A DRAM box without its position: the tensor, then length and step per dim."""
+    """A DRAM box without its position: the tensor, then length and step per dim
+    (ranks 1 and 2 spelled out: every command of a plan computes this)."""
+    slices = ref.slices
+    if len(slices) == 2:
+        a, b = slices
+        return (ref.tensor, a.stop - a.start, a.step, b.stop - b.start, b.step)
+    if len(slices) == 1:
+        (a,) = slices
+        return (ref.tensor, a.stop - a.start, a.step)
     key: tuple[Any, ...] = (ref.tensor,)
-    for s in ref.slices:
+    for s in slices:
         key += (s.stop - s.start, s.step)
     return key
 

@@ -17,7 +17,7 @@ def numel(shape: Shape) -> int:
     return math.prod(shape)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DramTensor:
     """A named tensor in device DRAM. ``role`` says who provides/reads it:
     ``in`` (given by the caller), ``out`` (read back), ``inout``, or ``temp``."""
@@ -35,7 +35,7 @@ class DramTensor:
 ROLES: tuple[str, ...] = ("in", "out", "inout", "temp")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Slice:
     """``start:stop:step`` along one dimension (step > 0)."""
 
@@ -51,7 +51,7 @@ class Slice:
         return (span + self.step - 1) // self.step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DramRef:
     """A strided box of a DRAM tensor: one :class:`Slice` per dimension."""
 
@@ -63,7 +63,7 @@ class DramRef:
         return tuple(s.length for s in self.slices)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SramRef:
     """A region of an SRAM space: dense and row-major, or with ``strides`` (in elements,
     one per dim) a strided view — how DMA engines address a box inside a bigger buffer
@@ -108,7 +108,7 @@ def sram_space(core: int) -> str:
     return f"sram{core}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Scalar:
     """A constant operand of a vector binary op."""
 

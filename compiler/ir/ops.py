@@ -132,7 +132,7 @@ COMPARISON: frozenset[BinaryKind] = frozenset({
 # ---------------------------------------------------------------- operations
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Op:
     """Base of every operation."""
 
@@ -142,7 +142,7 @@ class Op:
 # -- data movement (DMA engines: coreN.dmaM, tdma) --------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Load(Op):
     """DRAM box -> SRAM region (same element count; copied in row-major order)."""
 
@@ -151,7 +151,7 @@ class Load(Op):
     mnemonic = "load"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Store(Op):
     """SRAM region -> DRAM box (same element count; row-major order)."""
 
@@ -160,7 +160,7 @@ class Store(Op):
     mnemonic = "store"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Copy(Op):
     """SRAM -> SRAM between spaces or within one (scratchpads, shared SRAM)."""
 
@@ -169,7 +169,7 @@ class Copy(Op):
     mnemonic = "copy"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Gather(Op):
     """Indexed DMA: rows of a DRAM box picked by an SRAM index vector.
 
@@ -190,7 +190,7 @@ DMA_OPS: tuple[type[Op], ...] = (Load, Store, Copy, Gather)
 # -- matrix engine (coreN.mxuM) ----------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MatMul(Op):
     """``out (+)= a @ b`` with a: [m, k], b: [k, n], out: [m, n] in the accumulator dtype.
     ``a`` may have more leading dims (``[..., k]``, rows = their product), so a strided
@@ -206,7 +206,7 @@ class MatMul(Op):
 # -- vector engine (coreN.vpu) -------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Unary(Op):
     kind: UnaryKind
     src: SramRef
@@ -214,7 +214,7 @@ class Unary(Op):
     mnemonic = "unary"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Binary(Op):
     """Elementwise with numpy broadcasting; either input may be a :class:`Scalar`."""
 
@@ -225,7 +225,7 @@ class Binary(Op):
     mnemonic = "binary"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Select(Op):
     """``dst = where(cond, a, b)`` with broadcasting; a or b may be a Scalar."""
 
@@ -236,7 +236,7 @@ class Select(Op):
     mnemonic = "select"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Cast(Op):
     """Convert ``src`` to ``dst.dtype`` (same shape)."""
 
@@ -245,7 +245,7 @@ class Cast(Op):
     mnemonic = "cast"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reduce(Op):
     """Reduce along ``axis``; ``dst`` keeps that axis with length 1."""
 
@@ -256,7 +256,7 @@ class Reduce(Op):
     mnemonic = "reduce"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Transpose(Op):
     """``dst = src.transpose(perm)``."""
 
@@ -266,7 +266,7 @@ class Transpose(Op):
     mnemonic = "transpose"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VCopy(Op):
     """Copy within the vector engine (same element count, may reshape or broadcast
     ``src`` to ``dst.shape``)."""
@@ -281,7 +281,7 @@ VECTOR_OPS: tuple[type[Op], ...] = (Unary, Binary, Select, Cast, Reduce, Transpo
 # -- host link (hdma) and host (host) -------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostTransfer(Op):
     """Bytes of a DRAM tensor crossing the host link. ``to_device`` is host -> DRAM.
     Functionally a no-op: DRAM tensors already hold the caller's inputs."""
@@ -291,7 +291,7 @@ class HostTransfer(Op):
     mnemonic = "host_transfer"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostOp(Op):
     """Work the NPU cannot do, run on the host CPU for ``cycles`` device cycles.
 
@@ -314,7 +314,7 @@ ALL_OPS: tuple[type[Op], ...] = (*DMA_OPS, MatMul, *VECTOR_OPS, *HOST_OPS)
 # ---------------------------------------------------------------- commands / program
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Command:
     """One entry of an engine's in-order queue.
 
