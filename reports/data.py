@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Union
@@ -322,7 +322,8 @@ def operand_text(op: Op) -> str:
     from compiler.ir.text import format_dram_ref, format_sram_ref
 
     parts = []
-    for name, value in vars(op).items():
+    for spec in fields(op):
+        name, value = spec.name, getattr(op, spec.name)
         if isinstance(value, SramRef):
             text = format_sram_ref(value)
         elif isinstance(value, DramRef):
