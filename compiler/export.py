@@ -25,12 +25,56 @@ def export_model(module: Any, args: tuple[Any, ...],
                  kwargs: Mapping[str, Any] | None = None) -> Any:
     """``torch.export``, then decomposition to core ATen with attention kept whole and
     user ``triton_op`` kernels opened into their Triton launches. The compiler's pattern
-    matching (written-out attention) and lowerings are written for this form."""
+    matching (written-out attention) and lowerings are written for this form.
+
+    One trace where torch allows it (:func:`_export_decomposed`), else the public two:
+    ``torch.export.export`` then ``run_decompositions``."""
     import torch
 
-    exported = torch.export.export(module, tuple(args), dict(kwargs or {}))
-    return exported.run_decompositions(export_decompositions(),
-                                       decompose_custom_triton_ops=True)
+    table = export_decompositions()
+    try:
+        return _export_decomposed(module, tuple(args), dict(kwargs or {}), table)
+    except Exception:  # noqa: BLE001 - the public path gives the user its own error
+        exported = torch.export.export(module, tuple(args), dict(kwargs or {}))
+        return exported.run_decompositions(table, decompose_custom_triton_ops=True)
+
+
+def _export_decomposed(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                       table: dict[Any, Any]) -> Any:
+    """The decomposed program in one trace: torch.export's ATen-level export
+    (``_export(pre_dispatch=False)``, the path ``run_decompositions`` retraces through)
+    with the decomposition table handed to that trace. The public path traces twice
+    (training IR, then decomposition); this one gives the same graph — node names,
+    module paths and signature (checked by ``tests/compiler/test_export.py``) — in
+    about 60% of the time, which matters for ``archsim run`` (export is its largest part
+    after importing torch). torch 2.13's private entry point: if it moves, the caller
+    falls back to the public path."""
+    import functools
+
+    _trace, _override_composite_implicit_decomp, split_table = _private_export_api()
+    # as run_decompositions does: composite ops the table keeps (attention) are
+    # preserved by overriding their implicit decomposition during the trace
+    composite, table = split_table(dict(table))
+    to_aten = _trace._export_to_aten_ir
+    _trace._export_to_aten_ir = functools.partial(to_aten, decomp_table=table,
+                                                  decompose_custom_triton_ops=True)
+    try:
+        with _override_composite_implicit_decomp(composite):
+            return _trace._export(module, args, kwargs, strict=False, pre_dispatch=False)
+    finally:
+        _trace._export_to_aten_ir = to_aten
+
+
+def _private_export_api() -> tuple[Any, Any, Any]:
+    """The torch 2.13 internals :func:`_export_decomposed` uses (ImportError if moved)."""
+    from torch.export import _trace
+    from torch.export.exported_program import (
+        _override_composite_implicit_decomp,
+        _split_decomp_table_to_cia_and_python_decomp,
+    )
+
+    return _trace, _override_composite_implicit_decomp, \
+        _split_decomp_table_to_cia_and_python_decomp
 
 
 LIFTED_FOLD_ELEMENTS = 4096
