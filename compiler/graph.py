@@ -268,8 +268,12 @@ class Attention(Spec):
     """softmax(q @ k^T * scale + mask) @ v with q [..., Sq, D], k [..., Sk, D],
     v [..., Sk, Dv]; inputs (q, k, v[, mask]); key/value heads may be fewer (GQA).
     ``heads_after_seq[i]``: input i is stored [B, S, H, D] (heads split off the hidden
-    dim, not yet moved in front of the sequence); the kernel reads its heads in place."""
+    dim, not yet moved in front of the sequence); the kernel reads its heads in place.
+    ``out_heads_after_seq``: the output is stored [B, S, H, Dv] (the heads merged back
+    next to each other, as the next projection reads them); the kernel writes each
+    head there."""
 
     scale: float
     causal: bool
     heads_after_seq: tuple[bool, bool, bool] = (False, False, False)
+    out_heads_after_seq: bool = False

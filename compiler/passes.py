@@ -149,26 +149,58 @@ def _sink(node: g.Node) -> list[g.Node] | None:
 class AttentionLayoutPass:
     """Attention inputs that are [B, S, H, D] tensors permuted to [B, H, S, D] (how
     transformer code splits heads) are read in place by the attention kernel, which
-    addresses each head in the stored layout; the permutes become dead code."""
+    addresses each head in the stored layout; an output only permuted back to
+    [B, S, H, Dv] (how it merges heads for the output projection) is written in that
+    layout. The permutes become dead code: XLA's layout assignment does the same
+    (the Cloud TPU guide: transposing a matmul operand or result is effectively free)."""
 
     name: str = "attention-layout"
 
     def apply(self, graph: Graph) -> Graph:
         changed = False
+        users = graph.users()
+        outputs = {v.id for v in graph.outputs}
         for node in graph.nodes:
             if not isinstance(node.spec, g.Attention):
                 continue
             inputs, flags = list(node.inputs), list(node.spec.heads_after_seq)
             for i in range(3):
-                producer = inputs[i].producer
-                if producer is not None and isinstance(producer.spec, g.Permute) and \
-                        tuple(producer.spec.perm) == (0, 2, 1, 3) and not flags[i]:
-                    inputs[i], flags[i] = producer.inputs[0], True
+                if _heads_swap(inputs[i].producer) and not flags[i]:
+                    inputs[i], flags[i] = inputs[i].producer.inputs[0], True
             if any(flags) and tuple(flags) != node.spec.heads_after_seq:
                 node.inputs = tuple(inputs)
                 node.spec = replace(node.spec, heads_after_seq=tuple(flags))
                 changed = True
+            merge = None if node.spec.out_heads_after_seq else _heads_merge(node, users, outputs)
+            if merge is not None:
+                merged = merge.out  # the permute's result, now the kernel's
+                merged.producer = node
+                node.outputs = (merged,) + node.outputs[1:]
+                merge.outputs = (g.Value(merged.shape, merged.dtype, f"{merged.name}_dead"),)
+                node.spec = replace(node.spec, out_heads_after_seq=True)
+                changed = True
         return DeadCodePass().apply(graph) if changed else graph
+
+
+def _heads_swap(node: g.Node | None) -> bool:
+    """A permute exchanging the heads and sequence dims of a 4-D tensor."""
+    return node is not None and isinstance(node.spec, g.Permute) and \
+        tuple(node.spec.perm) == (0, 2, 1, 3)
+
+
+def _heads_merge(node: g.Node, users: dict[int, list[g.Node]], outputs: set[int]
+                 ) -> g.Node | None:
+    """The permute that is the only reader of an attention's output (through views that
+    end in the output's own shape, as batched-matmul code flattens and restores the
+    heads), if it swaps the heads back behind the sequence."""
+    value = node.out
+    while value.id not in outputs and len(users.get(value.id, ())) == 1:
+        reader = users[value.id][0]
+        if isinstance(reader.spec, g.View):
+            value = reader.out
+            continue
+        return reader if _heads_swap(reader) and value.shape == node.out.shape else None
+    return None
 
 
 @dataclass(frozen=True)

@@ -223,9 +223,8 @@ class _Step:
         mbuf = self.bufs["mask"][self.ss]
         if self.bias is not None:
             from compiler.emit import DramView
-            sk = logical_shape(k, stored[1])[-2]
-            view = DramView(self.bias, node.out.shape[-2:-1] + (sk,),
-                            node.out.shape[-2:-1] + (sk,), F32)
+            sq, sk = logical_shape(node.inputs[0], stored[0])[-2], logical_shape(k, stored[1])[-2]
+            view = DramView(self.bias, (sq, sk), (sq, sk), F32)
             for ref, off in ctx.em.dram_pieces(view, (self.rows, self.keys)):
                 from compiler.ir.ops import Load
                 ctx.em.emit(ctx.em.dma(self.core, "load"), Load(ref, sub(mbuf, ref.shape, off)),
@@ -327,4 +326,5 @@ class _Step:
             result = self.buf("o", (self.nq, dv), True)
             self.vec(Cast(acc, result))
         box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, dv))
-        store_box(self.ctx, out, box, result, self.core, self.source, "store")
+        store_box(self.ctx, out, _stored_box(box, self.node.spec.out_heads_after_seq), result,
+                  self.core, self.source, "store")

@@ -124,3 +124,38 @@ def test_heads_are_read_in_place_without_permute_kernels(sdpa: bool) -> None:
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
     assert not [k for k in compiled.kernels if k.rpartition(":")[2].startswith("permute")]
     assert len(compiled.kernels) == 4  # three projections and the attention
+
+
+class _MergeHeads(torch.nn.Module):
+    """BERT-era attention: heads split by view + permute, written-out attention, heads
+    merged back by permute + reshape for the output projection."""
+
+    def __init__(self, hidden: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+        self.out = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = (t.view(b, s, self.heads, h // self.heads).permute(0, 2, 1, 3)
+                   for t in self.qkv(x).split(h, dim=-1))
+        ctx = Core()(q, k, v)
+        return self.out(ctx.permute(0, 2, 1, 3).contiguous().view(b, s, h))
+
+
+def test_heads_merged_back_are_written_in_place() -> None:
+    """The kernel stores each head where the permute back to [B, S, H, D] would put it
+    (the permute is not a kernel of its own, the output is stored once) and the numbers
+    are torch's."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 24, 32)
+    model = _MergeHeads().eval()
+    fused = _compile(model, x)
+    (out,), result = fused.run(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    assert "bmm_1" in fused.kernels  # the attention kernel
+    assert not any(name.startswith(("permute", "clone")) for name in fused.kernels), \
+        fused.kernels
+    # stored: the qkv projection, its three splits, attention's output once, the result
+    assert result.dram_bytes_written == (3 + 3 + 1 + 1) * x.numel() * 4
