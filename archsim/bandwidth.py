@@ -140,10 +140,16 @@ class FlowNetwork:
         if self._wake_at != now:  # set before flows slowed down (or all left)
             self._arm(now)
             return
-        self._advance(now)
-        finished = [f for f in self._flows if f.remaining <= f.rate * _DONE]
+        # _advance and the split into finished and continuing flows, in one pass
+        elapsed = now - self._updated_at
+        self._updated_at = now
+        finished, still = [], []
+        for f in self._flows:
+            if elapsed:
+                f.remaining -= f.rate * elapsed
+            (finished if f.remaining <= f.rate * _DONE else still).append(f)
         if finished:
-            self._flows = still = [f for f in self._flows if f.remaining > f.rate * _DONE]
+            self._flows = still
             demand, limit, over = self._demand, self._limit, self._oversubscribed
             for flow in finished:
                 for link in flow.links:  # demand only shrinks here
