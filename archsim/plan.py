@@ -84,7 +84,7 @@ class Plan:
         """Per engine, transfers it may keep in flight (1: each ends before the next)."""
         self.saving = {engine: chip.back_to_back_saving(engine) for engine in self.queues}
         """Per engine, cycles a command saves when it starts as the previous one ends."""
-        self.steps = [steps[k] for k in kinds]
+        self.steps = list(map(steps.__getitem__, kinds))
         """Per command: (fixed cycles, links, bytes, solo rate) — what the run reads."""
         self.link_names = tuple(chip.network.names)
         self.link_capacities = tuple(capacity)
