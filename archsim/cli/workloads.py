@@ -256,7 +256,7 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     import torch
 
     import compiler
-    from torch_bridge.estimate import export_shapes, whole_stack
+    from torch_bridge.estimate import estimate_options, export_shapes, whole_stack
     from torch_bridge.layer_stack import KEEP_LAYERS
     from torch_bridge.model_outputs import Forward
 
@@ -276,7 +276,8 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     elif layers:
         name += f", {layers} layers simulated"
     with progress.step(f"compiling for {config.name}"):
-        compiled = compiler.compile_graph(exported, config)
+        options = estimate_options(getattr(args, "all_layers", False)) if perf_only else None
+        compiled = compiler.compile_graph(exported, config, options)
     program = dataclasses.replace(compiled.program, name=name)
     compiled = dataclasses.replace(compiled, program=program)
     steps = f"simulating {len(program.commands)} commands"
