@@ -73,7 +73,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                         tiling.acc_sets, tiling.op_sets, len(k_steps), tiling.a_resident,
                         -(-n // n_tile), 2 * len(tiles) * len(k_steps), ctx.partial_limit)
     if panels is not None:  # the first panels only (compiler.kernels.matmul_panels)
-        tiles = tiles[:panels.kept_tiles]
+        tiles = panels.emitted(tiles)
     ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each
     cores = min(ctx.cores, len(tiles))
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
@@ -111,7 +111,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                                 cols, cast_needed, kernel.name) if last else (lambda: None),
             )
             if panels is not None:
-                steps = _tagged(ctx, steps, t // panels.tiles_per_panel, ranges)
+                steps = _tagged(ctx, steps, panels.panel_of(t), ranges)
             per_core[core].append(steps)
     pipeline(per_core, tiling.op_sets - 1)
     if panels is not None:

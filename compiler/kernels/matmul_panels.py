@@ -6,7 +6,9 @@ every tile has the same shape (the tiles divide M and N, whole rounds) the round
 only in their DRAM addresses; the SRAM buffers they use rotate with a short period (the
 accumulator sets, the operand sets over the k-steps, a resident A row block's sets).
 A *panel* is the smallest number of rounds after which every core is back at the same
-buffers: panels are identical pieces of the schedule.
+buffers: panels are identical pieces of the schedule. Tiles past the last whole panel
+(a last round that does not reach every core: 4,096 tiles over 20 cores) are simulated
+with the last panel as the tail.
 
 When allowed (:attr:`CompileOptions.partial_matmul_commands`, performance-only, the
 program's last kernel, so no later kernel waits for tiles that were not computed), the
@@ -22,10 +24,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from archsim.result import SimResult
+
+T = TypeVar("T")
 
 KEEP_PANELS = 3
 """Panels compiled and simulated: the first (pipeline fill), a steady-state one that each
@@ -42,16 +47,28 @@ MIN_PANELS = 8
 
 @dataclass(frozen=True)
 class PanelPlan:
-    """Output tiles grouped into identical panels; the first ``kept`` are compiled."""
+    """Output tiles grouped into identical panels; ``kept`` of them are compiled: the
+    first ones and, when ``remainder`` tiles follow the last whole panel, a tail of the
+    last panel and those tiles in place of the last kept panel."""
 
     tiles_per_panel: int
     total: int
-    """Panels in the matmul."""
+    """Whole panels in the matmul (the remainder counts with the last)."""
     kept: int
+    remainder: int = 0
 
-    @property
-    def kept_tiles(self) -> int:
-        return self.kept * self.tiles_per_panel
+    def emitted(self, tiles: list[T]) -> list[T]:
+        """The tiles compiled, in order. A tail starts a whole number of panels after
+        the first kept ones, so its tiles meet the cores and buffers they would in
+        the whole matmul at their position in this list."""
+        size = self.tiles_per_panel
+        if not self.remainder:
+            return tiles[:self.kept * size]
+        return tiles[:(self.kept - 1) * size] + tiles[len(tiles) - size - self.remainder:]
+
+    def panel_of(self, position: int) -> int:
+        """The panel of the tile at ``position`` of :meth:`emitted` (the tail is one)."""
+        return min(position // self.tiles_per_panel, self.kept - 1)
 
 
 @dataclass(frozen=True)
@@ -84,8 +101,9 @@ def panel_plan(tiles: int, cores: int, full_shapes: bool, acc_sets: int, op_sets
                limit: int) -> PanelPlan | None:
     """How to compile a matmul of ``tiles`` output tiles (``col_tiles`` per row block,
     ``k_steps`` each, ``commands`` in all) in part under ``limit`` commands, or None
-    when it runs whole (``limit`` 0, small, tiles of several shapes, no period)."""
-    if limit <= 0 or commands <= limit or not full_shapes or tiles % cores:
+    when it runs whole (``limit`` 0, small, tiles of several shapes, a resident A row
+    block shared unevenly by the cores)."""
+    if limit <= 0 or commands <= limit or not full_shapes:
         return None
     rounds = 1
     rounds = math.lcm(rounds, acc_sets)  # accumulator set: (own tile count) % acc_sets
@@ -95,9 +113,9 @@ def panel_plan(tiles: int, cores: int, full_shapes: bool, acc_sets: int, op_sets
             return None
         rounds = math.lcm(rounds, col_tiles // cores * op_sets)
     per_panel = rounds * cores
-    if tiles % per_panel or tiles // per_panel < MIN_PANELS:
+    if tiles // per_panel < MIN_PANELS:
         return None
-    return PanelPlan(per_panel, tiles // per_panel, KEEP_PANELS)
+    return PanelPlan(per_panel, tiles // per_panel, KEEP_PANELS, tiles % per_panel)
 
 
 __all__ = ["KEEP_PANELS", "MIN_PANELS", "PARTIAL_COMMANDS", "PanelPlan", "TilePanels", "panel_plan"]

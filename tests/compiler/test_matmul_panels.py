@@ -49,15 +49,30 @@ class TestPanelPlan:
     def test_a_round_of_one_tile_per_core_is_a_panel(self):
         # 16384^3 on atom: 8 x 64 tiles of 2048 x 256, 256 k-steps, 8 cores
         plan = _plan()
-        assert (plan.tiles_per_panel, plan.total, plan.kept) == (8, 64, KEEP_PANELS)
-        assert plan.kept_tiles == 8 * KEEP_PANELS
+        assert (plan.tiles_per_panel, plan.total, plan.kept, plan.remainder) == \
+            (8, 64, KEEP_PANELS, 0)
+        tiles = list(range(512))
+        assert plan.emitted(tiles) == tiles[:8 * KEEP_PANELS]
+        assert [plan.panel_of(i) for i in (0, 7, 8, 23)] == [0, 0, 1, 2]
+
+    def test_tiles_past_the_last_whole_panel_go_with_it_as_the_tail(self):
+        # 16384^3 on ascend-910b: 4,096 tiles over 20 cores, 204 panels and 16 tiles
+        plan = _plan(tiles=4096, cores=20)
+        assert (plan.tiles_per_panel, plan.total, plan.remainder) == (20, 204, 16)
+        tiles = list(range(4096))
+        kept = plan.emitted(tiles)
+        head = 20 * (KEEP_PANELS - 1)
+        assert kept == tiles[:head] + tiles[4096 - 36:]
+        assert (4096 - 36) % 20 == 0  # the tail meets the cores the head's panels do
+        assert [plan.panel_of(i) for i in (0, head - 1, head, len(kept) - 1)] == \
+            [0, KEEP_PANELS - 2, KEEP_PANELS - 1, KEEP_PANELS - 1]
 
     def test_buffer_rotation_sets_the_period(self):
         assert _plan(acc_sets=2).tiles_per_panel == 16  # accumulators alternate per round
         assert _plan(k_steps=255).tiles_per_panel == 16  # operand sets: odd k-steps
         assert _plan(tiles=240, op_sets=3, k_steps=256).tiles_per_panel == 24
         assert _plan(op_sets=3, k_steps=3).tiles_per_panel == 8
-        assert _plan(tiles=272, op_sets=3, k_steps=256) is None  # 34 rounds: not in threes
+        assert _plan(tiles=272, op_sets=3, k_steps=256).remainder == 8  # 34 rounds
         # a resident A row block: 64 columns over 8 cores = 8 rounds a block, 2 sets
         assert _plan(tiles=1024, resident=True).tiles_per_panel == 8 * 8 * 2
 
@@ -65,7 +80,6 @@ class TestPanelPlan:
         assert _plan(limit=0) is None                 # not asked
         assert _plan(commands=50_000, limit=50_000) is None  # small enough
         assert _plan(full=False) is None              # edge tiles of another shape
-        assert _plan(tiles=516) is None               # a last round not on every core
         assert _plan(tiles=56) is None                # 7 panels: fewer than MIN_PANELS
         assert _plan(resident=True, col_tiles=60, tiles=480) is None
 
@@ -76,6 +90,7 @@ CASES = [  # preset, (m, k, n), dtype
     ("tpu-v3", (8192, 4096, 4096), torch.bfloat16),
     ("tpu-v4", (8192, 4096, 4096), torch.bfloat16),
     ("tiny", (1024, 256, 256), torch.float32),
+    ("ascend-910b", (4096, 4096, 4096), torch.float16),  # 256 tiles on 20 cores: a tail
 ]
 
 
