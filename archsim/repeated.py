@@ -36,7 +36,7 @@ from compiler.ir.access import dram_reads, dram_writes
 from compiler.ir.dram_peak import check_dram_capacity
 from compiler.ir.ops import HostTransfer
 from archsim.plan import plan_for
-from archsim.result import RepeatedLayers, SimResult
+from archsim.result import RepeatedLayers, RepeatedTiles, SimResult
 from archsim.simulator import busy_cycles
 
 
@@ -63,24 +63,55 @@ def extend(result: SimResult, path: str, total: int) -> SimResult:
         raise ArchsimError(f"cannot extend {path!r} to {total} layers: the run already "
                            f"simulated {simulated}")
     middle = (layer >= 1) & (layer <= simulated - 2)
+    extra = total - simulated
+    check_dram_capacity(result.program, result.config,
+                        round(_resident_bytes(result, middle) * extra / (simulated - 2)),
+                        f"with the {extra} layers of {path} not simulated")
+    extended, each = _extended(result, layer, simulated, total)
+    return dataclasses.replace(extended, layers=RepeatedLayers(path, simulated, total, each))
+
+
+def extend_tiles(result: SimResult, panel: np.ndarray, total: int, kernel: str,
+                 tiles_per_panel: int) -> SimResult:
+    """``result`` of a program whose last kernel, a matmul, was compiled in part
+    extended to the whole matmul: ``panel`` gives, per command, the panel of output
+    tiles it belongs to (-1: another kernel), and each of the ``total`` panels not
+    simulated adds what a middle simulated one added (as :func:`extend` does for
+    layers). The DRAM tensors are declared whole, so the capacity check already
+    counted them."""
+    simulated = int(panel.max()) + 1 if len(panel) else 0
+    if simulated < 3 or not all((panel == i).any() for i in range(simulated)):
+        raise ArchsimError(f"cannot extend {kernel!r} to {total} panels: the run has "
+                           f"commands of {simulated}, the first 3 at least are needed")
+    if total < simulated:
+        raise ArchsimError(f"cannot extend {kernel!r} to {total} panels: the run already "
+                           f"simulated {simulated}")
+    extended, each = _extended(result, panel, simulated, total)
+    return dataclasses.replace(extended, tiles=RepeatedTiles(kernel, simulated, total,
+                                                             tiles_per_panel, each))
+
+
+def _extended(result: SimResult, unit: np.ndarray, simulated: int, total: int
+              ) -> tuple[SimResult, int]:
+    """The totals of ``result`` with ``total - simulated`` more units, each adding the
+    mean of the middle simulated units (1 .. simulated - 2 of ``unit``, the per-command
+    unit index), and that mean's cycles."""
+    middle = (unit >= 1) & (unit <= simulated - 2)
     count = simulated - 2
-    span = int(result.ends[layer == simulated - 2].max() - result.ends[layer == 0].max())
+    span = int(result.ends[unit == simulated - 2].max() - result.ends[unit == 0].max())
     extra = total - simulated
 
     def scaled(value: float) -> int:
-        """A middle layers' total, as the ``extra`` layers' (their mean times extra)."""
+        """A middle units' total, as the ``extra`` units' (their mean times extra)."""
         return round(value * extra / count)
 
-    check_dram_capacity(result.program, result.config,
-                        scaled(_resident_bytes(result, middle)),
-                        f"with the {extra} layers of {path} not simulated")
     plan = plan_for(result.program, result.config, verify=False)
     chosen = np.flatnonzero(middle)
     timings = [plan.timings[plan.kinds[i]] for i in chosen]
     busy = dict(result.engine_busy_cycles)
     for engine, queue in plan.queues.items():
         for i in range(1, simulated - 1):
-            members = [j for j in queue if layer[j] == i]
+            members = [j for j in queue if unit[j] == i]
             if members:
                 busy[engine] += scaled(busy_cycles(result.starts[members],
                                                    result.ends[members],
@@ -102,8 +133,7 @@ def extend(result: SimResult, path: str, total: int) -> SimResult:
         matmul_flops=result.matmul_flops + scaled(matmul),
         flops=result.flops + scaled(sum(t.flops for t in timings)),
         link_bytes=MappingProxyType(links),
-        layers=RepeatedLayers(path, simulated, total, round(span / count)),
-    )
+    ), round(span / count)
 
 
 def _resident_bytes(result: SimResult, members: np.ndarray) -> int:
@@ -122,4 +152,4 @@ def _resident_bytes(result: SimResult, members: np.ndarray) -> int:
                if t.role in ("in", "out", "inout") and inside.get(t.name, False))
 
 
-__all__ = ["RepeatedLayers", "extend", "layer_of_commands"]
+__all__ = ["RepeatedLayers", "RepeatedTiles", "extend", "extend_tiles", "layer_of_commands"]

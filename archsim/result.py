@@ -75,6 +75,28 @@ class RepeatedLayers:
 
 
 @dataclass(frozen=True)
+class RepeatedTiles:
+    """How a result covers a matmul compiled in part: its first panels of output tiles
+    (a panel is a round of tiles, one or a few per core, all of one shape) simulated,
+    the others extended (:func:`archsim.repeated.extend_tiles`)."""
+
+    kernel: str
+    """The matmul kernel (``mm``)."""
+    simulated: int
+    """Panels compiled and simulated (the first ones)."""
+    total: int
+    """Panels in the matmul."""
+    tiles_per_panel: int
+    panel_cycles: int
+    """Cycles each panel not simulated adds (the mean of the middle simulated ones)."""
+
+    def describe(self) -> str:
+        """``3 of 64 panels of mm simulated, 61 extended at 4,512,345 cycles each``."""
+        return (f"{self.simulated} of {self.total} panels of {self.kernel} simulated, "
+                f"{self.total - self.simulated} extended at {self.panel_cycles:,} cycles each")
+
+
+@dataclass(frozen=True)
 class SimResult:
     program: Program
     config: NpuConfig
@@ -98,6 +120,10 @@ class SimResult:
     """Set when a stack of identical layers was simulated in part and the totals cover
     all of it (:func:`archsim.repeated.extend`); the trace is that of the simulated
     layers."""
+    tiles: RepeatedTiles | None = None
+    """Set when a large matmul was compiled and simulated in part and the totals cover
+    all of it (:func:`archsim.repeated.extend_tiles`); the trace is that of the simulated
+    panels."""
 
     @property
     def sram_peak_bytes(self) -> Mapping[str, int]:

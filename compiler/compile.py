@@ -8,6 +8,7 @@ fusion (graph -> kernels) -> materialization (which values get DRAM tensors) -> 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ from compiler.ir.dram_peak import check_dram_capacity
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import Program
 from compiler.kernels.common import Context
+from compiler.kernels.matmul_panels import TilePanels
 from compiler.options import CompileOptions
 from compiler.plan import ANCHORS, FusionPass, Kernel
 from compiler.passes import (
@@ -86,6 +88,8 @@ class CompiledProgram:
     """Placeholder name -> tensor for parameters/buffers known at compile time."""
     reference: Any = field(default=None, compare=False, repr=False)
     """The FX GraphModule compiled (for ``run(simulate=False)``: torch on CPU)."""
+    tile_panels: TilePanels | None = None
+    """Set when the last kernel, a matmul, was compiled in part (performance-only)."""
 
     @property
     def user_input_names(self) -> tuple[str, ...]:
@@ -140,6 +144,9 @@ class CompiledProgram:
 
         if not simulate:
             return self._reference(*args), None
+        if self.tile_panels is not None:
+            raise LoweringError(f"{self.program.name}: compiled in part for performance-only "
+                                f"runs (partial_matmul_commands); it cannot run functionally")
         if timing is not None:
             result = replay(self.program, self.config, self.feed(*args), timing,
                             self.host_functions)
@@ -169,10 +176,12 @@ class CompiledProgram:
         return tuple(t for t in flat if isinstance(t, torch.Tensor))
 
     def simulate(self, verify: bool = True) -> Any:
-        """Performance-only simulation (no data)."""
+        """Performance-only simulation (no data); a matmul compiled in part is extended
+        to the whole (``SimResult.tiles``)."""
         from archsim.simulator import Simulator
 
-        return Simulator(self.config).run(self.program, None, verify=verify)
+        result = Simulator(self.config).run(self.program, None, verify=verify)
+        return result if self.tile_panels is None else self.tile_panels.extend(result)
 
 
 # ---------------------------------------------------------------- the driver
@@ -241,7 +250,7 @@ def _materialize(graph: Graph, kernels: list[Kernel], scalars: dict[int, float])
 
 def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name: str
                   ) -> tuple[Program, dict[int, str], dict[str, Callable[..., Any]],
-                             dict[str, Any], list[Kernel]]:
+                             dict[str, Any], list[Kernel], TilePanels | None]:
     graph = DeadCodePass().apply(graph)
     if options.attention_fusion:
         graph = AttentionLayoutPass().apply(graph)
@@ -281,7 +290,8 @@ def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name
                 declare(v, "out" if v.id in output_bases else "temp")
     table = _kernel_table()
     host_functions: dict[str, Callable[..., Any]] = {}
-    for kernel in kernels:
+    for kernel in kernels:  # only the last may be compiled in part: none waits for it
+        ctx.partial_limit = options.partial_matmul_commands if kernel is kernels[-1] else 0
         spec_type = type(kernel.anchor.spec) if kernel.anchor is not None else None
         lower = table.get(spec_type)
         if lower is None:
@@ -290,7 +300,7 @@ def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name
         if spec_type is g.HostCall:
             host_functions[fn_name] = kernel.anchor.spec.fn
     constants.update(ctx.constants)
-    return em.build(), ctx.tensors, host_functions, constants, kernels
+    return em.build(), ctx.tensors, host_functions, constants, kernels, ctx.tile_panels
 
 
 def _graph_key(program: Any) -> str:
@@ -314,10 +324,7 @@ def _graph_key(program: Any) -> str:
 
 
 def _fetch_attr(gm: Any, target: str) -> Any:
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
+    return functools.reduce(getattr, target.split("."), gm)
 
 
 def _tensor_digest(value: Any) -> str:
@@ -368,8 +375,8 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
     with paused():  # millions of long-lived objects, no garbage: see compiler.ir.collector
         graph, input_specs, fallbacks = frontend.build(program, options)
         name = "graph_" + key[0][:8]
-        prog, tensors, host_functions, constants, kernels = build_program(graph, config,
-                                                                          options, name)
+        prog, tensors, host_functions, constants, kernels, panels = build_program(
+            graph, config, options, name)
         check_dram_capacity(prog, config)
     outputs = tuple(OutputSpec(tensors[base_of(v).id], v.shape, v.dtype.value)
                     for v in graph.outputs)
@@ -381,7 +388,7 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
         constants=MappingProxyType(constants), fallbacks=tuple(fallbacks),
         kernels=tuple(k.name for k in kernels),
         bound=MappingProxyType(_bound_weights(program, tuple(input_specs))),
-        reference=reference)
+        reference=reference, tile_panels=panels)
     # the schedule only: the weights and the graph are the caller's
     _CACHE.put(key, dataclasses.replace(compiled, bound=MappingProxyType({}), reference=None))
     return compiled

@@ -163,6 +163,11 @@ class Emitter:
         return i % count
 
     # -- commands ------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        """Commands emitted so far (the next command's id)."""
+        return len(self._engine_of)
+
     def reserve(self, count: int, source: str) -> None:
         """Refuse now, before a kernel builds its plan, if ``count`` more commands would
         pass the cap (a 100000^3 GEMM would otherwise fill the host's memory first)."""

@@ -26,3 +26,9 @@ class CompileOptions:
     """Evaluate ops whose inputs are all compile-time constants (masks, aranges)."""
     fold_limit_elements: int = 1 << 24
     """Largest constant the compiler folds."""
+    partial_matmul_commands: int = 0
+    """Performance-only: when the program's last kernel is a matmul that would emit more
+    commands than this (and its output tiles fall into identical panels), only its first
+    panels are compiled, and ``CompiledProgram.simulate`` extends the result to the whole
+    matmul (``SimResult.tiles`` says so; :mod:`compiler.kernels.matmul_panels`). 0:
+    always whole. Such a program cannot run functionally."""

@@ -21,9 +21,11 @@ only these outputs are compiled. Filled on first use (needs torch)."""
 
 
 def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
-               config: NpuConfig, options: CompileOptions | None = None) -> CompiledProgram:
+               config: NpuConfig, options: CompileOptions | None = None,
+               name: str | None = None) -> CompiledProgram:
     """Compile one aten op for eager use. ``args`` hold tensors (real, fake or meta) and
-    python scalars; tensors become the program's inputs in order of appearance."""
+    python scalars; tensors become the program's inputs in order of appearance. ``name``
+    names the op's node (its commands' source; default the overload's, ``mm_default``)."""
     import torch
     import torch.fx
 
@@ -55,7 +57,7 @@ def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
     fx_kwargs = torch.utils._pytree.tree_map(placeholder, kwargs)
     meta_out = op(*torch.utils._pytree.tree_map(to_meta, args),
                   **torch.utils._pytree.tree_map(to_meta, kwargs))
-    call = fx_graph.call_function(op, tuple(fx_args), fx_kwargs)
+    call = fx_graph.call_function(op, tuple(fx_args), fx_kwargs, name=name)
     call.meta["val"] = meta_out
     if isinstance(meta_out, torch.Tensor):
         fx_graph.output((call,))

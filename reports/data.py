@@ -156,8 +156,12 @@ class ReportData:
     layers: str = ""
     """When a stack of identical layers was simulated in part, how (``SimResult.layers``):
     totals and busy cycles cover the whole stack, the commands the simulated layers."""
+    tiles: str = ""
+    """When a large matmul was simulated in its first panels of output tiles, how
+    (``SimResult.tiles``): totals and busy cycles cover all of it, the commands the
+    simulated panels."""
     stack_busy_cycles: Mapping[str, int] | None = None
-    """The whole stack's busy cycles per engine when ``layers`` is set."""
+    """The whole run's busy cycles per engine when ``layers`` or ``tiles`` is set."""
 
     # -- time -----------------------------------------------------------------------
     @property
@@ -188,7 +192,8 @@ class ReportData:
     @cached_property
     def trace_cycles(self) -> int:
         """Cycles the trace covers: the run's, or fewer when a stack of identical layers
-        was simulated in part and the totals extended (``SimResult.layers``)."""
+        or a matmul's tiles were simulated in part and the totals extended
+        (``SimResult.layers``, ``SimResult.tiles``)."""
         return max((c.end for c in self.commands), default=0)
 
     @cached_property
@@ -300,8 +305,9 @@ def from_sim_result(result: SimResult) -> ReportData:
         sram_capacity_bytes=MappingProxyType(capacity),
         matrix_precision=matrix_precision(config),
         layers=result.layers.describe() if result.layers else "",
+        tiles=result.tiles.describe() if result.tiles else "",
         stack_busy_cycles=(MappingProxyType(dict(result.engine_busy_cycles))
-                           if result.layers else None),
+                           if result.layers or result.tiles else None),
         commands=tuple(records),
     )
 

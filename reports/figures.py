@@ -85,7 +85,8 @@ def timeline_figure(result: ResultLike) -> Figure:
     ax.set_xlabel(f"time ({unit})")
     extra = f", {hidden} more engines not shown" if hidden else ""
     span = (f"{data.total_cycles:,} cycles" if data.trace_cycles >= data.total_cycles else
-            f"the simulated layers' {data.trace_cycles:,} of {data.total_cycles:,} cycles")
+            f"the simulated {'tiles' if data.tiles and not data.layers else 'layers'}' "
+            f"{data.trace_cycles:,} of {data.total_cycles:,} cycles")
     ax.set_title(f"Timeline: {data.program_name} on {data.config_name}\n({span}{extra})")
     ops = sorted({op for _, op in bars})
     ax.legend(handles=[Patch(color=_op_color(op), label=op) for op in ops], title="op",

@@ -36,6 +36,7 @@ def _headline(data: ReportData) -> str:
         f"{data.clock_hz / 1e9:g} GHz) - {mode}",
         *([_kv("precision", data.matrix_precision)] if data.matrix_precision else []),
         *([_kv("layers", data.layers)] if data.layers else []),
+        *([_kv("tiles", data.tiles)] if data.tiles else []),
         _kv("latency", f"{format_cycles(data.total_cycles)} cycles = {format_us(seconds)}"
                        + (f"  ({1 / seconds:,.0f} runs/s)" if seconds else "")),
         _kv("matrix FLOP/s", f"{format_si(data.achieved_flops, 'FLOP/s')} of "

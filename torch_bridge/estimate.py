@@ -44,7 +44,11 @@ def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | N
     is extended to the whole stack, each other layer adding what the middle ones added
     (``result.layers`` says so; :mod:`archsim.repeated`) — unless the model does work
     of its own between its layers, which a partial run would leave out.
-    ``all_layers=True`` simulates every layer.
+    Likewise a matmul ending the program that would take more than
+    ``compiler.kernels.matmul_panels.PARTIAL_COMMANDS`` commands (a 16384^3 GEMM) is
+    compiled and simulated in its first panels of output tiles and extended to the
+    rest (``result.tiles``) when ``options`` are not given.
+    ``all_layers=True`` simulates every layer and every tile.
     """
     import torch
 
@@ -63,7 +67,18 @@ def estimate(model: torch.nn.Module, example_inputs: Any, config: str | Path | N
     # else exported as it is (torch.export traces with fake tensors, copying nothing),
     # so tensors the forward builds from Python values (index lists) stay known
     exported, stack = export_shapes(model, tuple(inputs), kwargs, all_layers)
+    options = options or estimate_options(all_layers)
     return whole_stack(compiler.compile_graph(exported, npu_config, options).simulate(), stack)
+
+
+def estimate_options(all_layers: bool = False) -> Any:
+    """Compile options of a performance-only run: a large matmul at the end of the
+    program is compiled in its first panels of output tiles and extended
+    (:mod:`compiler.kernels.matmul_panels`), unless ``all_layers``."""
+    from compiler.kernels.matmul_panels import PARTIAL_COMMANDS
+    from compiler.options import CompileOptions
+
+    return CompileOptions(partial_matmul_commands=0 if all_layers else PARTIAL_COMMANDS)
 
 
 def export_shapes(model: torch.nn.Module, args: tuple[Any, ...],
@@ -140,4 +155,4 @@ def _on_meta(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model, memo)
 
 
-__all__ = ["estimate", "export_shapes", "whole_stack"]
+__all__ = ["estimate", "estimate_options", "export_shapes", "whole_stack"]

@@ -85,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "models)")
         p.add_argument("--all-layers", action="store_true",
                        help="performance-only runs: simulate every layer of a stack of "
-                            "identical layers (default: the first 3, the others extended "
-                            "from them)")
+                            "identical layers and every output tile of a large final "
+                            "matmul (default: the first 3 layers or tile panels, the "
+                            "others extended from them)")
         p.add_argument("--quiet", "-q", action="store_true",
                        help="print only the summary line (for scripts)")
         p.add_argument("--kwarg", action="append", default=[], type=kwarg,

@@ -35,6 +35,11 @@ class Workload:
     layers: int = 0
     model_layers: int = 0
     """Layers of the model the workload stands for (the report says N of them)."""
+    op: str = ""
+    """The aten op (``mm``) the workload is by itself: performance-only runs compile it
+    as that one op (``compile_op``, the eager device's path) instead of through
+    ``torch.export``, whose import of ``torch._dynamo`` takes over a second; the graph
+    is the same single node."""
 
 
 def _ids(args: argparse.Namespace, vocab: int) -> Any:
@@ -123,7 +128,8 @@ WORKLOADS: dict[str, Workload] = {
                             "--layers (2)", _llama_small, layers=2),
     "resnet-18": Workload("ResNet-18 on 224x224 images, --batch (1)", _resnet((2, 2, 2, 2), False)),
     "resnet-50": Workload("ResNet-50 on 224x224 images, --batch (1)", _resnet((3, 4, 6, 3), True)),
-    "gemm": Workload("square GEMM, --seq gives the size (default 1024)", _gemm, seq=1024),
+    "gemm": Workload("square GEMM, --seq gives the size (default 1024)", _gemm, seq=1024,
+                     op="mm"),
     "conv": Workload("3x3 conv, 64->64 channels on 56x56, --batch (1)", _conv),
     "attention": Workload("causal scaled-dot-product attention, 12 heads x 64, --seq (128)",
                           _attention),
@@ -224,8 +230,32 @@ def _simulate_builtin(name: str, workload: Workload, args: argparse.Namespace,
     label += f" {dtype_name}"
     of = f" of {workload.model_layers}" if workload.layers and workload.model_layers else ""
     layers = f"{args.layers}{of}" if workload.layers else ""
+    if perf_only and workload.op:
+        return _run_op(label, workload.op, inputs, config, args, progress)
     return _run_module(label, module.eval(), inputs, {}, perf_only, config, args, progress,
                        layers)
+
+
+def _run_op(name: str, op: str, inputs: tuple[Any, ...], config: NpuConfig,
+            args: argparse.Namespace, progress) -> Any:
+    """Compile ``aten.<op>`` on ``inputs`` (meta) as one op and simulate it
+    performance-only, a large matmul in part unless ``--all-layers``."""
+    import dataclasses
+
+    import torch
+
+    from compiler import compile_op
+    from torch_bridge.estimate import estimate_options
+
+    options = estimate_options(getattr(args, "all_layers", False))
+    with progress.step(f"compiling for {config.name}"):
+        compiled = compile_op(getattr(torch.ops.aten, op).default, inputs, {}, config,
+                              options, name=op)
+    compiled = dataclasses.replace(compiled, program=dataclasses.replace(compiled.program,
+                                                                         name=name))
+    with progress.step(f"simulating {len(compiled.program.commands)} commands "
+                       f"(performance-only)"):
+        return compiled.simulate()
 
 
 def _simulate_torch(name: str, module: Any, inputs: tuple[Any, ...], args: argparse.Namespace,
@@ -256,7 +286,7 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     import torch
 
     import compiler
-    from torch_bridge.estimate import export_shapes, whole_stack
+    from torch_bridge.estimate import estimate_options, export_shapes, whole_stack
     from torch_bridge.layer_stack import KEEP_LAYERS
     from torch_bridge.model_outputs import Forward
 
@@ -276,7 +306,8 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     elif layers:
         name += f", {layers} layers simulated"
     with progress.step(f"compiling for {config.name}"):
-        compiled = compiler.compile_graph(exported, config)
+        options = estimate_options(getattr(args, "all_layers", False)) if perf_only else None
+        compiled = compiler.compile_graph(exported, config, options)
     program = dataclasses.replace(compiled.program, name=name)
     compiled = dataclasses.replace(compiled, program=program)
     steps = f"simulating {len(program.commands)} commands"

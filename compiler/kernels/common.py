@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from archsim.config.model import NpuConfig
 from compiler.emit import DramView, Emitter
 from compiler.graph import Value, base_of
+from compiler.kernels.matmul_panels import TilePanels
 from compiler.options import CompileOptions
 
 Box = tuple[tuple[int, int], ...]
@@ -24,6 +25,11 @@ class Context:
     """Splat value id -> its scalar (used as an operand, never materialized)."""
     constants: dict[str, object] = field(default_factory=dict)
     """DRAM tensors kernels add for their own constants (name -> object with .array())."""
+    partial_limit: int = 0
+    """Commands above which the kernel being lowered may compile only its first panels
+    of output tiles (set for the program's last kernel; 0: whole)."""
+    tile_panels: TilePanels | None = None
+    """Set by a matmul kernel compiled in part."""
 
     @property
     def cores(self) -> int:

@@ -11,6 +11,7 @@ dtype, runs the fused group and stores.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from compiler.cost import choose_matmul_tiling
 from compiler.emit import Arena
@@ -19,6 +20,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
 from compiler.ir.ops import Cast, Load, MatMul
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline, unravel
+from compiler.kernels.matmul_panels import TilePanels, panel_plan
 from compiler.kernels.vector import (
     bytes_per_element,
     emit_compute,
@@ -67,6 +69,11 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     tiles = [(bi, m0, n0) for bi in range(batch) for m0 in range(0, m, mt)
              for n0 in range(0, n, n_tile)]
     k_steps = list(range(0, k, kt))
+    panels = panel_plan(len(tiles), ctx.cores, m % mt == 0 and n % n_tile == 0,
+                        tiling.acc_sets, tiling.op_sets, len(k_steps), tiling.a_resident,
+                        -(-n // n_tile), 2 * len(tiles) * len(k_steps), ctx.partial_limit)
+    if panels is not None:  # the first panels only (compiler.kernels.matmul_panels)
+        tiles = panels.emitted(tiles)
     ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each
     cores = min(ctx.cores, len(tiles))
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
@@ -74,6 +81,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                       rank) for c in range(cores)]
     step_count = [0] * cores
     holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
+    ranges: list[tuple[int, int, int]] = []  # (first, end command, panel) when in part
     blocks = [0] * cores  # row blocks a core has held: resident A sets rotate per block,
     # so a block's loads issued ahead never overwrite one still being multiplied
     for t, (bi, m0, n0) in enumerate(tiles):
@@ -94,15 +102,34 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
             last = s == len(k_steps) - 1
             a_buf = bufs[core].a[(blocks[core] % tiling.op_sets) * tiling.k_steps + s
                                  if tiling.a_resident else op_set]
-            per_core[core].append(TileSteps(
+            steps = TileSteps(
                 load=_loader(ctx, core, bufs[core], op_set, a_buf if load_a else None, a, b,
                              trans_b, batch_index, (m0, m1), (k0, k1), cols, kernel.name),
                 compute=_multiplier(ctx, core, bufs[core], op_set, a_buf, q, (m1 - m0),
                                     (k1 - k0), cols, s > 0, kernel.name),
                 store=_epilogue(ctx, core, bufs[core], q, out, group, batch_index, (m0, m1),
                                 cols, cast_needed, kernel.name) if last else (lambda: None),
-            ))
+            )
+            if panels is not None:
+                steps = _tagged(ctx, steps, panels.panel_of(t), ranges)
+            per_core[core].append(steps)
     pipeline(per_core, tiling.op_sets - 1)
+    if panels is not None:
+        ctx.tile_panels = TilePanels(kernel.name, tuple(ranges), panels.total,
+                                     panels.tiles_per_panel)
+
+
+def _tagged(ctx: Context, steps: TileSteps, panel: int,
+            ranges: list[tuple[int, int, int]]) -> TileSteps:
+    """``steps`` noting the commands each phase emits as ``panel``'s."""
+    def tag(phase: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            first = ctx.em.count
+            phase()
+            if ctx.em.count > first:
+                ranges.append((first, ctx.em.count, panel))
+        return run
+    return TileSteps(tag(steps.load), tag(steps.compute), tag(steps.store))
 
 
 class _Buffers:

@@ -114,9 +114,10 @@ def test_a_gemm_too_large_to_compile_is_refused_early(monkeypatch, capsys) -> No
     """gemm --seq 100000 once grew to 23 GB of host memory: its inputs now make it
     performance-only (> 1 GiB) and the compiler refuses a plan past the command cap
     before building it (here a 16384^3 GEMM, 2 GiB of f32 inputs, against a cap of 1,000
-    commands)."""
+    commands; with --all-layers, as a performance-only run compiles such a GEMM's first
+    panels of tiles only)."""
     monkeypatch.setenv("ARCHSIM_MAX_COMMANDS", "1000")
-    err = _error(capsys, "run", "gemm", "--seq", "16384", "-c", "tiny")
+    err = _error(capsys, "run", "gemm", "--seq", "16384", "-c", "tiny", "--all-layers")
     assert "performance-only (shapes only; --perf-only, > 30M parameters or > 1 GiB" in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("archsim: error: program ") and \

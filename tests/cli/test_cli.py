@@ -114,6 +114,31 @@ class TestRun:
         assert "functional" in out
 
 
+class TestLargeGemm:
+    def test_simulates_its_first_tile_panels(self, capsys) -> None:
+        """16384^3 (2 GiB of f32 inputs: performance-only, f16): 3 of 64 panels of 8
+        output tiles simulated; simulating all 394,240 commands gives the same cycles
+        (BENCHMARKS.md, Compiler)."""
+        code, out, err = run_cli(capsys, "run", "gemm", "--seq", "16384")
+        assert code == 0
+        assert "simulating 18480 commands (performance-only)" in err
+        assert ("  tiles           3 of 64 panels of mm simulated, 61 extended at 4,523,940 "
+                "cycles each\n") in out
+        assert "latency         289,572,956 cycles" in out
+
+    def test_one_op_workload_has_the_exported_graphs_cycles(self, capsys) -> None:
+        import torch
+
+        import archsim
+        from archsim.cli.models import Gemm
+
+        code, out, _ = run_cli(capsys, "run", "gemm", "--seq", "512", "--perf-only", "-q")
+        assert code == 0
+        a = torch.empty(512, 512, dtype=torch.float16, device="meta")
+        exported = archsim.estimate(Gemm(), (a, a), "atom")
+        assert f": {exported.total_cycles} cycles" in out
+
+
 class TestCompare:
     def test_side_by_side(self, capsys, program_file: Path) -> None:
         code, out, _ = run_cli(capsys, "compare", str(program_file), "-q",
