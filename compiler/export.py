@@ -7,7 +7,10 @@ hence the same numbers, whichever path it takes.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
+
+from archsim.errors import ExportError
 
 
 def export_decompositions() -> dict[Any, Any]:
@@ -27,10 +30,23 @@ def export_model(module: Any, args: tuple[Any, ...],
     user ``triton_op`` kernels opened into their Triton launches. The compiler's pattern
     matching (written-out attention) and lowerings are written for this form."""
     import torch
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-    exported = torch.export.export(module, tuple(args), dict(kwargs or {}))
+    try:
+        exported = torch.export.export(module, tuple(args), dict(kwargs or {}))
+    except GuardOnDataDependentSymNode as exc:
+        raise ExportError(_data_dependent_message(module, exc)) from None
     return exported.run_decompositions(export_decompositions(),
                                        decompose_custom_triton_ops=True)
+
+
+def _data_dependent_message(module: Any, exc: Exception) -> str:
+    found = re.search(r"Caused by: \(([^)]*)\)", str(exc))
+    where = f" at {found.group(1)}" if found else ""
+    model = getattr(module, "model", module)  # the user's model inside Forward
+    return (f"torch.export cannot trace {type(model).__name__} into one graph: its forward "
+            f"pass branches on a tensor's values{where} (data-dependent control flow), "
+            f"which a compiled program cannot do")
 
 
 LIFTED_FOLD_ELEMENTS = 4096
