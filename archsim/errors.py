@@ -82,6 +82,11 @@ class ProgramTooLargeError(CapacityError):
     """A compile would emit more commands than the cap (``ARCHSIM_MAX_COMMANDS``)."""
 
 
+class ExportError(ArchsimError):
+    """``torch.export`` cannot trace a model into one graph (its forward pass branches on
+    a tensor's values): names the line."""
+
+
 class ModelConfigError(ArchsimError):
     """A language-model description (config.json) is missing, unreadable or does not
     fit the requested parallelism."""

@@ -7,7 +7,10 @@ hence the same numbers, whichever path it takes.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
+
+from archsim.errors import ExportError
 
 
 def export_decompositions() -> dict[Any, Any]:
@@ -30,13 +33,19 @@ def export_model(module: Any, args: tuple[Any, ...],
     One trace where torch allows it (:func:`_export_decomposed`), else the public two:
     ``torch.export.export`` then ``run_decompositions``."""
     import torch
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
     table = export_decompositions()
     try:
-        return _export_decomposed(module, tuple(args), dict(kwargs or {}), table)
-    except Exception:  # noqa: BLE001 - the public path gives the user its own error
-        exported = torch.export.export(module, tuple(args), dict(kwargs or {}))
-        return exported.run_decompositions(table, decompose_custom_triton_ops=True)
+        try:
+            return _export_decomposed(module, tuple(args), dict(kwargs or {}), table)
+        except GuardOnDataDependentSymNode:
+            raise
+        except Exception:  # noqa: BLE001 - the public path gives the user its own error
+            exported = torch.export.export(module, tuple(args), dict(kwargs or {}))
+            return exported.run_decompositions(table, decompose_custom_triton_ops=True)
+    except GuardOnDataDependentSymNode as exc:
+        raise ExportError(_data_dependent_message(module, exc)) from None
 
 
 def _export_decomposed(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -75,6 +84,15 @@ def _private_export_api() -> tuple[Any, Any, Any]:
 
     return _trace, _override_composite_implicit_decomp, \
         _split_decomp_table_to_cia_and_python_decomp
+
+
+def _data_dependent_message(module: Any, exc: Exception) -> str:
+    found = re.search(r"Caused by: \(([^)]*)\)", str(exc))
+    where = f" at {found.group(1)}" if found else ""
+    model = getattr(module, "model", module)  # the user's model inside Forward
+    return (f"torch.export cannot trace {type(model).__name__} into one graph: its forward "
+            f"pass branches on a tensor's values{where} (data-dependent control flow), "
+            f"which a compiled program cannot do")
 
 
 LIFTED_FOLD_ELEMENTS = 4096

@@ -71,11 +71,29 @@ class SinkViewsPass:
     name: str = "sink-views"
 
     def apply(self, graph: Graph) -> Graph:
+        stored = _read_as_stored(graph)
         nodes: list[g.Node] = []
         for node in graph.nodes:
-            nodes += _sink(node) or [node]
+            sunk = None if node.out.id in stored else _sink(node)
+            nodes += sunk or [node]
         graph.nodes = nodes
         return graph
+
+
+def _read_as_stored(graph: Graph) -> set[int]:
+    """Values read by kernels that address their operands by their own dims (convolution
+    inputs and weights, pooling windows, strided slices): sinking a reshape below the op
+    that computes one would leave it a reshaped view, which those kernels cannot read
+    (Wav2Vec2's group-normed features into its next 1-D convolution, its weight-normed
+    positional convolution's weights)."""
+    found: set[int] = set()
+    for node in graph.nodes:
+        spec = node.spec
+        if isinstance(spec, g.Conv2d):
+            found.update(x.id for x in node.value_inputs())
+        elif isinstance(spec, g.Pool2d) or isinstance(spec, g.Slice) and spec.step > 1:
+            found.add(node.inputs[0].id)
+    return found
 
 
 def _trailing(a: tuple[int, ...], b: tuple[int, ...]) -> int:

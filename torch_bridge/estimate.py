@@ -90,13 +90,14 @@ def export_shapes(model: torch.nn.Module, args: tuple[Any, ...],
     ``all_layers`` or the model works between its layers (:func:`estimate`)."""
     import compiler
     from torch_bridge.layer_stack import find_layer_stack, first_layers, work_between_layers
-    from torch_bridge.model_outputs import Forward
+    from torch_bridge.model_outputs import bind_arguments
 
     import torch
 
-    # tensors are inputs of the graph; other arguments (flags) are bound into it
+    # tensors are inputs of the graph; other arguments (flags, None) are bound into it
     tensors = {k: v for k, v in (kwargs or {}).items() if isinstance(v, torch.Tensor)}
-    forward = Forward(model, {k: v for k, v in (kwargs or {}).items() if k not in tensors})
+    forward, args = bind_arguments(
+        model, args, {k: v for k, v in (kwargs or {}).items() if k not in tensors})
     stack = None if all_layers else find_layer_stack(model)
     if stack is not None:
         with first_layers(stack):

@@ -57,18 +57,36 @@ def tensor_leaves(value: Any) -> tuple[torch.Tensor, ...]:
 
 class Forward(torch.nn.Module):
     """``model(*args, **kwargs)`` with ``use_cache=False`` added where the model takes it,
-    returning :func:`tensor_leaves` of the output."""
+    returning :func:`tensor_leaves` of the output. ``bound`` holds positional arguments
+    that are not tensors (``None`` for a skipped ``attention_mask``), by position: the
+    forward pass takes only the tensors and puts them back in between."""
 
-    def __init__(self, model: torch.nn.Module,
-                 kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, kwargs: Mapping[str, Any] | None = None,
+                 bound: Mapping[int, Any] | None = None) -> None:
         super().__init__()
         self.model = model
         self.extra = dict(kwargs or {})
+        self.bound = dict(bound or {})
         if "use_cache" not in self.extra and _takes(model, "use_cache"):
             self.extra["use_cache"] = False
 
     def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-        return tensor_leaves(self.model(*args, **{**self.extra, **kwargs}))
+        given = iter(args)
+        count = len(args) + len(self.bound)
+        full = [self.bound[i] if i in self.bound else next(given) for i in range(count)]
+        return tensor_leaves(self.model(*full, **{**self.extra, **kwargs}))
 
 
-__all__ = ["Forward", "tensor_leaves"]
+def bind_arguments(model: torch.nn.Module, args: tuple[Any, ...],
+                   kwargs: Mapping[str, Any] | None = None
+                   ) -> tuple[Forward, tuple[torch.Tensor, ...]]:
+    """``model(*args, **kwargs)`` as a :class:`Forward` taking only the tensors of
+    ``args``, and those tensors: positional arguments that are not tensors (``(ids, None,
+    decoder_ids)`` for an encoder-decoder whose mask is skipped) are bound into the
+    wrapper, so the exported graph's inputs are all tensors."""
+    bound = {i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
+    tensors = tuple(a for a in args if isinstance(a, torch.Tensor))
+    return Forward(model, kwargs, bound), tensors
+
+
+__all__ = ["Forward", "bind_arguments", "tensor_leaves"]

@@ -288,17 +288,17 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     import compiler
     from torch_bridge.estimate import estimate_options, export_shapes, whole_stack
     from torch_bridge.layer_stack import KEEP_LAYERS
-    from torch_bridge.model_outputs import Forward
+    from torch_bridge.model_outputs import bind_arguments
 
     quiet = args.quiet
-    module = Forward(model, kwargs)
+    module, tensors = bind_arguments(model, inputs, kwargs)
     stack = None
     with progress.step("exporting with torch.export"):
         if perf_only:
             exported, stack = export_shapes(model, inputs, kwargs,
                                             getattr(args, "all_layers", False))
         else:
-            exported = compiler.export_model(module, inputs)
+            exported = compiler.export_model(module, tensors)
     if stack:
         kept = KEEP_LAYERS
         name += (f", {layers or stack.total} layers ({kept} simulated, "
@@ -315,9 +315,9 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
         with progress.step(steps + " (performance-only)"):
             return whole_stack(compiled.simulate(), stack)
     with progress.step(steps + " (functional)"):
-        outputs, result = compiled.run(*inputs)
+        outputs, result = compiled.run(*tensors)
     with torch.no_grad(), _triton_on_cpu():
-        expected = module(*inputs)
+        expected = module(*tensors)
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
     worst = max(float((o.float() - e.float()).abs().max()) for o, e in zip(outputs, expected))
     if not quiet:

@@ -1,4 +1,4 @@
-"""layer_norm, batch_norm in inference. (RMS norm arrives as pow + mean + rsqrt + mul and
+"""layer_norm, group_norm, batch_norm in inference. (RMS norm arrives as pow + mean + rsqrt + mul and
 needs no lowering of its own.)"""
 
 from __future__ import annotations
@@ -46,6 +46,24 @@ def lower_layer_norm(b: GraphBuilder, x: Value, normalized_shape: list[int],
                      weight: Value | None = None, bias: Value | None = None,
                      eps: float = 1e-5, cudnn_enable: bool = True) -> Value:
     return lower_native_layer_norm(b, x, normalized_shape, weight, bias, eps)[0]
+
+
+@lowering(aten.native_group_norm.default)
+def lower_native_group_norm(b: GraphBuilder, x: Value, weight: Value | None,
+                            bias: Value | None, n: int, channels: int, spatial: int,
+                            groups: int, eps: float) -> tuple[Value, Value, Value]:
+    """Each sample's channels in ``groups`` groups, each normalized over its channels and
+    positions (Wav2Vec2's feature extractor, diffusion UNets); mean and 1/std per
+    ``[N, groups]`` as torch returns them."""
+    grouped = b.view(x, (n, groups, channels // groups * spatial))
+    out, mean, rstd, _ = normalized(b, grouped, (2,), eps)
+    out = b.view(out, x.shape)
+    rank = len(x.shape)
+    if weight is not None:
+        out = b.binary(BinaryKind.mul, out, _per_channel(b, weight, rank))
+    if bias is not None:
+        out = b.binary(BinaryKind.add, out, _per_channel(b, bias, rank))
+    return b.cast(out, x.dtype), b.view(mean, (n, groups)), b.view(rstd, (n, groups))
 
 
 def _per_channel(b: GraphBuilder, v: Value, rank: int) -> Value:

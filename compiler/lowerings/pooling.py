@@ -107,7 +107,7 @@ def _max_windows(b: GraphBuilder, x: Value, nd: int, kernel: Any, stride: Any, p
     ss = _ints(stride, nd) if stride else ks
     geo = [_geometry(spatial[a], ks[a], ss[a], ps[a], ds[a], ceil) for a in range(nd)]
     pads = [(ps[a], geo[a][1]) for a in range(nd)]
-    values = pad_trailing(b, x, pads, float("-inf"))
+    values = _strided_ready(b, pad_trailing(b, x, pads, float("-inf")), ss)
     index = _flat_index(b, spatial, rank, pads)
     for a in reversed(range(nd)):
         dim, count = rank - nd + a, geo[a][0]
@@ -116,6 +116,13 @@ def _max_windows(b: GraphBuilder, x: Value, nd: int, kernel: Any, stride: Any, p
             lambda v, t, dim=dim, a=a, count=count: strided_tap(b, v, dim, t, count, ss[a],
                                                                  ds[a]), ks[a])
     return values, b.broadcast(index, values.shape)
+
+
+def _strided_ready(b: GraphBuilder, x: Value, strides: Sequence[int]) -> Value:
+    """``x`` ready for the windows' strided slices: stored as a tensor of its own shape
+    when a stride is over 1 and ``x`` is a reshape (Funnel's ``x[:, None]`` pooled with
+    ``ceil_mode``), which a strided slice cannot address."""
+    return stored(b, x) if any(s > 1 for s in strides) else x
 
 
 def _window_sizes(size: int, k: int, s: int, p: int, out: int,
@@ -136,7 +143,8 @@ def _avg_windows(b: GraphBuilder, x: Value, nd: int, kernel: Any, stride: Any, p
     ks, ps = _ints(kernel, nd), _ints(padding, nd)
     ss = _ints(stride, nd) if stride else ks
     geo = [_geometry(spatial[a], ks[a], ss[a], ps[a], 1, ceil) for a in range(nd)]
-    total = pad_trailing(b, b.cast(x, DType.f32), [(ps[a], geo[a][1]) for a in range(nd)], 0.0)
+    total = _strided_ready(b, pad_trailing(b, b.cast(x, DType.f32),
+                                           [(ps[a], geo[a][1]) for a in range(nd)], 0.0), ss)
     for a in reversed(range(nd)):
         dim, count = rank - nd + a, geo[a][0]
         total = _sum_taps(b, total, lambda v, t, dim=dim, a=a, count=count:

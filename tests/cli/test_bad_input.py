@@ -91,6 +91,24 @@ def test_a_model_file_that_is_not_utf8(tmp_path: Path, capsys) -> None:
                           f"'utf-8' codec can't decode byte 0xff")
 
 
+def test_a_model_that_branches_on_its_data_is_one_line(tmp_path: Path, capsys) -> None:
+    """Longformer's forward asks whether any token attends globally (``.item()`` in an
+    ``if``): torch.export cannot trace that, and the error names the line."""
+    path = tmp_path / "branchy.py"
+    path.write_text("import torch\n"
+                    "class Branchy(torch.nn.Module):\n"
+                    "    def forward(self, x):\n"
+                    "        if (x > 0).any().item():\n"
+                    "            return x * 2\n"
+                    "        return x\n"
+                    "model = Branchy()\n"
+                    "example_inputs = (torch.randn(3),)\n")
+    err = _error(capsys, "run", str(path), "--config", "tiny")
+    assert re.search(r"archsim: error: torch\.export cannot trace Branchy into one graph: its "
+                     r"forward pass branches on a tensor's values at \S*branchy\.py:4 in "
+                     r"forward \(data-dependent control flow\)", err), err
+
+
 def test_a_sweep_over_10000_points_is_refused(capsys) -> None:
     cols = ",".join(str(v) for v in range(1, 41))
     err = _error(capsys, "sweep", "gemm", "--grid", "core.matrix.rows=" + cols,

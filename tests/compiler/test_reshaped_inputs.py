@@ -1,7 +1,9 @@
 """Kernels that address their input by its own dims (a convolution's windows, a strided
 slice) get a stored tensor when the graph hands them a reshape of another value (Swin's
-patch merging, SegFormer's and MobileViT's reshaped feature maps): the reshape is
-copied first. Also writes into slices (BART's shifted decoder ids) and 0-dim constants.
+patch merging, SegFormer's and MobileViT's reshaped feature maps, Funnel's ceil-mode
+pooling of ``x[:, None]``): the reshape is copied first, and no graph pass moves a
+reshape below the op that computes their input (Wav2Vec2's group-normed features and
+weight-normed convolution weights). Also writes into slices (BART's shifted decoder ids) and 0-dim constants.
 Each compiles with no host node and matches torch on CPU."""
 
 from __future__ import annotations
@@ -98,3 +100,36 @@ def test_other_as_strided_falls_back_visibly() -> None:
     assert [f.split(": ")[1] for f in compiled.fallbacks] == ["aten.as_strided.default"]
     (out,) = compiled.run(x)[0]
     assert torch.equal(out, Strided()(x))
+
+
+class CeilPoolOfReshape(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # Funnel's pooling of its tokens
+        return nn.functional.avg_pool2d((x * 2)[:, None], (2, 1), stride=(2, 1),
+                                        ceil_mode=True)[:, 0]
+
+
+def test_a_ceil_mode_pooling_window_over_a_reshaped_value() -> None:
+    x = torch.randn(1, 7, 8)
+    (out,) = _run(CeilPoolOfReshape(), x)
+    torch.testing.assert_close(out, CeilPoolOfReshape()(x), rtol=1e-5, atol=1e-6)
+
+
+class ConvAfterGroupNorm(nn.Module):  # Wav2Vec2's feature extractor, its positional conv
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Conv1d(1, 8, 5, stride=2)
+        self.norm = nn.GroupNorm(8, 8)
+        self.second = nn.Conv1d(8, 8, 3)
+        self.grouped = nn.utils.parametrizations.weight_norm(
+            nn.Conv1d(8, 8, 3, padding=1, groups=2), dim=2)
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.gelu(self.norm(self.first(wave[:, None])))
+        return self.grouped(self.second(x))
+
+
+def test_convolutions_whose_input_and_weights_are_computed_through_reshapes() -> None:
+    torch.manual_seed(0)
+    module, wave = ConvAfterGroupNorm().eval(), torch.randn(1, 41)
+    (out,) = _run(module, wave)
+    torch.testing.assert_close(out, module(wave), rtol=1e-4, atol=1e-5)
