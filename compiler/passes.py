@@ -66,14 +66,18 @@ class SinkViewsPass:
     """Move reshapes below elementwise ops and trailing-axis reductions when the
     reshape keeps the trailing dims, so ``addmm -> view -> gelu`` becomes
     ``addmm -> gelu -> view`` and fuses into the matmul epilogue (no DRAM round trip).
-    The original output value becomes the view, so consumers need no rewiring."""
+    The original output value becomes the view, so consumers need no rewiring. A value
+    read as a gather's table stays where it is: the indexed DMA needs it dense, not a
+    view (MoE's ``(proj_out * weights)[inv_perm]`` after a reduction)."""
 
     name: str = "sink-views"
 
     def apply(self, graph: Graph) -> Graph:
+        tables = {n.inputs[0].id for n in graph.nodes if isinstance(n.spec, g.Gather)}
         nodes: list[g.Node] = []
         for node in graph.nodes:
-            nodes += _sink(node) or [node]
+            sunk = None if node.out.id in tables else _sink(node)
+            nodes += sunk or [node]
         graph.nodes = nodes
         return graph
 
