@@ -67,16 +67,19 @@ class SinkViewsPass:
     reshape keeps the trailing dims, so ``addmm -> view -> gelu`` becomes
     ``addmm -> gelu -> view`` and fuses into the matmul epilogue (no DRAM round trip).
     The original output value becomes the view, so consumers need no rewiring. A value
-    read as a gather's table stays where it is: the indexed DMA needs it dense, not a
-    view (MoE's ``(proj_out * weights)[inv_perm]`` after a reduction)."""
+    read as a gather's table or by a strided slice stays where it is: those address it
+    by its own dims, so it must not become a view (MoE's ``(out * weights)[inv_perm]``
+    and GPT-OSS's interleaved ``gate_up[..., ::2]`` after a reduction)."""
 
     name: str = "sink-views"
 
     def apply(self, graph: Graph) -> Graph:
-        tables = {n.inputs[0].id for n in graph.nodes if isinstance(n.spec, g.Gather)}
+        addressed = {n.inputs[0].id for n in graph.nodes
+                     if isinstance(n.spec, g.Gather) or
+                     isinstance(n.spec, g.Slice) and n.spec.step != 1}
         nodes: list[g.Node] = []
         for node in graph.nodes:
-            sunk = None if node.out.id in tables else _sink(node)
+            sunk = None if node.out.id in addressed else _sink(node)
             nodes += sunk or [node]
         graph.nodes = nodes
         return graph

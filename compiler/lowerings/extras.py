@@ -155,3 +155,14 @@ def lower_frexp(b: GraphBuilder, x: Value) -> tuple[Value, Value]:
                             exponent)
     return (b.select(plain, mantissa, x),
             b.cast(b.select(plain, exponent, 0.0), DType.i32))
+
+
+@lowering(aten.bitwise_not.default)
+def lower_bitwise_not(b: GraphBuilder, x: Value) -> Value:
+    """``~x``: the logical not of booleans (GLM-4-MoE's group mask), ``-x - 1`` of
+    integers (two's complement)."""
+    if x.dtype is DType.bool:
+        return b.unary(UnaryKind.logical_not, x)
+    if x.dtype.is_float:
+        raise NotImplementedError("bitwise_not of a float tensor")
+    return b.binary(BinaryKind.sub, b.unary(UnaryKind.neg, x), 1)
