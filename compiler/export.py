@@ -7,6 +7,7 @@ hence the same numbers, whichever path it takes.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 
@@ -39,7 +40,7 @@ def _folded_linear(x: Any, weight: Any, bias: Any = None) -> Any:
     if x.dim() < 2:
         out = aten.matmul.default(x, aten.t.default(weight))
         return out if bias is None else aten.add.Tensor(out, bias)
-    rows = aten.reshape.default(x, [-1, x.shape[-1]])
+    rows = aten.reshape.default(x, [math.prod(x.shape[:-1]), x.shape[-1]])
     if bias is not None and x.dim() <= 3:
         out = aten.addmm.default(bias, rows, aten.t.default(weight))
     else:
@@ -57,7 +58,7 @@ def _folded_matmul(a: Any, b: Any, default: Any) -> Any:
     if a.dim() < 3 or b.dim() != 2:
         return default(a, b)
     aten = torch.ops.aten
-    out = aten.mm.default(aten.reshape.default(a, [-1, a.shape[-1]]), b)
+    out = aten.mm.default(aten.reshape.default(a, [math.prod(a.shape[:-1]), a.shape[-1]]), b)
     return aten.view.default(out, [*a.shape[:-1], b.shape[-1]])
 
 

@@ -31,7 +31,7 @@ MAX_DENSE_ELEMENTS = 1 << 31
 stays on the host (visibly)."""
 
 
-def _weights(b: GraphBuilder, weight: Value) -> tuple[Value, bool]:
+def _weights(weight: Value) -> tuple[Value, bool]:
     """The [E, K, N] weights as a matmul operand: a transposed [E, N, K] tensor (how
     transformers stores its experts, ``weight.transpose(-2, -1)``) is used as it is
     stored, with ``trans_b``, so no transposed copy is made."""
@@ -67,7 +67,7 @@ def lower_grouped_mm(b: GraphBuilder, x: Value, weight: Value, offs: Value) -> V
     rows = x.shape[0]
     if experts * rows * cols > MAX_DENSE_ELEMENTS:
         raise NotImplementedError("grouped_mm too large for the dense form")
-    operand, transposed = _weights(b, weight)
+    operand, transposed = _weights(weight)
     products = b.matmul(b.view(x, (1,) + x.shape), operand, trans_b=transposed)  # [E, S, N]
     kept = b.select(_owned_rows(b, offs, rows), products, 0.0)
     out = b.reduce(ReduceKind.sum, kept, (0,), keepdim=False)
