@@ -24,6 +24,7 @@ from compiler.export import lifted_constants
 from compiler.graph import Graph, Value
 from compiler.graph_builder import GraphBuilder
 from compiler.lowerings import LOWERINGS
+from compiler.lowerings.registry import lowering_for
 from compiler.lowerings.attention import lower_sdpa
 from compiler.options import CompileOptions
 from compiler.torch_types import ir_dtype, to_numpy, to_torch, torch_dtype
@@ -182,7 +183,7 @@ class Frontend:
         if self._foldable(target, args, kwargs, metas):
             self.env[node] = self._fold(node, target, args, kwargs)
             return
-        fn = LOWERINGS.get(target)
+        fn = lowering_for(target)
         result = self._fused_attention(node)
         if result is None and fn is not None:
             try:

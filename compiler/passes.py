@@ -66,7 +66,10 @@ class SinkViewsPass:
     """Move reshapes below elementwise ops and trailing-axis reductions when the
     reshape keeps the trailing dims, so ``addmm -> view -> gelu`` becomes
     ``addmm -> gelu -> view`` and fuses into the matmul epilogue (no DRAM round trip).
-    The original output value becomes the view, so consumers need no rewiring."""
+    The original output value becomes the view, so consumers need no rewiring. A value
+    read as a gather's table or by a strided slice stays where it is: those address it
+    by its own dims, so it must not become a view (MoE's ``(out * weights)[inv_perm]``
+    and GPT-OSS's interleaved ``gate_up[..., ::2]`` after a reduction)."""
 
     name: str = "sink-views"
 
@@ -82,16 +85,18 @@ class SinkViewsPass:
 
 def _read_as_stored(graph: Graph) -> set[int]:
     """Values read by kernels that address their operands by their own dims (convolution
-    inputs and weights, pooling windows, strided slices): sinking a reshape below the op
-    that computes one would leave it a reshaped view, which those kernels cannot read
-    (Wav2Vec2's group-normed features into its next 1-D convolution, its weight-normed
-    positional convolution's weights)."""
+    inputs and weights, pooling windows, strided slices, gather tables): sinking a
+    reshape below the op that computes one would leave it a reshaped view, which those
+    kernels cannot read (Wav2Vec2's group-normed features into its next 1-D
+    convolution, its weight-normed positional convolution's weights; Mixtral's
+    ``weighted_out[inv_perm]``; GPT-OSS's interleaved ``gate_up[..., ::2]``)."""
     found: set[int] = set()
     for node in graph.nodes:
         spec = node.spec
         if isinstance(spec, g.Conv2d):
             found.update(x.id for x in node.value_inputs())
-        elif isinstance(spec, g.Pool2d) or isinstance(spec, g.Slice) and spec.step > 1:
+        elif isinstance(spec, (g.Pool2d, g.Gather)) or \
+                isinstance(spec, g.Slice) and spec.step != 1:
             found.add(node.inputs[0].id)
     return found
 

@@ -9,6 +9,7 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     cumulative,
     elementwise,
     extras,
+    grouped_mm,
     indexing,
     losses,
     matmul,
@@ -27,6 +28,6 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     special,
     upsample,
 )
-from compiler.lowerings.registry import LOWERINGS, lowering
+from compiler.lowerings.registry import LOWERINGS, NAMED_LOWERINGS, lowering
 
-__all__ = ["LOWERINGS", "lowering"]
+__all__ = ["LOWERINGS", "NAMED_LOWERINGS", "lowering"]

@@ -73,12 +73,17 @@ def lower_histc(b: GraphBuilder, x: Value, bins: int = 100, min: Any = 0,
                 max: Any = 0) -> Value:
     """Each element's bin ``(x - lo) * bins / (hi - lo)`` (the top edge in the last bin;
     outside or NaN: none), counted against the bin numbers. ``min == max == 0`` takes
-    the data's range (reductions); an empty range widens by 1 each way, as CPU."""
+    the data's range (reductions); an empty range widens by 1 each way, as CPU. Integer
+    input (CUDA's histc, which transformers' MoE routing takes off CPU, e.g. on meta) is
+    binned by its value as f32 and counted in its own dtype."""
     count = 1
     for n in x.shape:
         count *= n
-    if count * bins > MAX_HISTOGRAM or not x.dtype.is_float:
-        raise NotImplementedError("histc too wide for masked counts (or not float)")
+    if count * bins > MAX_HISTOGRAM:
+        raise NotImplementedError("histc too wide for masked counts")
+    out_dtype = x.dtype
+    if not x.dtype.is_float:
+        x = b.cast(x, DType.f32)
     flat = b.view(x, (count, 1))
     if min == max == 0:
         finite = b.binary(BinaryKind.eq, flat, flat)
@@ -103,7 +108,7 @@ def lower_histc(b: GraphBuilder, x: Value, bins: int = 100, min: Any = 0,
     hit = b.binary(BinaryKind.logical_and, inside,
                    b.binary(BinaryKind.eq, pos, b.cast(b.arange(bins, (1, bins)), DType.f32)))
     counts = b.reduce(ReduceKind.sum, b.select(hit, 1.0, 0.0), (0,), keepdim=False)
-    return b.cast(counts, x.dtype)
+    return b.cast(counts, out_dtype)
 
 
 @lowering(aten.pow.Scalar)
@@ -150,3 +155,14 @@ def lower_frexp(b: GraphBuilder, x: Value) -> tuple[Value, Value]:
                             exponent)
     return (b.select(plain, mantissa, x),
             b.cast(b.select(plain, exponent, 0.0), DType.i32))
+
+
+@lowering(aten.bitwise_not.default)
+def lower_bitwise_not(b: GraphBuilder, x: Value) -> Value:
+    """``~x``: the logical not of booleans (GLM-4-MoE's group mask), ``-x - 1`` of
+    integers (two's complement)."""
+    if x.dtype is DType.bool:
+        return b.unary(UnaryKind.logical_not, x)
+    if x.dtype.is_float:
+        raise NotImplementedError("bitwise_not of a float tensor")
+    return b.binary(BinaryKind.sub, b.unary(UnaryKind.neg, x), 1)

@@ -216,3 +216,25 @@ def lower_segment_reduce(b: GraphBuilder, data: Value, reduce: str, *,
     if init is not None:
         out = b.select(b.binary(BinaryKind.eq, count, 0.0), init, out)
     return b.cast(out, data.dtype)
+
+
+@lowering(aten.index_put.default)
+def lower_index_put(b: GraphBuilder, x: Value, indices: list[Value | None], values: Value | float,
+                    accumulate: bool = False) -> Value:
+    """``x[index] = values`` (``+=`` with ``accumulate``) for one integer index tensor on
+    the first dim (MoE routing's inverse permutation, ``inv[perm] = arange(S)``): the
+    dim-0 scatter of the values broadcast over the picked rows; repeated indices keep
+    the last write as CPU does (or add up), negative ones wrap."""
+    if len(indices) != 1 or not isinstance(indices[0], Value) or not x.shape or \
+            indices[0].dtype not in (DType.i32, DType.i64):
+        raise NotImplementedError("index_put with other than one integer index on dim 0")
+    index, rest = indices[0], x.shape[1:]
+    count = math.prod(index.shape)
+    flat = b.cast(b.view(index, (count,)), DType.i64)
+    flat = b.select(b.binary(BinaryKind.lt, flat, 0), b.binary(BinaryKind.add, flat, x.shape[0]),
+                    flat)
+    spread = b.broadcast(b.view(flat, (count,) + (1,) * len(rest)), (count,) + rest)
+    src: Value | float = values
+    if isinstance(values, Value):
+        src = b.view(b.broadcast(b.cast(values, x.dtype), index.shape + rest), (count,) + rest)
+    return _scatter(b, x, 0, spread, src, "sum" if accumulate else "set")
