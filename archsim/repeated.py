@@ -55,13 +55,7 @@ def extend(result: SimResult, path: str, total: int) -> SimResult:
     """``result`` (of a model whose stack ``path`` kept its first layers) extended to a
     stack of ``total`` identical layers; see the module docstring."""
     layer = layer_of_commands(result, path)
-    simulated = int(layer.max()) + 1 if len(layer) else 0
-    if simulated < 3 or not all((layer == i).any() for i in range(simulated)):
-        raise ArchsimError(f"cannot extend {path!r} to {total} layers: the run has commands "
-                           f"of {simulated} of its layers, the first 3 at least are needed")
-    if total < simulated:
-        raise ArchsimError(f"cannot extend {path!r} to {total} layers: the run already "
-                           f"simulated {simulated}")
+    simulated = _simulated(layer, path, total, "layers")
     middle = (layer >= 1) & (layer <= simulated - 2)
     extra = total - simulated
     check_dram_capacity(result.program, result.config,
@@ -79,16 +73,23 @@ def extend_tiles(result: SimResult, panel: np.ndarray, total: int, kernel: str,
     simulated adds what a middle simulated one added (as :func:`extend` does for
     layers). The DRAM tensors are declared whole, so the capacity check already
     counted them."""
-    simulated = int(panel.max()) + 1 if len(panel) else 0
-    if simulated < 3 or not all((panel == i).any() for i in range(simulated)):
-        raise ArchsimError(f"cannot extend {kernel!r} to {total} panels: the run has "
-                           f"commands of {simulated}, the first 3 at least are needed")
-    if total < simulated:
-        raise ArchsimError(f"cannot extend {kernel!r} to {total} panels: the run already "
-                           f"simulated {simulated}")
+    simulated = _simulated(panel, kernel, total, "panels")
     extended, each = _extended(result, panel, simulated, total)
     return dataclasses.replace(extended, tiles=RepeatedTiles(kernel, simulated, total,
                                                              tiles_per_panel, each))
+
+
+def _simulated(unit: np.ndarray, name: str, total: int, units: str) -> int:
+    """How many units (layers, panels) the run simulated, given each command's unit;
+    an ArchsimError unless that is the first 3 or more of ``total``."""
+    simulated = int(unit.max()) + 1 if len(unit) else 0
+    if simulated < 3 or not all((unit == i).any() for i in range(simulated)):
+        raise ArchsimError(f"cannot extend {name!r} to {total} {units}: the run has commands "
+                           f"of {simulated} of its {units}, the first 3 at least are needed")
+    if total < simulated:
+        raise ArchsimError(f"cannot extend {name!r} to {total} {units}: the run already "
+                           f"simulated {simulated}")
+    return simulated
 
 
 def _extended(result: SimResult, unit: np.ndarray, simulated: int, total: int
