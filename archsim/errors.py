@@ -83,8 +83,9 @@ class ProgramTooLargeError(CapacityError):
 
 
 class ExportError(ArchsimError):
-    """``torch.export`` cannot trace a model into one graph (its forward pass branches on
-    a tensor's values): names the line."""
+    """``torch.export`` cannot trace a model into one graph: its forward pass branches on
+    a tensor's values (names the line), or torch refused it otherwise (names torch's
+    error, kept as the cause)."""
 
 
 class ModelConfigError(ArchsimError):

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any, Mapping
 
-from archsim.errors import ExportError
+from archsim.errors import ArchsimError, ExportError
 
 
 def export_decompositions() -> dict[Any, Any]:
@@ -87,6 +87,10 @@ def export_model(module: Any, args: tuple[Any, ...],
             return exported.run_decompositions(table, decompose_custom_triton_ops=True)
     except GuardOnDataDependentSymNode as exc:
         raise ExportError(_data_dependent_message(module, exc)) from None
+    except ArchsimError:
+        raise
+    except Exception as exc:  # torch's own error, kept as the cause
+        raise ExportError(_failure_message(module, exc)) from exc
 
 
 def _export_decomposed(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -125,6 +129,16 @@ def _private_export_api() -> tuple[Any, Any, Any]:
 
     return _trace, _override_composite_implicit_decomp, \
         _split_decomp_table_to_cia_and_python_decomp
+
+
+def _failure_message(module: Any, exc: Exception) -> str:
+    """One line for an export torch refused: the model, torch's error type and the first
+    line of its message (the whole error stays the ExportError's ``__cause__``)."""
+    model = getattr(module, "model", module)  # the user's model inside Forward
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    first = first if len(first) <= 240 else first[:237] + "..."
+    return (f"torch.export cannot trace {type(model).__name__} into one graph: "
+            f"{type(exc).__name__}: {first}")
 
 
 def _data_dependent_message(module: Any, exc: Exception) -> str:

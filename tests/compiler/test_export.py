@@ -64,3 +64,18 @@ def test_export_falls_back_to_the_public_path(monkeypatch) -> None:
     monkeypatch.setattr(compiler.export, "_private_export_api", moved)
     module, args = GPT2Block(64, 4).eval(), (torch.randn(1, 8, 64),)
     assert _summary(export_model(module, args)) == _summary(_public(module, args))
+
+
+class _LeavesTorch(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(x.numpy() * 2)  # torch.export cannot trace through numpy
+
+
+def test_an_export_torch_refuses_is_one_export_error() -> None:
+    from archsim.errors import ExportError
+
+    with pytest.raises(ExportError, match=r"^torch.export cannot trace _LeavesTorch into one "
+                                          r"graph: \w+: .+") as caught:
+        export_model(_LeavesTorch(), (torch.randn(2, 3),))
+    assert "\n" not in str(caught.value)
+    assert caught.value.__cause__ is not None  # torch's own error kept
