@@ -221,20 +221,24 @@ def lower_segment_reduce(b: GraphBuilder, data: Value, reduce: str, *,
 @lowering(aten.index_put.default)
 def lower_index_put(b: GraphBuilder, x: Value, indices: list[Value | None], values: Value | float,
                     accumulate: bool = False) -> Value:
-    """``x[index] = values`` (``+=`` with ``accumulate``) for one integer index tensor on
-    the first dim (MoE routing's inverse permutation, ``inv[perm] = arange(S)``): the
-    dim-0 scatter of the values broadcast over the picked rows; repeated indices keep
-    the last write as CPU does (or add up), negative ones wrap."""
-    if len(indices) != 1 or not isinstance(indices[0], Value) or not x.shape or \
-            indices[0].dtype not in (DType.i32, DType.i64):
-        raise NotImplementedError("index_put with other than one integer index on dim 0")
-    index, rest = indices[0], x.shape[1:]
+    """``x[..., index, ...] = values`` (``+=`` with ``accumulate``) for one integer index
+    tensor on one dim, the dims before it taken whole (``None``): MoE routing's inverse
+    permutation ``inv[perm] = arange(S)`` on dim 0, a static KV cache's
+    ``k.index_copy_(2, cache_position, new)``. The scatter along that dim of the values
+    broadcast over the picked positions; repeated indices keep the last write as CPU
+    does (or add up), negative ones wrap."""
+    d = next((i for i, index in enumerate(indices) if index is not None), len(indices))
+    if d == len(indices) or d >= len(x.shape) or any(i is not None for i in indices[d + 1:]) \
+            or not isinstance(indices[d], Value) or indices[d].dtype not in (DType.i32, DType.i64):
+        raise NotImplementedError("index_put with other than one integer index on one dim")
+    index, before, after = indices[d], x.shape[:d], x.shape[d + 1:]
     count = math.prod(index.shape)
     flat = b.cast(b.view(index, (count,)), DType.i64)
-    flat = b.select(b.binary(BinaryKind.lt, flat, 0), b.binary(BinaryKind.add, flat, x.shape[0]),
+    flat = b.select(b.binary(BinaryKind.lt, flat, 0), b.binary(BinaryKind.add, flat, x.shape[d]),
                     flat)
-    spread = b.broadcast(b.view(flat, (count,) + (1,) * len(rest)), (count,) + rest)
+    picked = before + (count,) + after
+    spread = b.broadcast(b.view(flat, (1,) * len(before) + (count,) + (1,) * len(after)), picked)
     src: Value | float = values
     if isinstance(values, Value):
-        src = b.view(b.broadcast(b.cast(values, x.dtype), index.shape + rest), (count,) + rest)
-    return _scatter(b, x, 0, spread, src, "sum" if accumulate else "set")
+        src = b.view(b.broadcast(b.cast(values, x.dtype), before + index.shape + after), picked)
+    return _scatter(b, x, d, spread, src, "sum" if accumulate else "set")
