@@ -72,25 +72,37 @@ def export_model(module: Any, args: tuple[Any, ...],
     matching (written-out attention) and lowerings are written for this form.
 
     One trace where torch allows it (:func:`_export_decomposed`), else the public two:
-    ``torch.export.export`` then ``run_decompositions``."""
-    import torch
+    ``torch.export.export`` then ``run_decompositions``. A model torch refuses is an
+    :class:`ExportError`."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-    table = export_decompositions()
     try:
-        try:
-            return _export_decomposed(module, tuple(args), dict(kwargs or {}), table)
-        except GuardOnDataDependentSymNode:
-            raise
-        except Exception:  # noqa: BLE001 - the public path gives the user its own error
-            exported = torch.export.export(module, tuple(args), dict(kwargs or {}))
-            return exported.run_decompositions(table, decompose_custom_triton_ops=True)
+        return _export_decomposed_or_public(module, tuple(args), dict(kwargs or {}))
     except GuardOnDataDependentSymNode as exc:
         raise ExportError(_data_dependent_message(module, exc)) from None
     except ArchsimError:
         raise
     except Exception as exc:  # torch's own error, kept as the cause
         raise ExportError(_failure_message(module, exc)) from exc
+
+
+def _export_decomposed_or_public(module: Any, args: tuple[Any, ...],
+                                 kwargs: dict[str, Any]) -> Any:
+    """One trace (:func:`_export_decomposed`); on any failure but a data-dependent
+    branch (which the public path would meet again), torch's public two-trace path, so
+    a model the fast path cannot take still exports and a failing one gets the public
+    path's error."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    table = export_decompositions()
+    try:
+        return _export_decomposed(module, args, kwargs, table)
+    except GuardOnDataDependentSymNode:
+        raise
+    except Exception:  # noqa: BLE001
+        exported = torch.export.export(module, args, kwargs)
+        return exported.run_decompositions(table, decompose_custom_triton_ops=True)
 
 
 def _export_decomposed(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -102,7 +114,9 @@ def _export_decomposed(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     module paths and signature (checked by ``tests/compiler/test_export.py``) — in
     about 60% of the time, which matters for ``archsim run`` (export is its largest part
     after importing torch). torch 2.13's private entry point: if it moves, the caller
-    falls back to the public path."""
+    falls back to the public path. The table reaches the trace by swapping a module
+    global of ``torch.export._trace`` for its duration (restored after), so exports must
+    not run concurrently in threads of one process (sweeps use processes)."""
     import functools
 
     _trace, _override_composite_implicit_decomp, split_table = _private_export_api()

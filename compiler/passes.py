@@ -199,7 +199,7 @@ class AttentionLayoutPass:
                 merged = merge.out  # the permute's result, now the kernel's
                 merged.producer = node
                 node.outputs = (merged,) + node.outputs[1:]
-                merge.outputs = (g.Value(merged.shape, merged.dtype, f"{merged.name}_dead"),)
+                graph.nodes.remove(merge)  # the views before it are dead code now
                 node.spec = replace(node.spec, out_heads_after_seq=True)
                 changed = True
         return DeadCodePass().apply(graph) if changed else graph

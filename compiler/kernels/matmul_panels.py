@@ -105,8 +105,7 @@ def panel_plan(tiles: int, cores: int, full_shapes: bool, acc_sets: int, op_sets
     block shared unevenly by the cores)."""
     if limit <= 0 or commands <= limit or not full_shapes:
         return None
-    rounds = 1
-    rounds = math.lcm(rounds, acc_sets)  # accumulator set: (own tile count) % acc_sets
+    rounds = acc_sets  # accumulator set: (own tile count) % acc_sets
     rounds = math.lcm(rounds, op_sets // math.gcd(k_steps, op_sets))  # operand sets
     if a_resident:  # a core keeps its A row block while its columns last
         if col_tiles % cores:

@@ -20,18 +20,20 @@ NAMED_LOWERINGS: dict[str, LoweringFn] = {}
 
 
 def lowering(*ops: Any) -> Callable[[LoweringFn], LoweringFn]:
-    def register(fn: LoweringFn) -> LoweringFn:
-        for op in ops:
-            LOWERINGS[op] = fn
-        return fn
-    return register
+    """Register a lowering for aten op overloads."""
+    return _registrar(LOWERINGS, ops)
 
 
 def lowering_named(*names: str) -> Callable[[LoweringFn], LoweringFn]:
     """Register a lowering for custom ops by qualified name (``"transformers::op"``)."""
+    return _registrar(NAMED_LOWERINGS, names)
+
+
+def _registrar(table: dict[Any, LoweringFn], keys: tuple[Any, ...]
+               ) -> Callable[[LoweringFn], LoweringFn]:
     def register(fn: LoweringFn) -> LoweringFn:
-        for name in names:
-            NAMED_LOWERINGS[name] = fn
+        for key in keys:
+            table[key] = fn
         return fn
     return register
 
