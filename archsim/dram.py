@@ -1,5 +1,6 @@
 """Device DRAM: channels behind one shared link, an access latency, and the cost of
-strided access (every contiguous run is rounded up to the access granularity)."""
+strided access (every contiguous run is rounded up to the access granularity). The
+channels run at their sustained rate, ``dram.efficiency`` of the pins' peak."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ class Dram:
     def __init__(self, network: FlowNetwork, config: NpuConfig) -> None:
         self.config = config.dram
         self.latency_cycles = config.dram.latency_cycles
-        self.channel_bytes_per_cycle = config.dram_channel_bytes_per_cycle
-        self.link = network.add_link("dram", config.dram_bytes_per_cycle)
+        self.channel_bytes_per_cycle = config.dram_channel_bytes_per_cycle * \
+            config.dram.efficiency
+        self.link = network.add_link("dram", config.dram_sustained_bytes_per_cycle)
 
     def charged_bytes(self, ref: DramRef, tensor: DramTensor) -> int:
         """Bytes the channels actually move for a box: runs rounded up to the access

@@ -10,7 +10,10 @@ over SRAM: it loads its operands from the scratchpad and stores its result back,
 when ``sram_bandwidth_bytes_per_cycle`` is set an op also takes at least the bytes it
 reads and writes over that bandwidth. A multi-pass kernel (layer norm: reduce, center,
 square, reduce, scale) pays one pass per op, as it does on hardware whose vector
-registers hold a small part of a tile.
+registers hold a small part of a tile. The exception is a ``chained`` op (a matmul's
+fused epilogue after its first op, see :data:`compiler.ir.ops.CHAINED_DOC`): its first
+input comes in registers from the op before it and its result is the pass's one write,
+already charged, so it moves only its other inputs' bytes.
 """
 
 from __future__ import annotations
@@ -55,6 +58,11 @@ def op_class(op: Op) -> str:
     raise TypeError(f"not a vector op: {type(op).__name__}")
 
 
+_FORWARDED: dict[type[Op], tuple[str, str]] = {
+    Unary: ("src", "dst"), Binary: ("a", "dst"), Cast: ("src", "dst")}
+"""Per op class that can be chained: the fields that stay in registers when it is."""
+
+
 class VectorEngine:
     """The vector unit of a core (engine ``coreN.vpu``)."""
 
@@ -73,7 +81,8 @@ class VectorEngine:
             compute += math.ceil(math.log2(length)) if length > 1 else 0
         bandwidth = self.config.sram_bandwidth_bytes_per_cycle
         if bandwidth:
-            moved = sum(ref.nbytes for _, ref in operands)
+            skip = _FORWARDED.get(type(op), ()) if getattr(op, "chained", False) else ()
+            moved = sum(ref.nbytes for name, ref in operands if name not in skip)
             compute = max(compute, ceil_div(moved, bandwidth))
         cycles = self.config.pipeline_latency_cycles + compute
         flops = 0 if cls in ("cast", "copy") or (isinstance(op, Binary) and op.kind in COMPARISON) \

@@ -42,7 +42,7 @@ class Cost:
                     self.serial_cycles * factor)
 
     def estimate(self, config: NpuConfig) -> float:
-        dram = self.dram_bytes / (config.dram_bytes_per_cycle * DRAM_EFFICIENCY)
+        dram = self.dram_bytes / (config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY)
         return max(self.mxu_cycles, self.vpu_cycles, self.dma_cycles, dram) + \
             self.serial_cycles
 
@@ -146,7 +146,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             tiles = batch * -(-m // mt) * n_tiles
             per_core = -(-tiles // cores)
             # one core's loads reach its DMA/NoC bandwidth, or their share of DRAM
-            load_bw = min(load_bandwidth(config), config.dram_bytes_per_cycle *
+            load_bw = min(load_bandwidth(config), config.dram_sustained_bytes_per_cycle *
                           DRAM_EFFICIENCY / min(cores, tiles))
             # the k-steps of a tile follow each other on an array
             step_mxu = matmul_cycles(min(mt, m), min(kt, k), min(nt, n), matrix, dtype) - \

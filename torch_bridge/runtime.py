@@ -96,7 +96,7 @@ class _Costs:
             link_bytes_per_cycle=config.host_link_bytes_per_cycle,
             link_latency_cycles=config.host_link.latency_cycles,
             host_flops_per_cycle=config.host_link.host_flops_per_s / config.clock_hz,
-            dram_bytes_per_cycle=config.dram_bytes_per_cycle,
+            dram_bytes_per_cycle=config.dram_sustained_bytes_per_cycle,
         )
 
 

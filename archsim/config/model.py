@@ -126,6 +126,10 @@ class DramConfig:
     """Consecutive bytes mapped to one channel before moving to the next."""
     access_granularity_bytes: int
     """Smallest access; a strided transfer pays this much per contiguous run at least."""
+    efficiency: float = 1.0
+    """Fraction of the pins' bandwidth the channels sustain on streaming traffic: refresh
+    (tRFC of every tREFI), row activations and read/write turnarounds take the rest.
+    1.0 models the peak."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +212,14 @@ class NpuConfig:
 
     @property
     def dram_bytes_per_cycle(self) -> float:
+        """The pins' peak: rooflines and utilization are measured against it."""
         return self.dram.channels * self.dram_channel_bytes_per_cycle
+
+    @property
+    def dram_sustained_bytes_per_cycle(self) -> float:
+        """What the channels deliver (``dram.efficiency`` of the peak): the simulated
+        DRAM and the compiler's cost model run at this rate."""
+        return self.dram_bytes_per_cycle * self.dram.efficiency
 
     @property
     def host_link_bytes_per_cycle(self) -> float:

@@ -205,12 +205,18 @@ class MatMul(Op):
 
 # -- vector engine (coreN.vpu) -------------------------------------------------------
 
+CHAINED_DOC = """``chained``: the op continues the previous vector op's pass over a tile (a
+matmul's fused epilogue, run on results popped into registers): its first input is that
+op's result, in registers, and the pass's one write was paid by the chain's first op.
+It costs its ALU time and the scratchpad reads of its other inputs."""
+
 
 @dataclass(frozen=True, slots=True)
 class Unary(Op):
     kind: UnaryKind
     src: SramRef
     dst: SramRef
+    chained: bool = False  # see CHAINED_DOC
     mnemonic = "unary"
 
 
@@ -222,6 +228,7 @@ class Binary(Op):
     a: SramRef | Scalar
     b: SramRef | Scalar
     dst: SramRef
+    chained: bool = False  # ``a`` comes in registers (CHAINED_DOC)
     mnemonic = "binary"
 
 
@@ -242,6 +249,7 @@ class Cast(Op):
 
     src: SramRef
     dst: SramRef
+    chained: bool = False  # see CHAINED_DOC
     mnemonic = "cast"
 
 

@@ -234,6 +234,10 @@ def _operands(op: Op) -> str:
     return printer(op)
 
 
+def _chained(op: Unary | Binary | Cast) -> str:
+    return " chained" if op.chained else ""
+
+
 _PRINTERS: dict[type[Op], Callable[[Op], str]] = {
     Load: lambda op: f"{format_dram_ref(op.src)} -> {format_sram_ref(op.dst)}",
     Store: lambda op: f"{format_sram_ref(op.src)} -> {format_dram_ref(op.dst)}",
@@ -242,12 +246,13 @@ _PRINTERS: dict[type[Op], Callable[[Op], str]] = {
                         f"{format_sram_ref(op.dst)}"),
     MatMul: lambda op: (f"{format_sram_ref(op.a)}, {format_sram_ref(op.b)} -> "
                         f"{format_sram_ref(op.out)}" + (" acc" if op.accumulate else "")),
-    Unary: lambda op: f"{op.kind.value} {format_sram_ref(op.src)} -> {format_sram_ref(op.dst)}",
+    Unary: lambda op: (f"{op.kind.value} {format_sram_ref(op.src)} -> "
+                       f"{format_sram_ref(op.dst)}" + _chained(op)),
     Binary: lambda op: (f"{op.kind.value} {_format_value(op.a)}, {_format_value(op.b)} -> "
-                        f"{format_sram_ref(op.dst)}"),
+                        f"{format_sram_ref(op.dst)}" + _chained(op)),
     Select: lambda op: (f"{format_sram_ref(op.cond)}, {_format_value(op.a)}, "
                         f"{_format_value(op.b)} -> {format_sram_ref(op.dst)}"),
-    Cast: lambda op: f"{format_sram_ref(op.src)} -> {format_sram_ref(op.dst)}",
+    Cast: lambda op: f"{format_sram_ref(op.src)} -> {format_sram_ref(op.dst)}" + _chained(op),
     Reduce: lambda op: (f"{op.kind.value} {format_sram_ref(op.src)} -> "
                         f"{format_sram_ref(op.dst)} axis={op.axis}"),
     Transpose: lambda op: (f"{format_sram_ref(op.src)} -> {format_sram_ref(op.dst)} "
@@ -591,12 +596,14 @@ def _parse_gather(line: _Line) -> Op:
     return Gather(table, indices, _parse_sram(line, "gather destination"))
 
 
-def _parse_sram_to_sram(make: Callable[[SramRef, SramRef], Op], mnemonic: str
+def _parse_sram_to_sram(make: Callable[..., Op], mnemonic: str, optional: str = ""
                         ) -> Callable[[_Line], Op]:
+    """``src -> dst``, then the ``optional`` flag word if the op has one."""
     def parse(line: _Line) -> Op:
         src = _parse_sram(line, f"{mnemonic} source")
         line.expect("->", f"after {mnemonic} source")
-        return make(src, _parse_sram(line, f"{mnemonic} destination"))
+        dst = _parse_sram(line, f"{mnemonic} destination")
+        return make(src, dst, line.accept(optional)) if optional else make(src, dst)
     return parse
 
 
@@ -613,7 +620,7 @@ def _parse_unary(line: _Line) -> Op:
     kind = line.choice(_UNARY, "unary kind")
     src = _parse_sram(line, "unary source")
     line.expect("->", "after unary source")
-    return Unary(kind, src, _parse_sram(line, "unary destination"))
+    return Unary(kind, src, _parse_sram(line, "unary destination"), line.accept("chained"))
 
 
 def _parse_binary(line: _Line) -> Op:
@@ -622,7 +629,8 @@ def _parse_binary(line: _Line) -> Op:
     line.expect(",", "after binary operand a")
     b = _parse_value(line, "binary operand b")
     line.expect("->", "after binary operand b")
-    return Binary(kind, a, b, _parse_sram(line, "binary destination"))
+    return Binary(kind, a, b, _parse_sram(line, "binary destination"),
+                  line.accept("chained"))
 
 
 def _parse_select(line: _Line) -> Op:
@@ -680,7 +688,8 @@ _OP_PARSERS: dict[str, Callable[[_Line], Op]] = {
     Unary.mnemonic: _parse_unary,
     Binary.mnemonic: _parse_binary,
     Select.mnemonic: _parse_select,
-    Cast.mnemonic: _parse_sram_to_sram(Cast, "cast"),
+    Cast.mnemonic: _parse_sram_to_sram(
+        lambda src, dst, chained: Cast(src, dst, chained), "cast", optional="chained"),
     Reduce.mnemonic: _parse_reduce,
     Transpose.mnemonic: _parse_transpose,
     VCopy.mnemonic: _parse_sram_to_sram(VCopy, "vcopy"),

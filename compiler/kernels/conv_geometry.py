@@ -13,6 +13,7 @@ from compiler.graph import Value
 from compiler.ir.operands import DramRef, Slice, SramRef
 from compiler.ir.ops import Cast, Transpose
 from compiler.kernels.common import Context, unravel
+from compiler.kernels.epilogue import STARTS_PASS
 from compiler.kernels.vector import (
     bytes_per_element,
     emit_compute,
@@ -115,7 +116,7 @@ def finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
              box: tuple[tuple[int, int], ...], shape: tuple[int, ...],
              cast: bool) -> Callable[[], None]:
     """The tile's last step: cast ``b["acc"][q]`` to the output dtype, store it, run the
-    fused epilogue group on it."""
+    fused epilogue group on it (one pass, its ops chained as in a matmul's epilogue)."""
     out = kernel.anchor.out
     source = kernel.anchor.source
 
@@ -134,7 +135,8 @@ def finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
         merged[out.id] = value
         emit_loads(ctx, kernel.group, box, core, merged, lay.scratch[0], {out.id: value},
                    source)
-        emit_compute(ctx, kernel.group, box, core, merged, lay.scratch[0], source)
+        emit_compute(ctx, kernel.group, box, core, merged, lay.scratch[0], source,
+                     out.id if cast else STARTS_PASS)  # one pass (epilogue.py)
         emit_stores(ctx, kernel.group, box, core, merged, source, "store")
     return store
 

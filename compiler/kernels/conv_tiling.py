@@ -93,7 +93,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
         per_core = ceil_div(tiles, cores)
         # the cores' loads share DRAM once more than one core runs
         load_bw = min(load_bandwidth(config),
-                      config.dram_bytes_per_cycle * DRAM_EFFICIENCY / cores)
+                      config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY / cores)
         chunks = ceil_div(cin, ct)
         most = min(ntaps, max(1, matrix.rows // ct))
         for g, resident in itertools.product(sorted({1, most}), (all_weights, 0)):

@@ -20,6 +20,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
 from compiler.ir.ops import Cast, Load, MatMul
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline, unravel
+from compiler.kernels.epilogue import STARTS_PASS
 from compiler.kernels.matmul_panels import TilePanels, panel_plan
 from compiler.kernels.vector import (
     bytes_per_element,
@@ -235,6 +236,7 @@ def _epilogue(ctx: Context, core: int, bufs: _Buffers, q: int, out: Value, group
             merged = dict(epi_bufs)
             merged[out.id] = value_buf
             emit_loads(ctx, group, box, core, merged, scratch, {out.id: value_buf}, source)
-            emit_compute(ctx, group, box, core, merged, scratch, source)
+            emit_compute(ctx, group, box, core, merged, scratch, source,
+                         out.id if cast_needed else STARTS_PASS)  # one pass (epilogue.py)
             emit_stores(ctx, group, box, core, merged, source, "store")
     return store

@@ -3,7 +3,8 @@
 A tile is a box of the group's iteration space with reduced axes whole. Each value of
 the group gets one SRAM buffer per buffer set; external inputs are loaded (through
 views, permutes and slices), nodes run on the vector engine, and values needed outside
-the kernel are stored. :func:`emit_group_tile` is shared with matmul/conv epilogues.
+the kernel are stored. The emitters are shared with matmul/conv epilogues
+(:mod:`compiler.kernels.epilogue`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from compiler.graph import Node, Value
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Store, Transpose, Unary, VCopy
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
+from compiler.kernels.epilogue import chain
 from compiler.plan import Group, Kernel, aligned
 
 MIN_TILE_BYTES = 32 * 1024
@@ -291,33 +293,32 @@ def operand(ctx: Context, x: object, box: Box, bufs: dict[int, SramRef]) -> Sram
 
 
 def emit_compute(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, SramRef],
-                 scratch: dict[int, SramRef], source: str) -> None:
+                 scratch: dict[int, SramRef], source: str, pass_value: int | None = None) -> None:
+    """The group's vector ops on ``box``, one command each; ``pass_value``: see
+    :func:`compiler.kernels.epilogue.chain`."""
     vpu = f"core{core}.vpu"
     em = ctx.em
     for node in group.nodes:
         spec = node.spec
         out = sub(bufs[node.out.id], box_shape(value_box(node.out, box)))
         src = node.source or source
+        (first, *rest), chained, pass_value = chain(node, pass_value)
         if isinstance(spec, g.Unary):
-            em.emit(vpu, Unary(spec.kind, operand(ctx, node.inputs[0], box, bufs), out), src)
+            em.emit(vpu, Unary(spec.kind, operand(ctx, first, box, bufs), out, chained), src)
         elif isinstance(spec, g.Binary):
-            a = operand(ctx, node.inputs[0], box, bufs)
-            b = operand(ctx, node.inputs[1], box, bufs)
-            em.emit(vpu, Binary(spec.kind, a, b, out), src)
+            a, b = operand(ctx, first, box, bufs), operand(ctx, rest[0], box, bufs)
+            em.emit(vpu, Binary(spec.kind, a, b, out, chained and type(a) is SramRef), src)
         elif isinstance(spec, g.Select):
             cond, a, b = (operand(ctx, x, box, bufs) for x in node.inputs)
             em.emit(vpu, Select(cond, a, b, out), src)
         elif isinstance(spec, g.Cast):
-            em.emit(vpu, Cast(operand(ctx, node.inputs[0], box, bufs), out), src)
+            em.emit(vpu, Cast(operand(ctx, node.inputs[0], box, bufs), out, chained), src)
         elif isinstance(spec, g.Broadcast):
             em.emit(vpu, VCopy(operand(ctx, node.inputs[0], box, bufs), out), src)
         elif isinstance(spec, g.Permute):
-            tmp = scratch[node.out.id]
             in_shape = box_shape(own_box(node.out, box))
-            src_shape = [0] * len(spec.perm)
-            for i, p in enumerate(spec.perm):
-                src_shape[p] = in_shape[i]
-            em.emit(vpu, Transpose(sub(tmp, tuple(src_shape)),
+            src_shape = tuple(in_shape[spec.perm.index(d)] for d in range(len(spec.perm)))
+            em.emit(vpu, Transpose(sub(scratch[node.out.id], src_shape),
                                    sub(out, in_shape), spec.perm), src)
         elif isinstance(spec, g.Slice):
             shape = box_shape(own_box(node.out, box))

@@ -60,7 +60,8 @@ def test_every_problem_is_reported_at_once() -> None:
         "core.matrix.rows: must be > 0, got 0",
         "core.matrix.dataflow: 'xs' is not one of ws, os, is",
         "dram.colour: unknown key (known: kind, channels, channel_bandwidth_gb_per_s, "
-        "latency_cycles, capacity_bytes, interleave_bytes, access_granularity_bytes)",
+        "latency_cycles, capacity_bytes, interleave_bytes, access_granularity_bytes, "
+        "efficiency)",
         "noc.latency_cycles: missing",
     )
     assert str(info.value).startswith("my.yaml: 5 problems:\n  - core.dma.engines")
