@@ -22,7 +22,7 @@ FAMILIES = {
         (torch.randn(1, 400),)),
     "funnel": lambda: (T.FunnelModel(T.FunnelConfig(
         d_model=32, d_inner=64, n_head=2, d_head=16, block_sizes=[1, 1], vocab_size=100)),
-        (torch.randint(0, 100, (1, 15)),)),
+        (torch.randint(0, 100, (1, 7)),)),
     "poolformer": lambda: (T.PoolFormerModel(T.PoolFormerConfig(
         hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2, patch_sizes=[7, 3],
         strides=[4, 2], padding=[2, 1], num_attention_heads=[1, 2])),
