@@ -162,6 +162,8 @@ class ReportData:
     simulated panels."""
     stack_busy_cycles: Mapping[str, int] | None = None
     """The whole run's busy cycles per engine when ``layers`` or ``tiles`` is set."""
+    dram_efficiency: float = 1.0
+    """The share of ``dram_bandwidth_bytes_per_s`` (the pins' peak) DRAM sustains."""
 
     # -- time -----------------------------------------------------------------------
     @property
@@ -294,6 +296,7 @@ def from_sim_result(result: SimResult) -> ReportData:
         peak_flops=config.peak_flops,
         vector_peak_flops=float(config.cores * config.core.vector.lanes * config.clock_hz),
         dram_bandwidth_bytes_per_s=config.dram_bandwidth_bytes_per_s,
+        dram_efficiency=config.dram.efficiency,
         host_link_bandwidth_bytes_per_s=config.host_link.bandwidth_gb_per_s * 1e9,
         matmul_flops=result.matmul_flops,
         flops=result.flops,

@@ -35,8 +35,8 @@ _TRACE_FIELDS = ("id", "engine", "op", "source", "deps", "start", "end", "bytes"
 
 def to_json(result: ResultLike) -> dict[str, Any]:
     data = report_data(result)
-    run = {name: getattr(data, name)
-           for name in (*_RUN_FIELDS, "matrix_precision", "layers", "tiles")}
+    run = {name: getattr(data, name) for name in (*_RUN_FIELDS, "matrix_precision", "layers",
+                                                  "tiles", "dram_efficiency")}
     run.update(seconds=data.seconds, achieved_flops=data.achieved_flops,
                dram_bandwidth_used_bytes_per_s=data.dram_bandwidth_used_bytes_per_s)
     busy = data.engine_busy_cycles
@@ -103,6 +103,7 @@ def from_json(document: Mapping[str, Any]) -> ReportData:
         fields["matrix_precision"] = run.get("matrix_precision", "")
         fields["layers"] = run.get("layers", "")
         fields["tiles"] = run.get("tiles", "")
+        fields["dram_efficiency"] = run.get("dram_efficiency", 1.0)
         if fields["layers"] or fields["tiles"]:  # the whole run's busy cycles, not the trace's
             engines = document["engines"]
             fields["stack_busy_cycles"] = MappingProxyType(

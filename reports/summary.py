@@ -52,8 +52,10 @@ def _headline(data: ReportData) -> str:
                                           f"({percent(achieved, data.vector_peak_flops)}); "
                                           f"{format_si(vector_flops, 'FLOP')}"))
     used, available = data.dram_bandwidth_used_bytes_per_s, data.dram_bandwidth_bytes_per_s
+    sustained = "" if data.dram_efficiency == 1.0 else \
+        f" peak, {format_si(available * data.dram_efficiency, 'B/s')} sustained"
     lines.append(_kv("DRAM bandwidth",
-                     f"{format_si(used, 'B/s')} of {format_si(available, 'B/s')} "
+                     f"{format_si(used, 'B/s')} of {format_si(available, 'B/s')}{sustained} "
                      f"({percent(used, available)}); "
                      f"read {format_bytes(data.dram_bytes_read)}, "
                      f"written {format_bytes(data.dram_bytes_written)}"))

@@ -150,3 +150,18 @@ def test_a_partly_simulated_stack_keeps_its_busy_cycles_through_json(tmp_path):
     assert loaded.layers == data.layers
     assert dict(loaded.engine_busy_cycles) == dict(data.engine_busy_cycles)
     assert loaded.utilization == data.utilization
+
+
+def test_a_sustained_dram_rate_is_reported_and_kept_through_json():
+    from archsim.config import load_config
+    from archsim.simulator import Simulator
+    from conftest import chain_program
+
+    config = load_config("tiny").with_overrides({"dram.efficiency": 0.5})
+    result = Simulator(config).run(chain_program(), verify=False)
+    data = from_json(json.loads(json.dumps(to_json(result))))
+    assert data.dram_efficiency == 0.5
+    # tiny's pins: 16 B/cycle at 1 GHz; half of it sustained
+    assert "of 16.0 GB/s peak, 8.00 GB/s sustained (" in summary(data)
+    assert "sustained" not in summary(report_data(Simulator(load_config("tiny")).run(
+        chain_program(), verify=False)))
