@@ -150,17 +150,24 @@ class FlowNetwork:
             (finished if f.remaining <= f.rate * _DONE else still).append(f)
         if finished:
             self._flows = still
-            demand, limit, over = self._demand, self._limit, self._oversubscribed
-            for flow in finished:
-                for link in flow.links:  # demand only shrinks here
-                    demand[link] -= flow.solo
-                    if demand[link] <= limit[link]:
-                        over.discard(link)
+            demand, over = self._demand, self._oversubscribed
             if over:
-                self._share()
-            else:
-                for f in still:
-                    f.rate = f.solo
+                limit = self._limit
+                for flow in finished:
+                    for link in flow.links:  # demand only shrinks here
+                        demand[link] -= flow.solo
+                        if demand[link] <= limit[link]:
+                            over.discard(link)
+                if over:
+                    self._share()
+                else:  # the last oversubscribed link was relieved: all run alone
+                    for f in still:
+                        f.rate = f.solo
+            else:  # nothing was throttled, so nothing can be relieved (the common case)
+                for flow in finished:
+                    solo = flow.solo
+                    for link in flow.links:
+                        demand[link] -= solo
         self._schedule_wake(now)
         if finished:
             self.on_finish([f.token for f in finished])

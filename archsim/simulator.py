@@ -96,7 +96,7 @@ class _Run:
         self.waiters: dict[int, list[_Engine]] = {}
         self.engines = [_Engine(queue, plan.in_flight[name], plan.saving[name])
                         for name, queue in self.queues.items()]
-        self.owner = [self.engines[k] for k in plan.engine_index]
+        self.owner = list(map(self.engines.__getitem__, plan.engine_index))
         self.ready: list[_Engine] = []
         self.executor: FunctionalExecutor | None = None
         if inputs is not None:
