@@ -106,6 +106,10 @@ class _Run:
         self.ready.extend(self.engines)
         self._drain()
         self.env.run()
+        # the network calls back into this run (a reference cycle): cut it so the run's
+        # per-command lists are freed as soon as the result is built, not by a later
+        # cyclic collection that would walk them first
+        self.network.on_finish = None
         if -1 in self.ends:
             raise SimulationError(self._stuck_message())
         last = max(self.ends, default=0)
