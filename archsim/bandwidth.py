@@ -73,6 +73,9 @@ class FlowNetwork:
         self.capacity: list[float] = [float(c) for c in capacities]
         self.on_finish = on_finish
         self._flows: list[_Flow] = []
+        self._spare: list[_Flow] = []
+        """Finished flows, reused by later transfers: a run makes an object per transfer
+        in flight rather than per transfer."""
         self._starting: dict[int, list[_Flow]] = {}
         """Flows waiting for their start cycle, by cycle (one SimPy event per cycle)."""
         self._demand: list[float] = [0.0] * len(capacities)
@@ -103,7 +106,15 @@ class FlowNetwork:
         """Move ``nbytes`` (a float) over ``links``, at most ``solo`` bytes/cycle (see
         :func:`solo_rate`), starting in cycle ``at`` (not before now); ``token`` is
         handed to ``on_finish`` when the last byte arrives."""
-        flow = _Flow(links, solo, nbytes, token)
+        spare = self._spare
+        if spare:
+            flow = spare.pop()
+            flow.links = links
+            flow.solo = flow.rate = solo
+            flow.remaining = nbytes
+            flow.token = token
+        else:
+            flow = _Flow(links, solo, nbytes, token)
         batch = self._starting.get(at)
         if batch is None:
             self._starting[at] = [flow]
@@ -170,7 +181,9 @@ class FlowNetwork:
                         demand[link] -= solo
         self._schedule_wake(now)
         if finished:
-            self.on_finish([f.token for f in finished])
+            tokens = [f.token for f in finished]
+            self._spare += finished
+            self.on_finish(tokens)
 
     def _share(self) -> None:
         """Max-min fair rates. With one oversubscribed link (the common case: DRAM),

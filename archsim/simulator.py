@@ -147,7 +147,11 @@ class _Run:
                 for d in deps[i]:
                     end = ends[d]
                     if end < 0:  # wait: the engine is ready again when d ends
-                        waiters.setdefault(d, []).append(engine)
+                        woken = waiters.get(d)
+                        if woken is None:  # (usually the only one waiting on d)
+                            waiters[d] = [engine]
+                        else:
+                            woken.append(engine)
                         break
                     if end > start:
                         start = end
@@ -169,7 +173,7 @@ class _Run:
                             break
                         continue
                     if saving and pos and start == free:  # back to back
-                        fixed = max(1, fixed - saving)
+                        fixed = fixed - saving if fixed - saving > 1 else 1
                     free = ends[i] = start + fixed
                     woken = waiters.pop(i, None)
                     if woken:
@@ -183,14 +187,15 @@ class _Run:
         """Transfers that ended this cycle free their engines and wake their waiters."""
         now = self.env.now
         ends, owner, ready, waiters = self.ends, self.owner, self.ready, self.waiters
+        steps, transfer = self.steps, self.network.transfer
         for i in finished:
             engine = owner[i]
             ends[i] = now
             engine.flying -= 1
             if engine.waiting:
                 j, at = engine.waiting.popleft()
-                _, links, nbytes, solo = self.steps[j]
-                self.network.transfer(links, nbytes, solo, max(at, now), j)
+                _, links, nbytes, solo = steps[j]
+                transfer(links, nbytes, solo, at if at > now else now, j)
             if engine.busy:  # a slot is free again: the next command may start now
                 engine.busy = False
                 engine.free_at = now
