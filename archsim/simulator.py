@@ -93,7 +93,9 @@ class _Run:
         self.starts = [0] * self.n
         self.ends = [-1] * self.n
         """A command's end cycle; -1 until it is resolved."""
-        self.waiters: dict[int, list[_Engine]] = {}
+        self.waiters: list[list[_Engine] | None] = [None] * self.n
+        """Per command, the engines waiting for it to end (a list: indexing is cheaper
+        than a dict's get and pop, which every command did)."""
         self.engines = [_Engine(queue, plan.in_flight[name], plan.saving[name])
                         for name, queue in self.queues.items()]
         self.owner = list(map(self.engines.__getitem__, plan.engine_index))
@@ -147,7 +149,7 @@ class _Run:
                 for d in deps[i]:
                     end = ends[d]
                     if end < 0:  # wait: the engine is ready again when d ends
-                        woken = waiters.get(d)
+                        woken = waiters[d]
                         if woken is None:  # (usually the only one waiting on d)
                             waiters[d] = [engine]
                         else:
@@ -175,8 +177,8 @@ class _Run:
                     if saving and pos and start == free:  # back to back
                         fixed = fixed - saving if fixed - saving > 1 else 1
                     free = ends[i] = start + fixed
-                    woken = waiters.pop(i, None)
-                    if woken:
+                    woken = waiters[i]
+                    if woken is not None:  # (no one waits on it again: it has ended)
                         ready.extend(woken)
                     pos += 1
                     continue
@@ -200,8 +202,8 @@ class _Run:
                 engine.busy = False
                 engine.free_at = now
                 ready.append(engine)
-            woken = waiters.pop(i, None)
-            if woken:
+            woken = waiters[i]
+            if woken is not None:
                 ready.extend(woken)
         self._drain()
 
@@ -224,8 +226,8 @@ class _Run:
 
     def _result(self) -> SimResult:
         plan = self.plan
-        starts = np.asarray(self.starts, dtype=np.int64)
-        ends = np.asarray(self.ends, dtype=np.int64)
+        starts = np.fromiter(self.starts, np.int64, self.n)
+        ends = np.fromiter(self.ends, np.int64, self.n)
         busy = {engine: busy_cycles(starts[queue], ends[queue], plan.in_flight[engine])
                 for engine, queue in plan.queue_arrays.items()}
         outputs = None
