@@ -135,9 +135,11 @@ class FlowNetwork:
                 empty.append(flow.token)
                 continue
             flows.append(flow)
+            solo = flow.solo
             for link in flow.links:  # demand only grows here
-                demand[link] += flow.solo
-                if demand[link] > limit[link]:
+                load = demand[link] + solo
+                demand[link] = load
+                if load > limit[link]:
                     over.add(link)
         if over:
             self._share()
@@ -156,9 +158,14 @@ class FlowNetwork:
         self._updated_at = now
         finished, still = [], []
         for f in self._flows:
+            rate, remaining = f.rate, f.remaining
             if elapsed:
-                f.remaining -= f.rate * elapsed
-            (finished if f.remaining <= f.rate * _DONE else still).append(f)
+                remaining -= rate * elapsed
+                f.remaining = remaining
+            if remaining <= rate * _DONE:
+                finished.append(f)
+            else:
+                still.append(f)
         if finished:
             self._flows = still
             demand, over = self._demand, self._oversubscribed
