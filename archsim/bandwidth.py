@@ -73,6 +73,9 @@ class FlowNetwork:
         self.capacity: list[float] = [float(c) for c in capacities]
         self.on_finish = on_finish
         self._flows: list[_Flow] = []
+        self._spare: list[_Flow] = []
+        """Finished flows, reused by later transfers: a run makes an object per transfer
+        in flight rather than per transfer."""
         self._starting: dict[int, list[_Flow]] = {}
         """Flows waiting for their start cycle, by cycle (one SimPy event per cycle)."""
         self._demand: list[float] = [0.0] * len(capacities)
@@ -103,7 +106,15 @@ class FlowNetwork:
         """Move ``nbytes`` (a float) over ``links``, at most ``solo`` bytes/cycle (see
         :func:`solo_rate`), starting in cycle ``at`` (not before now); ``token`` is
         handed to ``on_finish`` when the last byte arrives."""
-        flow = _Flow(links, solo, nbytes, token)
+        spare = self._spare
+        if spare:
+            flow = spare.pop()
+            flow.links = links
+            flow.solo = flow.rate = solo
+            flow.remaining = nbytes
+            flow.token = token
+        else:
+            flow = _Flow(links, solo, nbytes, token)
         batch = self._starting.get(at)
         if batch is None:
             self._starting[at] = [flow]
@@ -124,9 +135,11 @@ class FlowNetwork:
                 empty.append(flow.token)
                 continue
             flows.append(flow)
+            solo = flow.solo
             for link in flow.links:  # demand only grows here
-                demand[link] += flow.solo
-                if demand[link] > limit[link]:
+                load = demand[link] + solo
+                demand[link] = load
+                if load > limit[link]:
                     over.add(link)
         if over:
             self._share()
@@ -145,25 +158,39 @@ class FlowNetwork:
         self._updated_at = now
         finished, still = [], []
         for f in self._flows:
+            rate, remaining = f.rate, f.remaining
             if elapsed:
-                f.remaining -= f.rate * elapsed
-            (finished if f.remaining <= f.rate * _DONE else still).append(f)
+                remaining -= rate * elapsed
+                f.remaining = remaining
+            if remaining <= rate * _DONE:
+                finished.append(f)
+            else:
+                still.append(f)
         if finished:
             self._flows = still
-            demand, limit, over = self._demand, self._limit, self._oversubscribed
-            for flow in finished:
-                for link in flow.links:  # demand only shrinks here
-                    demand[link] -= flow.solo
-                    if demand[link] <= limit[link]:
-                        over.discard(link)
+            demand, over = self._demand, self._oversubscribed
             if over:
-                self._share()
-            else:
-                for f in still:
-                    f.rate = f.solo
+                limit = self._limit
+                for flow in finished:
+                    for link in flow.links:  # demand only shrinks here
+                        demand[link] -= flow.solo
+                        if demand[link] <= limit[link]:
+                            over.discard(link)
+                if over:
+                    self._share()
+                else:  # the last oversubscribed link was relieved: all run alone
+                    for f in still:
+                        f.rate = f.solo
+            else:  # nothing was throttled, so nothing can be relieved (the common case)
+                for flow in finished:
+                    solo = flow.solo
+                    for link in flow.links:
+                        demand[link] -= solo
         self._schedule_wake(now)
         if finished:
-            self.on_finish([f.token for f in finished])
+            tokens = [f.token for f in finished]
+            self._spare += finished
+            self.on_finish(tokens)
 
     def _share(self) -> None:
         """Max-min fair rates. With one oversubscribed link (the common case: DRAM),

@@ -79,7 +79,9 @@ class Plan:
         """Distinct costs; ``timings[kinds[i]]`` is command i's."""
         self.kinds = kinds
         kind_of = np.asarray(kinds, dtype=np.intp)
-        self.queues, self.engine_index = _engine_queues(engines, kind_of)
+        self.queues, self.queue_arrays, self.engine_index = _engine_queues(engines, kind_of)
+        """Each engine's queue, as a list (what the run walks) and as an index array (for
+        per-engine totals of a run)."""
         self.in_flight = {engine: chip.in_flight(engine) for engine in self.queues}
         """Per engine, transfers it may keep in flight (1: each ends before the next)."""
         self.saving = {engine: chip.back_to_back_saving(engine) for engine in self.queues}
@@ -110,11 +112,6 @@ class Plan:
         if program is None:
             raise ReferenceError("the plan's program is gone")
         return program
-
-    @cached_property
-    def queue_arrays(self) -> dict[str, np.ndarray]:
-        """Each engine's queue as an index array (for per-engine totals of a run)."""
-        return {engine: np.asarray(queue, dtype=np.intp) for engine, queue in self.queues.items()}
 
     @cached_property
     def sram_sizes(self) -> dict[str, int]:
@@ -168,18 +165,19 @@ class Plan:
 Step = tuple[int, tuple[int, ...], float, float]
 
 
-def _engine_queues(engines: list[str], kind_of: np.ndarray) -> tuple[dict[str, list[int]],
-                                                                     list[int]]:
-    """Each engine's queue (command indices in program order), engines in order of
-    their first command, and each command's engine number. ``engines[k]`` is the engine
+def _engine_queues(engines: list[str], kind_of: np.ndarray
+                   ) -> tuple[dict[str, list[int]], dict[str, np.ndarray], list[int]]:
+    """Each engine's queue (command indices in program order) as a list and as an
+    array, engines in order of their first command, and each command's engine number. ``engines[k]`` is the engine
     of cost kind ``k``; ``kind_of[i]`` is command i's kind."""
     numbers: dict[str, int] = {}
     engine_of = np.asarray([numbers.setdefault(e, len(numbers)) for e in engines],
                            dtype=np.intp)[kind_of]
     order = np.argsort(engine_of, kind="stable")
     bounds = np.searchsorted(engine_of[order], np.arange(len(numbers) + 1)).tolist()
-    queues = {engine: order[bounds[k]:bounds[k + 1]].tolist() for engine, k in numbers.items()}
-    return queues, engine_of.tolist()
+    arrays = {engine: order[bounds[k]:bounds[k + 1]] for engine, k in numbers.items()}
+    return ({engine: queue.tolist() for engine, queue in arrays.items()}, arrays,
+            engine_of.tolist())
 
 
 class _ProgramCache:

@@ -93,10 +93,12 @@ class _Run:
         self.starts = [0] * self.n
         self.ends = [-1] * self.n
         """A command's end cycle; -1 until it is resolved."""
-        self.waiters: dict[int, list[_Engine]] = {}
+        self.waiters: list[list[_Engine] | None] = [None] * self.n
+        """Per command, the engines waiting for it to end (a list: indexing is cheaper
+        than a dict's get and pop, which every command did)."""
         self.engines = [_Engine(queue, plan.in_flight[name], plan.saving[name])
                         for name, queue in self.queues.items()]
-        self.owner = [self.engines[k] for k in plan.engine_index]
+        self.owner = list(map(self.engines.__getitem__, plan.engine_index))
         self.ready: list[_Engine] = []
         self.executor: FunctionalExecutor | None = None
         if inputs is not None:
@@ -106,6 +108,10 @@ class _Run:
         self.ready.extend(self.engines)
         self._drain()
         self.env.run()
+        # the network calls back into this run (a reference cycle): cut it so the run's
+        # per-command lists are freed as soon as the result is built, not by a later
+        # cyclic collection that would walk them first
+        self.network.on_finish = None
         if -1 in self.ends:
             raise SimulationError(self._stuck_message())
         last = max(self.ends, default=0)
@@ -143,7 +149,11 @@ class _Run:
                 for d in deps[i]:
                     end = ends[d]
                     if end < 0:  # wait: the engine is ready again when d ends
-                        waiters.setdefault(d, []).append(engine)
+                        woken = waiters[d]
+                        if woken is None:  # (usually the only one waiting on d)
+                            waiters[d] = [engine]
+                        else:
+                            woken.append(engine)
                         break
                     if end > start:
                         start = end
@@ -165,10 +175,10 @@ class _Run:
                             break
                         continue
                     if saving and pos and start == free:  # back to back
-                        fixed = max(1, fixed - saving)
+                        fixed = fixed - saving if fixed - saving > 1 else 1
                     free = ends[i] = start + fixed
-                    woken = waiters.pop(i, None)
-                    if woken:
+                    woken = waiters[i]
+                    if woken is not None:  # (no one waits on it again: it has ended)
                         ready.extend(woken)
                     pos += 1
                     continue
@@ -179,20 +189,21 @@ class _Run:
         """Transfers that ended this cycle free their engines and wake their waiters."""
         now = self.env.now
         ends, owner, ready, waiters = self.ends, self.owner, self.ready, self.waiters
+        steps, transfer = self.steps, self.network.transfer
         for i in finished:
             engine = owner[i]
             ends[i] = now
             engine.flying -= 1
             if engine.waiting:
                 j, at = engine.waiting.popleft()
-                _, links, nbytes, solo = self.steps[j]
-                self.network.transfer(links, nbytes, solo, max(at, now), j)
+                _, links, nbytes, solo = steps[j]
+                transfer(links, nbytes, solo, at if at > now else now, j)
             if engine.busy:  # a slot is free again: the next command may start now
                 engine.busy = False
                 engine.free_at = now
                 ready.append(engine)
-            woken = waiters.pop(i, None)
-            if woken:
+            woken = waiters[i]
+            if woken is not None:
                 ready.extend(woken)
         self._drain()
 
@@ -215,8 +226,8 @@ class _Run:
 
     def _result(self) -> SimResult:
         plan = self.plan
-        starts = np.asarray(self.starts, dtype=np.int64)
-        ends = np.asarray(self.ends, dtype=np.int64)
+        starts = np.fromiter(self.starts, np.int64, self.n)
+        ends = np.fromiter(self.ends, np.int64, self.n)
         busy = {engine: busy_cycles(starts[queue], ends[queue], plan.in_flight[engine])
                 for engine, queue in plan.queue_arrays.items()}
         outputs = None

@@ -54,17 +54,18 @@ def compute(cycles: int, flops: int = 0) -> CommandTiming:
     return CommandTiming(fixed_cycles=cycles, flops=flops)
 
 
-def _box(ref: DramRef) -> tuple[Any, ...]:
-    """A DRAM box without its position: the tensor, then length and step per dim
-    (ranks 1 and 2 spelled out: every command of a plan computes this)."""
+def _box(ref: DramRef, extra: Hashable) -> tuple[Any, ...]:
+    """A DRAM box without its position, after ``extra`` (the op's other fields): the
+    tensor, then length and step per dim. One flat tuple (ranks 1 and 2 spelled out):
+    every command of a plan builds and hashes this."""
     slices = ref.slices
     if len(slices) == 2:
         a, b = slices
-        return (ref.tensor, a.stop - a.start, a.step, b.stop - b.start, b.step)
+        return (extra, ref.tensor, a.stop - a.start, a.step, b.stop - b.start, b.step)
     if len(slices) == 1:
         (a,) = slices
-        return (ref.tensor, a.stop - a.start, a.step)
-    key: tuple[Any, ...] = (ref.tensor,)
+        return (extra, ref.tensor, a.stop - a.start, a.step)
+    key: tuple[Any, ...] = (extra, ref.tensor)
     for s in slices:
         key += (s.stop - s.start, s.step)
     return key
@@ -77,10 +78,10 @@ def _shape(operand: Any) -> Any:
 
 
 COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
-    Load: lambda op: (_box(op.src), op.dst.space),
-    Store: lambda op: (_box(op.dst), op.src.space),
+    Load: lambda op: _box(op.src, op.dst.space),
+    Store: lambda op: _box(op.dst, op.src.space),
     Copy: lambda op: (op.src.space, op.dst.space, op.src.shape, op.src.dtype),
-    Gather: lambda op: (_box(op.table), op.indices.shape, op.dst.space),
+    Gather: lambda op: _box(op.table, (op.indices.shape, op.dst.space)),
     MatMul: lambda op: (op.a.shape, op.a.dtype, op.b.shape),
     Unary: lambda op: (op.kind, _shape(op.src), _shape(op.dst), op.chained),
     Binary: lambda op: (op.kind, _shape(op.a), _shape(op.b), _shape(op.dst), op.chained),
@@ -89,7 +90,7 @@ COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
     Reduce: lambda op: (_shape(op.src), _shape(op.dst), op.axis),
     Transpose: lambda op: (_shape(op.src), _shape(op.dst)),
     VCopy: lambda op: (_shape(op.src), _shape(op.dst)),
-    HostTransfer: lambda op: (_box(op.ref), op.to_device),
+    HostTransfer: lambda op: _box(op.ref, op.to_device),
     HostOp: lambda op: op.cycles,
 }
 """Per op class, the fields its cost depends on (see the module docstring). A block
