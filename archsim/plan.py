@@ -168,8 +168,8 @@ Step = tuple[int, tuple[int, ...], float, float]
 def _engine_queues(engines: list[str], kind_of: np.ndarray
                    ) -> tuple[dict[str, list[int]], dict[str, np.ndarray], list[int]]:
     """Each engine's queue (command indices in program order) as a list and as an
-    array, engines in order of their first command, and each command's engine number. ``engines[k]`` is the engine
-    of cost kind ``k``; ``kind_of[i]`` is command i's kind."""
+    array, engines in order of their first command, and each command's engine number.
+    ``engines[k]`` is the engine of cost kind ``k``; ``kind_of[i]`` is command i's kind."""
     numbers: dict[str, int] = {}
     engine_of = np.asarray([numbers.setdefault(e, len(numbers)) for e in engines],
                            dtype=np.intp)[kind_of]
