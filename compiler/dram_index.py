@@ -6,10 +6,11 @@ over every write recorded so far (a write is never forgotten: a later store does
 hide an earlier one from the dependency set). Two things keep that cheap for the
 hundreds of thousands of tiles of a large model:
 
-* Boxes are bucketed by where they *start* along the tensor's first non-unit dim, each
-  in one bucket (no duplicates to skip); a query scans only the buckets from which a
-  box could reach it. Boxes spanning more than :attr:`BoxIndex.REACH` buckets (a whole
-  tensor written by the host) are kept aside and always checked.
+* Boxes are filed in a grid over the tensor's first two non-unit dims under the cell
+  where they *start*, each once (no duplicates to skip); a query looks only at the
+  cells from which a box could reach it. Along a dim where a box spans more than
+  :attr:`BoxIndex.WIDE` cells (a whole tensor written by the host) it is filed under
+  "any cell", which every query looks at.
 * Kernels read the same tile many times (a matmul's A tile once per output panel) and
   writes are only ever added, so the answer to a box is remembered with how many
   writes it covered; asking again only checks the writes recorded since.
@@ -34,43 +35,52 @@ def overlap(a: Box, b: Box) -> bool:
 class BoxIndex:
     """The boxes written into one DRAM tensor, each with the command that wrote it."""
 
-    BUCKETS = 64
-    """Buckets along the indexed dim."""
-    REACH = 4
-    """Buckets a box may span and still be bucketed (wider ones are kept aside)."""
+    CELLS = 32
+    """Grid cells along each indexed dim."""
+    WIDE = 4
+    """Cells past its first a box may reach along a dim and still be filed under its
+    start cell there (wider ones are filed under :data:`_ANY` along that dim)."""
     TAIL = 256
-    """Writes since a remembered answer worth checking one by one; past that, the
-    buckets answer faster."""
+    """Writes since a remembered answer worth checking one by one; past that, the grid
+    answers faster."""
 
     def __init__(self, shape: Shape) -> None:
-        self.dim = next((d for d, n in enumerate(shape) if n > 1), 0)
-        size = shape[self.dim] if shape else 1
-        self.width = max(1, -(-size // self.BUCKETS))
+        # the first two non-unit dims: rows and columns of a matrix, heads and rows of
+        # attention's (batch, heads, rows, dim) tensors
+        dims = [d for d, n in enumerate(shape) if n > 1][:2]
+        self.dims = tuple(dims)
+        self.widths = tuple(max(1, -(-shape[d] // self.CELLS)) for d in dims)
+        self.reach = [0] * len(dims)
+        """Per indexed dim, the most cells past its start a box filed there reaches."""
         self.writes: list[tuple[Box, int]] = []
         """Every write, in order (the remembered answers refer to its length)."""
-        self.buckets: dict[int, list[tuple[Box, int]]] = {}
-        self.wide: list[tuple[Box, int]] = []
+        self.cells: dict[tuple[int, ...], list[tuple[Box, int]]] = {}
         self.answers: dict[Box, tuple[frozenset[int], int]] = {}
 
-    def _buckets(self, box: Box) -> tuple[int, int]:
-        """First and last bucket of ``box`` along the indexed dim (an empty range counts
+    def _cells(self, box: Box) -> list[tuple[int, int]]:
+        """Per indexed dim, the first and last cell of ``box`` (an empty range counts
         as touching its start, as :func:`overlap` lets it meet a range around it)."""
-        if not box:
-            return 0, 0
-        s = box[self.dim]
-        return s.start // self.width, max(s.start, s.stop - 1) // self.width
+        out = []
+        for d, width in zip(self.dims, self.widths):
+            s = box[d]
+            out.append((s.start // width, max(s.start, s.stop - 1) // width))
+        return out
 
     def add(self, box: Box, cid: int) -> None:
         entry = (box, cid)
         self.writes.append(entry)
-        first, last = self._buckets(box)
-        if last - first >= self.REACH:
-            self.wide.append(entry)
-        else:
-            self.buckets.setdefault(first, []).append(entry)
+        key = []
+        for i, (first, last) in enumerate(self._cells(box)):
+            if last - first > self.WIDE:
+                key.append(_ANY)
+            else:
+                key.append(first)
+                if last - first > self.reach[i]:
+                    self.reach[i] = last - first
+        self.cells.setdefault(tuple(key), []).append(entry)
 
     def overlapping(self, box: Box) -> frozenset[int]:
-        """Commands that wrote a box overlapping ``box`` (do not mutate the result)."""
+        """Commands that wrote a box overlapping ``box``."""
         count = len(self.writes)
         known = self.answers.get(box)
         if known is not None:
@@ -89,19 +99,40 @@ class BoxIndex:
         return found
 
     def _scan(self, box: Box) -> list[int]:
-        """The answer from the buckets: a box starting in bucket ``b`` ends by bucket
-        ``b + REACH - 1``, so only buckets from ``first - REACH + 1`` can reach ``box``."""
-        first, last = self._buckets(box)
-        found = [cid for written, cid in self.wide if overlap(written, box)]
-        buckets = self.buckets
-        for b in range(first - self.REACH + 1, last + 1):
-            entries = buckets.get(b)
+        """The answer from the grid. Along each indexed dim a box filed under cell
+        ``c`` ends by cell ``c + reach``, so only cells from ``first - reach`` to
+        ``last`` (and :data:`_ANY`) can hold a box overlapping ``box``."""
+        ranges = [(first - reach, last) for (first, last), reach
+                  in zip(self._cells(box), self.reach)]
+        cells = self.cells
+        if _product(ranges) < len(cells):
+            keys: list[tuple[int, ...]] = [()]
+            for lo, hi in ranges:
+                keys = [(*k, c) for k in keys for c in (_ANY, *range(lo, hi + 1))]
+        else:  # fewer cells are filled than the query's ranges name: filter them
+            keys = [k for k in cells
+                    if all(c == _ANY or lo <= c <= hi for c, (lo, hi) in zip(k, ranges))]
+        found: list[int] = []
+        for key in keys:
+            entries = cells.get(key)
             if entries:
                 found += [cid for written, cid in entries if overlap(written, box)]
         return found
 
     def all(self) -> set[int]:
         return {cid for _, cid in self.writes}
+
+
+_ANY = -1 << 62
+"""The cell of a box too wide to file under its start along a dim (a whole tensor
+written by the host)."""
+
+
+def _product(ranges: list[tuple[int, int]]) -> int:
+    n = 1
+    for lo, hi in ranges:
+        n *= hi - lo + 2  # the range and _ANY
+    return n
 
 
 __all__ = ["BoxIndex", "overlap"]

@@ -23,7 +23,7 @@ def _box(rng: random.Random, shape: tuple[int, ...]) -> Box:
 def test_matches_a_scan_of_every_write(tail: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(BoxIndex, "TAIL", tail)  # 2: remembered answers also go stale
     rng = random.Random(7)
-    for shape in ((1, 300, 40), (4096, 16), (1,), (7, 1, 9)):
+    for shape in ((1, 300, 40), (4096, 16), (1,), (7, 1, 9), (1, 5, 700, 3)):
         index = BoxIndex(shape)
         writes: list[tuple[Box, int]] = []
         queries: list[Box] = []
