@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
 from archsim.errors import CapacityError, ConfigError, ProgramTooLargeError
-from compiler.byte_map import ByteMap, Record
+from compiler.byte_map import Record
 from compiler.dram_index import BoxIndex
+from compiler.sram_index import SramSpace
 from compiler.ir import access
 from compiler.ir.builder import ProgramBuilder
 from compiler.ir.dtypes import DType
@@ -88,7 +89,7 @@ class Emitter:
         self.config = config
         self.builder = ProgramBuilder(name, target=config.name)
         self._engine_of: list[str] = []
-        self._sram: dict[str, ByteMap] = {}
+        self._sram: dict[str, SramSpace] = {}
         self._dram_writes: dict[str, BoxIndex] = {}
         self._dram_reads: dict[str, list[int]] = {}
         self._rr: dict[str, int] = {}
@@ -176,7 +177,7 @@ class Emitter:
     def _record_write(self, ref: SramRef, cid: int) -> None:
         space = self._sram.get(ref.space)
         if space is None:
-            space = self._sram[ref.space] = ByteMap()
+            space = self._sram[ref.space] = SramSpace()
         space.write(ref.offset, ref.end, cid)
 
     def _dram_deps(self, op: Op, boxes: tuple[tuple[str, DramRef, bool], ...],

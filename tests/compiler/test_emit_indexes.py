@@ -1,4 +1,4 @@
-"""The emitter's DRAM write index answers exactly like a scan of every write."""
+"""The emitter's DRAM and SRAM indexes answer exactly like the plain scans they replace."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import random
 
 import pytest
 
+from compiler.byte_map import ByteMap
 from compiler.dram_index import Box, BoxIndex, overlap
 from compiler.ir.operands import Slice
+from compiler.sram_index import SramSpace
 
 
 def _box(rng: random.Random, shape: tuple[int, ...]) -> Box:
@@ -45,3 +47,25 @@ def test_rank_zero_tensor() -> None:
     index = BoxIndex(())
     index.add((), 3)
     assert index.overlapping(()) == {3}
+
+
+def test_sram_space_answers_like_a_byte_map() -> None:
+    """The emitter's SRAM record with its fast path for exact hits keeps ByteMap's
+    records (empty ranges included)."""
+    rng = random.Random(3)
+    fast, plain = SramSpace(), ByteMap()
+    slots = [(rng.randrange(0, 512, 16), rng.choice((0, 16, 64, 128))) for _ in range(20)]
+    for cid in range(3000):
+        start, size = rng.choice(slots) if rng.random() < 0.8 else (
+            rng.randrange(600), rng.randrange(100))
+        if rng.random() < 0.5:
+            fast.write(start, start + size, cid)
+            plain.write(start, start + size, cid)
+        else:
+            got, expected = fast.inside(start, start + size), plain.inside(start, start + size)
+            assert [(r.start, r.end, r.writer) for r in got] == [
+                (r.start, r.end, r.writer) for r in expected]
+            for a, b in zip(got, expected):
+                a.readers["e"] = b.readers["e"] = cid
+    assert [(r.start, r.end, r.writer, r.readers) for r in fast._records] == [
+        (r.start, r.end, r.writer, r.readers) for r in plain._records]
