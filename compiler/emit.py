@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
 from archsim.errors import CapacityError, ConfigError, ProgramTooLargeError
-from compiler.byte_map import Record
 from compiler.dram_index import BoxIndex
 from compiler.sram_index import SramSpace
 from compiler.ir import access
@@ -143,42 +142,43 @@ class Emitter:
         if cid >= self._max_commands:
             self.reserve(1, source)
         deps: set[int] = set()
-        reads = access.reads(op)
-        writes = access.writes(op)
-        for ref in reads:
-            for rec in self._overlapping(ref):
+        reads = self._regions(access.reads(op))
+        writes = self._regions(access.writes(op))
+        for space, start, end in reads:
+            for rec in space.inside(start, end):
                 if rec.writer is not None:
                     deps.add(rec.writer)
-        for ref in writes:
-            for rec in self._overlapping(ref):
+        for space, start, end in writes:
+            for rec in space.inside(start, end):
                 if rec.writer is not None:
                     deps.add(rec.writer)
                 deps.update(rec.readers.values())
         boxes = access.dram_refs(op)
         self._dram_deps(op, boxes, deps)
         deps.discard(cid)
-        ordered = tuple(sorted(d for d in deps if self._engine_of[d] != engine))
+        engine_of = self._engine_of
+        ordered = tuple(sorted(d for d in deps if engine_of[d] != engine))
         self.builder.add(engine, op, ordered, source)
-        self._engine_of.append(engine)
-        for ref in reads:
-            for rec in self._overlapping(ref):
+        engine_of.append(engine)
+        # looked up again: the writes' lookups may have cut the records the reads got
+        for space, start, end in reads:
+            for rec in space.inside(start, end):
                 rec.readers[engine] = cid
-        for ref in writes:
-            self._record_write(ref, cid)
+        for space, start, end in writes:
+            space.write(start, end, cid)
         self._record_dram(op, boxes, cid)
         return cid
 
-    def _overlapping(self, ref: SramRef) -> list[Record]:
-        """Records of the bytes ``ref`` spans (exact byte intervals, no false
-        dependencies between neighbouring buffers)."""
-        space = self._sram.get(ref.space)
-        return space.inside(ref.offset, ref.end) if space is not None else []
-
-    def _record_write(self, ref: SramRef, cid: int) -> None:
-        space = self._sram.get(ref.space)
-        if space is None:
-            space = self._sram[ref.space] = SramSpace()
-        space.write(ref.offset, ref.end, cid)
+    def _regions(self, refs: tuple[SramRef, ...]) -> list[tuple[SramSpace, int, int]]:
+        """The record of each ref's space (exact byte intervals, no false dependencies
+        between neighbouring buffers) with its bytes, computed once per command."""
+        out = []
+        for ref in refs:
+            space = self._sram.get(ref.space)
+            if space is None:
+                space = self._sram[ref.space] = SramSpace()
+            out.append((space, ref.offset, ref.end))
+        return out
 
     def _dram_deps(self, op: Op, boxes: tuple[tuple[str, DramRef, bool], ...],
                    deps: set[int]) -> None:
