@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
 from archsim.errors import CapacityError, ConfigError, ProgramTooLargeError
-from compiler.byte_map import ByteMap, Record
+from compiler.dram_index import BoxIndex
+from compiler.sram_index import SramSpace
 from compiler.ir import access
 from compiler.ir.builder import ProgramBuilder
 from compiler.ir.dtypes import DType
@@ -62,48 +63,6 @@ def _numel(shape: Shape) -> int:
     return n
 
 
-def _overlap(a: tuple[Slice, ...], b: tuple[Slice, ...]) -> bool:
-    return all(x.start < y.stop and y.start < x.stop for x, y in zip(a, b))
-
-
-class _BoxIndex:
-    """Boxes of one DRAM tensor with the command that wrote each, bucketed along the
-    tensor's first non-unit dim so lookups stay cheap for thousands of tiles."""
-
-    BUCKETS = 64
-
-    def __init__(self, shape: Shape) -> None:
-        self.dim = next((d for d, n in enumerate(shape) if n > 1), 0)
-        size = shape[self.dim] if shape else 1
-        self.width = max(1, -(-size // self.BUCKETS))
-        self.buckets: dict[int, list[tuple[tuple[Slice, ...], int]]] = {}
-
-    def _span(self, slices: tuple[Slice, ...]) -> range:
-        if not slices:
-            return range(0, 1)
-        s = slices[self.dim]
-        return range(s.start // self.width, max(s.start, s.stop - 1) // self.width + 1)
-
-    def add(self, slices: tuple[Slice, ...], cid: int) -> None:
-        for b in self._span(slices):
-            self.buckets.setdefault(b, []).append((slices, cid))
-
-    def overlapping(self, slices: tuple[Slice, ...]) -> set[int]:
-        found: set[int] = set()
-        checked: set[int] = set()
-        for b in self._span(slices):
-            for box, cid in self.buckets.get(b, ()):
-                if cid in checked:
-                    continue
-                checked.add(cid)
-                if _overlap(box, slices):
-                    found.add(cid)
-        return found
-
-    def all(self) -> set[int]:
-        return {cid for entries in self.buckets.values() for _, cid in entries}
-
-
 MAX_COMMANDS_ENV = "ARCHSIM_MAX_COMMANDS"
 DEFAULT_MAX_COMMANDS = 2_000_000
 """Commands one program may hold (about 1 KB of host memory each while compiling)."""
@@ -129,8 +88,8 @@ class Emitter:
         self.config = config
         self.builder = ProgramBuilder(name, target=config.name)
         self._engine_of: list[str] = []
-        self._sram: dict[str, ByteMap] = {}
-        self._dram_writes: dict[str, _BoxIndex] = {}
+        self._sram: dict[str, SramSpace] = {}
+        self._dram_writes: dict[str, BoxIndex] = {}
         self._dram_reads: dict[str, list[int]] = {}
         self._rr: dict[str, int] = {}
         self._max_commands = max_commands()
@@ -183,44 +142,48 @@ class Emitter:
         if cid >= self._max_commands:
             self.reserve(1, source)
         deps: set[int] = set()
-        reads = access.reads(op)
-        writes = access.writes(op)
-        for ref in reads:
-            for rec in self._overlapping(ref):
+        reads = self._regions(access.reads(op))
+        writes = self._regions(access.writes(op))
+        for space, start, end in reads:
+            for rec in space.inside(start, end):
                 if rec.writer is not None:
                     deps.add(rec.writer)
-        for ref in writes:
-            for rec in self._overlapping(ref):
+        for space, start, end in writes:
+            for rec in space.inside(start, end):
                 if rec.writer is not None:
                     deps.add(rec.writer)
                 deps.update(rec.readers.values())
-        deps |= self._dram_deps(op)
+        boxes = access.dram_refs(op)
+        self._dram_deps(op, boxes, deps)
         deps.discard(cid)
-        ordered = tuple(sorted(d for d in deps if self._engine_of[d] != engine))
+        engine_of = self._engine_of
+        ordered = tuple(sorted(d for d in deps if engine_of[d] != engine))
         self.builder.add(engine, op, ordered, source)
-        self._engine_of.append(engine)
-        for ref in reads:
-            for rec in self._overlapping(ref):
+        engine_of.append(engine)
+        # looked up again: the writes' lookups may have cut the records the reads got
+        for space, start, end in reads:
+            for rec in space.inside(start, end):
                 rec.readers[engine] = cid
-        for ref in writes:
-            self._record_write(ref, cid)
-        self._record_dram(op, cid)
+        for space, start, end in writes:
+            space.write(start, end, cid)
+        self._record_dram(op, boxes, cid)
         return cid
 
-    def _overlapping(self, ref: SramRef) -> list[Record]:
-        """Records of the bytes ``ref`` spans (exact byte intervals, no false
-        dependencies between neighbouring buffers)."""
-        space = self._sram.get(ref.space)
-        return space.inside(ref.offset, ref.end) if space is not None else []
+    def _regions(self, refs: tuple[SramRef, ...]) -> list[tuple[SramSpace, int, int]]:
+        """The record of each ref's space (exact byte intervals, no false dependencies
+        between neighbouring buffers) with its bytes, computed once per command."""
+        out = []
+        for ref in refs:
+            space = self._sram.get(ref.space)
+            if space is None:
+                space = self._sram[ref.space] = SramSpace()
+            out.append((space, ref.offset, ref.end))
+        return out
 
-    def _record_write(self, ref: SramRef, cid: int) -> None:
-        space = self._sram.get(ref.space)
-        if space is None:
-            space = self._sram[ref.space] = ByteMap()
-        space.write(ref.offset, ref.end, cid)
-
-    def _dram_deps(self, op: Op) -> set[int]:
-        deps: set[int] = set()
+    def _dram_deps(self, op: Op, boxes: tuple[tuple[str, DramRef, bool], ...],
+                   deps: set[int]) -> None:
+        """Add to ``deps`` the earlier commands ``op`` must wait for in DRAM (``boxes``
+        are its DRAM operands, :func:`access.dram_refs`)."""
         if isinstance(op, (HostOp, HostTransfer)):
             names = op.inputs if isinstance(op, HostOp) else (op.ref.tensor,)
             for name in names:
@@ -229,16 +192,16 @@ class Emitter:
             if isinstance(op, HostOp):
                 for name in op.outputs:
                     deps.update(self._dram_reads.get(name, ()))
-            return deps
-        for _, ref, is_write in access.dram_refs(op):
+            return
+        for _, ref, is_write in boxes:
             index = self._dram_writes.get(ref.tensor)
             if index is not None:
                 deps |= index.overlapping(ref.slices)  # RAW, and WAW for overlapping stores
             if is_write:
                 deps.update(self._dram_reads.get(ref.tensor, ()))  # WAR after host reads
-        return deps
 
-    def _record_dram(self, op: Op, cid: int) -> None:
+    def _record_dram(self, op: Op, boxes: tuple[tuple[str, DramRef, bool], ...],
+                     cid: int) -> None:
         if isinstance(op, HostOp):
             for name in op.outputs:
                 full = tuple(Slice(0, n) for n in self.builder._tensors[name].shape)
@@ -250,14 +213,14 @@ class Emitter:
             else:
                 self._dram_reads.setdefault(op.ref.tensor, []).append(cid)
             return
-        for _, ref, is_write in access.dram_refs(op):
+        for _, ref, is_write in boxes:
             if is_write:
                 self._writes(ref.tensor).add(ref.slices, cid)
 
-    def _writes(self, name: str) -> _BoxIndex:
+    def _writes(self, name: str) -> BoxIndex:
         index = self._dram_writes.get(name)
         if index is None:
-            index = self._dram_writes[name] = _BoxIndex(self.builder._tensors[name].shape)
+            index = self._dram_writes[name] = BoxIndex(self.builder._tensors[name].shape)
         return index
 
     # -- DRAM access through views ---------------------------------------------------------

@@ -1,0 +1,71 @@
+"""The emitter's DRAM and SRAM indexes answer exactly like the plain scans they replace."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from compiler.byte_map import ByteMap
+from compiler.dram_index import Box, BoxIndex, overlap
+from compiler.ir.operands import Slice
+from compiler.sram_index import SramSpace
+
+
+def _box(rng: random.Random, shape: tuple[int, ...]) -> Box:
+    slices = []
+    for n in shape:
+        start = rng.randrange(n + 1)
+        stop = rng.randrange(start, n + 1) if rng.random() < 0.9 else start  # some empty
+        slices.append(Slice(start, stop))
+    return tuple(slices)
+
+
+@pytest.mark.parametrize("tail", [BoxIndex.TAIL, 2])
+def test_matches_a_scan_of_every_write(tail: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(BoxIndex, "TAIL", tail)  # 2: remembered answers also go stale
+    rng = random.Random(7)
+    for shape in ((1, 300, 40), (4096, 16), (1,), (7, 1, 9), (1, 5, 700, 3)):
+        index = BoxIndex(shape)
+        writes: list[tuple[Box, int]] = []
+        queries: list[Box] = []
+        for cid in range(600):
+            if rng.random() < 0.4:
+                box = _box(rng, shape) if rng.random() < 0.9 else tuple(
+                    Slice(0, n) for n in shape)  # whole-tensor writes are kept aside
+                index.add(box, cid)
+                writes.append((box, cid))
+            # asking again for earlier boxes uses (and must refresh) remembered answers
+            query = rng.choice(queries) if queries and rng.random() < 0.5 else _box(rng, shape)
+            queries.append(query)
+            expected = {c for box, c in writes if overlap(box, query)}
+            assert index.overlapping(query) == expected
+        assert index.all() == {c for _, c in writes}
+
+
+def test_rank_zero_tensor() -> None:
+    index = BoxIndex(())
+    index.add((), 3)
+    assert index.overlapping(()) == {3}
+
+
+def test_sram_space_answers_like_a_byte_map() -> None:
+    """The emitter's SRAM record with its fast path for exact hits keeps ByteMap's
+    records (empty ranges included)."""
+    rng = random.Random(3)
+    fast, plain = SramSpace(), ByteMap()
+    slots = [(rng.randrange(0, 512, 16), rng.choice((0, 16, 64, 128))) for _ in range(20)]
+    for cid in range(3000):
+        start, size = rng.choice(slots) if rng.random() < 0.8 else (
+            rng.randrange(600), rng.randrange(100))
+        if rng.random() < 0.5:
+            fast.write(start, start + size, cid)
+            plain.write(start, start + size, cid)
+        else:
+            got, expected = fast.inside(start, start + size), plain.inside(start, start + size)
+            assert [(r.start, r.end, r.writer) for r in got] == [
+                (r.start, r.end, r.writer) for r in expected]
+            for a, b in zip(got, expected):
+                a.readers["e"] = b.readers["e"] = cid
+    assert [(r.start, r.end, r.writer, r.readers) for r in fast._records] == [
+        (r.start, r.end, r.writer, r.readers) for r in plain._records]
