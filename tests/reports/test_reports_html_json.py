@@ -155,13 +155,16 @@ def test_a_partly_simulated_stack_keeps_its_busy_cycles_through_json(tmp_path):
 def test_a_sustained_dram_rate_is_reported_and_kept_through_json():
     from archsim.config import load_config
     from archsim.simulator import Simulator
-    from conftest import chain_program
+    from compiler.ir import DType, Load, SramRef
+    from compiler.ir.builder import ProgramBuilder
 
+    b = ProgramBuilder("load")
+    b.tensor("x", (8, 8), DType.f32, "in")
+    b.add("core0.dma0", Load(b.ref("x"), SramRef("sram0", 0, (8, 8), DType.f32)))
+    program = b.build()
     config = load_config("tiny").with_overrides({"dram.efficiency": 0.5})
-    result = Simulator(config).run(chain_program(), verify=False)
-    data = from_json(json.loads(json.dumps(to_json(result))))
+    data = from_json(json.loads(json.dumps(to_json(Simulator(config).run(program)))))
     assert data.dram_efficiency == 0.5
     # tiny's pins: 16 B/cycle at 1 GHz; half of it sustained
     assert "of 16.0 GB/s peak, 8.00 GB/s sustained (" in summary(data)
-    assert "sustained" not in summary(report_data(Simulator(load_config("tiny")).run(
-        chain_program(), verify=False)))
+    assert "sustained" not in summary(Simulator(load_config("tiny")).run(program))
