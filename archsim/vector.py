@@ -11,9 +11,9 @@ when ``sram_bandwidth_bytes_per_cycle`` is set an op also takes at least the byt
 reads and writes over that bandwidth. A multi-pass kernel (layer norm: reduce, center,
 square, reduce, scale) pays one pass per op, as it does on hardware whose vector
 registers hold a small part of a tile. The exception is a ``chained`` op (a matmul's
-fused epilogue after its first op, see :data:`compiler.ir.ops.CHAINED_DOC`): its first
-input comes in registers from the op before it and its result is the pass's one write,
-already charged, so it moves only its other inputs' bytes.
+or conv's fused epilogue past its first op, see :data:`compiler.ir.ops.CHAINED_DOC`):
+its first input is in registers and its result is the pass's one write, already
+charged, so it moves only its other inputs' bytes.
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ class VectorEngine:
             compute += math.ceil(math.log2(length)) if length > 1 else 0
         bandwidth = self.config.sram_bandwidth_bytes_per_cycle
         if bandwidth:
-            skip = _FORWARDED.get(type(op), ()) if getattr(op, "chained", False) else ()
+            forwarded = _FORWARDED.get(type(op))
+            skip = forwarded if forwarded and op.chained else ()
             moved = sum(ref.nbytes for name, ref in operands if name not in skip)
             compute = max(compute, ceil_div(moved, bandwidth))
         cycles = self.config.pipeline_latency_cycles + compute

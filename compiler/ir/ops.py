@@ -205,10 +205,10 @@ class MatMul(Op):
 
 # -- vector engine (coreN.vpu) -------------------------------------------------------
 
-CHAINED_DOC = """``chained``: the op continues the previous vector op's pass over a tile (a
-matmul's fused epilogue, run on results popped into registers): its first input is that
-op's result, in registers, and the pass's one write was paid by the chain's first op.
-It costs its ALU time and the scratchpad reads of its other inputs."""
+CHAINED_DOC = """``chained``: the op continues a pass over a tile (a matmul's fused epilogue,
+run on results popped into registers): its first input is the value the pass holds in
+registers, and the pass's one write was paid by the op that started it. It costs its
+ALU time and the scratchpad reads of its other inputs."""
 
 
 @dataclass(frozen=True, slots=True)

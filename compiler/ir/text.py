@@ -688,8 +688,7 @@ _OP_PARSERS: dict[str, Callable[[_Line], Op]] = {
     Unary.mnemonic: _parse_unary,
     Binary.mnemonic: _parse_binary,
     Select.mnemonic: _parse_select,
-    Cast.mnemonic: _parse_sram_to_sram(
-        lambda src, dst, chained: Cast(src, dst, chained), "cast", optional="chained"),
+    Cast.mnemonic: _parse_sram_to_sram(Cast, "cast", optional="chained"),
     Reduce.mnemonic: _parse_reduce,
     Transpose.mnemonic: _parse_transpose,
     VCopy.mnemonic: _parse_sram_to_sram(VCopy, "vcopy"),

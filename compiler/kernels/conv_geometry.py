@@ -11,17 +11,10 @@ from archsim.config.model import ceil_div
 from archsim.errors import LoweringError
 from compiler.graph import Value
 from compiler.ir.operands import DramRef, Slice, SramRef
-from compiler.ir.ops import Cast, Transpose
+from compiler.ir.ops import Transpose
 from compiler.kernels.common import Context, unravel
-from compiler.kernels.epilogue import STARTS_PASS
-from compiler.kernels.vector import (
-    bytes_per_element,
-    emit_compute,
-    emit_loads,
-    emit_stores,
-    store_box,
-    sub,
-)
+from compiler.kernels.epilogue import finish_tile, pass_order
+from compiler.kernels.vector import bytes_per_element, sub
 from compiler.plan import Kernel
 
 
@@ -115,29 +108,16 @@ class Geometry:
 def finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
              box: tuple[tuple[int, int], ...], shape: tuple[int, ...],
              cast: bool) -> Callable[[], None]:
-    """The tile's last step: cast ``b["acc"][q]`` to the output dtype, store it, run the
-    fused epilogue group on it (one pass, its ops chained as in a matmul's epilogue)."""
-    out = kernel.anchor.out
-    source = kernel.anchor.source
+    """The tile's last step (:func:`compiler.kernels.epilogue.finish_tile`) on
+    ``b["acc"][q]``, its epilogue one pass over the tile as a matmul's."""
+    out, group = kernel.anchor.out, kernel.group
+    order = pass_order(group, out, cast) if group else None
 
     def store() -> None:
-        value = sub(b["acc"][q], shape)
-        if cast:
-            dst = sub(b["out"][q], shape)
-            ctx.em.emit(f"core{core}.vpu", Cast(value, dst), source)
-            value = dst
-        if ctx.materialized(out):
-            store_box(ctx, out, box, value, core, source, "store")
-        if kernel.group is None:
-            return
-        lay = b["epi"][q]
-        merged = dict(lay.buffers[0])
-        merged[out.id] = value
-        emit_loads(ctx, kernel.group, box, core, merged, lay.scratch[0], {out.id: value},
-                   source)
-        emit_compute(ctx, kernel.group, box, core, merged, lay.scratch[0], source,
-                     out.id if cast else STARTS_PASS)  # one pass (epilogue.py)
-        emit_stores(ctx, kernel.group, box, core, merged, source, "store")
+        lay = b["epi"][q] if group else None
+        finish_tile(ctx, core, sub(b["acc"][q], shape), sub(b["out"][q], shape) if cast
+                    else None, out, group, (lay.buffers[0], lay.scratch[0]) if lay else None,
+                    order, box, kernel.anchor.source)
     return store
 
 def to_channels_first(ctx: Context, core: int, b: dict, q: int, channels: int, ty: int,

@@ -1,42 +1,69 @@
-"""A matmul's or convolution's fused epilogue as one pass over its tile.
+"""A matmul's or convolution's last step on an output tile, and its fused epilogue as one
+pass over the tile.
 
 The arrays' results pop into vector registers and the epilogue's ops run there (the
 TensorCore's VLIW bundle has matrix push and pop slots; the Cloud TPU guide: matmuls
-fuse activations and biases on their output "at low overhead"). So an elementwise op
-whose first input is the previous op's result is ``chained`` to it
-(:data:`compiler.ir.ops.CHAINED_DOC`): it moves only its other inputs through the
-scratchpad. A standalone vector kernel passes over the scratchpad once per op.
+fuse activations and biases on their output "at low overhead"). The pass starts at the
+accumulator (or at the cast of it) and follows the ops that take its tile-sized value as
+their first input (commutative ops are turned around to do so): those ops are
+``chained`` (:data:`compiler.ir.ops.CHAINED_DOC`) and move only their other inputs
+through the scratchpad. A standalone vector kernel passes over the scratchpad once per op.
 """
 
 from __future__ import annotations
 
 from compiler import graph as g
-from compiler.graph import Node, Value
-from compiler.ir.ops import BinaryKind
+from compiler.graph import Value
+from compiler.ir.operands import SramRef
+from compiler.ir.ops import BinaryKind, Cast
+from compiler.kernels.common import Box, Context
+from compiler.kernels.vector import Order, emit_compute, emit_loads, emit_stores, store_box
+from compiler.plan import Group
 
 _CHAINABLE = (g.Unary, g.Binary, g.Cast)
 """Graph ops whose result the next op of a pass can take in registers."""
 _COMMUTATIVE = frozenset({BinaryKind.add, BinaryKind.mul, BinaryKind.max, BinaryKind.min})
 """Binary kinds whose operands a chained op may swap (exactly, in IEEE arithmetic)."""
 
-STARTS_PASS = -1
-"""``pass_value`` of an epilogue whose first op reads the accumulator (no cast before)."""
+
+def pass_order(group: Group, out: Value, in_registers: bool) -> Order:
+    """Per node of ``group`` (by its output's id), its inputs in emission order and
+    whether it is chained. The pass holds ``out`` (in registers when a cast read the
+    accumulator already; else the first op on it reads the scratchpad); an elementwise
+    op taking the pass's value first, with a result of the same shape, moves the pass on
+    to that result. Other ops leave the pass as it is."""
+    held, registers = out, in_registers
+    order: Order = {}
+    for node in group.nodes:
+        inputs = tuple(node.inputs)
+        spec = node.spec
+        if isinstance(spec, g.Binary) and spec.kind in _COMMUTATIVE and inputs[1] is held:
+            inputs = (inputs[1], inputs[0])  # the value in registers goes first
+        on_pass = inputs[0] is held
+        chainable = isinstance(spec, _CHAINABLE)
+        order[node.out.id] = (inputs, on_pass and registers and chainable)
+        if on_pass and chainable and node.out.shape == held.shape:
+            held, registers = node.out, True
+    return order
 
 
-def _value_id(x: Value | float) -> int | None:
-    return x.id if isinstance(x, Value) else None  # a Python scalar operand has none
-
-
-def chain(node: Node, pass_value: int | None) -> tuple[list[Value | float], bool, int | None]:
-    """``node``'s inputs (the value in registers first when the op commutes), whether it
-    is chained, and the ``pass_value`` for the next op. ``pass_value`` is the id of the
-    value the pass holds in registers, :data:`STARTS_PASS`, or None outside an epilogue."""
-    inputs = list(node.inputs)
-    if pass_value is None:
-        return inputs, False, None
-    spec = node.spec
-    if isinstance(spec, g.Binary) and spec.kind in _COMMUTATIVE and \
-            _value_id(inputs[1]) == pass_value:
-        inputs = [inputs[1], inputs[0]]
-    chained = _value_id(inputs[0]) == pass_value
-    return inputs, chained, node.out.id if isinstance(spec, _CHAINABLE) else None
+def finish_tile(ctx: Context, core: int, acc: SramRef, cast_to: SramRef | None, out: Value,
+                group: Group | None, epilogue: tuple[dict[int, SramRef], dict[int, SramRef]] | None,
+                order: Order | None, box: Box, source: str) -> None:
+    """A tile's last step: cast the accumulator into ``cast_to`` (None: no cast), store
+    it if ``out`` lives in DRAM, and run the fused ``group`` on it in the one pass
+    ``order`` (:func:`pass_order`) describes; ``epilogue`` is the group's buffers and
+    scratch for this tile."""
+    value = acc
+    if cast_to is not None:
+        ctx.em.emit(f"core{core}.vpu", Cast(acc, cast_to), source)
+        value = cast_to
+    if ctx.materialized(out):
+        store_box(ctx, out, box, value, core, source, "store")
+    if group is None or epilogue is None:
+        return
+    buffers, scratch = epilogue
+    merged = {**buffers, out.id: value}
+    emit_loads(ctx, group, box, core, merged, scratch, {out.id: value}, source)
+    emit_compute(ctx, group, box, core, merged, scratch, source, order)
+    emit_stores(ctx, group, box, core, merged, source, "store")

@@ -18,20 +18,11 @@ from compiler.emit import Arena
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Cast, Load, MatMul
+from compiler.ir.ops import Load, MatMul
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline, unravel
-from compiler.kernels.epilogue import STARTS_PASS
+from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.matmul_panels import TilePanels, panel_plan
-from compiler.kernels.vector import (
-    bytes_per_element,
-    emit_compute,
-    emit_loads,
-    emit_stores,
-    layout,
-    load_box,
-    store_box,
-    sub,
-)
+from compiler.kernels.vector import Order, bytes_per_element, layout, load_box, sub
 from compiler.plan import Kernel, aligned
 
 
@@ -63,6 +54,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     epi_bytes = (out.dtype.itemsize if cast_needed else 0) + \
         (bytes_per_element(ctx, group, {out.id}) if group else 0)
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
+    order = pass_order(group, out, cast_needed) if group else None  # the epilogue's pass
     tiling = choose_matmul_tiling(ctx.config, batch, m, k, n, a.dtype, out.dtype,
                                   ctx.cores, arrays, ctx.sets, max(0, epi_bytes), ctx.capacity)
     mt, kt, nt, used = tiling.mt, tiling.kt, tiling.nt, tiling.arrays
@@ -108,8 +100,9 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                              trans_b, batch_index, (m0, m1), (k0, k1), cols, kernel.name),
                 compute=_multiplier(ctx, core, bufs[core], op_set, a_buf, q, (m1 - m0),
                                     (k1 - k0), cols, s > 0, kernel.name),
-                store=_epilogue(ctx, core, bufs[core], q, out, group, batch_index, (m0, m1),
-                                cols, cast_needed, kernel.name) if last else (lambda: None),
+                store=_epilogue(ctx, core, bufs[core], q, out, group, order, batch_index,
+                                (m0, m1), cols, cast_needed, kernel.name) if last else
+                (lambda: None),
             )
             if panels is not None:
                 steps = _tagged(ctx, steps, panels.panel_of(t), ranges)
@@ -217,26 +210,13 @@ def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: Sr
 
 
 def _epilogue(ctx: Context, core: int, bufs: _Buffers, q: int, out: Value, group,
-              batch_index: tuple[int, ...], rows: tuple[int, int],
+              order: Order | None, batch_index: tuple[int, ...], rows: tuple[int, int],
               cols: list[tuple[int, int]], cast_needed: bool, source: str):
     def store() -> None:
         mm = rows[1] - rows[0]
         for j, (c0, c1) in enumerate(cols):
-            acc = sub(bufs.acc[q][j], (mm, c1 - c0))
-            value_buf = acc
-            if cast_needed:
-                value_buf = sub(bufs.out[q][j], (mm, c1 - c0))
-                ctx.em.emit(f"core{core}.vpu", Cast(acc, value_buf), source)
             box = tuple((i, i + 1) for i in batch_index) + (rows, (c0, c1))
-            if ctx.materialized(out):
-                store_box(ctx, out, box, sub(value_buf, box_shape(box)), core, source, "store")
-            if group is None:
-                continue
-            epi_bufs, scratch = bufs.epilogue[q][j]
-            merged = dict(epi_bufs)
-            merged[out.id] = value_buf
-            emit_loads(ctx, group, box, core, merged, scratch, {out.id: value_buf}, source)
-            emit_compute(ctx, group, box, core, merged, scratch, source,
-                         out.id if cast_needed else STARTS_PASS)  # one pass (epilogue.py)
-            emit_stores(ctx, group, box, core, merged, source, "store")
+            finish_tile(ctx, core, sub(bufs.acc[q][j], (mm, c1 - c0)),
+                        sub(bufs.out[q][j], (mm, c1 - c0)) if cast_needed else None, out,
+                        group, bufs.epilogue[q][j] if group else None, order, box, source)
     return store

@@ -3,8 +3,7 @@
 A tile is a box of the group's iteration space with reduced axes whole. Each value of
 the group gets one SRAM buffer per buffer set; external inputs are loaded (through
 views, permutes and slices), nodes run on the vector engine, and values needed outside
-the kernel are stored. The emitters are shared with matmul/conv epilogues
-(:mod:`compiler.kernels.epilogue`).
+the kernel are stored. The emitters also serve matmul/conv epilogues (epilogue.py).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from compiler.graph import Node, Value
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Store, Transpose, Unary, VCopy
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
-from compiler.kernels.epilogue import chain
 from compiler.plan import Group, Kernel, aligned
 
 MIN_TILE_BYTES = 32 * 1024
@@ -292,22 +290,24 @@ def operand(ctx: Context, x: object, box: Box, bufs: dict[int, SramRef]) -> Sram
     return Scalar(float(x))
 
 
+Order = dict[int, tuple[tuple[Value | float, ...], bool]]  # see epilogue.pass_order
+
+
 def emit_compute(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, SramRef],
-                 scratch: dict[int, SramRef], source: str, pass_value: int | None = None) -> None:
-    """The group's vector ops on ``box``, one command each; ``pass_value``: see
-    :func:`compiler.kernels.epilogue.chain`."""
+                 scratch: dict[int, SramRef], source: str, order: Order | None = None) -> None:
+    """The group's ops on ``box``; without an ``order`` each passes over the scratchpad."""
     vpu = f"core{core}.vpu"
     em = ctx.em
     for node in group.nodes:
         spec = node.spec
         out = sub(bufs[node.out.id], box_shape(value_box(node.out, box)))
         src = node.source or source
-        (first, *rest), chained, pass_value = chain(node, pass_value)
+        (first, *rest), chained = order[node.out.id] if order else (node.inputs, False)
         if isinstance(spec, g.Unary):
             em.emit(vpu, Unary(spec.kind, operand(ctx, first, box, bufs), out, chained), src)
         elif isinstance(spec, g.Binary):
             a, b = operand(ctx, first, box, bufs), operand(ctx, rest[0], box, bufs)
-            em.emit(vpu, Binary(spec.kind, a, b, out, chained and type(a) is SramRef), src)
+            em.emit(vpu, Binary(spec.kind, a, b, out, chained), src)
         elif isinstance(spec, g.Select):
             cond, a, b = (operand(ctx, x, box, bufs) for x in node.inputs)
             em.emit(vpu, Select(cond, a, b, out), src)

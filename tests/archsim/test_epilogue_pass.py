@@ -107,3 +107,63 @@ def test_dram_efficiency_is_a_fraction(value: float) -> None:
 def test_tpu_v3_states_its_dram_efficiency() -> None:
     assert load_config("tpu-v3").dram.efficiency == 0.92
     assert load_config("atom").dram.efficiency == 1.0
+
+
+def _vector_ops(module: nn.Module, *args: torch.Tensor) -> list:
+    program = torch.export.export(module.eval(), args).run_decompositions()
+    compiled = compile_graph(program, TINY)
+    (out,), _ = compiled.run(*args)
+    torch.testing.assert_close(out, module(*args), rtol=1e-5, atol=1e-5)
+    return [c.op for c in compiled.program.commands if c.engine.endswith(".vpu")]
+
+
+def test_a_convolution_epilogue_is_one_pass_with_torchs_numbers() -> None:
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8),
+                          nn.ReLU())
+    block[1].running_mean.normal_()
+    block[1].running_var.uniform_(0.5, 2.0)
+    vector = _vector_ops(block, torch.randn(1, 4, 6, 6))
+    relus = [op for op in vector if isinstance(op, Unary) and op.kind is UnaryKind.relu]
+    assert relus and all(op.chained for op in relus)
+    assert any(isinstance(op, Binary) and op.chained for op in vector)  # batch norm's
+
+
+def _node(spec, inputs, shape, name):
+    from compiler.graph import Node, Value
+
+    out = Value(shape, DType.f32, name)
+    node = Node(spec, tuple(inputs), (out,))
+    out.producer = node
+    return node
+
+
+def test_the_pass_follows_the_tile_sized_value_only() -> None:
+    """acc + r * 2 (r another tile-sized input), relu, bias + relu, a row max, then
+    ``biased - rowmax``: ``r * 2`` is off the pass, so the add reads the accumulator
+    itself and starts it; relu continues it; the bias add is turned around to take the
+    pass's value first; the reduction is not chained and leaves the pass where it was."""
+    from compiler import graph as g
+    from compiler.graph import Value
+    from compiler.ir.ops import ReduceKind
+    from compiler.kernels.epilogue import pass_order
+    from compiler.plan import Group
+
+    acc, r, bias = (Value(s, DType.f32, n) for s, n in (((4, 8), "acc"), ((4, 8), "r"),
+                                                        ((8,), "bias")))
+    scaled = _node(g.Binary(BinaryKind.mul), (r, 2.0), (4, 8), "scaled")
+    total = _node(g.Binary(BinaryKind.add), (scaled.out, acc), (4, 8), "total")
+    relu = _node(g.Unary(UnaryKind.relu), (total.out,), (4, 8), "relu")
+    biased = _node(g.Binary(BinaryKind.add), (bias, relu.out), (4, 8), "biased")
+    rowmax = _node(g.Reduce(ReduceKind.max, (1,)), (biased.out,), (4, 1), "rowmax")
+    centred = _node(g.Binary(BinaryKind.sub), (biased.out, rowmax.out), (4, 8), "centred")
+    group = Group([scaled, total, relu, biased, rowmax, centred], (4, 8))
+    order = pass_order(group, acc, in_registers=False)
+    assert order[scaled.out.id] == ((r, 2.0), False)
+    assert order[total.out.id] == ((acc, scaled.out), False)  # reads the accumulator
+    assert order[relu.out.id] == ((total.out,), True)
+    assert order[biased.out.id] == ((relu.out, bias), True)
+    assert order[rowmax.out.id] == ((biased.out,), False)
+    assert order[centred.out.id] == ((biased.out, rowmax.out), True)
+    # after a cast the accumulator's value is in registers already
+    assert pass_order(group, acc, in_registers=True)[total.out.id] == ((acc, scaled.out), True)
