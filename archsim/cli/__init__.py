@@ -27,7 +27,7 @@ def console(argv: Sequence[str] | None = None) -> int:
     to the exit (``gc.freeze``): Python's collections at shutdown would otherwise walk
     every object of the compiled program and of torch, about 1 s of the main job."""
     try:
-        return main(argv)
+        return main(argv, exiting=True)
     finally:
         gc.freeze()
 

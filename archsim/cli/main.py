@@ -146,11 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
+    """Run one command; ``exiting``: the process ends after it (the console script), so
+    commands need not leave Python's collector a clean heap."""
     # torch.export's own use of a deprecated pytree API; nothing a user can act on
     warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.exiting = exiting
     try:
         return args.handler(args)
     except ArchsimError as exc:

@@ -81,3 +81,34 @@ def test_a_pause_that_made_many_objects_freezes_them(monkeypatch) -> None:
         assert gc.get_freeze_count() >= before + len(kept)
     finally:
         gc.unfreeze()
+
+
+
+def test_a_pause_before_the_process_exits_freezes_what_it_made() -> None:
+    """Not collected on leaving (the walk the process's exit makes pointless), frozen so
+    no later collection walks it either; an ordinary small pause freezes nothing."""
+    before = gc.get_freeze_count()
+    with collector.paused():
+        kept = [[i] for i in range(5000)]  # far fewer than FREEZE_AFTER
+    assert gc.get_freeze_count() == before
+    try:
+        with collector.paused(exiting=True):
+            kept += [[i] for i in range(5000)]
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= before + 5000
+    finally:
+        gc.unfreeze()
+
+
+def test_the_console_script_runs_a_command_with_the_collector_off() -> None:
+    from archsim.cli import main
+
+    before = gc.get_freeze_count()
+    try:
+        assert main(["run", "gemm", "--seq", "64", "--quiet"]) == 0
+        assert gc.get_freeze_count() == before  # in-process: the heap is left as it was
+        assert main(["run", "gemm", "--seq", "64", "--quiet"], exiting=True) == 0
+        assert gc.isenabled() and gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
