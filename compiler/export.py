@@ -7,8 +7,10 @@ hence the same numbers, whichever path it takes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+from collections.abc import Iterator
 from typing import Any, Mapping
 
 from archsim.errors import ArchsimError, ExportError
@@ -96,13 +98,30 @@ def _export_decomposed_or_public(module: Any, args: tuple[Any, ...],
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
     table = export_decompositions()
+    with _no_stack_traces():
+        try:
+            return _export_decomposed(module, args, kwargs, table)
+        except GuardOnDataDependentSymNode:
+            raise
+        except Exception:  # noqa: BLE001
+            exported = torch.export.export(module, args, kwargs)
+            return exported.run_decompositions(table, decompose_custom_triton_ops=True)
+
+
+@contextlib.contextmanager
+def _no_stack_traces() -> Iterator[None]:
+    """The trace records no Python stack per graph node (``node.meta["stack_trace"]``,
+    which nothing downstream reads; sources are module paths): a sixth of GPT-2's export
+    time. torch's own switch, ``torch.fx.config.do_not_emit_stack_traces``, restored
+    after."""
+    import torch.fx.config
+
+    before = torch.fx.config.do_not_emit_stack_traces
+    torch.fx.config.do_not_emit_stack_traces = True
     try:
-        return _export_decomposed(module, args, kwargs, table)
-    except GuardOnDataDependentSymNode:
-        raise
-    except Exception:  # noqa: BLE001
-        exported = torch.export.export(module, args, kwargs)
-        return exported.run_decompositions(table, decompose_custom_triton_ops=True)
+        yield
+    finally:
+        torch.fx.config.do_not_emit_stack_traces = before
 
 
 def _export_decomposed(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
