@@ -157,10 +157,13 @@ def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 def run_point(task: PointTask) -> SweepPoint:
     """Build the point's config, compile and simulate; every backend runs this."""
+    from compiler.ir.collector import paused
+
     start = time.perf_counter()
     try:
         config = task.base.with_overrides(dict(task.overrides))
-        result = _simulate(task.workload, config)
+        with paused():  # the collector walks the point's objects once, when it is done
+            result = _simulate(task.workload, config)
     except ArchsimError as exc:
         return SweepPoint(task.index, task.overrides, _status(exc), one_line(exc),
                           wall_seconds=time.perf_counter() - start)
