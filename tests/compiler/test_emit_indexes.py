@@ -69,3 +69,42 @@ def test_sram_space_answers_like_a_byte_map() -> None:
                 a.readers["e"] = b.readers["e"] = cid
     assert [(r.start, r.end, r.writer, r.readers) for r in fast._records] == [
         (r.start, r.end, r.writer, r.readers) for r in plain._records]
+
+
+def test_the_emitters_operand_regions_are_those_of_the_access_tables() -> None:
+    """The emitter reads SRAM operands through its per-class field table, with the
+    byte ends computed inline: the same regions as ``access.reads``/``access.writes``
+    and ``SramRef.end`` (Scalars skipped, an accumulating MatMul's ``out`` read, a
+    strided ref's span), and the same DRAM boxes as ``access.dram_refs``."""
+    from archsim.config import load_config
+    from compiler.emit import _FIELDS, Emitter
+    from compiler.ir import access
+    from compiler.ir.dtypes import DType
+    from compiler.ir.operands import DramRef, Scalar, SramRef
+    from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Store
+
+    def ref(offset: int, shape: tuple[int, ...], strides: tuple[int, ...] | None = None,
+            space: str = "sram0") -> SramRef:
+        return SramRef(space, offset, shape, DType.f32, strides)
+
+    box = DramRef("x", (Slice(0, 4), Slice(0, 8)))
+    ops = [
+        MatMul(ref(0, (4, 8)), ref(128, (8, 4)), ref(256, (4, 4)), accumulate=True),
+        MatMul(ref(0, (4, 8)), ref(128, (8, 4)), ref(256, (4, 4))),
+        Binary(BinaryKind.add, Scalar(2.0), ref(64, (3, 5), (16, 1), "shared"),
+               ref(1024, (3, 5))),
+        Binary(BinaryKind.mul, ref(0, (3, 5), (0, 1)), Scalar(1.0), ref(0, (3, 5))),
+        Load(box, ref(512, (4, 8))),
+        Store(ref(512, (4, 8), (16, 1)), box),
+    ]
+    emitter = Emitter("p", load_config("tiny"))
+    for op in ops:
+        fields = _FIELDS[type(op)]
+        got_reads = emitter._regions(op, fields.reads, fields.accumulates)
+        got_writes = emitter._regions(op, fields.writes, False)
+        for got, refs in ((got_reads, access.reads(op)), (got_writes, access.writes(op))):
+            assert [(start, end) for _, start, end in got] == [
+                (r.offset, r.end) for r in refs]
+            assert [space for space, _, _ in got] == [emitter._sram[r.space] for r in refs]
+        boxes = tuple((name, getattr(op, name), is_write) for name, is_write in fields.dram)
+        assert boxes == access.dram_refs(op)
