@@ -18,6 +18,7 @@ of a region exactly as it was last touched updates one interval in place.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -314,10 +315,18 @@ class _SpaceHistory:
         ``engine_of`` gives the engine index of each command position."""
         starts, ends, histories = self.starts, self.ends, self.histories
         lo = bisect.bisect_right(ends, start)
-        if lo < len(starts) and starts[lo] == start and ends[lo] == end:
-            old = histories[lo]  # exactly the last interval touched here
-            histories[lo] = _with_reader(old, reader, engine_of)
-            return (old,)
+        if lo < len(starts) and starts[lo] == start:
+            if ends[lo] == end:
+                old = histories[lo]  # exactly the last interval touched here
+                histories[lo] = _with_reader(old, reader, engine_of)
+                return (old,)
+            hi = bisect.bisect_left(starts, end, lo)
+            if ends[hi - 1] == end and ends[lo:hi - 1] == starts[lo + 1:hi]:
+                # adjacent intervals covering exactly [start, end) (a buffer written in
+                # pieces): what update() does, without cutting or gaps
+                olds = histories[lo:hi]
+                histories[lo:hi] = [_with_reader(h, reader, engine_of) for h in olds]
+                return olds
         return self.update(start, end, lambda h: _with_reader(h, reader, engine_of))
 
     def update(self, start: int, end: int, change: Callable[[History], History]
@@ -398,7 +407,7 @@ class _RaceFinder:
             self._write(p, field, getattr(op, field))
 
     def _read(self, p: int, field: str, ref: SramRef) -> None:
-        nbytes = ref.span_bytes
+        nbytes = _span_bytes(ref)
         if nbytes <= 0:
             return
         me: Access = (p, field)
@@ -410,7 +419,7 @@ class _RaceFinder:
                 self._report(writer, "writes", me, ref, False)
 
     def _write(self, p: int, field: str, ref: SramRef) -> None:
-        nbytes = ref.span_bytes
+        nbytes = _span_bytes(ref)
         if nbytes <= 0:
             return
         me: Access = (p, field)
@@ -440,6 +449,13 @@ class _RaceFinder:
             f"{format_region(ref.space, start, end)}, which {self.describe(other_cmd)} "
             f"{how} (field {earlier[1]}), but neither command waits for the other "
             f"(add a dependency)")
+
+
+def _span_bytes(ref: SramRef) -> int:
+    """``ref.span_bytes``, computed directly for a dense ref (most of them)."""
+    if ref.strides is None:
+        return math.prod(ref.shape) * ref.dtype.itemsize
+    return ref.span_bytes
 
 
 def race_problems(commands: Sequence[Command], graph: WaitGraph, order: list[int],

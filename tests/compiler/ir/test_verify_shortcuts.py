@@ -115,3 +115,31 @@ def test_the_replay_follows_the_access_tables(
         expected = ([(f, r, False) for f, r in sram_reads(op)]
                     + [(f, r, True) for f, r in sram_writes(op)])
         assert seen == expected
+
+
+def test_a_read_of_adjacent_pieces_updates_like_the_general_path() -> None:
+    """``_SpaceHistory.read`` takes shortcuts for a region that is exactly one interval
+    or exactly a run of adjacent ones (a buffer written in pieces); every read must leave
+    the intervals' histories and return the old ones as ``update`` does, including reads
+    with gaps or ragged ends that must take the general path."""
+    rng = random.Random(5)
+    engine_of = [i % 3 for i in range(4000)]
+    fast, plain = verify_order._SpaceHistory(), verify_order._SpaceHistory()
+    for p in range(4000):
+        base = 64 * rng.randrange(8)
+        pieces = rng.randint(1, 4)
+        if rng.random() < 0.5:  # write a buffer in pieces, maybe leaving a gap
+            for k in range(pieces):
+                if rng.random() < 0.9:
+                    for space in (fast, plain):
+                        space.write(base + 16 * k, base + 16 * (k + 1), ((p, "dst"), ()))
+            continue
+        start = base + rng.choice((0, 0, 0, 4))
+        end = base + 16 * pieces - rng.choice((0, 0, 0, 4))
+        reader = (p, "src")
+        got = fast.read(start, end, reader, engine_of)
+        expected = plain.update(start, end,
+                                lambda h: verify_order._with_reader(h, reader, engine_of))
+        assert list(got) == expected
+        assert (fast.starts, fast.ends, fast.histories) == (
+            plain.starts, plain.ends, plain.histories)
