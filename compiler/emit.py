@@ -114,6 +114,10 @@ class Emitter:
         self._dram_writes: dict[str, BoxIndex] = {}
         self._dram_reads: dict[str, list[int]] = {}
         self._rr: dict[str, int] = {}
+        self._dma_rr: dict[tuple[int, str], int] = {}
+        """The DMA round robins: the next turn per core and kind of transfer."""
+        self._dma_names: dict[int, list[str]] = {}
+        """Each core's DMA engine names, made once."""
         self._max_commands = max_commands()
 
     # -- tensors -------------------------------------------------------------------
@@ -128,14 +132,18 @@ class Emitter:
     def dma(self, core: int, kind: str = "any") -> str:
         """Round-robin over a core's DMA engines. With ``kind="load"``/``"store"`` and
         two or more engines, the last engine is kept for stores."""
-        engines = self.config.core.dma.engines
+        names = self._dma_names.get(core)
+        if names is None:
+            names = self._dma_names[core] = [
+                f"core{core}.dma{i}" for i in range(self.config.core.dma.engines)]
+        engines = len(names)
         if kind == "store" and engines > 1:
-            return f"core{core}.dma{engines - 1}"
+            return names[-1]
         count = engines - 1 if kind == "load" and engines > 1 else engines
-        key = f"{core}.{kind}"
-        i = self._rr.get(key, 0)
-        self._rr[key] = i + 1
-        return f"core{core}.dma{i % count}"
+        key = (core, kind)
+        i = self._dma_rr.get(key, 0)
+        self._dma_rr[key] = i + 1
+        return names[i % count]
 
     def next_rr(self, key: str, count: int) -> int:
         """The next of ``count`` engines in a round robin named ``key``."""

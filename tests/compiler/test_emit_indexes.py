@@ -108,3 +108,22 @@ def test_the_emitters_operand_regions_are_those_of_the_access_tables() -> None:
             assert [space for space, _, _ in got] == [emitter._sram[r.space] for r in refs]
         boxes = tuple((name, getattr(op, name), is_write) for name, is_write in fields.dram)
         assert boxes == access.dram_refs(op)
+
+
+def test_dma_engines_are_taken_in_turn_per_core_and_kind() -> None:
+    """Loads take the engines but the last in turn, stores the last, other transfers
+    all of them; each core and kind keeps its own turn."""
+    import dataclasses
+
+    from archsim.config import load_config
+    from compiler.emit import Emitter
+
+    config = load_config("tiny")
+    config = dataclasses.replace(config, core=dataclasses.replace(
+        config.core, dma=dataclasses.replace(config.core.dma, engines=3)))
+    emitter = Emitter("p", config)
+    got = [emitter.dma(core, kind) for core, kind in (
+        (0, "load"), (0, "load"), (0, "load"), (1, "load"), (0, "store"), (0, "any"),
+        (0, "any"), (0, "any"), (0, "any"), (1, "any"))]
+    assert got == ["core0.dma0", "core0.dma1", "core0.dma0", "core1.dma0", "core0.dma2",
+                   "core0.dma0", "core0.dma1", "core0.dma2", "core0.dma0", "core1.dma0"]
