@@ -26,7 +26,8 @@ What is checked, in the order problems are listed:
    are visited in a topological order; each SRAM space keeps, per byte interval, the
    last writer and the latest reader per engine since that write (enough, because one
    engine's reads are ordered). Skipped when the program deadlocks (there is no order
-   to check). Checks 3 to 5 live in :mod:`compiler.ir.verify_order`.
+   to check). The wait-for graph and its deadlocks live in
+   :mod:`compiler.ir.verify_order`, the race replay in :mod:`compiler.ir.verify_races`.
 
 Most commands of a real program have no problem, and most of what decides that
 repeats from command to command (engines, buffers, tile shapes). So each command is
@@ -81,7 +82,8 @@ from compiler.ir.ops import (
     engine_kind,
 )
 from compiler.ir.text import format_dram_ref, format_shape, format_type
-from compiler.ir.verify_order import WaitGraph, format_region, race_problems
+from compiler.ir.verify_order import WaitGraph, format_region
+from compiler.ir.verify_races import race_problems
 
 __all__ = ["find_problems", "verify"]
 

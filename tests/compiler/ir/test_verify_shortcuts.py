@@ -15,7 +15,7 @@ import pytest
 
 from archsim.config import NpuConfig
 from compiler.ir import verify as verify_module
-from compiler.ir import verify_order
+from compiler.ir import verify_order, verify_races
 from compiler.ir.access import sram_reads, sram_writes
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import Scalar, SramRef
@@ -68,7 +68,7 @@ def test_searches_and_vector_clocks_agree(seed: int, tiny: NpuConfig,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     program = racy_program(random.Random(seed))
     searched = find_problems(program, tiny)
-    monkeypatch.setattr(verify_order._HappensBefore, "search_steps", (0, 0))
+    monkeypatch.setattr(verify_order.HappensBefore, "search_steps", (0, 0))
     assert find_problems(program, tiny) == searched
 
 
@@ -101,7 +101,7 @@ def test_the_replay_follows_the_access_tables(
     for op in (cmd.op for cmd in make_random_program(seed, 80).commands):
         seen: list[tuple[str, SramRef, bool]] = []
 
-        class Recorder(verify_order._RaceFinder):
+        class Recorder(verify_races._RaceFinder):
             def __init__(self) -> None:
                 pass
 
@@ -124,7 +124,7 @@ def test_a_read_of_adjacent_pieces_updates_like_the_general_path() -> None:
     with gaps or ragged ends that must take the general path."""
     rng = random.Random(5)
     engine_of = [i % 3 for i in range(4000)]
-    fast, plain = verify_order._SpaceHistory(), verify_order._SpaceHistory()
+    fast, plain = verify_races._SpaceHistory(), verify_races._SpaceHistory()
     for p in range(4000):
         base = 64 * rng.randrange(8)
         pieces = rng.randint(1, 4)
@@ -139,7 +139,7 @@ def test_a_read_of_adjacent_pieces_updates_like_the_general_path() -> None:
         reader = (p, "src")
         got = fast.read(start, end, reader, engine_of)
         expected = plain.update(start, end,
-                                lambda h: verify_order._with_reader(h, reader, engine_of))
+                                lambda h: verify_races._with_reader(h, reader, engine_of))
         assert list(got) == expected
         assert (fast.starts, fast.ends, fast.histories) == (
             plain.starts, plain.ends, plain.histories)
