@@ -177,8 +177,11 @@ class Emitter:
         deps: set[int] = set()
         reads = self._regions(op, fields.reads, fields.accumulates)
         writes = self._regions(op, fields.writes, False)
+        looked_up = []
         for space, start, end in reads:
-            for rec in space.inside(start, end):
+            records = space.inside(start, end)
+            looked_up.append((records, len(space)))
+            for rec in records:
                 if rec.writer is not None:
                     deps.add(rec.writer)
         for space, start, end in writes:
@@ -193,9 +196,12 @@ class Emitter:
         ordered = tuple(sorted([d for d in deps if engine_of[d] != engine]))
         self.builder.add(engine, op, ordered, source)
         engine_of.append(engine)
-        # looked up again: the writes' lookups may have cut the records the reads got
-        for space, start, end in reads:
-            for rec in space.inside(start, end):
+        # looked up again if a later lookup cut records of the space (the records a
+        # read got may have been cut since; a cut adds a record, nothing removes one)
+        for (space, start, end), (records, size) in zip(reads, looked_up):
+            if len(space) != size:
+                records = space.inside(start, end)
+            for rec in records:
                 rec.readers[engine] = cid
         for space, start, end in writes:
             space.write(start, end, cid)

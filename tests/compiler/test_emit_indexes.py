@@ -127,3 +127,41 @@ def test_dma_engines_are_taken_in_turn_per_core_and_kind() -> None:
         (0, "any"), (0, "any"), (0, "any"), (1, "any"))]
     assert got == ["core0.dma0", "core0.dma1", "core0.dma0", "core1.dma0", "core0.dma2",
                    "core0.dma0", "core0.dma1", "core0.dma2", "core0.dma0", "core1.dma0"]
+
+
+def test_sram_dependencies_match_a_per_byte_record() -> None:
+    """The emitter's SRAM dependencies (RAW, WAR, WAW; same engine dropped) equal those
+    of a record kept per written byte. Reads overlap each other and the write in part, so
+    lookups cut records another operand of the same command got first (the emitter
+    then looks those up again)."""
+    from archsim.config import load_config
+    from compiler.emit import Emitter
+    from compiler.ir.dtypes import DType
+    from compiler.ir.operands import SramRef
+    from compiler.ir.ops import Binary, BinaryKind
+
+    rng = random.Random(11)
+    engines = ("core0.vpu", "core0.mxu0", "core0.dma0")
+    emitter = Emitter("p", load_config("tiny"))
+    writer: dict[int, int] = {}
+    readers: dict[int, dict[str, int]] = {}
+
+    def ref() -> SramRef:
+        return SramRef("sram0", 4 * rng.randrange(24), (rng.randint(1, 6),), DType.f32)
+
+    for cid in range(2000):
+        engine = rng.choice(engines)
+        a, b, dst = ref(), ref(), ref()
+        read_bytes = {x for r in (a, b) for x in range(r.offset, r.end)}
+        write_bytes = set(range(dst.offset, dst.end))
+        expected = {writer[x] for x in read_bytes | write_bytes if x in writer}
+        expected |= {c for x in write_bytes for c in readers.get(x, {}).values()}
+        for x in read_bytes & writer.keys():  # bytes never written keep no record
+            readers[x][engine] = cid
+        for x in write_bytes:
+            writer[x], readers[x] = cid, {}
+        got = emitter.emit(engine, Binary(BinaryKind.add, a, b, dst), "t")
+        assert got == cid
+        command = emitter.builder._commands[cid]
+        assert command.deps == tuple(sorted(
+            c for c in expected if c != cid and emitter._engine_of[c] != engine))
