@@ -77,7 +77,7 @@ def test_the_screen_passes_only_commands_without_problems(
         seed: int, tiny: NpuConfig, make_random_program: Callable[[int, int], Program]
 ) -> None:
     program = make_random_program(seed, 80)
-    machine = verify_module._Machine.from_config(tiny)
+    machine = verify_module.Machine.from_config(tiny)
     ids = {cmd.id for cmd in program.commands}
     screen = verify_module._Screen(machine, program.tensor_map, ids)
     for cmd in program.commands + valid_commands(program):
