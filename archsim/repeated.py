@@ -32,9 +32,8 @@ from types import MappingProxyType
 import numpy as np
 
 from archsim.errors import ArchsimError
-from compiler.ir.access import DRAM_REF_FIELDS, SRAM_FIELDS, dram_reads, dram_writes
+from compiler.ir.access import dram_tensors
 from compiler.ir.dram_peak import check_dram_capacity
-from compiler.ir.ops import HostOp, HostTransfer, Op
 from archsim.plan import plan_for
 from archsim.result import RepeatedLayers, RepeatedTiles, SimResult
 from archsim.simulator import busy_cycles
@@ -144,30 +143,10 @@ def _resident_bytes(result: SimResult, members: np.ndarray) -> int:
     program = result.program
     inside: dict[str, bool] = {}
     for command, member in zip(program.commands, members.tolist()):
-        for name in _touched(command.op):
+        for name in dram_tensors(command.op):
             inside[name] = inside.get(name, True) and member
     return sum(t.nbytes for t in program.tensors
                if t.role in ("in", "out", "inout") and inside.get(t.name, False))
-
-
-def _touched(op: Op) -> tuple[str, ...]:
-    """The DRAM tensors ``op`` touches, as ``dram_reads`` and ``dram_writes`` name them
-    with a HostTransfer's tensor (the box ops, nearly all of a program's 300k commands,
-    looked up directly: this walk was 3% of a 70B estimate)."""
-    fields = _BOX_FIELDS.get(type(op))
-    if fields is not None:
-        return tuple(getattr(op, field).tensor for field in fields)
-    if isinstance(op, HostTransfer):
-        return (op.ref.tensor,)
-    return (*dram_reads(op), *dram_writes(op))
-
-
-_BOX_FIELDS: dict[type[Op], tuple[str, ...]] = {
-    op_type: tuple(field for field, _ in rows)
-    for op_type, rows in DRAM_REF_FIELDS.items() if op_type is not HostTransfer}
-_BOX_FIELDS.update((op_type, ()) for op_type in SRAM_FIELDS if op_type not in _BOX_FIELDS
-                   and op_type not in (HostOp, HostTransfer))
-"""Per op class other than the host's, its DRAM box fields (none for SRAM-only ops)."""
 
 
 __all__ = ["RepeatedLayers", "RepeatedTiles", "extend", "extend_tiles", "layer_of_commands"]

@@ -10,6 +10,7 @@ race. Dependencies on the same engine are dropped (queue order implies them).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ from compiler.ir import access
 from compiler.ir.builder import ProgramBuilder
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Slice, SramRef
-from compiler.ir.ops import HostOp, HostTransfer, Op, Program
+from compiler.ir.ops import HostOp, HostTransfer, MatMul, Op, Program
 from compiler.views import Box, split_box
 
 Shape = tuple[int, ...]
@@ -83,6 +84,27 @@ def max_commands() -> int:
     return value
 
 
+@dataclass(frozen=True)
+class _OpFields:
+    """Where the emitter finds an op class's memory operands (from the tables of
+    :mod:`compiler.ir.access`, looked up once per class rather than per command)."""
+
+    reads: tuple[str, ...]
+    """Fields whose SRAM region the op reads (a Scalar there is skipped)."""
+    writes: tuple[str, ...]
+    """Fields whose SRAM region the op writes."""
+    accumulates: bool
+    """A MatMul: it also reads ``out`` when ``accumulate`` is set."""
+    dram: tuple[tuple[str, bool], ...]
+    """Fields holding a DRAM box, with whether the op writes it."""
+
+
+_FIELDS: dict[type[Op], _OpFields] = {
+    op_type: _OpFields(access.SRAM_READ_FIELDS[op_type], access.SRAM_WRITE_FIELDS[op_type],
+                       op_type is MatMul, access.DRAM_REF_FIELDS.get(op_type, ()))
+    for op_type in access.SRAM_READ_FIELDS}
+
+
 class Emitter:
     def __init__(self, name: str, config: NpuConfig) -> None:
         self.config = config
@@ -92,6 +114,10 @@ class Emitter:
         self._dram_writes: dict[str, BoxIndex] = {}
         self._dram_reads: dict[str, list[int]] = {}
         self._rr: dict[str, int] = {}
+        self._dma_rr: dict[tuple[int, str], int] = {}
+        """The DMA round robins: the next turn per core and kind of transfer."""
+        self._dma_names: dict[int, list[str]] = {}
+        """Each core's DMA engine names, made once."""
         self._max_commands = max_commands()
 
     # -- tensors -------------------------------------------------------------------
@@ -106,14 +132,18 @@ class Emitter:
     def dma(self, core: int, kind: str = "any") -> str:
         """Round-robin over a core's DMA engines. With ``kind="load"``/``"store"`` and
         two or more engines, the last engine is kept for stores."""
-        engines = self.config.core.dma.engines
+        names = self._dma_names.get(core)
+        if names is None:
+            names = self._dma_names[core] = [
+                f"core{core}.dma{i}" for i in range(self.config.core.dma.engines)]
+        engines = len(names)
         if kind == "store" and engines > 1:
-            return f"core{core}.dma{engines - 1}"
+            return names[-1]
         count = engines - 1 if kind == "load" and engines > 1 else engines
-        key = f"{core}.{kind}"
-        i = self._rr.get(key, 0)
-        self._rr[key] = i + 1
-        return f"core{core}.dma{i % count}"
+        key = (core, kind)
+        i = self._dma_rr.get(key, 0)
+        self._dma_rr[key] = i + 1
+        return names[i % count]
 
     def next_rr(self, key: str, count: int) -> int:
         """The next of ``count`` engines in a round robin named ``key``."""
@@ -141,11 +171,17 @@ class Emitter:
         cid = len(self._engine_of)
         if cid >= self._max_commands:
             self.reserve(1, source)
+        fields = _FIELDS.get(type(op))
+        if fields is None:
+            access.reads(op)  # raises the TypeError naming the op class
         deps: set[int] = set()
-        reads = self._regions(access.reads(op))
-        writes = self._regions(access.writes(op))
+        reads = self._regions(op, fields.reads, fields.accumulates)
+        writes = self._regions(op, fields.writes, False)
+        looked_up = []
         for space, start, end in reads:
-            for rec in space.inside(start, end):
+            records = space.inside(start, end)
+            looked_up.append((records, len(space)))
+            for rec in records:
                 if rec.writer is not None:
                     deps.add(rec.writer)
         for space, start, end in writes:
@@ -153,31 +189,48 @@ class Emitter:
                 if rec.writer is not None:
                     deps.add(rec.writer)
                 deps.update(rec.readers.values())
-        boxes = access.dram_refs(op)
+        boxes = tuple((name, getattr(op, name), is_write) for name, is_write in fields.dram)
         self._dram_deps(op, boxes, deps)
         deps.discard(cid)
         engine_of = self._engine_of
-        ordered = tuple(sorted(d for d in deps if engine_of[d] != engine))
+        ordered = tuple(sorted([d for d in deps if engine_of[d] != engine]))
         self.builder.add(engine, op, ordered, source)
         engine_of.append(engine)
-        # looked up again: the writes' lookups may have cut the records the reads got
-        for space, start, end in reads:
-            for rec in space.inside(start, end):
+        # looked up again if a later lookup cut records of the space (the records a
+        # read got may have been cut since; a cut adds a record, nothing removes one)
+        for (space, start, end), (records, size) in zip(reads, looked_up):
+            if len(space) != size:
+                records = space.inside(start, end)
+            for rec in records:
                 rec.readers[engine] = cid
         for space, start, end in writes:
             space.write(start, end, cid)
         self._record_dram(op, boxes, cid)
         return cid
 
-    def _regions(self, refs: tuple[SramRef, ...]) -> list[tuple[SramSpace, int, int]]:
-        """The record of each ref's space (exact byte intervals, no false dependencies
-        between neighbouring buffers) with its bytes, computed once per command."""
+    def _regions(self, op: Op, names: tuple[str, ...], accumulates: bool
+                 ) -> list[tuple[SramSpace, int, int]]:
+        """The record of the space of each SRAM operand in ``names`` (Scalars skipped;
+        with ``accumulates``, a MatMul's ``out`` when it accumulates) with its bytes
+        (exact byte intervals, no false dependencies between neighbouring buffers):
+        what :func:`access.reads` or :func:`access.writes` give, computed once per
+        command."""
         out = []
-        for ref in refs:
-            space = self._sram.get(ref.space)
+        sram = self._sram
+        for name in names:
+            ref = getattr(op, name)
+            if not isinstance(ref, SramRef):
+                continue  # a Scalar
+            space = sram.get(ref.space)
             if space is None:
-                space = self._sram[ref.space] = SramSpace()
-            out.append((space, ref.offset, ref.end))
+                space = sram[ref.space] = SramSpace()
+            if ref.strides is None:
+                end = ref.offset + math.prod(ref.shape) * ref.dtype.itemsize
+            else:
+                end = ref.end
+            out.append((space, ref.offset, end))
+        if accumulates and op.accumulate:
+            out += self._regions(op, ("out",), False)
         return out
 
     def _dram_deps(self, op: Op, boxes: tuple[tuple[str, DramRef, bool], ...],

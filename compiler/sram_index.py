@@ -28,6 +28,12 @@ class SramSpace(ByteMap):
                 return i
         return -1
 
+    def __len__(self) -> int:
+        """Records held. A lookup that cuts a record adds one (nothing else but a write
+        changes the records), so between writes, records a lookup returned are still
+        the space's own, covering the same bytes, while this count is unchanged."""
+        return len(self._records)
+
     def inside(self, start: int, end: int) -> list[Record]:
         i = self._exact(start, end)
         if i >= 0:

@@ -148,11 +148,30 @@ def dram_writes(op: Op) -> tuple[str, ...]:
     return tuple(ref.tensor for _, ref, is_write in dram_refs(op) if is_write)
 
 
+def dram_tensors(op: Op) -> tuple[str, ...]:
+    """The DRAM tensors ``op`` touches: what :func:`dram_reads` and :func:`dram_writes`
+    name, and a HostTransfer's tensor. The box ops (nearly all of a program's
+    commands) are looked up directly: whole-program walks call this per command."""
+    fields = _BOX_FIELDS.get(type(op))
+    if fields is not None:
+        return tuple(getattr(op, field).tensor for field in fields)
+    if isinstance(op, HostTransfer):
+        return (op.ref.tensor,)
+    return (*dram_reads(op), *dram_writes(op))
+
+
 SRAM_FIELDS: dict[type[Op], tuple[str, ...]] = {
     cls: tuple(dict.fromkeys(SRAM_READ_FIELDS[cls] + SRAM_WRITE_FIELDS[cls]))
     for cls in SRAM_READ_FIELDS
 }
 """Every field that may hold an SRAM operand (read or written), per op class."""
+
+_BOX_FIELDS: dict[type[Op], tuple[str, ...]] = {
+    op_type: tuple(field for field, _ in rows)
+    for op_type, rows in DRAM_REF_FIELDS.items() if op_type is not HostTransfer}
+_BOX_FIELDS.update((op_type, ()) for op_type in SRAM_FIELDS if op_type not in _BOX_FIELDS
+                   and op_type not in (HostOp, HostTransfer))
+"""Per op class other than the host's, its DRAM box fields (none for SRAM-only ops)."""
 
 
 def sram_high_water(ops: Iterable[Op]) -> dict[str, int]:

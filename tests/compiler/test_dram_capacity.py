@@ -8,7 +8,7 @@ import torch
 
 import archsim
 from archsim.errors import DeviceMemoryError
-from compiler.ir.dram_peak import dram_peak
+from compiler.ir.dram_peak import _dram_peak, dram_peak
 from compiler.ir.text import parse_program
 
 
@@ -47,3 +47,22 @@ dram %C : f32[512] out
  2: host host_op aten.c (%C) -> (%C) cycles=1 after 1
 """)
     assert dram_peak(program) == (4096 + 8192, 0)
+
+
+
+def test_the_peak_is_remembered_only_for_the_same_program() -> None:
+    """The remembered peak of one program is never the answer for another with the same
+    name and tensors (here B is never touched, so the peak is A and C's 6 KiB), and
+    asking again about the first gives its own peak."""
+    text = """program p
+dram %A : f32[1024] in
+dram %B : f32[2048] temp
+dram %C : f32[512] out
+ 0: host host_op aten.a (%A) -> ({out}) cycles=1
+ 1: host host_op aten.b ({out}) -> (%C) cycles=1 after 0
+"""
+    first = parse_program(text.format(out="%B"))
+    second = parse_program(text.format(out="%C"))
+    assert dram_peak(first) == dram_peak(first) == _dram_peak(first) == (4096 + 8192, 0)
+    assert dram_peak(second) == _dram_peak(second) == (4096 + 2048, 0)
+    assert dram_peak(first) == (4096 + 8192, 0)

@@ -69,3 +69,99 @@ def test_sram_space_answers_like_a_byte_map() -> None:
                 a.readers["e"] = b.readers["e"] = cid
     assert [(r.start, r.end, r.writer, r.readers) for r in fast._records] == [
         (r.start, r.end, r.writer, r.readers) for r in plain._records]
+
+
+def test_the_emitters_operand_regions_are_those_of_the_access_tables() -> None:
+    """The emitter reads SRAM operands through its per-class field table, with the
+    byte ends computed inline: the same regions as ``access.reads``/``access.writes``
+    and ``SramRef.end`` (Scalars skipped, an accumulating MatMul's ``out`` read, a
+    strided ref's span), and the same DRAM boxes as ``access.dram_refs``."""
+    from archsim.config import load_config
+    from compiler.emit import _FIELDS, Emitter
+    from compiler.ir import access
+    from compiler.ir.dtypes import DType
+    from compiler.ir.operands import DramRef, Scalar, SramRef
+    from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Store
+
+    def ref(offset: int, shape: tuple[int, ...], strides: tuple[int, ...] | None = None,
+            space: str = "sram0") -> SramRef:
+        return SramRef(space, offset, shape, DType.f32, strides)
+
+    box = DramRef("x", (Slice(0, 4), Slice(0, 8)))
+    ops = [
+        MatMul(ref(0, (4, 8)), ref(128, (8, 4)), ref(256, (4, 4)), accumulate=True),
+        MatMul(ref(0, (4, 8)), ref(128, (8, 4)), ref(256, (4, 4))),
+        Binary(BinaryKind.add, Scalar(2.0), ref(64, (3, 5), (16, 1), "shared"),
+               ref(1024, (3, 5))),
+        Binary(BinaryKind.mul, ref(0, (3, 5), (0, 1)), Scalar(1.0), ref(0, (3, 5))),
+        Load(box, ref(512, (4, 8))),
+        Store(ref(512, (4, 8), (16, 1)), box),
+    ]
+    emitter = Emitter("p", load_config("tiny"))
+    for op in ops:
+        fields = _FIELDS[type(op)]
+        got_reads = emitter._regions(op, fields.reads, fields.accumulates)
+        got_writes = emitter._regions(op, fields.writes, False)
+        for got, refs in ((got_reads, access.reads(op)), (got_writes, access.writes(op))):
+            assert [(start, end) for _, start, end in got] == [
+                (r.offset, r.end) for r in refs]
+            assert [space for space, _, _ in got] == [emitter._sram[r.space] for r in refs]
+        boxes = tuple((name, getattr(op, name), is_write) for name, is_write in fields.dram)
+        assert boxes == access.dram_refs(op)
+
+
+def test_dma_engines_are_taken_in_turn_per_core_and_kind() -> None:
+    """Loads take the engines but the last in turn, stores the last, other transfers
+    all of them; each core and kind keeps its own turn."""
+    import dataclasses
+
+    from archsim.config import load_config
+    from compiler.emit import Emitter
+
+    config = load_config("tiny")
+    config = dataclasses.replace(config, core=dataclasses.replace(
+        config.core, dma=dataclasses.replace(config.core.dma, engines=3)))
+    emitter = Emitter("p", config)
+    got = [emitter.dma(core, kind) for core, kind in (
+        (0, "load"), (0, "load"), (0, "load"), (1, "load"), (0, "store"), (0, "any"),
+        (0, "any"), (0, "any"), (0, "any"), (1, "any"))]
+    assert got == ["core0.dma0", "core0.dma1", "core0.dma0", "core1.dma0", "core0.dma2",
+                   "core0.dma0", "core0.dma1", "core0.dma2", "core0.dma0", "core1.dma0"]
+
+
+def test_sram_dependencies_match_a_per_byte_record() -> None:
+    """The emitter's SRAM dependencies (RAW, WAR, WAW; same engine dropped) equal those
+    of a record kept per written byte. Reads overlap each other and the write in part, so
+    lookups cut records another operand of the same command got first (the emitter
+    then looks those up again)."""
+    from archsim.config import load_config
+    from compiler.emit import Emitter
+    from compiler.ir.dtypes import DType
+    from compiler.ir.operands import SramRef
+    from compiler.ir.ops import Binary, BinaryKind
+
+    rng = random.Random(11)
+    engines = ("core0.vpu", "core0.mxu0", "core0.dma0")
+    emitter = Emitter("p", load_config("tiny"))
+    writer: dict[int, int] = {}
+    readers: dict[int, dict[str, int]] = {}
+
+    def ref() -> SramRef:
+        return SramRef("sram0", 4 * rng.randrange(24), (rng.randint(1, 6),), DType.f32)
+
+    for cid in range(2000):
+        engine = rng.choice(engines)
+        a, b, dst = ref(), ref(), ref()
+        read_bytes = {x for r in (a, b) for x in range(r.offset, r.end)}
+        write_bytes = set(range(dst.offset, dst.end))
+        expected = {writer[x] for x in read_bytes | write_bytes if x in writer}
+        expected |= {c for x in write_bytes for c in readers.get(x, {}).values()}
+        for x in read_bytes & writer.keys():  # bytes never written keep no record
+            readers[x][engine] = cid
+        for x in write_bytes:
+            writer[x], readers[x] = cid, {}
+        got = emitter.emit(engine, Binary(BinaryKind.add, a, b, dst), "t")
+        assert got == cid
+        command = emitter.builder._commands[cid]
+        assert command.deps == tuple(sorted(
+            c for c in expected if c != cid and emitter._engine_of[c] != engine))

@@ -15,7 +15,7 @@ import pytest
 
 from archsim.config import NpuConfig
 from compiler.ir import verify as verify_module
-from compiler.ir import verify_order
+from compiler.ir import verify_order, verify_races
 from compiler.ir.access import sram_reads, sram_writes
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import Scalar, SramRef
@@ -68,7 +68,7 @@ def test_searches_and_vector_clocks_agree(seed: int, tiny: NpuConfig,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     program = racy_program(random.Random(seed))
     searched = find_problems(program, tiny)
-    monkeypatch.setattr(verify_order._HappensBefore, "search_steps", (0, 0))
+    monkeypatch.setattr(verify_order.HappensBefore, "search_steps", (0, 0))
     assert find_problems(program, tiny) == searched
 
 
@@ -77,7 +77,7 @@ def test_the_screen_passes_only_commands_without_problems(
         seed: int, tiny: NpuConfig, make_random_program: Callable[[int, int], Program]
 ) -> None:
     program = make_random_program(seed, 80)
-    machine = verify_module._Machine.from_config(tiny)
+    machine = verify_module.Machine.from_config(tiny)
     ids = {cmd.id for cmd in program.commands}
     screen = verify_module._Screen(machine, program.tensor_map, ids)
     for cmd in program.commands + valid_commands(program):
@@ -101,7 +101,7 @@ def test_the_replay_follows_the_access_tables(
     for op in (cmd.op for cmd in make_random_program(seed, 80).commands):
         seen: list[tuple[str, SramRef, bool]] = []
 
-        class Recorder(verify_order._RaceFinder):
+        class Recorder(verify_races._RaceFinder):
             def __init__(self) -> None:
                 pass
 
@@ -115,3 +115,31 @@ def test_the_replay_follows_the_access_tables(
         expected = ([(f, r, False) for f, r in sram_reads(op)]
                     + [(f, r, True) for f, r in sram_writes(op)])
         assert seen == expected
+
+
+def test_a_read_of_adjacent_pieces_updates_like_the_general_path() -> None:
+    """``_SpaceHistory.read`` takes shortcuts for a region that is exactly one interval
+    or exactly a run of adjacent ones (a buffer written in pieces); every read must leave
+    the intervals' histories and return the old ones as ``update`` does, including reads
+    with gaps or ragged ends that must take the general path."""
+    rng = random.Random(5)
+    engine_of = [i % 3 for i in range(4000)]
+    fast, plain = verify_races._SpaceHistory(), verify_races._SpaceHistory()
+    for p in range(4000):
+        base = 64 * rng.randrange(8)
+        pieces = rng.randint(1, 4)
+        if rng.random() < 0.5:  # write a buffer in pieces, maybe leaving a gap
+            for k in range(pieces):
+                if rng.random() < 0.9:
+                    for space in (fast, plain):
+                        space.write(base + 16 * k, base + 16 * (k + 1), ((p, "dst"), ()))
+            continue
+        start = base + rng.choice((0, 0, 0, 4))
+        end = base + 16 * pieces - rng.choice((0, 0, 0, 4))
+        reader = (p, "src")
+        got = fast.read(start, end, reader, engine_of)
+        expected = plain.update(start, end,
+                                lambda h: verify_races._with_reader(h, reader, engine_of))
+        assert list(got) == expected
+        assert (fast.starts, fast.ends, fast.histories) == (
+            plain.starts, plain.ends, plain.histories)

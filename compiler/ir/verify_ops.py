@@ -1,0 +1,341 @@
+"""The verifier's per-op checks (see :mod:`compiler.ir.verify`): the facts of a
+configuration they need (:class:`Machine`) and, per op class, the shape and dtype rules
+its operands must follow (:data:`OP_CHECKS`), each problem a message starting with the
+field at fault.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from archsim.config.model import NpuConfig
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import DramRef, DramTensor, Scalar, Shape, SramRef, numel
+from compiler.ir.ops import (
+    COMPARISON,
+    Binary,
+    Cast,
+    Copy,
+    Gather,
+    HostOp,
+    HostTransfer,
+    Load,
+    MatMul,
+    Op,
+    Reduce,
+    Select,
+    Store,
+    Transpose,
+    Unary,
+    VCopy,
+)
+from compiler.ir.text import format_dram_ref, format_shape, format_type
+
+__all__ = ["OP_CHECKS", "Machine", "range_text", "write_to_input"]
+
+
+# ---------------------------------------------------------------- the machine
+
+
+@dataclass(frozen=True, eq=False)
+class Machine:
+    """The facts of a configuration that the checks need."""
+
+    name: str
+    engines: frozenset[str]
+    cores: int
+    dma_engines: int
+    matrix_arrays: int
+    scratchpad_bytes: int
+    shared_bytes: int
+    matrix_input: str
+    accumulator: str
+    spaces: dict[str, int]
+    """Capacity in bytes of each SRAM space that exists."""
+
+    @classmethod
+    def from_config(cls, config: NpuConfig) -> "Machine":
+        spaces = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
+        if config.shared_sram.size_bytes > 0:
+            spaces["shared"] = config.shared_sram.size_bytes
+        return cls(
+            name=config.name,
+            engines=frozenset(config.engines),
+            cores=config.cores,
+            dma_engines=config.core.dma.engines,
+            matrix_arrays=config.core.matrix.arrays,
+            scratchpad_bytes=config.core.scratchpad.size_bytes,
+            shared_bytes=config.shared_sram.size_bytes,
+            matrix_input=config.core.matrix.input_dtype,
+            accumulator=config.core.matrix.accumulator_dtype,
+            spaces=spaces,
+        )
+
+    def describe_engines(self) -> str:
+        """``core0..core1 each with dma0..dma1, mxu0, vpu; tdma, hdma, host``."""
+        per_core = [range_text("dma", self.dma_engines),
+                    range_text("mxu", self.matrix_arrays), "vpu"]
+        return (f"{range_text('core', self.cores)} each with {', '.join(per_core)}; "
+                f"tdma, hdma, host")
+
+    def capacity(self, space: str) -> int | None:
+        """Bytes of an existing SRAM space, else None."""
+        return self.spaces.get(space)
+
+
+def range_text(prefix: str, count: int) -> str:
+    if count == 1:
+        return f"{prefix}0"
+    return f"{prefix}0..{prefix}{count - 1}"
+
+
+def write_to_input(name: str) -> str:
+    """The message for a write to an `in` tensor (a DRAM box or a host op's output)."""
+    return (f"writes %{name}, whose role is 'in' (inputs are read-only; "
+            f"declare it 'inout' to update it)")
+
+
+# ---------------------------------------------------------------- per-op shape checks
+
+_OpCheck = Callable[[Op, Machine, dict[str, DramTensor]], Iterator[str]]
+OP_CHECKS: dict[type[Op], _OpCheck] = {}
+
+
+def _checks(op_type: type[Op]) -> Callable[[_OpCheck], _OpCheck]:
+    def register(check: _OpCheck) -> _OpCheck:
+        OP_CHECKS[op_type] = check
+        return check
+    return register
+
+
+def _typed(ref: SramRef) -> str:
+    return format_type(ref.dtype, ref.shape)
+
+
+def _broadcasts_to(src: Shape, dst: Shape) -> bool:
+    """numpy broadcasting of ``src`` to exactly ``dst``."""
+    if len(src) > len(dst):
+        return False
+    return all(s == d or s == 1 for s, d in zip(reversed(src), reversed(dst)))
+
+
+def _same_dtype(field: str, ref: SramRef, other: str, dtype: DType) -> Iterator[str]:
+    if ref.dtype != dtype:
+        yield f"field {field}: dtype {ref.dtype} does not match {other}'s {dtype}"
+
+
+def _dram_side(ref: DramRef, tensors: dict[str, DramTensor]) -> DramTensor | None:
+    """The tensor of a well-formed box, else None (its problems are reported already)."""
+    tensor = tensors.get(ref.tensor)
+    if tensor is None or len(ref.slices) != len(tensor.shape):
+        return None
+    if any(s.step <= 0 for s in ref.slices):
+        return None  # its shape is undefined
+    return tensor
+
+
+def _transfer_problems(field: str, sram: SramRef, other: str, other_shape: Shape,
+                       other_dtype: DType) -> Iterator[str]:
+    """Load/Store/Copy: equal element counts, no conversion."""
+    if numel(sram.shape) != numel(other_shape):
+        yield (f"field {field}: {_typed(sram)} has {numel(sram.shape)} elements but "
+               f"{other} has {numel(other_shape)}")
+    if sram.dtype != other_dtype:
+        yield (f"field {field}: dtype {sram.dtype} does not match {other}'s {other_dtype} "
+               f"(DMA does not convert; use a cast)")
+
+
+@_checks(Load)
+def _check_load(op: Load, machine: Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
+    tensor = _dram_side(op.src, tensors)
+    if tensor is not None:
+        yield from _transfer_problems("dst", op.dst, f"source {format_dram_ref(op.src)}",
+                                      op.src.shape, tensor.dtype)
+
+
+@_checks(Store)
+def _check_store(op: Store, machine: Machine, tensors: dict[str, DramTensor]
+                 ) -> Iterator[str]:
+    tensor = _dram_side(op.dst, tensors)
+    if tensor is not None:
+        yield from _transfer_problems("src", op.src, f"destination {format_dram_ref(op.dst)}",
+                                      op.dst.shape, tensor.dtype)
+
+
+@_checks(Copy)
+def _check_copy(op: Copy, machine: Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
+    yield from _transfer_problems("dst", op.dst, f"src {_typed(op.src)}", op.src.shape,
+                                  op.src.dtype)
+
+
+_INDEX_DTYPES: tuple[DType, ...] = (DType.i32, DType.i64)
+
+
+@_checks(Gather)
+def _check_gather(op: Gather, machine: Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    if op.indices.dtype not in _INDEX_DTYPES or len(op.indices.shape) != 1:
+        yield (f"field indices: {_typed(op.indices)} must be a 1-D vector of i32 or i64 "
+               f"row numbers")
+    tensor = _dram_side(op.table, tensors)
+    if tensor is None:
+        return
+    table = format_dram_ref(op.table)
+    if len(op.table.shape) != 2:
+        yield (f"field table: {table} must be a 2-D box (rows x cols), "
+               f"got rank {len(op.table.shape)}")
+        return
+    rows = op.indices.shape[0] if len(op.indices.shape) == 1 else numel(op.indices.shape)
+    expected = (rows, op.table.shape[1])
+    if op.dst.shape != expected:
+        yield (f"field dst: shape {_typed(op.dst)} should be {format_shape(expected)} "
+               f"({rows} indices x {op.table.shape[1]} columns of {table})")
+    if op.dst.dtype != tensor.dtype:
+        yield (f"field dst: dtype {op.dst.dtype} does not match table {table}'s "
+               f"{tensor.dtype} (DMA does not convert; use a cast)")
+
+
+@_checks(MatMul)
+def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    flat = [(name, ref) for name, ref in (("b", op.b), ("out", op.out))
+            if len(ref.shape) != 2]
+    if len(op.a.shape) < 2:
+        flat.insert(0, ("a", op.a))
+    for name, ref in flat:
+        yield (f"field {name}: matmul operands must be 2-D (a may have more leading dims, "
+               f"which are its rows), got {_typed(ref)}")
+    if flat:
+        return
+    yield from _same_dtype("b", op.b, "a", op.a.dtype)
+    yield from _matmul_dtype_problems(op.a.dtype, machine)
+    (m, k), (k_b, n) = (math.prod(op.a.shape[:-1]), op.a.shape[-1]), op.b.shape
+    if k_b != k:
+        yield f"field b: shape {_typed(op.b)} does not match a's k={k}"
+    if op.out.shape != (m, n):
+        yield f"field out: shape {_typed(op.out)} does not match [m,n]=[{m},{n}]"
+    if op.out.dtype.value != machine.accumulator:
+        yield (f"field out: dtype {op.out.dtype} is not the matrix array's accumulator "
+               f"dtype {machine.accumulator}")
+
+
+def _matmul_dtype_problems(dtype: DType, machine: Machine) -> Iterator[str]:
+    integer_array = machine.matrix_input == "i8"
+    if not dtype.is_float and dtype != DType.i8:
+        yield f"field a: matmul inputs must be floating point or i8, got {dtype}"
+    elif dtype.is_float and integer_array:
+        yield f"field a: float matmul ({dtype}) on an i8 matrix array"
+    elif dtype == DType.i8 and not integer_array:
+        yield f"field a: integer matmul (i8) on a {machine.matrix_input} matrix array"
+
+
+def _same_shape(field: str, ref: SramRef, other: str, shape: Shape) -> Iterator[str]:
+    if ref.shape != shape:
+        yield f"field {field}: shape {_typed(ref)} does not match {other}'s {format_shape(shape)}"
+
+
+@_checks(Unary)
+def _check_unary(op: Unary, machine: Machine, tensors: dict[str, DramTensor]
+                 ) -> Iterator[str]:
+    yield from _same_shape("dst", op.dst, "src", op.src.shape)
+    yield from _same_dtype("dst", op.dst, "src", op.src.dtype)
+
+
+@_checks(Cast)
+def _check_cast(op: Cast, machine: Machine, tensors: dict[str, DramTensor]) -> Iterator[str]:
+    yield from _same_shape("dst", op.dst, "src", op.src.shape)
+
+
+def _broadcast_problems(field: str, value: SramRef | Scalar, dst: SramRef) -> Iterator[str]:
+    if isinstance(value, SramRef) and not _broadcasts_to(value.shape, dst.shape):
+        yield (f"field {field}: shape {_typed(value)} does not broadcast to dst's "
+               f"{format_shape(dst.shape)}")
+
+
+@_checks(Binary)
+def _check_binary(op: Binary, machine: Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    yield from _broadcast_problems("a", op.a, op.dst)
+    yield from _broadcast_problems("b", op.b, op.dst)
+    if op.kind in COMPARISON:
+        if op.dst.dtype != DType.bool:
+            yield f"field dst: {op.kind.value} produces bool, got {op.dst.dtype}"
+        if isinstance(op.a, SramRef) and isinstance(op.b, SramRef):
+            yield from _same_dtype("b", op.b, "a", op.a.dtype)
+        return
+    for name, value in (("a", op.a), ("b", op.b)):
+        if isinstance(value, SramRef):
+            yield from _same_dtype(name, value, "dst", op.dst.dtype)
+
+
+@_checks(Select)
+def _check_select(op: Select, machine: Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    yield from _broadcast_problems("cond", op.cond, op.dst)
+    if op.cond.dtype != DType.bool:
+        yield f"field cond: a select condition must be bool, got {op.cond.dtype}"
+    for name, value in (("a", op.a), ("b", op.b)):
+        yield from _broadcast_problems(name, value, op.dst)
+        if isinstance(value, SramRef):
+            yield from _same_dtype(name, value, "dst", op.dst.dtype)
+
+
+@_checks(Reduce)
+def _check_reduce(op: Reduce, machine: Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    rank = len(op.src.shape)
+    if not 0 <= op.axis < rank:
+        yield f"field axis: {op.axis} is out of range for src {_typed(op.src)} (rank {rank})"
+        return
+    expected = op.src.shape[:op.axis] + (1,) + op.src.shape[op.axis + 1:]
+    if op.dst.shape != expected:
+        yield (f"field dst: shape {_typed(op.dst)} should be {format_shape(expected)} "
+               f"(src {format_shape(op.src.shape)} reduced along axis {op.axis})")
+    yield from _same_dtype("dst", op.dst, "src", op.src.dtype)
+
+
+@_checks(Transpose)
+def _check_transpose(op: Transpose, machine: Machine, tensors: dict[str, DramTensor]
+                     ) -> Iterator[str]:
+    rank = len(op.src.shape)
+    if sorted(op.perm) != list(range(rank)):
+        perm = ",".join(str(p) for p in op.perm)
+        yield f"field perm: ({perm}) is not a permutation of the {rank} axes of src"
+        return
+    expected = tuple(op.src.shape[p] for p in op.perm)
+    if op.dst.shape != expected:
+        yield (f"field dst: shape {_typed(op.dst)} should be {format_shape(expected)} "
+               f"(src {format_shape(op.src.shape)} transposed)")
+    yield from _same_dtype("dst", op.dst, "src", op.src.dtype)
+
+
+@_checks(VCopy)
+def _check_vcopy(op: VCopy, machine: Machine, tensors: dict[str, DramTensor]
+                 ) -> Iterator[str]:
+    same_count = numel(op.src.shape) == numel(op.dst.shape)
+    if not same_count and not _broadcasts_to(op.src.shape, op.dst.shape):
+        yield (f"field dst: shape {_typed(op.dst)} neither has the {numel(op.src.shape)} "
+               f"elements of src {_typed(op.src)} nor is a broadcast of it")
+    yield from _same_dtype("dst", op.dst, "src", op.src.dtype)
+
+
+@_checks(HostTransfer)
+def _check_host_transfer(op: HostTransfer, machine: Machine,
+                         tensors: dict[str, DramTensor]) -> Iterator[str]:
+    return iter(())  # the DRAM box is checked with every other DRAM operand
+
+
+@_checks(HostOp)
+def _check_host_op(op: HostOp, machine: Machine, tensors: dict[str, DramTensor]
+                   ) -> Iterator[str]:
+    for field, names in (("inputs", op.inputs), ("outputs", op.outputs)):
+        for name in names:
+            tensor = tensors.get(name)
+            if tensor is None:
+                yield f"field {field}: unknown DRAM tensor %{name}"
+            elif field == "outputs" and tensor.role == "in":
+                yield f"field outputs: {write_to_input(name)}"
+    if op.cycles < 0:
+        yield f"field cycles: must be >= 0, got {op.cycles}"
