@@ -45,7 +45,8 @@ class Plan:
         chip = Chip(simpy.Environment(), config, program.tensor_map)
         capacity = chip.network.capacity
         # Each distinct (engine, op shape) is costed once: loops repeat a few shapes.
-        shapes: dict[tuple[str, type, Hashable], int] = {}
+        # Per engine, cost key -> cost kind (keys start with the op class).
+        shapes: dict[str, dict[Hashable, int]] = {}
         timings: list[CommandTiming] = []
         steps: list[Step] = []
         engines: list[str] = []
@@ -60,14 +61,17 @@ class Plan:
                 numbered = False
             add_deps(c.deps)
             op = c.op
-            cls = type(op)
-            key = (c.engine, cls, key_of(cls, no_cost_key)(op))
-            kind = shapes.get(key)
+            engine = c.engine
+            known = shapes.get(engine)
+            if known is None:
+                known = shapes[engine] = {}
+            key = key_of(type(op), no_cost_key)(op)
+            kind = known.get(key)
             if kind is None:
-                kind = shapes[key] = len(timings)
-                timing = chip.timing(c.engine, op)
+                kind = known[key] = len(timings)
+                timing = chip.timing(engine, op)
                 timings.append(timing)
-                engines.append(c.engine)
+                engines.append(engine)
                 solo = solo_rate(timing.links, timing.cap, capacity) if timing.links else 0.0
                 steps.append((timing.fixed_cycles, timing.links, float(timing.nbytes), solo))
             add_kind(kind)
