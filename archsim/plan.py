@@ -92,6 +92,11 @@ class Plan:
         """Per engine, cycles a command saves when it starts as the previous one ends."""
         self.steps = list(map(steps.__getitem__, kinds))
         """Per command: (fixed cycles, links, bytes, solo rate) — what the run reads."""
+        fillable = _fillable_links(steps, engines, capacity)
+        tracked = [tuple(k for k in links if k in fillable) for _, links, _, _ in steps]
+        self.tracked = list(map(tracked.__getitem__, kinds))
+        """Per command, the links of its step whose load the flow network tracks: those
+        its transfers could oversubscribe (:func:`_fillable_links`)."""
         self.link_names = tuple(chip.network.names)
         self.link_capacities = tuple(capacity)
         counts = np.bincount(kind_of, minlength=len(timings))
@@ -169,14 +174,37 @@ class Plan:
 Step = tuple[int, tuple[int, ...], float, float]
 
 
+def _fillable_links(steps: list[Step], engines: list[str], capacity: list[float]) -> set[int]:
+    """Links the program's transfers could oversubscribe: the only ones whose load the
+    flow network needs to track (:meth:`~archsim.bandwidth.FlowNetwork.transfer`).
+
+    An engine streams one transfer at a time (the others in flight wait for it,
+    :mod:`archsim.simulator`), so at most one flow per engine crosses a link. A link
+    can be oversubscribed only if the fastest solo rates of the engines that cross it
+    add up to more than its capacity (less a margin for float error: in doubt, a link
+    is tracked). ``steps[k]`` is cost kind k's step; ``engines[k]`` its engine."""
+    fastest: dict[tuple[int, str], float] = {}  # (link, engine) -> fastest solo rate
+    for (_, links, _, solo), engine in zip(steps, engines):
+        for link in links:
+            if solo > fastest.get((link, engine), 0.0):
+                fastest[(link, engine)] = solo
+    load = [0.0] * len(capacity)
+    for (link, _), solo in fastest.items():
+        load[link] += solo
+    return {link for link, total in enumerate(load) if total > capacity[link] * (1 - 1e-9)}
+
+
 def _engine_queues(engines: list[str], kind_of: np.ndarray
                    ) -> tuple[dict[str, list[int]], dict[str, np.ndarray], list[int]]:
     """Each engine's queue (command indices in program order) as a list and as an
     array, engines in order of their first command, and each command's engine number.
     ``engines[k]`` is the engine of cost kind ``k``; ``kind_of[i]`` is command i's kind."""
     numbers: dict[str, int] = {}
-    engine_of = np.asarray([numbers.setdefault(e, len(numbers)) for e in engines],
-                           dtype=np.intp)[kind_of]
+    kind_engine = [numbers.setdefault(e, len(numbers)) for e in engines]
+    # engine numbers as 16-bit integers when they fit: numpy's stable sort of those is a
+    # radix sort, several times faster than the merge sort it runs on wider ones
+    small = len(numbers) <= np.iinfo(np.int16).max
+    engine_of = np.asarray(kind_engine, dtype=np.int16 if small else np.intp)[kind_of]
     order = np.argsort(engine_of, kind="stable")
     bounds = np.searchsorted(engine_of[order], np.arange(len(numbers) + 1)).tolist()
     arrays = {engine: order[bounds[k]:bounds[k + 1]] for engine, k in numbers.items()}

@@ -70,9 +70,9 @@ class _Engine:
         self.saving = saving
         """Cycles a compute command saves when it starts the cycle the previous ends."""
         self.flying = 0
-        self.waiting: deque[tuple[int, int]] = deque()
-        """Transfers in flight whose data waits for the one streaming: (command, cycle
-        its latency ends)."""
+        self.waiting: deque[int] = deque()
+        """Transfers in flight whose data waits for the one streaming (their latency
+        ends at their start plus their fixed cycles)."""
 
 
 class _Run:
@@ -89,6 +89,7 @@ class _Run:
         self.n = plan.n
         self.deps = plan.deps
         self.steps = plan.steps
+        self.tracked = plan.tracked
         self.queues = plan.queues
         self.starts = [0] * self.n
         self.ends = [-1] * self.n
@@ -133,6 +134,7 @@ class _Run:
         is the simulator's innermost code)."""
         deps, starts, ends, steps = self.deps, self.starts, self.ends, self.steps
         waiters, ready, transfer = self.waiters, self.ready, self.network.transfer
+        tracked = self.tracked
         functional = self.executor is not None
         while ready:
             engine = ready.pop()
@@ -163,14 +165,15 @@ class _Run:
                         self.execute_command(i)
                     fixed, links, nbytes, solo = steps[i]
                     if links:  # in flight until the flow network says it ended
-                        if engine.flying:  # its data streams after the one before
-                            engine.waiting.append((i, start + fixed))
+                        flying = engine.flying
+                        if flying:  # its data streams after the one before
+                            engine.waiting.append(i)
                         else:
-                            transfer(links, nbytes, solo, start + fixed, i)
+                            transfer(links, nbytes, solo, start + fixed, i, tracked[i])
                         pos += 1
                         free = start
-                        engine.flying += 1
-                        if engine.flying == engine.slots:
+                        engine.flying = flying = flying + 1
+                        if flying == engine.slots:
                             engine.busy = True
                             break
                         continue
@@ -189,15 +192,17 @@ class _Run:
         """Transfers that ended this cycle free their engines and wake their waiters."""
         now = self.env.now
         ends, owner, ready, waiters = self.ends, self.owner, self.ready, self.waiters
-        steps, transfer = self.steps, self.network.transfer
+        starts, steps, transfer = self.starts, self.steps, self.network.transfer
+        tracked = self.tracked
         for i in finished:
             engine = owner[i]
             ends[i] = now
             engine.flying -= 1
             if engine.waiting:
-                j, at = engine.waiting.popleft()
-                _, links, nbytes, solo = steps[j]
-                transfer(links, nbytes, solo, at if at > now else now, j)
+                j = engine.waiting.popleft()
+                fixed, links, nbytes, solo = steps[j]
+                at = starts[j] + fixed  # its latency ends
+                transfer(links, nbytes, solo, at if at > now else now, j, tracked[j])
             if engine.busy:  # a slot is free again: the next command may start now
                 engine.busy = False
                 engine.free_at = now
