@@ -26,7 +26,7 @@ from archsim.config.model import NpuConfig
 from archsim.functional import HostFunction, Memory
 from archsim.functional_steps import BoundProgram, FunctionalExecutor
 from archsim.host_memory import check_host_memory
-from archsim.timing import COST_KEY, CommandTiming, no_cost_key
+from archsim.timing import COST_KEY, CommandTiming
 from compiler.ir.ops import Program
 
 
@@ -50,22 +50,21 @@ class Plan:
         timings: list[CommandTiming] = []
         steps: list[Step] = []
         engines: list[str] = []
-        kinds: list[int] = []
-        deps: list[tuple[int, ...]] = []
-        key_of = COST_KEY.get
-        add_kind, add_deps, numbered = kinds.append, deps.append, True
+        kinds: list[int] = [0] * self.n
+        deps: list[tuple[int, ...]] = [()] * self.n
+        key_of, numbered = COST_KEY, True
         # one pass over the commands (each visit touches several objects: this loop is
         # most of a plan's cost)
         for i, c in enumerate(commands):
             if c.id != i:
                 numbered = False
-            add_deps(c.deps)
+            deps[i] = c.deps
             op = c.op
             engine = c.engine
             known = shapes.get(engine)
             if known is None:
                 known = shapes[engine] = {}
-            key = key_of(type(op), no_cost_key)(op)
+            key = key_of[op.__class__](op)
             kind = known.get(key)
             if kind is None:
                 kind = known[key] = len(timings)
@@ -74,7 +73,7 @@ class Plan:
                 engines.append(engine)
                 solo = solo_rate(timing.links, timing.cap, capacity) if timing.links else 0.0
                 steps.append((timing.fixed_cycles, timing.links, float(timing.nbytes), solo))
-            add_kind(kind)
+            kinds[i] = kind
         if not numbered:  # dependencies name command ids; the run indexes by position
             index = {c.id: i for i, c in enumerate(commands)}
             deps = [tuple(index[d] for d in ds) for ds in deps]

@@ -56,10 +56,12 @@ class Simulator:
 class _Engine:
     """One engine's in-order queue."""
 
-    __slots__ = ("queue", "pos", "free_at", "busy", "slots", "flying", "waiting", "saving")
+    __slots__ = ("queue", "length", "pos", "free_at", "busy", "slots", "flying", "waiting",
+                 "saving")
 
     def __init__(self, queue: list[int], slots: int = 1, saving: int = 0) -> None:
         self.queue = queue
+        self.length = len(queue)
         self.pos = 0
         self.free_at = 0
         """Cycle at which the next command may start: the last resolved command's end,
@@ -143,8 +145,7 @@ class _Run:
             queue = engine.queue
             pos = engine.pos
             free = engine.free_at
-            saving = engine.saving
-            count = len(queue)
+            count = engine.length
             while pos < count:
                 i = queue[pos]
                 start = free
@@ -177,6 +178,7 @@ class _Run:
                             engine.busy = True
                             break
                         continue
+                    saving = engine.saving
                     if saving and pos and start == free:  # back to back
                         fixed = fixed - saving if fixed - saving > 1 else 1
                     free = ends[i] = start + fixed

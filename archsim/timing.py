@@ -72,15 +72,42 @@ def _box(cls: type[Op], extra: Hashable, ref: DramRef) -> tuple[Any, ...]:
     return key
 
 
+def _load_key(op: Load) -> tuple[Any, ...]:
+    ref = op.src
+    if len(ref.slices) == 2:  # most loads: spelled out, a call less per command
+        a, b = ref.slices
+        return (Load, op.dst.space, ref.tensor, a.stop - a.start, a.step, b.stop - b.start,
+                b.step)
+    return _box(Load, op.dst.space, ref)
+
+
+def _store_key(op: Store) -> tuple[Any, ...]:
+    ref = op.dst
+    if len(ref.slices) == 2:  # most stores: spelled out, as loads
+        a, b = ref.slices
+        return (Store, op.src.space, ref.tensor, a.stop - a.start, a.step, b.stop - b.start,
+                b.step)
+    return _box(Store, op.src.space, ref)
+
+
 def _shape(operand: Any) -> Any:
     """An SRAM operand's shape and dtype (a Scalar operand has none): vector ops are
     timed by elements and by the bytes they stream through the scratchpad."""
     return (operand.shape, operand.dtype) if type(operand) is SramRef else None
 
 
-COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
-    Load: lambda op: _box(Load, op.dst.space, op.src),
-    Store: lambda op: _box(Store, op.src.space, op.dst),
+class _CostKeys(dict[type[Op], Callable[[Any], Hashable]]):
+    """A dict whose missing entry raises the error that says to add it (so the plan's
+    loop looks a class up with a plain subscript)."""
+
+    def __missing__(self, cls: type[Op]) -> Callable[[Any], Hashable]:
+        raise TypeError(f"archsim.timing.COST_KEY has no entry for op class "
+                        f"{cls.__name__}; add one")
+
+
+COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = _CostKeys({
+    Load: _load_key,
+    Store: _store_key,
     Copy: lambda op: (Copy, op.src.space, op.dst.space, op.src.shape, op.src.dtype),
     Gather: lambda op: _box(Gather, (op.indices.shape, op.dst.space), op.table),
     MatMul: lambda op: (MatMul, op.a.shape, op.a.dtype, op.b.shape),
@@ -94,7 +121,7 @@ COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
     VCopy: lambda op: (VCopy, _shape(op.src), _shape(op.dst)),
     HostTransfer: lambda op: _box(HostTransfer, op.to_device, op.ref),
     HostOp: lambda op: (HostOp, op.cycles),
-}
+})
 """Per op class, the fields its cost depends on (see the module docstring), as one
 tuple that starts with the class (so the keys of a Load and a Store on one engine never
 meet). A block whose timing starts reading another field must add it here; a test
@@ -103,9 +130,4 @@ checks, over real compiler output, that commands with equal keys cost the same."
 
 def cost_key(op: Op) -> Hashable:
     """The shape of ``op`` that its cost depends on."""
-    return COST_KEY.get(type(op), no_cost_key)(op)
-
-
-def no_cost_key(op: Op) -> Hashable:
-    raise TypeError(f"archsim.timing.COST_KEY has no entry for op class "
-                    f"{type(op).__name__}; add one")
+    return COST_KEY[type(op)](op)
