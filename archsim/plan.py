@@ -26,7 +26,7 @@ from archsim.config.model import NpuConfig
 from archsim.functional import HostFunction, Memory
 from archsim.functional_steps import BoundProgram, FunctionalExecutor
 from archsim.host_memory import check_host_memory
-from archsim.timing import COST_KEY, CommandTiming
+from archsim.timing import COST_KEY, CommandTiming, no_cost_key
 from compiler.ir.ops import Program
 
 
@@ -64,7 +64,11 @@ class Plan:
             known = shapes.get(engine)
             if known is None:
                 known = shapes[engine] = {}
-            key = key_of[op.__class__](op)
+            try:
+                key_for = key_of[op.__class__]
+            except KeyError:  # (it raises the error that says to add one)
+                key_for = no_cost_key
+            key = key_for(op)
             kind = known.get(key)
             if kind is None:
                 kind = known[key] = len(timings)
@@ -89,13 +93,13 @@ class Plan:
         """Per engine, transfers it may keep in flight (1: each ends before the next)."""
         self.saving = {engine: chip.back_to_back_saving(engine) for engine in self.queues}
         """Per engine, cycles a command saves when it starts as the previous one ends."""
-        self.steps = list(map(steps.__getitem__, kinds))
-        """Per command: (fixed cycles, links, bytes, solo rate) — what the run reads."""
         fillable = _fillable_links(steps, engines, capacity)
-        tracked = [tuple(k for k in links if k in fillable) for _, links, _, _ in steps]
-        self.tracked = list(map(tracked.__getitem__, kinds))
-        """Per command, the links of its step whose load the flow network tracks: those
-        its transfers could oversubscribe (:func:`_fillable_links`)."""
+        run_steps = [(*step, tuple(k for k in step[1] if k in fillable)) for step in steps]
+        self.run_steps = list(map(run_steps.__getitem__, kinds))
+        """Per command: (fixed cycles, links, bytes, solo rate, tracked links) — what the
+        run reads. The tracked links are those of its links whose load the flow network
+        tracks: the ones the program's transfers could oversubscribe
+        (:func:`_fillable_links`)."""
         self.link_names = tuple(chip.network.names)
         self.link_capacities = tuple(capacity)
         counts = np.bincount(kind_of, minlength=len(timings))
@@ -120,6 +124,11 @@ class Plan:
         if program is None:
             raise ReferenceError("the plan's program is gone")
         return program
+
+    @cached_property
+    def steps(self) -> list[Step]:
+        """Per command: (fixed cycles, links, bytes, solo rate)."""
+        return [step[:4] for step in self.run_steps]
 
     @cached_property
     def sram_sizes(self) -> dict[str, int]:
@@ -171,6 +180,7 @@ class Plan:
 
 
 Step = tuple[int, tuple[int, ...], float, float]
+RunStep = tuple[int, tuple[int, ...], float, float, tuple[int, ...]]
 
 
 def _fillable_links(steps: list[Step], engines: list[str], capacity: list[float]) -> set[int]:

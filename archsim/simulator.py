@@ -90,8 +90,7 @@ class _Run:
         self.network = FlowNetwork(self.env, plan.link_capacities, self._transferred)
         self.n = plan.n
         self.deps = plan.deps
-        self.steps = plan.steps
-        self.tracked = plan.tracked
+        self.steps = plan.run_steps
         self.queues = plan.queues
         self.starts = [0] * self.n
         self.ends = [-1] * self.n
@@ -136,7 +135,6 @@ class _Run:
         is the simulator's innermost code)."""
         deps, starts, ends, steps = self.deps, self.starts, self.ends, self.steps
         waiters, ready, transfer = self.waiters, self.ready, self.network.transfer
-        tracked = self.tracked
         functional = self.executor is not None
         while ready:
             engine = ready.pop()
@@ -164,13 +162,13 @@ class _Run:
                     starts[i] = start
                     if functional:
                         self.execute_command(i)
-                    fixed, links, nbytes, solo = steps[i]
+                    fixed, links, nbytes, solo, tracked = steps[i]
                     if links:  # in flight until the flow network says it ended
                         flying = engine.flying
                         if flying:  # its data streams after the one before
                             engine.waiting.append(i)
                         else:
-                            transfer(links, nbytes, solo, start + fixed, i, tracked[i])
+                            transfer(links, nbytes, solo, start + fixed, i, tracked)
                         pos += 1
                         free = start
                         engine.flying = flying = flying + 1
@@ -195,16 +193,15 @@ class _Run:
         now = self.env.now
         ends, owner, ready, waiters = self.ends, self.owner, self.ready, self.waiters
         starts, steps, transfer = self.starts, self.steps, self.network.transfer
-        tracked = self.tracked
         for i in finished:
             engine = owner[i]
             ends[i] = now
             engine.flying -= 1
             if engine.waiting:
                 j = engine.waiting.popleft()
-                fixed, links, nbytes, solo = steps[j]
+                fixed, links, nbytes, solo, tracked = steps[j]
                 at = starts[j] + fixed  # its latency ends
-                transfer(links, nbytes, solo, at if at > now else now, j, tracked[j])
+                transfer(links, nbytes, solo, at if at > now else now, j, tracked)
             if engine.busy:  # a slot is free again: the next command may start now
                 engine.busy = False
                 engine.free_at = now

@@ -96,16 +96,7 @@ def _shape(operand: Any) -> Any:
     return (operand.shape, operand.dtype) if type(operand) is SramRef else None
 
 
-class _CostKeys(dict[type[Op], Callable[[Any], Hashable]]):
-    """A dict whose missing entry raises the error that says to add it (so the plan's
-    loop looks a class up with a plain subscript)."""
-
-    def __missing__(self, cls: type[Op]) -> Callable[[Any], Hashable]:
-        raise TypeError(f"archsim.timing.COST_KEY has no entry for op class "
-                        f"{cls.__name__}; add one")
-
-
-COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = _CostKeys({
+COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
     Load: _load_key,
     Store: _store_key,
     Copy: lambda op: (Copy, op.src.space, op.dst.space, op.src.shape, op.src.dtype),
@@ -121,7 +112,7 @@ COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = _CostKeys({
     VCopy: lambda op: (VCopy, _shape(op.src), _shape(op.dst)),
     HostTransfer: lambda op: _box(HostTransfer, op.to_device, op.ref),
     HostOp: lambda op: (HostOp, op.cycles),
-})
+}
 """Per op class, the fields its cost depends on (see the module docstring), as one
 tuple that starts with the class (so the keys of a Load and a Store on one engine never
 meet). A block whose timing starts reading another field must add it here; a test
@@ -130,4 +121,9 @@ checks, over real compiler output, that commands with equal keys cost the same."
 
 def cost_key(op: Op) -> Hashable:
     """The shape of ``op`` that its cost depends on."""
-    return COST_KEY[type(op)](op)
+    return COST_KEY.get(type(op), no_cost_key)(op)
+
+
+def no_cost_key(op: Op) -> Hashable:
+    raise TypeError(f"archsim.timing.COST_KEY has no entry for op class "
+                    f"{type(op).__name__}; add one")

@@ -139,6 +139,6 @@ def test_the_plan_tracks_the_load_only_of_links_its_transfers_could_fill() -> No
     config = TINY.with_overrides({"core.dma.outstanding": 3})
     plan = plan_for(b.build(), config, verify=False)
     links = {plan.link_names[k] for _, links, _, _ in plan.steps for k in links}
-    tracked = {plan.link_names[k] for links in plan.tracked for k in links}
+    tracked = {plan.link_names[k] for *_, links in plan.run_steps for k in links}
     assert links == {"dram", "noc.core0", "sram0.port"}
     assert tracked == {"dram"}
