@@ -100,7 +100,8 @@ class _Run:
         than a dict's get and pop, which every command did)."""
         self.engines = [_Engine(queue, plan.in_flight[name], plan.saving[name])
                         for name, queue in self.queues.items()]
-        self.owner = list(map(self.engines.__getitem__, plan.engine_index))
+        self.engine_of = plan.engine_index
+        """Per command, its engine's number in ``engines``."""
         self.ready: list[_Engine] = []
         self.executor: FunctionalExecutor | None = None
         if inputs is not None:
@@ -114,15 +115,23 @@ class _Run:
         # per-command lists are freed as soon as the result is built, not by a later
         # cyclic collection that would walk them first
         self.network.on_finish = None
-        if -1 in self.ends:
+        ends: np.ndarray | None
+        try:
+            ends = np.fromiter(self.ends, np.int64, self.n)
+        except OverflowError:  # an end past int64 (so past MAX_CYCLES)
+            ends = None
+        if (ends is None or (self.n and ends.min() < 0)) and -1 in self.ends:
             raise SimulationError(self._stuck_message())
-        last = max(self.ends, default=0)
-        if last > MAX_CYCLES:
+        if ends is None:
+            last = max(self.ends)
+        else:
+            last = int(ends.max()) if self.n else 0
+        if ends is None or last > MAX_CYCLES:
             raise SimulationError(f"simulation of {self.program.name!r} ends at cycle {last:.3g},"
                                   f" past the {MAX_CYCLES:.3g} cycles (2**62) archsim counts; "
                                   f"check the cycle counts of host ops and the config's "
                                   f"latencies and bandwidths")
-        return self._result()
+        return self._result(ends, last)
 
     # A command's start is max(its engine's previous end, its dependencies' ends).
     # Compute (matrix, vector, host) has a fixed duration and shares nothing, so its
@@ -191,10 +200,11 @@ class _Run:
     def _transferred(self, finished: list[int]) -> None:
         """Transfers that ended this cycle free their engines and wake their waiters."""
         now = self.env.now
-        ends, owner, ready, waiters = self.ends, self.owner, self.ready, self.waiters
+        ends, ready, waiters = self.ends, self.ready, self.waiters
+        engines, engine_of = self.engines, self.engine_of
         starts, steps, transfer = self.starts, self.steps, self.network.transfer
         for i in finished:
-            engine = owner[i]
+            engine = engines[engine_of[i]]
             ends[i] = now
             engine.flying -= 1
             if engine.waiting:
@@ -228,10 +238,9 @@ class _Run:
         return (f"simulation of {self.program.name!r} cannot finish: {stuck} commands never "
                 f"started; " + "; ".join(lines))
 
-    def _result(self) -> SimResult:
+    def _result(self, ends: np.ndarray, last: int) -> SimResult:
         plan = self.plan
         starts = np.fromiter(self.starts, np.int64, self.n)
-        ends = np.fromiter(self.ends, np.int64, self.n)
         busy = {engine: busy_cycles(starts[queue], ends[queue], plan.in_flight[engine])
                 for engine, queue in plan.queue_arrays.items()}
         outputs = None
@@ -240,7 +249,7 @@ class _Run:
         return SimResult(
             program=self.program,
             config=self.config,
-            total_cycles=int(ends.max()) if self.n else 0,
+            total_cycles=last,
             starts=starts,
             ends=ends,
             command_bytes=plan.nbytes,
