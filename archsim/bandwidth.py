@@ -44,10 +44,13 @@ def whole_cycles(exact: float) -> int:
 
 
 class _Flow:
-    __slots__ = ("links", "solo", "remaining", "rate", "token")
+    __slots__ = ("links", "tracked", "solo", "remaining", "rate", "token")
 
-    def __init__(self, links: tuple[int, ...], solo: float, nbytes: float, token: int) -> None:
+    def __init__(self, links: tuple[int, ...], solo: float, nbytes: float, token: int,
+                 tracked: tuple[int, ...]) -> None:
         self.links = links
+        self.tracked = tracked
+        """The links whose demand this flow counts in (see :meth:`FlowNetwork.transfer`)."""
         self.solo = solo
         self.remaining = nbytes
         self.rate = solo
@@ -102,19 +105,28 @@ class FlowNetwork:
         return len(self.names) - 1
 
     def transfer(self, links: tuple[int, ...], nbytes: float, solo: float, at: int,
-                 token: int) -> None:
+                 token: int, tracked: tuple[int, ...] | None = None) -> None:
         """Move ``nbytes`` (a float) over ``links``, at most ``solo`` bytes/cycle (see
         :func:`solo_rate`), starting in cycle ``at`` (not before now); ``token`` is
-        handed to ``on_finish`` when the last byte arrives."""
+        handed to ``on_finish`` when the last byte arrives.
+
+        ``tracked`` (by default all of ``links``) are the links whose demand the network
+        tracks to find the oversubscribed ones. A caller that knows that some link can
+        never be oversubscribed (the solo rates of all the flows that could cross it at
+        once fit in its capacity) may leave it out: the rates are the same, and each
+        flow costs less to start and to end."""
+        if tracked is None:
+            tracked = links
         spare = self._spare
         if spare:
             flow = spare.pop()
             flow.links = links
+            flow.tracked = tracked
             flow.solo = flow.rate = solo
             flow.remaining = nbytes
             flow.token = token
         else:
-            flow = _Flow(links, solo, nbytes, token)
+            flow = _Flow(links, solo, nbytes, token, tracked)
         batch = self._starting.get(at)
         if batch is None:
             self._starting[at] = [flow]
@@ -128,19 +140,19 @@ class FlowNetwork:
         now = self.env.now
         batch = self._starting.pop(now)
         self._advance(now)
-        flows, demand, limit, over = self._flows, self._demand, self._limit, self._oversubscribed
+        demand, limit, over = self._demand, self._limit, self._oversubscribed
         empty = []
         for flow in batch:
             if flow.remaining <= 0:
                 empty.append(flow.token)
                 continue
-            flows.append(flow)
             solo = flow.solo
-            for link in flow.links:  # demand only grows here
+            for link in flow.tracked:  # demand only grows here
                 load = demand[link] + solo
                 demand[link] = load
                 if load > limit[link]:
                     over.add(link)
+        self._flows += [f for f in batch if f.remaining > 0] if empty else batch
         if over:
             self._share()
         self._schedule_wake(now)
@@ -172,7 +184,7 @@ class FlowNetwork:
             if over:
                 limit = self._limit
                 for flow in finished:
-                    for link in flow.links:  # demand only shrinks here
+                    for link in flow.tracked:  # demand only shrinks here
                         demand[link] -= flow.solo
                         if demand[link] <= limit[link]:
                             over.discard(link)
@@ -184,7 +196,7 @@ class FlowNetwork:
             else:  # nothing was throttled, so nothing can be relieved (the common case)
                 for flow in finished:
                     solo = flow.solo
-                    for link in flow.links:
+                    for link in flow.tracked:
                         demand[link] -= solo
         self._schedule_wake(now)
         if finished:

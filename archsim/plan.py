@@ -45,32 +45,39 @@ class Plan:
         chip = Chip(simpy.Environment(), config, program.tensor_map)
         capacity = chip.network.capacity
         # Each distinct (engine, op shape) is costed once: loops repeat a few shapes.
-        shapes: dict[tuple[str, type, Hashable], int] = {}
+        # Per engine, cost key -> cost kind (keys start with the op class).
+        shapes: dict[str, dict[Hashable, int]] = {}
         timings: list[CommandTiming] = []
         steps: list[Step] = []
         engines: list[str] = []
-        kinds: list[int] = []
-        deps: list[tuple[int, ...]] = []
-        key_of = COST_KEY.get
-        add_kind, add_deps, numbered = kinds.append, deps.append, True
+        kinds: list[int] = [0] * self.n
+        deps: list[tuple[int, ...]] = [()] * self.n
+        key_of, numbered = COST_KEY, True
         # one pass over the commands (each visit touches several objects: this loop is
         # most of a plan's cost)
         for i, c in enumerate(commands):
             if c.id != i:
                 numbered = False
-            add_deps(c.deps)
+            deps[i] = c.deps
             op = c.op
-            cls = type(op)
-            key = (c.engine, cls, key_of(cls, no_cost_key)(op))
-            kind = shapes.get(key)
+            engine = c.engine
+            known = shapes.get(engine)
+            if known is None:
+                known = shapes[engine] = {}
+            try:
+                key_for = key_of[op.__class__]
+            except KeyError:  # (it raises the error that says to add one)
+                key_for = no_cost_key
+            key = key_for(op)
+            kind = known.get(key)
             if kind is None:
-                kind = shapes[key] = len(timings)
-                timing = chip.timing(c.engine, op)
+                kind = known[key] = len(timings)
+                timing = chip.timing(engine, op)
                 timings.append(timing)
-                engines.append(c.engine)
+                engines.append(engine)
                 solo = solo_rate(timing.links, timing.cap, capacity) if timing.links else 0.0
                 steps.append((timing.fixed_cycles, timing.links, float(timing.nbytes), solo))
-            add_kind(kind)
+            kinds[i] = kind
         if not numbered:  # dependencies name command ids; the run indexes by position
             index = {c.id: i for i, c in enumerate(commands)}
             deps = [tuple(index[d] for d in ds) for ds in deps]
@@ -86,8 +93,13 @@ class Plan:
         """Per engine, transfers it may keep in flight (1: each ends before the next)."""
         self.saving = {engine: chip.back_to_back_saving(engine) for engine in self.queues}
         """Per engine, cycles a command saves when it starts as the previous one ends."""
-        self.steps = list(map(steps.__getitem__, kinds))
-        """Per command: (fixed cycles, links, bytes, solo rate) — what the run reads."""
+        fillable = _fillable_links(steps, engines, capacity)
+        run_steps = [(*step, tuple(k for k in step[1] if k in fillable)) for step in steps]
+        self.run_steps = list(map(run_steps.__getitem__, kinds))
+        """Per command: (fixed cycles, links, bytes, solo rate, tracked links) — what the
+        run reads. The tracked links are those of its links whose load the flow network
+        tracks: the ones the program's transfers could oversubscribe
+        (:func:`_fillable_links`)."""
         self.link_names = tuple(chip.network.names)
         self.link_capacities = tuple(capacity)
         counts = np.bincount(kind_of, minlength=len(timings))
@@ -112,6 +124,11 @@ class Plan:
         if program is None:
             raise ReferenceError("the plan's program is gone")
         return program
+
+    @cached_property
+    def steps(self) -> list[Step]:
+        """Per command: (fixed cycles, links, bytes, solo rate)."""
+        return [step[:4] for step in self.run_steps]
 
     @cached_property
     def sram_sizes(self) -> dict[str, int]:
@@ -163,6 +180,27 @@ class Plan:
 
 
 Step = tuple[int, tuple[int, ...], float, float]
+RunStep = tuple[int, tuple[int, ...], float, float, tuple[int, ...]]
+
+
+def _fillable_links(steps: list[Step], engines: list[str], capacity: list[float]) -> set[int]:
+    """Links the program's transfers could oversubscribe: the only ones whose load the
+    flow network needs to track (:meth:`~archsim.bandwidth.FlowNetwork.transfer`).
+
+    An engine streams one transfer at a time (the others in flight wait for it,
+    :mod:`archsim.simulator`), so at most one flow per engine crosses a link. A link
+    can be oversubscribed only if the fastest solo rates of the engines that cross it
+    add up to more than its capacity (less a margin for float error: in doubt, a link
+    is tracked). ``steps[k]`` is cost kind k's step; ``engines[k]`` its engine."""
+    fastest: dict[tuple[int, str], float] = {}  # (link, engine) -> fastest solo rate
+    for (_, links, _, solo), engine in zip(steps, engines):
+        for link in links:
+            if solo > fastest.get((link, engine), 0.0):
+                fastest[(link, engine)] = solo
+    load = [0.0] * len(capacity)
+    for (link, _), solo in fastest.items():
+        load[link] += solo
+    return {link for link, total in enumerate(load) if total > capacity[link] * (1 - 1e-9)}
 
 
 def _engine_queues(engines: list[str], kind_of: np.ndarray
@@ -171,8 +209,11 @@ def _engine_queues(engines: list[str], kind_of: np.ndarray
     array, engines in order of their first command, and each command's engine number.
     ``engines[k]`` is the engine of cost kind ``k``; ``kind_of[i]`` is command i's kind."""
     numbers: dict[str, int] = {}
-    engine_of = np.asarray([numbers.setdefault(e, len(numbers)) for e in engines],
-                           dtype=np.intp)[kind_of]
+    kind_engine = [numbers.setdefault(e, len(numbers)) for e in engines]
+    # engine numbers as 16-bit integers when they fit: numpy's stable sort of those is a
+    # radix sort, several times faster than the merge sort it runs on wider ones
+    small = len(numbers) <= np.iinfo(np.int16).max
+    engine_of = np.asarray(kind_engine, dtype=np.int16 if small else np.intp)[kind_of]
     order = np.argsort(engine_of, kind="stable")
     bounds = np.searchsorted(engine_of[order], np.arange(len(numbers) + 1)).tolist()
     arrays = {engine: order[bounds[k]:bounds[k + 1]] for engine, k in numbers.items()}

@@ -56,10 +56,12 @@ class Simulator:
 class _Engine:
     """One engine's in-order queue."""
 
-    __slots__ = ("queue", "pos", "free_at", "busy", "slots", "flying", "waiting", "saving")
+    __slots__ = ("queue", "length", "pos", "free_at", "busy", "slots", "flying", "waiting",
+                 "saving")
 
     def __init__(self, queue: list[int], slots: int = 1, saving: int = 0) -> None:
         self.queue = queue
+        self.length = len(queue)
         self.pos = 0
         self.free_at = 0
         """Cycle at which the next command may start: the last resolved command's end,
@@ -70,9 +72,9 @@ class _Engine:
         self.saving = saving
         """Cycles a compute command saves when it starts the cycle the previous ends."""
         self.flying = 0
-        self.waiting: deque[tuple[int, int]] = deque()
-        """Transfers in flight whose data waits for the one streaming: (command, cycle
-        its latency ends)."""
+        self.waiting: deque[int] = deque()
+        """Transfers in flight whose data waits for the one streaming (their latency
+        ends at their start plus their fixed cycles)."""
 
 
 class _Run:
@@ -88,7 +90,7 @@ class _Run:
         self.network = FlowNetwork(self.env, plan.link_capacities, self._transferred)
         self.n = plan.n
         self.deps = plan.deps
-        self.steps = plan.steps
+        self.steps = plan.run_steps
         self.queues = plan.queues
         self.starts = [0] * self.n
         self.ends = [-1] * self.n
@@ -98,7 +100,8 @@ class _Run:
         than a dict's get and pop, which every command did)."""
         self.engines = [_Engine(queue, plan.in_flight[name], plan.saving[name])
                         for name, queue in self.queues.items()]
-        self.owner = list(map(self.engines.__getitem__, plan.engine_index))
+        self.engine_of = plan.engine_index
+        """Per command, its engine's number in ``engines``."""
         self.ready: list[_Engine] = []
         self.executor: FunctionalExecutor | None = None
         if inputs is not None:
@@ -112,15 +115,23 @@ class _Run:
         # per-command lists are freed as soon as the result is built, not by a later
         # cyclic collection that would walk them first
         self.network.on_finish = None
-        if -1 in self.ends:
+        ends: np.ndarray | None
+        try:
+            ends = np.fromiter(self.ends, np.int64, self.n)
+        except OverflowError:  # an end past int64 (so past MAX_CYCLES)
+            ends = None
+        if (ends is None or (self.n and ends.min() < 0)) and -1 in self.ends:
             raise SimulationError(self._stuck_message())
-        last = max(self.ends, default=0)
-        if last > MAX_CYCLES:
+        if ends is None:
+            last = max(self.ends)
+        else:
+            last = int(ends.max()) if self.n else 0
+        if ends is None or last > MAX_CYCLES:
             raise SimulationError(f"simulation of {self.program.name!r} ends at cycle {last:.3g},"
                                   f" past the {MAX_CYCLES:.3g} cycles (2**62) archsim counts; "
                                   f"check the cycle counts of host ops and the config's "
                                   f"latencies and bandwidths")
-        return self._result()
+        return self._result(ends, last)
 
     # A command's start is max(its engine's previous end, its dependencies' ends).
     # Compute (matrix, vector, host) has a fixed duration and shares nothing, so its
@@ -141,8 +152,7 @@ class _Run:
             queue = engine.queue
             pos = engine.pos
             free = engine.free_at
-            saving = engine.saving
-            count = len(queue)
+            count = engine.length
             while pos < count:
                 i = queue[pos]
                 start = free
@@ -161,19 +171,21 @@ class _Run:
                     starts[i] = start
                     if functional:
                         self.execute_command(i)
-                    fixed, links, nbytes, solo = steps[i]
+                    fixed, links, nbytes, solo, tracked = steps[i]
                     if links:  # in flight until the flow network says it ended
-                        if engine.flying:  # its data streams after the one before
-                            engine.waiting.append((i, start + fixed))
+                        flying = engine.flying
+                        if flying:  # its data streams after the one before
+                            engine.waiting.append(i)
                         else:
-                            transfer(links, nbytes, solo, start + fixed, i)
+                            transfer(links, nbytes, solo, start + fixed, i, tracked)
                         pos += 1
                         free = start
-                        engine.flying += 1
-                        if engine.flying == engine.slots:
+                        engine.flying = flying = flying + 1
+                        if flying == engine.slots:
                             engine.busy = True
                             break
                         continue
+                    saving = engine.saving
                     if saving and pos and start == free:  # back to back
                         fixed = fixed - saving if fixed - saving > 1 else 1
                     free = ends[i] = start + fixed
@@ -188,16 +200,18 @@ class _Run:
     def _transferred(self, finished: list[int]) -> None:
         """Transfers that ended this cycle free their engines and wake their waiters."""
         now = self.env.now
-        ends, owner, ready, waiters = self.ends, self.owner, self.ready, self.waiters
-        steps, transfer = self.steps, self.network.transfer
+        ends, ready, waiters = self.ends, self.ready, self.waiters
+        engines, engine_of = self.engines, self.engine_of
+        starts, steps, transfer = self.starts, self.steps, self.network.transfer
         for i in finished:
-            engine = owner[i]
+            engine = engines[engine_of[i]]
             ends[i] = now
             engine.flying -= 1
             if engine.waiting:
-                j, at = engine.waiting.popleft()
-                _, links, nbytes, solo = steps[j]
-                transfer(links, nbytes, solo, at if at > now else now, j)
+                j = engine.waiting.popleft()
+                fixed, links, nbytes, solo, tracked = steps[j]
+                at = starts[j] + fixed  # its latency ends
+                transfer(links, nbytes, solo, at if at > now else now, j, tracked)
             if engine.busy:  # a slot is free again: the next command may start now
                 engine.busy = False
                 engine.free_at = now
@@ -224,10 +238,9 @@ class _Run:
         return (f"simulation of {self.program.name!r} cannot finish: {stuck} commands never "
                 f"started; " + "; ".join(lines))
 
-    def _result(self) -> SimResult:
+    def _result(self, ends: np.ndarray, last: int) -> SimResult:
         plan = self.plan
         starts = np.fromiter(self.starts, np.int64, self.n)
-        ends = np.fromiter(self.ends, np.int64, self.n)
         busy = {engine: busy_cycles(starts[queue], ends[queue], plan.in_flight[engine])
                 for engine, queue in plan.queue_arrays.items()}
         outputs = None
@@ -236,7 +249,7 @@ class _Run:
         return SimResult(
             program=self.program,
             config=self.config,
-            total_cycles=int(ends.max()) if self.n else 0,
+            total_cycles=last,
             starts=starts,
             ends=ends,
             command_bytes=plan.nbytes,

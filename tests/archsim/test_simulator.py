@@ -121,3 +121,24 @@ def test_dma_transfers_in_flight_overlap_their_latency(outstanding: int, timelin
     result = Simulator(config).run(b.build())
     assert [(e.start, e.end) for e in result.trace] == timeline
     assert result.engine_busy_cycles == {"core0.dma0": busy}
+
+
+def test_the_plan_tracks_the_load_only_of_links_its_transfers_could_fill() -> None:
+    """tiny, one engine with three loads (three shapes) in flight: their data streams
+    one after the other, so at most one flow at 16 B/cycle crosses each link. It can
+    fill the DRAM channel (16 B/cycle, tracked) but not core0's NoC link (32) or
+    scratchpad port (64), which three flows at once would (48): the engine, not the
+    transfer, is what counts."""
+    from archsim.plan import plan_for
+
+    b = ProgramBuilder("three loads")
+    b.tensor("x", (8, 8), F32, "in")
+    for n, rows in enumerate((8, 4, 2)):
+        b.add("core0.dma0", Load(b.ref("x", (0, rows), (0, 8)),
+                                 SramRef("sram0", 256 * n, (rows, 8), F32)))
+    config = TINY.with_overrides({"core.dma.outstanding": 3})
+    plan = plan_for(b.build(), config, verify=False)
+    links = {plan.link_names[k] for _, links, _, _ in plan.steps for k in links}
+    tracked = {plan.link_names[k] for *_, links in plan.run_steps for k in links}
+    assert links == {"dram", "noc.core0", "sram0.port"}
+    assert tracked == {"dram"}

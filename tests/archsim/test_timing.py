@@ -171,3 +171,16 @@ def test_dependency_chain_across_cores() -> None:
         ("core0.dma0", 0, 51), ("core0.vpu", 51, 117), ("core0.dma1", 117, 148),
         ("core1.vpu", 148, 166), ("core1.dma0", 166, 217),
     ]
+
+
+def test_two_engines_of_a_core_share_its_noc_link() -> None:
+    """Two DRAM channels (32 B/cycle) fit both engines' 16 B/cycle; a 24 B/cycle NoC link
+    does not, though each engine alone fits it: the plan must track the link because
+    its engines' solo rates add up to more than it carries. Both move 256 B at
+    12 B/cycle after 35 fixed cycles: 35 + ceil(256 / 12) = 35 + 22 = 57."""
+    config = TINY.with_overrides({"dram.channels": 2, "noc.link_bandwidth_bytes_per_cycle": 24})
+    b = ProgramBuilder("noc_contention")
+    b.tensor("x", (8, 8), F32, "in")
+    b.add("core0.dma0", Load(b.ref("x"), tile(0, (8, 8))))
+    b.add("core0.dma1", Load(b.ref("x"), tile(256, (8, 8))))
+    assert timeline(b.build(), config) == [("core0.dma0", 0, 57), ("core0.dma1", 0, 57)]
