@@ -120,13 +120,10 @@ class _Run:
             ends = np.fromiter(self.ends, np.int64, self.n)
         except OverflowError:  # an end past int64 (so past MAX_CYCLES)
             ends = None
-        if (ends is None or (self.n and ends.min() < 0)) and -1 in self.ends:
+        if -1 in self.ends if ends is None else self.n and ends.min() < 0:
             raise SimulationError(self._stuck_message())
-        if ends is None:
-            last = max(self.ends)
-        else:
-            last = int(ends.max()) if self.n else 0
-        if ends is None or last > MAX_CYCLES:
+        last = max(self.ends) if ends is None else int(ends.max()) if self.n else 0
+        if last > MAX_CYCLES:  # (always so when ends is None)
             raise SimulationError(f"simulation of {self.program.name!r} ends at cycle {last:.3g},"
                                   f" past the {MAX_CYCLES:.3g} cycles (2**62) archsim counts; "
                                   f"check the cycle counts of host ops and the config's "
