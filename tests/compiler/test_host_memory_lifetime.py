@@ -101,7 +101,7 @@ def test_a_pause_before_the_process_exits_freezes_what_it_made() -> None:
         gc.unfreeze()
 
 
-def test_the_console_script_runs_a_command_with_the_collector_off() -> None:
+def test_a_command_run_for_the_console_script_freezes_what_it_made() -> None:
     from archsim.cli import main
 
     before = gc.get_freeze_count()
