@@ -103,7 +103,7 @@ def llama_layer_program(config_name: str) -> Program:
     compiler output, built on the meta device."""
     import torch
 
-    from archsim.cli.models import Llama
+    from archsim.app.models import Llama
     from compiler import compile_graph, export_decompositions
 
     with torch.device("meta"):

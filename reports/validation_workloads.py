@@ -42,7 +42,7 @@ class Family:
 def _gemm(m: str, k: str, n: str):
     import torch
 
-    from archsim.cli.models import Gemm
+    from archsim.app.models import Gemm
 
     return Gemm(), (torch.randn(int(m), int(k)), torch.randn(int(k), int(n)))
 
@@ -87,7 +87,7 @@ def _bert(size: str, seq: str | None):
 def _resnet(depth: str, batch: str | None):
     import torch
 
-    from archsim.cli.models import ResNet
+    from archsim.app.models import ResNet
 
     blocks = {"18": ((2, 2, 2, 2), False), "34": ((3, 4, 6, 3), False),
               "50": ((3, 4, 6, 3), True), "101": ((3, 4, 23, 3), True)}[depth]
@@ -141,7 +141,7 @@ def _module_classes() -> tuple[type, type]:
 
         def __init__(self, hidden: int, heads: int) -> None:
             super().__init__()
-            from archsim.cli.models import Attention
+            from archsim.app.models import Attention
 
             self.attention = Attention(hidden, heads, causal=False)
             self.attention_norm = nn.LayerNorm(hidden, eps=1e-12)

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from archsim.cli.models import RMSNorm
+from archsim.app.models import RMSNorm
 from serving.plan import Shard
 from serving.spec import ModelSpec
 

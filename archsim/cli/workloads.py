@@ -49,13 +49,13 @@ def _ids(args: argparse.Namespace, vocab: int) -> Any:
 
 
 def _gpt2(args, dtype):
-    from archsim.cli.models import GPT2
+    from archsim.app.models import GPT2
 
     return GPT2(layers=args.layers).to(dtype), (_ids(args, 50257),)
 
 
 def _bert(args, dtype):
-    from archsim.cli.models import Bert
+    from archsim.app.models import Bert
 
     return Bert(layers=args.layers).to(dtype), (_ids(args, 30522),)
 
@@ -63,7 +63,7 @@ def _bert(args, dtype):
 def _llama(args, dtype):
     import torch
 
-    from archsim.cli.models import Llama
+    from archsim.app.models import Llama
 
     model = Llama(layers=args.layers).to(dtype)
     return model, (torch.randn(args.batch, args.seq, 4096, dtype=dtype),)
@@ -72,7 +72,7 @@ def _llama(args, dtype):
 def _llama_small(args, dtype):
     import torch
 
-    from archsim.cli.models import Llama
+    from archsim.app.models import Llama
 
     model = Llama(layers=args.layers, hidden=512, heads=8, kv_heads=2,
                   intermediate=1376).to(dtype)
@@ -83,7 +83,7 @@ def _resnet(blocks: tuple[int, ...], bottleneck: bool):
     def build(args, dtype):
         import torch
 
-        from archsim.cli.models import ResNet
+        from archsim.app.models import ResNet
 
         model = ResNet(blocks, bottleneck).to(dtype)
         return model, (torch.randn(args.batch, 3, 224, 224, dtype=dtype),)
@@ -93,7 +93,7 @@ def _resnet(blocks: tuple[int, ...], bottleneck: bool):
 def _gemm(args, dtype):
     import torch
 
-    from archsim.cli.models import Gemm
+    from archsim.app.models import Gemm
 
     n = args.seq
     return Gemm(), (torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype))
@@ -102,7 +102,7 @@ def _gemm(args, dtype):
 def _conv(args, dtype):
     import torch
 
-    from archsim.cli.models import Conv
+    from archsim.app.models import Conv
 
     return Conv(64, 64, 3).to(dtype), (torch.randn(args.batch, 64, 56, 56, dtype=dtype),)
 
@@ -110,7 +110,7 @@ def _conv(args, dtype):
 def _attention(args, dtype):
     import torch
 
-    from archsim.cli.models import SDPA
+    from archsim.app.models import SDPA
 
     shape = (args.batch, 12, args.seq, 64)
     return SDPA(), tuple(torch.randn(shape, dtype=dtype) for _ in range(3))

@@ -130,7 +130,7 @@ class TestLargeGemm:
         import torch
 
         import archsim
-        from archsim.cli.models import Gemm
+        from archsim.app.models import Gemm
 
         code, out, _ = run_cli(capsys, "run", "gemm", "--seq", "512", "--perf-only", "-q")
         assert code == 0

@@ -129,7 +129,7 @@ def test_roofline_labels_name_their_own_points_and_never_overlap():
     import torch
 
     import archsim
-    from archsim.cli.models import GPT2
+    from archsim.app.models import GPT2
     from reports.ops import op_rows
 
     with torch.device("meta"):

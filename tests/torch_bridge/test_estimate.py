@@ -8,7 +8,7 @@ from torch import nn
 
 import archsim
 import compiler
-from archsim.cli.models import Llama
+from archsim.app.models import Llama
 from archsim.config import load_config
 
 
