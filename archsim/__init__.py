@@ -18,7 +18,7 @@ def __getattr__(name: str) -> Any:
         from archsim.result import SimResult
         return SimResult
     if name == "estimate":
-        from torch_bridge.estimate import estimate
+        from archsim.app.estimator import estimate
         globals()["estimate"] = estimate
         return estimate
     if name == "load_config":

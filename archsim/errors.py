@@ -93,6 +93,11 @@ class ModelConfigError(ArchsimError):
     fit the requested parallelism."""
 
 
+class NumericsError(ArchsimError):
+    """A functional run's outputs disagree with the same model run by torch on CPU:
+    numbers are a contract, never a printed diff."""
+
+
 class AgreementError(ArchsimError):
     """A layer or array given to the SCALE-Sim agreement mode is not valid."""
 

@@ -7,7 +7,7 @@
 
 Each point applies its grid values as overrides (``NpuConfig.with_overrides``) to the
 base config, then compiles and simulates the workload exactly as ``archsim run`` does
-(:func:`archsim.cli.workloads.simulate_model`), performance-only by default: its cycles
+(:func:`archsim.app.run`), performance-only by default: its cycles
 equal those of ``archsim run MODEL --perf-only --set PATH=VALUE ...``. A point whose
 config is invalid or whose workload does not fit is recorded with its status and error
 text; it never stops the sweep. Errors that are not :class:`ArchsimError` are bugs and
@@ -23,7 +23,6 @@ ship between processes; tables, CSV, JSON and the Pareto plot are in
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import multiprocessing
@@ -39,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 from archsim.config import NpuConfig, load_config
 from archsim.errors import ArchsimError, CapacityError, ConfigError
 
+from archsim.app.workload import Kind, Workload
+
 if TYPE_CHECKING:
-    from archsim.result import SimResult
     from compiler.ir.ops import Program
     from reports.data import ReportData
 
@@ -57,40 +57,13 @@ ERROR_STATUS: tuple[tuple[type[ArchsimError], str], ...] = (
 
 
 @dataclass(frozen=True)
-class Workload:
-    """What every point runs: a built-in workload name, a ``.py`` model file or a
-    ``.rbln`` program (as ``archsim run MODEL``), or a scheduled :class:`Program`."""
-
-    model: str | Program
-    batch: int | None = None
-    seq: int | None = None
-    layers: int | None = None
-    dtype: str | None = None
-    perf_only: bool = True
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """A program travels to other processes as its ``.rbln`` text: a used Program
-        caches read-only mappings, which do not pickle."""
-        options = (self.batch, self.seq, self.layers, self.dtype, self.perf_only)
-        if isinstance(self.model, str):
-            return Workload, (self.model, *options)
-        from compiler.ir.text import print_program
-
-        return _workload_from_text, (print_program(self.model), self.model.name, *options)
-
-
-def _workload_from_text(text: str, name: str, *options: Any) -> Workload:
-    from compiler.ir.text import parse_program
-
-    return Workload(parse_program(text, source=name), *options)
-
-
-@dataclass(frozen=True)
 class PointTask:
     """One point to run: picklable, so any backend can ship it."""
 
     index: int
     workload: Workload
+    mode: str
+    """A mode of :func:`archsim.app.run` (``performance`` unless ``--functional``)."""
     base: NpuConfig
     overrides: Mapping[str, Any]
     """Plain dicts here and in :class:`SweepPoint`: a MappingProxyType does not pickle."""
@@ -157,13 +130,14 @@ def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 def run_point(task: PointTask) -> SweepPoint:
     """Build the point's config, compile and simulate; every backend runs this."""
+    from archsim.app.pipeline import run
     from compiler.ir.collector import paused
 
     start = time.perf_counter()
     try:
         config = task.base.with_overrides(dict(task.overrides))
         with paused():  # the collector walks the point's objects once, when it is done
-            result = _simulate(task.workload, config)
+            result = run(task.workload, config, mode=task.mode)
     except ArchsimError as exc:
         return SweepPoint(task.index, task.overrides, _status(exc), one_line(exc),
                           wall_seconds=time.perf_counter() - start)
@@ -171,20 +145,6 @@ def run_point(task: PointTask) -> SweepPoint:
 
     return SweepPoint(task.index, task.overrides, STATUS_OK, "", run_totals(result),
                       wall_seconds=time.perf_counter() - start)
-
-
-def _simulate(workload: Workload, config: NpuConfig) -> SimResult:
-    if not isinstance(workload.model, str):
-        from archsim.simulator import Simulator
-
-        return Simulator(config).run(workload.model)
-    from archsim.cli.commands import Progress
-    from archsim.cli.workloads import simulate_model
-
-    args = argparse.Namespace(model=workload.model, batch=workload.batch, seq=workload.seq,
-                              layers=workload.layers, dtype=workload.dtype,
-                              perf_only=workload.perf_only, quiet=True)
-    return simulate_model(args, config, Progress(quiet=True))
 
 
 def _status(exc: ArchsimError) -> str:
@@ -236,13 +196,12 @@ def _preload(tasks: Sequence[PointTask]) -> list[str]:
     """Modules the pool's server imports once (torch takes seconds per process), if
     the points compile models; only the first pool of a process starts the server."""
     modules = ["archsim.sweep", "archsim.simulator"]
-    if any(isinstance(task.workload.model, str) and not task.workload.model.endswith(".rbln")
-           for task in tasks):
+    if any(task.workload.kind is not Kind.PROGRAM for task in tasks):
         # torch loads these lazily on the first export and compile (~3 s)
         modules += ["torch", "torch._dynamo", "torch.export", "torch._export",
                     "torch._functorch.aot_autograd", "torch._inductor.decomposition",
                     "networkx", "compiler.compile", "compiler.lowerings", "compiler.kernels",
-                    "archsim.cli.workloads"]
+                    "archsim.app.pipeline"]
     return modules
 
 
@@ -282,7 +241,7 @@ BACKENDS: dict[str, Backend] = {
 # ---------------------------------------------------------------- the sweep
 
 
-def sweep(model: str | Program, config: str | Path | NpuConfig,
+def sweep(model: str | Program | Workload, config: str | Path | NpuConfig,
           grid: Mapping[str, Sequence[Any]], *, overrides: Mapping[str, Any] | None = None,
           backend: str = "process", workers: int | None = None, batch: int | None = None,
           seq: int | None = None, layers: int | None = None, dtype: str | None = None,
@@ -294,8 +253,8 @@ def sweep(model: str | Program, config: str | Path | NpuConfig,
     first. Returns one :class:`SweepPoint` per grid point, in grid order.
 
     ``model`` is what ``archsim run`` takes (a built-in workload, a ``.py`` or ``.rbln``
-    path) or a :class:`Program`; ``batch``/``seq``/``layers``/``dtype`` are the built-in
-    workloads' options. ``backend`` is a key of :data:`BACKENDS`; ``workers`` defaults
+    path; ``batch``/``seq``/``layers``/``dtype`` are its options, refused where they
+    cannot apply), a :class:`Program` or a :class:`~archsim.app.Workload`. ``backend`` is a key of :data:`BACKENDS`; ``workers`` defaults
     to ``os.cpu_count()``. ``on_point(point, done, total)`` is called as each point
     finishes (in completion order).
 
@@ -315,8 +274,14 @@ def sweep(model: str | Program, config: str | Path | NpuConfig,
     base = config if isinstance(config, NpuConfig) else load_config(str(config))
     if overrides:
         base = base.with_overrides(dict(overrides))
-    workload = Workload(model, batch, seq, layers, dtype, perf_only)
-    tasks = [PointTask(i, workload, base, point)
+    if isinstance(model, Workload):
+        workload = model
+    elif isinstance(model, str):
+        workload = Workload.parse(model, batch=batch, seq=seq, layers=layers, dtype=dtype)
+    else:
+        workload = Workload.of_program(model)
+    mode = "performance" if perf_only else "auto"
+    tasks = [PointTask(i, workload, mode, base, point)
              for i, point in enumerate(grid_points(grid))]
     points: list[SweepPoint] = []
     for point in run(tasks, workers):
@@ -326,5 +291,5 @@ def sweep(model: str | Program, config: str | Path | NpuConfig,
     return tuple(sorted(points, key=lambda p: p.index))
 
 
-__all__ = ["BACKENDS", "ERROR_STATUS", "PointTask", "STATUS_OK", "SweepPoint", "Workload",
+__all__ = ["BACKENDS", "ERROR_STATUS", "PointTask", "STATUS_OK", "SweepPoint",
            "grid_points", "one_line", "point_label", "run_point", "sweep"]

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     sys.path.insert(0, str(ROOT))
     from archsim.config import load_config
-    from reports.validation import validate
+    from archsim.app.validate import validate
 
     start = time.perf_counter()
     report = validate(DATA, load_config(args.config))

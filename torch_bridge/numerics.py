@@ -29,7 +29,7 @@ MODES = ("checked", "simulate")
 _mode = "checked"
 
 # torch.testing's default tolerances per dtype (rtol, atol)
-_TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
+TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
     torch.float32: (1.3e-6, 1e-5),
     torch.float16: (1e-3, 1e-5),
     torch.bfloat16: (1.6e-2, 1e-5),
@@ -95,7 +95,7 @@ def agrees(device: tuple[torch.Tensor, ...], cpu: tuple[torch.Tensor, ...] | Non
     for got, want in zip(device, cpu):
         if got.shape != want.shape or got.dtype != want.dtype:
             return False
-        tolerance = _TOLERANCE.get(want.dtype)
+        tolerance = TOLERANCE.get(want.dtype)
         if tolerance is None:
             if not torch.equal(got, want):
                 return False

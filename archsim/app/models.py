@@ -237,3 +237,27 @@ class Conv(nn.Module):
 class SDPA(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class AttentionCore(nn.Module):
+    """The attention core as BERT-era code writes it: no SDPA call, no mask."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        return torch.softmax(scores, dim=-1) @ v
+
+
+class BertEncoderLayer(nn.Module):
+    """One BERT encoder layer (``BertLayer`` with ``hidden_act="relu"``, no dropout)."""
+
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.attention = Attention(hidden, heads, causal=False)
+        self.attention_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.intermediate = nn.Linear(hidden, 4 * hidden)
+        self.output = nn.Linear(4 * hidden, hidden)
+        self.output_norm = nn.LayerNorm(hidden, eps=1e-12)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.attention_norm(x + self.attention(x))
+        return self.output_norm(x + self.output(F.relu(self.intermediate(x))))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,33 +36,6 @@ def resolve_config(name: str, overrides: list[str]) -> NpuConfig:
     return config.with_overrides(parsed)
 
 
-class Progress:
-    """One line per step on stderr, with its time; silent with --quiet."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-
-    def step(self, text: str):
-        return _Step(text, self.quiet)
-
-
-class _Step:
-    def __init__(self, text: str, quiet: bool) -> None:
-        self.text = text
-        self.quiet = quiet
-
-    def __enter__(self) -> "_Step":
-        self.start = time.perf_counter()
-        if not self.quiet:
-            print(f"{self.text} ...", end="", file=sys.stderr, flush=True)
-        return self
-
-    def __exit__(self, kind, value, tb) -> None:
-        if not self.quiet:
-            outcome = "failed" if kind else f"{time.perf_counter() - self.start:.2f} s"
-            print(f" {outcome}", file=sys.stderr, flush=True)
-
-
 # ---------------------------------------------------------------- run / compare
 
 
@@ -77,11 +49,26 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from archsim.cli.workloads import simulate_model
+def workload_of(args: argparse.Namespace) -> Any:
+    """The :class:`~archsim.app.Workload` that MODEL and its options name."""
+    from archsim.app.workload import Workload
 
+    return Workload.parse(args.model, batch=args.batch, seq=args.seq, layers=args.layers,
+                          dtype=args.dtype, kwargs=dict(args.kwargs or ()))
+
+
+def simulate(args: argparse.Namespace, config: NpuConfig) -> Any:
+    """``archsim run``'s workload on ``config`` through the one pipeline."""
+    from archsim.app.pipeline import run
+    from archsim.app.progress import StderrProgress
+
+    return run(workload_of(args), config, mode="performance" if args.perf_only else "auto",
+               all_layers=args.all_layers, progress=StderrProgress(args.quiet))
+
+
+def _run(args: argparse.Namespace) -> int:
     config = resolve_config(args.config, args.overrides)
-    result = simulate_model(args, config, Progress(args.quiet))
+    result = simulate(args, config)
     import reports
 
     if args.quiet:
@@ -95,22 +82,20 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         reports.write_json(result, args.json)
     if args.out:
-        write_outputs(result, Path(args.out), Progress(args.quiet))
+        write_outputs(result, Path(args.out), args.quiet)
     return 0
 
 
 def compare(args: argparse.Namespace) -> int:
-    from archsim.cli.workloads import simulate_model
     from compiler.ir.collector import paused
 
     import reports
 
-    progress = Progress(args.quiet)
+    workload_of(args)  # a bad MODEL or option is refused before any config runs
     results = []
     for name in args.config:
         with paused(exiting=args.exiting):  # as in `run`, config by config
-            results.append(simulate_model(args, resolve_config(name, args.overrides),
-                                          progress))
+            results.append(simulate(args, resolve_config(name, args.overrides)))
     print(reports.compare_table(results, labels=args.config))
     if args.out:
         out = output_dir(args.out)
@@ -139,17 +124,18 @@ def output_dir(path: str | Path) -> Path:
     return out
 
 
-def write_outputs(result, out: Path, progress: Progress) -> None:
+def write_outputs(result, out: Path, quiet: bool) -> None:
     import reports
+    from archsim.app.progress import StderrProgress
 
     out = output_dir(out)
-    with progress.step(f"writing reports to {out}"):
+    with StderrProgress(quiet).step(f"writing reports to {out}"):
         (out / "summary.txt").write_text(reports.summary(result) + "\n")
         reports.export_perfetto(result, out / "trace.json")
         reports.write_json(result, out / "result.json")
         reports.write_html(result, out / "report.html")
         reports.save_figures(result, out)
-    if not progress.quiet:
+    if not quiet:
         print(f"\nwrote {out}/: summary.txt, trace.json (open in ui.perfetto.dev), "
               f"result.json, report.html, figures (*.png)")
 
@@ -201,11 +187,15 @@ def _links(config: Any) -> str:
 
 
 def workloads(args: argparse.Namespace) -> int:
-    from archsim.cli.workloads import WORKLOADS
+    from archsim.app.catalog import BUILTINS, FAMILIES
 
-    width = max(map(len, WORKLOADS))
-    for name, workload in WORKLOADS.items():
-        print(f"{name:<{width}}  {workload.description}")
+    width = max(map(len, BUILTINS))
+    for name, builtin in BUILTINS.items():
+        print(f"{name:<{width}}  {builtin.description}")
+    print("\nSized workloads (the sizes in the name, float32, batch 1 unless named):")
+    width = max(len(f.example) for f in FAMILIES)
+    for family in FAMILIES:
+        print(f"{family.example:<{width}}  {family.summary}")
     return 0
 
 

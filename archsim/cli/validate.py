@@ -43,7 +43,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from archsim.cli.commands import resolve_config
-    from reports.validation import validate, write_json
+    from archsim.app.validate import validate
+    from reports.validation import write_json
 
     config = resolve_config(args.config, args.overrides)
     report = validate(args.data, config, args.workload or None)

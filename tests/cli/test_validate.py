@@ -11,9 +11,9 @@ import torch
 
 from archsim.cli.main import main
 from archsim.config import load_config
-from reports.validation import (ValidationDataError, read_measurements, roofline_cycles,
-                                validate)
-from reports.validation_workloads import WorkloadNameError, build_workload
+from archsim.app.catalog import WorkloadNameError, build_workload
+from archsim.app.validate import (ValidationDataError, read_measurements, roofline_cycles,
+                                  validate)
 
 SMALL = {"gemm_128x256x64": 5000.0, "layernorm_64x768": 2000.0, "softmax_64x128": 900.0,
          "attention_2x64x32": 1500.0, "conv_2x8x8x16x32x3x1x1": 4000.0}

@@ -10,7 +10,7 @@ import torch
 
 import archsim
 import compiler
-from torch_bridge.estimate import _meta_like
+from torch_bridge.shapes import meta_like as _meta_like
 from torch_bridge.model_outputs import Forward
 
 T = pytest.importorskip("transformers")

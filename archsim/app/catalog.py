@@ -1,0 +1,289 @@
+"""The one catalog of models archsim can build by name.
+
+Two kinds of names:
+
+- **built-in models** (:data:`BUILTINS`): ``gpt2``, ``llama-7b``, ``resnet-50``... with
+  sizes set by ``--batch``/``--seq``/``--layers`` (each built-in says which of them it
+  takes; the others are refused);
+- **sized workloads** (:data:`FAMILIES`): a family and its sizes in the name, e.g.
+  ``gemm_2048x2048x2048`` or ``conv_1x56x56x64x64x3x1x1`` (the names of
+  ``../shared/data``'s measurement files, PyTorchSim's validation set), float32
+  inputs from ``torch.randn``, batch 1 unless named.
+
+Every entry builds ``(module, example inputs)`` with plain ``torch.nn``
+(:mod:`archsim.app.models`): random weights, shapes of the public models.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from archsim.errors import ArchsimError
+
+SIZES = ("batch", "seq", "layers")
+"""The sizes a built-in model may take from the command line."""
+
+
+class WorkloadNameError(ArchsimError):
+    """A name that is neither a built-in model nor a sized workload."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes a built-in model is built with (its defaults, or the flags given)."""
+
+    batch: int = 1
+    seq: int = 128
+    layers: int = 0
+
+
+Build = Callable[[Sizes, Any], tuple[Any, tuple[Any, ...]]]
+"""(sizes, torch dtype) -> (module, example inputs); called under the target device."""
+
+
+@dataclass(frozen=True)
+class Builtin:
+    summary: str
+    build: Build
+    defaults: Sizes
+    takes: tuple[str, ...]
+    """Which of :data:`SIZES` the model is built from; the others are refused."""
+    model_layers: int = 0
+    """Layers of the model the workload stands for (the report says N of them)."""
+    op: str = ""
+    """The aten op (``mm``) the workload is by itself: performance-only runs compile it
+    as that one op (``compile_op``, the eager device's path) instead of through
+    ``torch.export``, whose import of ``torch._dynamo`` takes over a second; the graph
+    is the same single node."""
+    performance_only: bool = False
+    """Always shapes only (a 7B model's weights would not fit a host)."""
+
+    @property
+    def description(self) -> str:
+        flags = ", ".join(f"--{size} ({getattr(self.defaults, size)})" for size in self.takes)
+        return f"{self.summary}; {flags}" if flags else self.summary
+
+
+# ---------------------------------------------------------------- built-in models
+
+
+def _ids(sizes: Sizes, vocab: int) -> Any:
+    import torch
+
+    return torch.randint(0, vocab, (sizes.batch, sizes.seq))
+
+
+def _gpt2(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
+    from archsim.app.models import GPT2
+
+    return GPT2(layers=sizes.layers).to(dtype), (_ids(sizes, 50257),)
+
+
+def _bert(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
+    from archsim.app.models import Bert
+
+    return Bert(layers=sizes.layers).to(dtype), (_ids(sizes, 30522),)
+
+
+def _llama(hidden: int, **shape: int) -> Build:
+    def build(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
+        import torch
+
+        from archsim.app.models import Llama
+
+        model = Llama(layers=sizes.layers, hidden=hidden, **shape).to(dtype)
+        return model, (torch.randn(sizes.batch, sizes.seq, hidden, dtype=dtype),)
+    return build
+
+
+def _resnet(blocks: tuple[int, ...], bottleneck: bool) -> Build:
+    def build(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
+        import torch
+
+        from archsim.app.models import ResNet
+
+        model = ResNet(blocks, bottleneck).to(dtype)
+        return model, (torch.randn(sizes.batch, 3, 224, 224, dtype=dtype),)
+    return build
+
+
+def _gemm(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    from archsim.app.models import Gemm
+
+    n = sizes.seq
+    return Gemm(), (torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype))
+
+
+def _conv(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    from archsim.app.models import Conv
+
+    return Conv(64, 64, 3).to(dtype), (torch.randn(sizes.batch, 64, 56, 56, dtype=dtype),)
+
+
+def _attention(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    from archsim.app.models import SDPA
+
+    shape = (sizes.batch, 12, sizes.seq, 64)
+    return SDPA(), tuple(torch.randn(shape, dtype=dtype) for _ in range(3))
+
+
+_LANGUAGE = ("batch", "seq", "layers")
+BUILTINS: dict[str, Builtin] = {
+    "gpt2": Builtin("GPT-2 small (hidden 768, 12 heads)", _gpt2, Sizes(layers=12),
+                    _LANGUAGE, model_layers=12),
+    "bert-base": Builtin("BERT-base encoder (hidden 768, 12 heads)", _bert, Sizes(layers=12),
+                         _LANGUAGE, model_layers=12),
+    "llama-7b": Builtin("Llama-7B-shaped decoder (hidden 4096, SwiGLU 11008; 3 layers "
+                        "simulated, the others extended); performance-only",
+                        _llama(4096), Sizes(seq=2048, layers=32), _LANGUAGE,
+                        model_layers=32, performance_only=True),
+    "llama-small": Builtin("small Llama-style decoder (hidden 512, GQA 8/2 heads)",
+                           _llama(512, heads=8, kv_heads=2, intermediate=1376),
+                           Sizes(layers=2), _LANGUAGE),
+    "resnet-18": Builtin("ResNet-18 on 224x224 images", _resnet((2, 2, 2, 2), False),
+                         Sizes(), ("batch",)),
+    "resnet-50": Builtin("ResNet-50 on 224x224 images", _resnet((3, 4, 6, 3), True),
+                         Sizes(), ("batch",)),
+    "gemm": Builtin("square GEMM, --seq gives the size", _gemm, Sizes(seq=1024), ("seq",),
+                    op="mm"),
+    "conv": Builtin("3x3 conv, 64->64 channels on 56x56", _conv, Sizes(), ("batch",)),
+    "attention": Builtin("causal scaled-dot-product attention, 12 heads x 64", _attention,
+                         Sizes(), ("batch", "seq")),
+}
+
+
+# ---------------------------------------------------------------- sized workloads
+
+
+@dataclass(frozen=True)
+class Family:
+    pattern: str
+    """A regular expression over the whole name; its groups are the sizes."""
+    example: str
+    summary: str
+    build: Callable[..., tuple[Any, tuple[Any, ...]]]
+
+
+def _sized_gemm(m: str, k: str, n: str) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    from archsim.app.models import Gemm
+
+    return Gemm(), (torch.randn(int(m), int(k)), torch.randn(int(k), int(n)))
+
+
+def _sized_conv(b: str, h: str, w: str, cin: str, cout: str, k: str, stride: str,
+                pad: str) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    module = torch.nn.Conv2d(int(cin), int(cout), int(k), int(stride), int(pad), bias=False)
+    image = torch.randn(int(b), int(cin), int(h), int(w))
+    return (module.to(memory_format=torch.channels_last),
+            (image.to(memory_format=torch.channels_last),))
+
+
+def _layernorm(n: str, d: str) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    return torch.nn.LayerNorm(int(d)), (torch.randn(int(n), int(d)),)
+
+
+def _softmax(n: str, m: str) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    return torch.nn.Softmax(dim=1), (torch.randn(int(n), int(m)),)
+
+
+def _attention_core(heads: str, seq: str, dim: str) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    from archsim.app.models import AttentionCore
+
+    shape = (int(heads), int(seq), int(dim))
+    return AttentionCore(), tuple(torch.randn(shape) for _ in range(3))
+
+
+def _bert_layer(size: str, seq: str | None) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    from archsim.app.models import BertEncoderLayer
+
+    hidden, heads = {"base": (768, 12), "large": (1024, 16)}[size]
+    return BertEncoderLayer(hidden, heads), (torch.randn(1, int(seq or 512), hidden),)
+
+
+def _sized_resnet(depth: str, batch: str | None) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    from archsim.app.models import ResNet
+
+    blocks = {"18": ((2, 2, 2, 2), False), "34": ((3, 4, 6, 3), False),
+              "50": ((3, 4, 6, 3), True), "101": ((3, 4, 23, 3), True)}[depth]
+    return ResNet(*blocks), (torch.randn(int(batch or 1), 3, 224, 224),)
+
+
+_N = r"(\d+)"
+FAMILIES: tuple[Family, ...] = (
+    Family(rf"gemm_{_N}x{_N}x{_N}", "gemm_512x512x512", "gemm_MxKxN: A (M,K) @ B (K,N)",
+           _sized_gemm),
+    Family(r"conv_" + "x".join([_N] * 8), "conv_64x56x56x64x64x3x1x1",
+           "conv_BxHxWxCINxCOUTxKxSTRIDExPAD: Conv2d without bias, channels_last",
+           _sized_conv),
+    Family(rf"layer_?norm_{_N}x{_N}", "layernorm_2048x768", "layernorm_NxD: LayerNorm(D)",
+           _layernorm),
+    Family(rf"softmax_{_N}x{_N}", "softmax_2048x2048", "softmax_NxM: softmax over dim 1",
+           _softmax),
+    Family(rf"attention_{_N}x{_N}x{_N}", "attention_16x512x64",
+           "attention_HxSxD: softmax(q @ k^T / sqrt(D)) @ v as written, no mask",
+           _attention_core),
+    Family(r"bert[_-]?(base|large)(?:_s(\d+))?", "bert_base",
+           "bert_base, bert_large (_sSEQ): one BERT encoder layer, ReLU FFN, seq 512",
+           _bert_layer),
+    Family(r"resnet[_-]?(18|34|50|101)(?:_b(\d+))?", "resnet18",
+           "resnet18/34/50/101 (_bB): the whole network on 224x224 images", _sized_resnet),
+)
+"""Sized workloads: the family, then its sizes joined by ``x`` (the names of
+``../shared/data``'s measurement files)."""
+
+
+def family_of(name: str) -> tuple[Family, tuple[str | None, ...]] | None:
+    """The family a sized name belongs to and its sizes, or None."""
+    key = name.strip().lower()
+    for family in FAMILIES:
+        match = re.fullmatch(family.pattern, key)
+        if match:
+            return family, match.groups()
+    return None
+
+
+def build_workload(name: str) -> tuple[Any, tuple[Any, ...]]:
+    """``(module, example_inputs)`` for a sized workload name (float32, random values)."""
+    import torch
+
+    found = family_of(name)
+    if found is None:
+        raise WorkloadNameError(f"unknown workload {name!r}: expected one of the forms "
+                                f"{examples()} (sizes joined by 'x'; see archsim.app.catalog)")
+    family, sizes = found
+    torch.manual_seed(0)
+    module, inputs = family.build(*sizes)
+    return module.eval(), inputs
+
+
+@functools.cache
+def examples() -> str:
+    return ", ".join(f.example for f in FAMILIES)
+
+
+__all__ = ["BUILTINS", "FAMILIES", "SIZES", "Builtin", "Family", "Sizes",
+           "WorkloadNameError", "build_workload", "family_of"]

@@ -1,0 +1,361 @@
+"""The one pipeline under every front door: a :class:`Workload` on a config, to a
+:class:`~archsim.result.SimResult`.
+
+    export (torch.export, core ATen) -> compile -> simulate -> extend -> numerics check
+
+A **performance-only** run needs shapes only: a model is mirrored on ``meta`` (no weight
+is copied), a stack of identical layers is exported with its first layers and extended
+to the whole stack, a large final matmul is compiled in its first panels
+(:mod:`archsim.repeated`). A **functional** run computes the numbers with the schedule
+and checks them against the same model on CPU: a disagreement is a
+:class:`~archsim.errors.NumericsError`, never a printed diff.
+
+``mode="auto"`` runs a model functionally unless it is given on ``meta`` or is too large
+for the host (:data:`FUNCTIONAL_PARAMETER_LIMIT`, :data:`FUNCTIONAL_BYTES_LIMIT`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from archsim.app.catalog import BUILTINS, Sizes, build_workload
+from archsim.app.progress import SILENT, Progress
+from archsim.app.workload import Kind, Workload
+from archsim.config import NpuConfig, load_config
+from archsim.errors import ArchsimError, NumericsError
+
+if TYPE_CHECKING:
+    from archsim.result import SimResult
+
+MODES = ("auto", "functional", "performance")
+
+FUNCTIONAL_PARAMETER_LIMIT = 30_000_000
+"""Built-in models with more parameters than this run performance-only unless asked
+otherwise."""
+FUNCTIONAL_BYTES_LIMIT = 1 << 30
+"""Built-in models whose weights and inputs take more host memory than this run
+performance-only (``gemm --seq 100000`` would allocate 80 GB of inputs on the host)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to run, the same for every kind of workload."""
+
+    mode: str = "auto"
+    all_layers: bool = False
+    """Simulate every layer of a stack and every tile of a large final matmul."""
+    options: Any = None
+    """``compiler.CompileOptions`` (default: those of the mode)."""
+    progress: Progress = SILENT
+
+
+def run(workload: Workload, config: str | Path | NpuConfig = "atom", *, mode: str = "auto",
+        all_layers: bool = False, options: Any = None,
+        progress: Progress = SILENT) -> SimResult:
+    """Compile (if needed) and simulate ``workload`` on ``config`` (preset name, YAML
+    path or :class:`NpuConfig`); ``mode`` is one of :data:`MODES`."""
+    from compiler.ir.collector import paused
+
+    if mode not in MODES:
+        raise ArchsimError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+    npu = config if isinstance(config, NpuConfig) else load_config(str(config))
+    settings = Settings(mode, all_layers, options, progress)
+    # Python's cyclic collector stays out of export, compile and simulate: they make
+    # millions of long-lived objects and no garbage (Llama-2-70B's export alone ran
+    # 190 collections, 1.2 s); nested pauses are fine.
+    with paused():
+        return _RUNNERS[workload.kind](workload, npu, settings)
+
+
+# ---------------------------------------------------------------- per kind
+
+
+def _run_program(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
+    from archsim.simulator import Simulator
+
+    with s.progress.step(f"parsing {workload.name}" if workload.program is None
+                         else "loading the program"):
+        program = workload.load_program()
+    with s.progress.step(f"simulating {len(program.commands)} commands on {config.name}"):
+        return Simulator(config).run(program)
+
+
+def _run_builtin(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
+    import torch
+
+    name, entry = workload.name, BUILTINS[workload.name]
+    d = entry.defaults
+    sizes = Sizes(workload.batch or d.batch, workload.seq or d.seq, workload.layers or d.layers)
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        module, meta_inputs = entry.build(sizes, torch_dtype(workload.dtype or "f32"))
+    parameters = sum(p.numel() for p in module.parameters())
+    data_bytes = sum(t.numel() * t.element_size() for t in (*module.parameters(), *meta_inputs)
+                     if isinstance(t, torch.Tensor))
+    too_large = (entry.performance_only or parameters > FUNCTIONAL_PARAMETER_LIMIT
+                 or data_bytes > FUNCTIONAL_BYTES_LIMIT)
+    if s.mode == "functional" and too_large:
+        raise ArchsimError(f"{name} cannot run functionally: {parameters / 1e6:.0f}M "
+                           f"parameters, {data_bytes / 2**30:.1f} GiB of weights and inputs "
+                           f"on the host; run it performance-only")
+    perf_only = s.mode == "performance" or too_large
+    # Functional runs default to f32 so numbers compare with torch exactly; estimates
+    # default to the matrix engine's native precision, as a deployment would use.
+    dtype_name = workload.dtype or (native_dtype(config) if perf_only else "f32")
+    dtype = torch_dtype(dtype_name)
+    if perf_only:  # shapes only: the meta module in the run's dtype (every build ends
+        module = module.to(dtype)  # in .to(dtype) and makes float inputs in it)
+        inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                       else t for t in meta_inputs)
+        s.progress.note(f"{name}: {parameters / 1e6:.1f}M parameters, {dtype_name}, "
+                        f"performance-only (shapes only; --perf-only, > "
+                        f"{FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M parameters or > "
+                        f"{FUNCTIONAL_BYTES_LIMIT >> 30} GiB of weights and inputs)")
+    else:
+        with torch.device("cpu"):
+            module, inputs = entry.build(sizes, dtype)
+        s.progress.note(f"{name}: {parameters / 1e6:.1f}M parameters, {dtype_name}, "
+                        f"functional run (numbers checked against torch on CPU)")
+    label = " ".join([name, *(f"{size[0]}{getattr(sizes, size)}" for size in ("batch", "seq")
+                              if size in entry.takes), dtype_name])
+    layers = ""
+    if "layers" in entry.takes:
+        layers = f"{sizes.layers}" + (f" of {entry.model_layers}" if entry.model_layers else "")
+    if perf_only and entry.op:
+        return _run_op(label, entry.op, inputs, config, s)
+    return _run_module(label, module.eval(), inputs, {}, perf_only, config, s, layers)
+
+
+def _run_sized(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
+    module, inputs = build_workload(workload.name)
+    return _run_torch(workload.name, module, inputs, {}, workload.dtype, config, s)
+
+
+def _run_file(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
+    module, inputs = workload.load_file()
+    return _run_torch(Path(workload.name).stem, module, inputs, workload.kwargs,
+                      workload.dtype, config, s)
+
+
+def _run_given(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
+    return _run_torch(workload.name, workload.module, workload.inputs, workload.kwargs,
+                      workload.dtype, config, s, label_weights=bool(workload.name))
+
+
+_RUNNERS: dict[Kind, Callable[[Workload, NpuConfig, Settings], SimResult]] = {
+    Kind.PROGRAM: _run_program,
+    Kind.BUILTIN: _run_builtin,
+    Kind.SIZED: _run_sized,
+    Kind.FILE: _run_file,
+    Kind.MODULE: _run_given,
+}
+
+
+# ---------------------------------------------------------------- torch models
+
+
+def _run_torch(name: str, module: Any, inputs: tuple[Any, ...], kwargs: Mapping[str, Any],
+               dtype: str | None, config: NpuConfig, s: Settings,
+               label_weights: bool = True) -> SimResult:
+    """A model with its inputs, converted to ``dtype`` if given; performance-only when
+    asked or when any input is on ``meta``."""
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise ArchsimError(f"expected an nn.Module, got {type(module).__name__}")
+    kwargs = dict(kwargs)
+    if dtype is not None:
+        module, inputs, kwargs, converted = _converted(module, inputs, kwargs, torch_dtype(dtype))
+        if converted:
+            s.progress.note(f"{name or type(module).__name__}: converted to {dtype} "
+                            f"(weights and floating-point inputs: {', '.join(converted)})")
+    from torch_bridge.shapes import any_meta, meta_like, on_meta
+
+    meta = any_meta((inputs, kwargs))
+    if s.mode == "functional" and meta:
+        raise ArchsimError("a functional run needs data: the inputs are on the meta device")
+    perf_only = s.mode == "performance" or meta
+    if perf_only and meta:  # shapes only: the model mirrored on meta too
+        module = on_meta(module)
+        inputs = tuple(meta_like(x) for x in inputs)
+        kwargs = {k: meta_like(v) for k, v in kwargs.items()}
+    # else exported as it is (torch.export traces with fake tensors, copying nothing),
+    # so tensors the forward builds from Python values (index lists) stay known
+    label = name
+    if name and label_weights:
+        from compiler.torch_types import TORCH_TO_IR
+
+        weights = {TORCH_TO_IR[p.dtype].value if p.dtype in TORCH_TO_IR else str(p.dtype)
+                   for p in module.parameters() if p.is_floating_point()}
+        label = f"{name} ({'/'.join(sorted(weights))} weights)" if weights else name
+    return _run_module(label, module, inputs, kwargs, perf_only, config, s)
+
+
+def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any],
+                perf_only: bool, config: NpuConfig, s: Settings, layers: str = "") -> SimResult:
+    """Export, compile and simulate ``model(*inputs, **kwargs)``; ``layers`` (``12`` or
+    ``2 of 32``) names the layers a built-in model was built with; an empty ``name``
+    keeps the compiler's program name."""
+    import compiler
+    from torch_bridge.shapes import estimate_options, export_shapes, whole_stack
+    from torch_bridge.layer_stack import KEEP_LAYERS
+    from torch_bridge.model_outputs import bind_arguments
+
+    stack = None
+    with s.progress.step("exporting with torch.export"):
+        if perf_only:
+            exported, stack = export_shapes(model, inputs, kwargs, s.all_layers)
+        else:
+            module, tensors = bind_arguments(model, inputs, kwargs)
+            exported = compiler.export_model(module, tensors)
+    if name and stack:
+        name += (f", {layers or stack.total} layers ({KEEP_LAYERS} simulated, "
+                 f"{stack.total - KEEP_LAYERS} extended)")
+    elif name and layers:
+        name += f", {layers} layers simulated"
+    options = s.options
+    if options is None and perf_only:
+        options = estimate_options(s.all_layers)
+    with s.progress.step(f"compiling for {config.name}"):
+        compiled = compiler.compile_graph(exported, config, options)
+    if name:
+        compiled = dataclasses.replace(
+            compiled, program=dataclasses.replace(compiled.program, name=name))
+    steps = f"simulating {len(compiled.program.commands)} commands"
+    if perf_only:
+        with s.progress.step(steps + " (performance-only)"):
+            return whole_stack(compiled.simulate(), stack)
+    with s.progress.step(steps + " (functional)"):
+        outputs, result = compiled.run(*tensors)
+    check_numerics(module, tensors, outputs, s.progress)
+    return result
+
+
+def _run_op(name: str, op: str, inputs: tuple[Any, ...], config: NpuConfig,
+            s: Settings) -> SimResult:
+    """Compile ``aten.<op>`` on ``inputs`` (meta) as one op and simulate it
+    performance-only, a large matmul in part unless ``all_layers``."""
+    import torch
+
+    from compiler import compile_op
+    from torch_bridge.shapes import estimate_options
+
+    options = s.options or estimate_options(s.all_layers)
+    with s.progress.step(f"compiling for {config.name}"):
+        compiled = compile_op(getattr(torch.ops.aten, op).default, inputs, {}, config,
+                              options, name=op)
+    compiled = dataclasses.replace(compiled, program=dataclasses.replace(compiled.program,
+                                                                         name=name))
+    with s.progress.step(f"simulating {len(compiled.program.commands)} commands "
+                         f"(performance-only)"):
+        return compiled.simulate()
+
+
+# ---------------------------------------------------------------- numerics
+
+
+def check_numerics(module: Any, tensors: tuple[Any, ...], outputs: tuple[Any, ...],
+                   progress: Progress) -> float:
+    """The largest difference between the schedule's outputs and the model run by torch
+    on CPU; a :class:`NumericsError` when an output is off by more than its dtype's
+    tolerance (torch.testing's, with the absolute part scaled to the output's size:
+    a long chain of roundings in a model is not a wrong number)."""
+    import torch
+
+    from torch_bridge.numerics import TOLERANCE
+
+    with torch.no_grad(), _triton_on_cpu():
+        expected = module(*tensors)
+    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    if len(outputs) != len(expected):
+        raise NumericsError(f"the schedule returned {len(outputs)} outputs, torch on CPU "
+                            f"{len(expected)}")
+    worst = 0.0
+    for index, (got, want) in enumerate(zip(outputs, expected)):
+        if got.shape != want.shape:
+            raise NumericsError(f"output {index}: shape {tuple(got.shape)}, torch on CPU "
+                                f"{tuple(want.shape)}")
+        if not want.is_floating_point():
+            if not torch.equal(got.to(want.dtype), want):
+                raise NumericsError(f"output {index}: {want.dtype} values differ from "
+                                    f"torch on CPU")
+            continue
+        if not got.numel():
+            continue
+        rtol, atol = TOLERANCE.get(want.dtype, TOLERANCE[torch.float32])
+        got, want = got.double(), want.double()
+        if not bool((got.isnan() == want.isnan()).all()):
+            raise NumericsError(f"output {index}: NaN where torch on CPU has none, or "
+                                f"the reverse")
+        diff = float((got - want).nan_to_num(nan=0.0).abs().max())
+        allowed = max(atol, rtol * float(want.nan_to_num(nan=0.0, posinf=0.0,
+                                                         neginf=0.0).abs().max()))
+        if diff > allowed:
+            raise NumericsError(f"output {index}: max |npu - torch cpu| = {diff:.3g}, over "
+                                f"the {expected[index].dtype} tolerance {allowed:.3g} "
+                                f"(rtol {rtol:g} of the largest |value|, at least {atol:g})")
+        worst = max(worst, diff)
+    progress.note(f"numerics: max |npu - torch cpu| = {worst:.3g} over {len(outputs)} "
+                  f"output(s)")
+    return worst
+
+
+def _triton_on_cpu() -> Any:
+    """The CPU reference runs a model's Triton kernels on Triton's interpreter."""
+    import contextlib
+
+    if "triton" not in sys.modules:
+        return contextlib.nullcontext()
+    from torch_bridge.triton_launch import interpreted_on_cpu
+
+    return interpreted_on_cpu()
+
+
+# ---------------------------------------------------------------- dtypes and meta
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def native_dtype(config: NpuConfig) -> str:
+    """The matrix arrays' input dtype as a torch dtype name (f16 for integer arrays)."""
+    native = config.core.matrix.input_dtype
+    return native if native != "i8" else "f16"
+
+
+def _converted(module: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any], dtype: Any
+               ) -> tuple[Any, tuple[Any, ...], dict[str, Any], list[str]]:
+    """The model and its floating-point inputs in ``dtype`` (the caller's model is not
+    touched: a meta mirror or a copy), and what changed (``f32 weights``...)."""
+    import copy
+
+    import torch
+
+    changed = sorted({f"{t.dtype} weights".replace("torch.", "")
+                      for t in (*module.parameters(), *module.buffers())
+                      if t.is_floating_point() and t.dtype != dtype})
+
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.is_floating_point() \
+                and value.dtype != dtype:
+            changed.append(f"{value.dtype} input".replace("torch.", ""))
+            return value.to(dtype)
+        return value
+
+    inputs = tuple(cast(x) for x in inputs)
+    kwargs = {k: cast(v) for k, v in kwargs.items()}
+    if any("weights" in c for c in changed):
+        module = copy.deepcopy(module).to(dtype)
+    return module, inputs, kwargs, sorted(set(changed))
+
+
+__all__ = ["FUNCTIONAL_BYTES_LIMIT", "FUNCTIONAL_PARAMETER_LIMIT", "MODES", "Settings",
+           "check_numerics", "native_dtype", "run", "torch_dtype"]

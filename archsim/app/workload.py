@@ -1,0 +1,209 @@
+"""What to run: one :class:`Workload` type for every front door.
+
+A workload is one of
+
+- a **built-in model** or a **sized workload** of :mod:`archsim.app.catalog`
+  (``gpt2``, ``llama-7b``, ``gemm_2048x2048x2048``);
+- a **model file**: a ``.py`` file defining ``model`` and ``example_inputs`` (or
+  ``get_model()``/``get_inputs()``);
+- a **program**: a saved ``.rbln`` file or a scheduled :class:`~compiler.ir.ops.Program`;
+- a **module**: an ``nn.Module`` with its example inputs (``archsim.estimate``,
+  :mod:`serving`).
+
+:meth:`Workload.parse` reads the ``MODEL`` argument of the command line, refusing the
+options that cannot apply to what it names.
+"""
+
+from __future__ import annotations
+
+import enum
+import runpy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from archsim.app.catalog import BUILTINS, SIZES, examples, family_of
+from archsim.errors import ArchsimError
+
+if TYPE_CHECKING:
+    from compiler.ir.ops import Program
+
+DTYPES = ("f32", "f16", "bf16")
+"""Model dtypes a workload can be built or converted in."""
+
+
+class Kind(enum.Enum):
+    BUILTIN = "built-in model"
+    SIZED = "sized workload"
+    FILE = "model file"
+    PROGRAM = "program"
+    MODULE = "module"
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: Kind
+    name: str
+    """The built-in or sized name, the file's path, or a label ('' keeps the program's)."""
+    module: Any = None
+    """The ``nn.Module`` of a module workload."""
+    inputs: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Keyword arguments of the forward call (model files and modules)."""
+    program: Program | None = None
+    batch: int | None = None
+    seq: int | None = None
+    layers: int | None = None
+    dtype: str | None = None
+    """Built-in models: built in it; model files and modules: converted to it; None: as
+    they are (built-in models: f32 functional, the arrays' native dtype otherwise)."""
+
+    # ------------------------------------------------------------- constructors
+
+    @classmethod
+    def builtin(cls, name: str, *, batch: int | None = None, seq: int | None = None,
+                layers: int | None = None, dtype: str | None = None) -> Workload:
+        """A built-in model (:data:`~archsim.app.catalog.BUILTINS`) or a sized workload
+        (``gemm_512x512x512``); sizes that the model does not take are refused."""
+        _check_dtype(dtype)
+        given = {"batch": batch, "seq": seq, "layers": layers}
+        entry = BUILTINS.get(name)
+        if entry is not None:
+            _refuse(name, [s for s in SIZES if given[s] is not None and s not in entry.takes],
+                    f"it takes {_flags(entry.takes)}")
+            return cls(Kind.BUILTIN, name, batch=batch, seq=seq, layers=layers, dtype=dtype)
+        if family_of(name) is not None:
+            _refuse(name, [s for s in SIZES if given[s] is not None],
+                    "its sizes are in its name")
+            return cls(Kind.SIZED, name, dtype=dtype)
+        raise ArchsimError(f"unknown model {name!r}: give a built-in workload "
+                           f"({', '.join(BUILTINS)}), a sized workload ({examples()}), "
+                           f"a .py file or a .rbln program")
+
+    @classmethod
+    def file(cls, path: str | Path, *, kwargs: Mapping[str, Any] | None = None,
+             dtype: str | None = None) -> Workload:
+        """A ``.py`` file defining ``model`` and ``example_inputs``; ``dtype`` converts
+        the model's floating-point weights and inputs."""
+        _check_dtype(dtype)
+        if not Path(path).is_file():
+            raise ArchsimError(f"no such model file: {path}")
+        return cls(Kind.FILE, str(path), kwargs=MappingProxyType(dict(kwargs or {})),
+                   dtype=dtype)
+
+    @classmethod
+    def of_program(cls, program: str | Path | Program) -> Workload:
+        """A scheduled program, or the path of a saved ``.rbln`` one."""
+        if isinstance(program, (str, Path)):
+            if not Path(program).is_file():
+                raise ArchsimError(f"no such program file: {program}")
+            return cls(Kind.PROGRAM, str(program))
+        return cls(Kind.PROGRAM, "", program=program)
+
+    @classmethod
+    def of_module(cls, module: Any, inputs: Any, kwargs: Mapping[str, Any] | None = None, *,
+                  name: str = "", dtype: str | None = None) -> Workload:
+        """``module(*inputs, **kwargs)``: inputs a tensor or a tuple of them (any device,
+        ``meta`` for shapes only)."""
+        _check_dtype(dtype)
+        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        return cls(Kind.MODULE, name, module=module, inputs=inputs,
+                   kwargs=MappingProxyType(dict(kwargs or {})), dtype=dtype)
+
+    @classmethod
+    def parse(cls, model: str, *, batch: int | None = None, seq: int | None = None,
+              layers: int | None = None, dtype: str | None = None,
+              kwargs: Mapping[str, Any] | None = None) -> Workload:
+        """The command line's ``MODEL`` with its options: a ``.rbln`` program, a ``.py``
+        file, or a name of the catalog. Options that cannot apply are refused."""
+        sizes = [s for s, v in (("batch", batch), ("seq", seq), ("layers", layers))
+                 if v is not None]
+        if model.endswith(".rbln"):
+            _refuse(model, sizes + ["dtype"] * (dtype is not None) + ["kwarg"] * bool(kwargs),
+                    "a program's shapes and dtypes are scheduled into it")
+            return cls.of_program(model)
+        if model.endswith(".py"):
+            _refuse(model, sizes, "a model file's shapes are those of its example_inputs")
+            return cls.file(model, kwargs=kwargs, dtype=dtype)
+        if kwargs:
+            raise ArchsimError(f"--kwarg applies to a model file (.py), not to {model!r}")
+        return cls.builtin(model, batch=batch, seq=seq, layers=layers, dtype=dtype)
+
+    # ------------------------------------------------------------- helpers
+
+    def load_file(self) -> tuple[Any, tuple[Any, ...]]:
+        """A model file's ``(model, example_inputs)``, as the file defines them."""
+        return _from_python_file(Path(self.name))
+
+    def load_program(self) -> Program:
+        if self.program is not None:
+            return self.program
+        from compiler.ir.text import load_program
+
+        return load_program(Path(self.name))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickles for sweeps on other processes: a program travels as its ``.rbln``
+        text (a used Program caches read-only mappings, which do not pickle); a module
+        does not travel."""
+        if self.kind is Kind.MODULE:
+            raise ArchsimError("a module workload runs in its own process only; give a "
+                               "built-in model, a model file or a program")
+        if self.program is None:
+            return _rebuild, (self.kind, self.name, dict(self.kwargs), self.batch, self.seq,
+                              self.layers, self.dtype, None)
+        from compiler.ir.text import print_program
+
+        return _rebuild, (self.kind, self.name, {}, None, None, None, None,
+                          (print_program(self.program), self.program.name))
+
+
+def _rebuild(kind: Kind, name: str, kwargs: dict[str, Any], batch: int | None,
+             seq: int | None, layers: int | None, dtype: str | None,
+             program_text: tuple[str, str] | None) -> Workload:
+    program = None
+    if program_text is not None:
+        from compiler.ir.text import parse_program
+
+        program = parse_program(program_text[0], source=program_text[1])
+    return Workload(kind, name, kwargs=MappingProxyType(kwargs), program=program,
+                    batch=batch, seq=seq, layers=layers, dtype=dtype)
+
+
+def _flags(names: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(f"--{n}" for n in names) if names else "no size options"
+
+
+def _refuse(model: str, options: list[str], why: str) -> None:
+    if options:
+        raise ArchsimError(f"{_flags(options)} cannot apply to {model!r}: {why}")
+
+
+def _check_dtype(dtype: str | None) -> None:
+    if dtype is not None and dtype not in DTYPES:
+        raise ArchsimError(f"unknown dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+
+
+def _from_python_file(path: Path) -> tuple[Any, tuple[Any, ...]]:
+    try:
+        compile(path.read_bytes(), str(path), "exec")
+    except SyntaxError as exc:  # also a file that is not UTF-8
+        raise ArchsimError(f"{path}:{exc.lineno}: not valid Python: {exc.msg}") from None
+    # An exception raised by the file's own code keeps its traceback: it points into the
+    # user's model, where the bug is.
+    namespace = runpy.run_path(str(path))
+    model = namespace.get("model")
+    inputs = namespace.get("example_inputs")
+    if model is None and callable(namespace.get("get_model")):
+        model = namespace["get_model"]()
+    if inputs is None and callable(namespace.get("get_inputs")):
+        inputs = namespace["get_inputs"]()
+    if model is None or inputs is None:
+        raise ArchsimError(f"{path}: define 'model' (an nn.Module) and 'example_inputs' (a "
+                           f"tuple of tensors), or functions get_model() and get_inputs()")
+    return model, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+
+__all__ = ["DTYPES", "Kind", "Workload"]
