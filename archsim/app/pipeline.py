@@ -166,26 +166,27 @@ def _run_torch(name: str, module: Any, inputs: tuple[Any, ...], kwargs: Mapping[
     asked or when any input is on ``meta``."""
     import torch
 
+    from torch_bridge.shapes import any_meta, meta_like, on_meta
+
     if not isinstance(module, torch.nn.Module):
         raise ArchsimError(f"expected an nn.Module, got {type(module).__name__}")
     kwargs = dict(kwargs)
-    if dtype is not None:
-        module, inputs, kwargs, converted = _converted(module, inputs, kwargs, torch_dtype(dtype))
-        if converted:
-            s.progress.note(f"{name or type(module).__name__}: converted to {dtype} "
-                            f"(weights and floating-point inputs: {', '.join(converted)})")
-    from torch_bridge.shapes import any_meta, meta_like, on_meta
-
     meta = any_meta((inputs, kwargs))
     if s.mode == "functional" and meta:
         raise ArchsimError("a functional run needs data: the inputs are on the meta device")
     perf_only = s.mode == "performance" or meta
-    if perf_only and meta:  # shapes only: the model mirrored on meta too
+    if meta:  # shapes only: the model mirrored on meta too (no weight copied)
         module = on_meta(module)
         inputs = tuple(meta_like(x) for x in inputs)
         kwargs = {k: meta_like(v) for k, v in kwargs.items()}
     # else exported as it is (torch.export traces with fake tensors, copying nothing),
     # so tensors the forward builds from Python values (index lists) stay known
+    if dtype is not None:
+        module, inputs, kwargs, converted = _converted(module, inputs, kwargs,
+                                                       torch_dtype(dtype))
+        if converted:
+            s.progress.note(f"{name or type(module).__name__}: converted to {dtype} "
+                            f"({', '.join(converted)})")
     label = name
     if name and label_weights:
         from compiler.torch_types import TORCH_TO_IR
@@ -334,7 +335,8 @@ def native_dtype(config: NpuConfig) -> str:
 def _converted(module: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any], dtype: Any
                ) -> tuple[Any, tuple[Any, ...], dict[str, Any], list[str]]:
     """The model and its floating-point inputs in ``dtype`` (the caller's model is not
-    touched: a meta mirror or a copy), and what changed (``f32 weights``...)."""
+    touched: a copy, of a meta mirror's shapes only), and what changed (``float32
+    weights``...)."""
     import copy
 
     import torch

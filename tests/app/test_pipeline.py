@@ -1,0 +1,114 @@
+"""The one pipeline: modes, dtype conversion said aloud, and numbers as a contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from archsim.app.pipeline import check_numerics, run
+from archsim.app.workload import Workload
+from archsim.errors import ArchsimError, NumericsError
+
+
+class Notes:
+    """A progress that records what the pipeline says."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.steps: list[str] = []
+
+    def step(self, text: str):
+        import contextlib
+
+        self.steps.append(text)
+        return contextlib.nullcontext()
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def _mlp(dtype: torch.dtype) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                               torch.nn.Linear(128, 32)).to(dtype)
+
+
+class TestModes:
+    def test_unknown_mode(self) -> None:
+        with pytest.raises(ArchsimError, match=r"^unknown mode 'fast': expected one of auto, "
+                                               r"functional, performance$"):
+            run(Workload.builtin("gemm", seq=8), "tiny", mode="fast")
+
+    def test_functional_needs_data(self) -> None:
+        workload = Workload.of_module(_mlp(torch.float32), torch.empty(4, 64, device="meta"))
+        with pytest.raises(ArchsimError, match="^a functional run needs data: the inputs "
+                                               "are on the meta device$"):
+            run(workload, "tiny", mode="functional")
+
+    def test_functional_refused_for_a_model_too_large_for_the_host(self) -> None:
+        with pytest.raises(ArchsimError, match=r"^llama-7b cannot run functionally: "):
+            run(Workload.builtin("llama-7b", layers=4), "tiny", mode="functional")
+
+    def test_functional_run_checks_and_says_its_numbers(self) -> None:
+        notes = Notes()
+        x = torch.randn(4, 64)
+        run(Workload.of_module(_mlp(torch.float32), x, name="mlp"), "tiny", mode="functional",
+            progress=notes)
+        assert notes.notes[-1].startswith("numerics: max |npu - torch cpu| = ")
+        assert notes.notes[-1].endswith(" over 1 output(s)")
+
+
+class TestDtype:
+    def test_a_file_model_is_converted_and_says_so(self, tmp_path: Path) -> None:
+        path = tmp_path / "mlp.py"
+        path.write_text("import torch\ntorch.manual_seed(0)\n"
+                        "model = torch.nn.Sequential(torch.nn.Linear(64, 128), "
+                        "torch.nn.ReLU(), torch.nn.Linear(128, 32))\n"
+                        "example_inputs = (torch.randn(256, 64),)\n")
+        notes = Notes()
+        converted = run(Workload.file(path, dtype="f16"), "tiny", mode="performance",
+                        progress=notes)
+        as_f32 = run(Workload.file(path), "tiny", mode="performance")
+        native = run(Workload.of_module(_mlp(torch.float16),
+                                        torch.randn(256, 64, dtype=torch.float16)),
+                     "tiny", mode="performance")
+        assert converted.total_cycles == native.total_cycles
+        assert converted.dram_bytes == native.dram_bytes
+        assert as_f32.dram_bytes > converted.dram_bytes  # the flag was not ignored
+        assert "mlp: converted to f16 (float32 input, float32 weights)" in notes.notes
+        assert converted.program.name == "mlp (f16 weights)"
+
+    def test_the_callers_model_is_untouched(self) -> None:
+        model = _mlp(torch.float32)
+        run(Workload.of_module(model, torch.randn(4, 64), dtype="bf16"), "tiny",
+            mode="performance")
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+class TestNumerics:
+    def test_agreeing_outputs_pass_with_their_worst_difference(self) -> None:
+        model, x = _mlp(torch.float32), torch.randn(4, 64)
+        expected = model(x).detach()
+        worst = check_numerics(model, (x,), (expected + 2e-6,), Notes())
+        assert worst == pytest.approx(2e-6, rel=0.1)
+
+    def test_a_wrong_number_is_an_error(self) -> None:
+        model, x = _mlp(torch.float32), torch.randn(4, 64)
+        wrong = model(x).detach().clone()
+        wrong[1, 3] += 0.5
+        with pytest.raises(NumericsError, match=r"^output 0: max \|npu - torch cpu\| = 0\.5, "
+                                                r"over the torch.float32 tolerance "):
+            check_numerics(model, (x,), (wrong,), Notes())
+
+    def test_nan_and_shape_mismatches_are_errors(self) -> None:
+        model, x = _mlp(torch.float32), torch.randn(4, 64)
+        expected = model(x).detach()
+        nan = expected.clone()
+        nan[0, 0] = float("nan")
+        with pytest.raises(NumericsError, match="^output 0: NaN where torch on CPU has none"):
+            check_numerics(model, (x,), (nan,), Notes())
+        with pytest.raises(NumericsError, match=r"^output 0: shape \(4, 31\), torch on CPU "
+                                                r"\(4, 32\)$"):
+            check_numerics(model, (x,), (expected[:, :31],), Notes())
