@@ -1,5 +1,6 @@
 """Single-chip timing of each distinct block shape: compiled and simulated
-performance-only (``archsim.estimate``) on meta tensors, once per shape.
+performance-only (:func:`archsim.app.run`, as ``archsim.estimate``) on meta tensors,
+once per shape.
 
 ``Timer.block(kind, tokens, context)`` returns a :class:`BlockTime` (cycles, matmul
 FLOPs, DRAM bytes) for one micro-batch: ``attention``/``mlp`` of one layer, ``embed``
@@ -40,10 +41,11 @@ class Timer:
         return found
 
     def _simulate(self, kind: str, tokens: int, context: int) -> BlockTime:
-        import archsim
+        from archsim.app.pipeline import run
+        from archsim.app.workload import Workload
 
         module, inputs = self._build(kind, tokens, context)
-        result = archsim.estimate(module, inputs, self.config)
+        result = run(Workload.of_module(module, inputs), self.config, mode="performance")
         return BlockTime(result.total_cycles, result.matmul_flops, result.dram_bytes)
 
     def _build(self, kind: str, tokens: int, context: int
