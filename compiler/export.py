@@ -11,7 +11,8 @@ import contextlib
 import math
 import re
 from collections.abc import Iterator
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from archsim.errors import ArchsimError, ExportError
 

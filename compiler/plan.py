@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compiler import graph as g
-from compiler.graph import Graph, Node, Shape, Value, base_of
+from compiler.graph import Graph, Node, Shape, base_of
 from compiler.options import CompileOptions
 
 VECTOR_SPECS: tuple[type[g.Spec], ...] = (g.Unary, g.Binary, g.Select, g.Cast, g.Broadcast,

@@ -4,7 +4,6 @@ errors are raised as :class:`~archsim.errors.ArchsimError` and printed by ``main
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 

@@ -45,7 +45,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``sweep`` on the subparsers of ``archsim``."""
     from archsim.cli.main import positive
     from archsim.config import DEFAULT_PRESET
-    from archsim.sweep import BACKENDS
 
     p = sub.add_parser(
         "sweep", help="simulate one model on a grid of hardware configs",
@@ -105,7 +104,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from archsim.cli.commands import output_dir, resolve_config
-    from archsim.sweep import SweepPoint, sweep
+    from archsim.sweep import sweep
 
     import reports
 

@@ -249,10 +249,8 @@ class _Step:
         return SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
 
     def compute(self) -> None:
-        node = self.node
-        spec: g.Attention = node.spec
-        q, v = node.inputs[0], node.inputs[2]
-        d, dv = q.shape[-1], v.shape[-1]
+        v = self.node.inputs[2]
+        dv = v.shape[-1]
         nq, nk = self.nq, self.nk
         s = self.buf("s", (nq, nk))
         self.issue_qk()

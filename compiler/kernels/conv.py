@@ -135,7 +135,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
 def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: int,
           cast: bool) -> None:
     node = kernel.anchor
-    (x, w), source = node.inputs, node.source
+    w, source = node.inputs[1], node.source
     cout, cg, kh, kw = w.shape
     og = cout // node.spec.groups
     tiling, cores = plan.tiling, plan.cores

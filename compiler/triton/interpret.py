@@ -23,7 +23,7 @@ import numpy as np
 
 from archsim.errors import TritonError
 from compiler.triton.record import Recorder
-from compiler.triton.trace import KernelTrace, Pointer, ir_dtype
+from compiler.triton.trace import KernelTrace, Pointer
 
 PIN = "3.8.0"
 """The Triton version the interpreter hooks are written against."""

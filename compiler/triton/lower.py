@@ -21,8 +21,7 @@ from archsim.errors import TritonError
 from compiler.emit import Emitter
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Scalar, SramRef, sram_space
-from compiler.ir.ops import (Binary, BinaryKind, Cast, Load, MatMul, Reduce, ReduceKind,
-                             Select, Store, Transpose, Unary, UnaryKind, VCopy)
+from compiler.ir.ops import (Binary, BinaryKind, Load, UnaryKind, VCopy)
 from compiler.triton.addressing import Access, boxes
 from compiler.triton.alloc import Block, NextFit
 from compiler.triton.plan import ProgramPlan, plan_program

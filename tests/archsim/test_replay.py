@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-import compiler
 import torch_bridge  # noqa: F401 - registers the npu device
 from archsim.config import load_config
 from archsim.errors import SimulationError
