@@ -7,6 +7,7 @@ import simpy
 
 from archsim.bandwidth import FlowNetwork
 from archsim.config.model import NpuConfig
+from archsim.config.names import SHARED, TDMA
 from archsim.core import Core
 from archsim.dma import DmaEngine
 from archsim.dram import Dram
@@ -30,12 +31,12 @@ class Chip:
         self.cores = [Core(self, c) for c in range(config.cores)]
         self.shared = (SharedSram(self.network, config.shared_sram)
                        if config.shared_sram.size_bytes else None)
-        self.tdma = DmaEngine("tdma", self, config.shared_sram.tdma_bandwidth_bytes_per_cycle,
+        self.tdma = DmaEngine(TDMA, self, config.shared_sram.tdma_bandwidth_bytes_per_cycle,
                               config.shared_sram.tdma_setup_latency_cycles)
         self.host_link = HostLink(self.network, config, self.dram)
         self.host = Host()
         self._engines = {e.name: e for core in self.cores for e in core.engines}
-        self._engines["tdma"] = self.tdma
+        self._engines[TDMA] = self.tdma
         self._paths: dict[str, tuple[tuple[int, ...], int]] = {
             core.scratchpad.space: ((self.noc.links[core.index], core.scratchpad.port),
                                     self.noc.latency_cycles)
@@ -43,8 +44,8 @@ class Chip:
         }
         self._ports = {core.scratchpad.space: core.scratchpad.port for core in self.cores}
         if self.shared is not None:
-            self._paths["shared"] = ((self.shared.port,), 0)
-            self._ports["shared"] = self.shared.port
+            self._paths[SHARED] = ((self.shared.port,), 0)
+            self._ports[SHARED] = self.shared.port
 
     def sram_path(self, space: str) -> tuple[tuple[int, ...], int]:
         """Links and latency between the fabric and an SRAM space."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from archsim.config.names import dma_engine, mxu_engine, vpu_engine
 from archsim.dma import DmaEngine
 from archsim.matrix import MatrixEngine
 from archsim.sram import Scratchpad
@@ -18,15 +19,14 @@ class Core:
         config = chip.config.core
         self.index = index
         self.scratchpad = Scratchpad(chip.network, index, config.scratchpad)
-        prefix = f"core{index}"
         self.dmas = [
-            DmaEngine(f"{prefix}.dma{d}", chip, config.dma.bandwidth_bytes_per_cycle,
+            DmaEngine(dma_engine(index, d), chip, config.dma.bandwidth_bytes_per_cycle,
                       config.dma.setup_latency_cycles, config.dma.outstanding)
             for d in range(config.dma.engines)
         ]
-        self.mxus = [MatrixEngine(f"{prefix}.mxu{m}", config.matrix)
+        self.mxus = [MatrixEngine(mxu_engine(index, m), config.matrix)
                      for m in range(config.matrix.arrays)]
-        self.vpu = VectorEngine(f"{prefix}.vpu", config.vector)
+        self.vpu = VectorEngine(vpu_engine(index), config.vector)
 
     @property
     def engines(self) -> list[DmaEngine | MatrixEngine | VectorEngine]:

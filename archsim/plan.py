@@ -23,6 +23,7 @@ import simpy
 from archsim.bandwidth import solo_rate
 from archsim.chip import Chip
 from archsim.config.model import NpuConfig
+from archsim.config.names import SHARED, sram_space
 from archsim.functional import HostFunction, Memory
 from archsim.functional_steps import BoundProgram, FunctionalExecutor
 from archsim.host_memory import check_host_memory
@@ -258,7 +259,7 @@ def plan_for(program: Program, config: NpuConfig, verify: bool) -> Plan:
 
 
 def _space_sizes(config: NpuConfig) -> dict[str, int]:
-    sizes = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
+    sizes = {sram_space(c): config.core.scratchpad.size_bytes for c in range(config.cores)}
     if config.shared_sram.size_bytes:
-        sizes["shared"] = config.shared_sram.size_bytes
+        sizes[SHARED] = config.shared_sram.size_bytes
     return sizes

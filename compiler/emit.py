@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
+from archsim.config.names import dma_engine
 from archsim.errors import CapacityError, ConfigError, ProgramTooLargeError
 from compiler.dram_index import BoxIndex
 from compiler.sram_index import SramSpace
@@ -135,7 +136,7 @@ class Emitter:
         names = self._dma_names.get(core)
         if names is None:
             names = self._dma_names[core] = [
-                f"core{core}.dma{i}" for i in range(self.config.core.dma.engines)]
+                dma_engine(core, i) for i in range(self.config.core.dma.engines)]
         engines = len(names)
         if kind == "store" and engines > 1:
             return names[-1]

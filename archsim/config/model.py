@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from archsim.config.names import HDMA, HOST, TDMA, dma_engine, mxu_engine, vpu_engine
+
 Dataflow = Literal["ws", "os", "is"]
 DATAFLOWS: tuple[str, ...] = ("ws", "os", "is")
 Precision = Literal["default", "high", "highest"]
@@ -234,10 +236,10 @@ class NpuConfig:
         """Every engine name a program may use, in a stable display order."""
         names: list[str] = []
         for c in range(self.cores):
-            names += [f"core{c}.dma{d}" for d in range(self.core.dma.engines)]
-            names += [f"core{c}.mxu{m}" for m in range(self.core.matrix.arrays)]
-            names.append(f"core{c}.vpu")
-        names += ["tdma", "hdma", "host"]
+            names += [dma_engine(c, d) for d in range(self.core.dma.engines)]
+            names += [mxu_engine(c, m) for m in range(self.core.matrix.arrays)]
+            names.append(vpu_engine(c))
+        names += [TDMA, HDMA, HOST]
         return tuple(names)
 
     def cycles_to_seconds(self, cycles: float) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from archsim.config.names import space_core, sram_space  # noqa: F401 (re-exported)
 from compiler.ir.dtypes import DType
 
 Shape = tuple[int, ...]
@@ -100,12 +101,7 @@ class SramRef:
     def core(self) -> int | None:
         """The core owning this scratchpad; None for shared SRAM (or a malformed
         space name, which the verifier reports)."""
-        digits = self.space.removeprefix("sram")
-        return int(digits) if digits != self.space and digits.isdigit() else None
-
-
-def sram_space(core: int) -> str:
-    return f"sram{core}"
+        return space_core(self.space)
 
 
 @dataclass(frozen=True, slots=True)

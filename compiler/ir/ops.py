@@ -9,12 +9,12 @@ and reported on.
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from types import MappingProxyType
 
+from archsim.config.names import ENGINE_PATTERN, engine_core, engine_kind  # noqa: F401
 from compiler.ir.operands import DramRef, DramTensor, Scalar, SramRef
 
 # ---------------------------------------------------------------- vector op kinds
@@ -365,28 +365,6 @@ class Program:
         from compiler.ir.access import sram_high_water
 
         return MappingProxyType(sram_high_water(c.op for c in self.commands))
-
-
-ENGINE_PATTERN = re.compile(r"core([0-9]+)\.(?:(dma|mxu)[0-9]+|(vpu)[0-9]*)|(tdma|hdma|host)")
-"""Well-formed engine names: ``coreN.dmaM``, ``coreN.mxuM``, ``coreN.vpu``, ``tdma``,
-``hdma``, ``host``. Whether an engine exists on a given NPU is the verifier's call."""
-
-
-@lru_cache(maxsize=4096)
-def engine_kind(engine: str) -> str:
-    """``"dma"``, ``"mxu"``, ``"vpu"``, ``"tdma"``, ``"hdma"`` or ``"host"``
-    (``""`` for a malformed name)."""
-    match = ENGINE_PATTERN.fullmatch(engine)
-    if match is None:
-        return ""
-    return match.group(2) or match.group(3) or match.group(4)
-
-
-@lru_cache(maxsize=4096)
-def engine_core(engine: str) -> int | None:
-    """The core index of ``coreN.xxx`` engines, else None."""
-    match = ENGINE_PATTERN.fullmatch(engine)
-    return int(match.group(1)) if match and match.group(1) else None
 
 
 # Which operations each engine kind may run.

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
+from archsim.config.names import SHARED, TDMA, sram_space
 from archsim.errors import VerifyError
 from compiler.ir.collector import paused
 from compiler.ir.access import (
@@ -330,7 +331,7 @@ def _sram_problems(ref: SramRef, engine: str, machine: Machine) -> Iterator[str]
 
 
 def _missing_space(space: str, machine: Machine) -> str:
-    if space == "shared":
+    if space == SHARED:
         return "shared SRAM does not exist on this NPU (shared_sram.size_bytes is 0)"
     if _SRAM_SPACE_RE.fullmatch(space):
         return (f"SRAM space {space} does not exist ({machine.name} has "
@@ -342,10 +343,10 @@ def _reach_problems(space: str, engine: str) -> Iterator[str]:
     """Which engine may touch which SRAM space (core DMA engines reach everything)."""
     kind, core = _engine_info(engine)
     if kind in ("mxu", "vpu"):
-        own = f"sram{core}"
+        own = sram_space(core)
         if space != own:
             yield f"{engine} can only access its own core's scratchpad {own}, not {space}"
-    elif kind == "tdma" and space != "shared":
+    elif kind == TDMA and space != SHARED:
         yield f"tdma moves data only between DRAM and shared SRAM, not {space}"
 
 

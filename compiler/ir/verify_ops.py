@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
+from archsim.config.names import SHARED, sram_space
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, DramTensor, Scalar, Shape, SramRef, numel
 from compiler.ir.ops import (
@@ -57,9 +58,9 @@ class Machine:
 
     @classmethod
     def from_config(cls, config: NpuConfig) -> "Machine":
-        spaces = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
+        spaces = {sram_space(c): config.core.scratchpad.size_bytes for c in range(config.cores)}
         if config.shared_sram.size_bytes > 0:
-            spaces["shared"] = config.shared_sram.size_bytes
+            spaces[SHARED] = config.shared_sram.size_bytes
         return cls(
             name=config.name,
             engines=frozenset(config.engines),

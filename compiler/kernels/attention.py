@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from archsim.config.names import mxu_engine, sram_space, vpu_engine
 from archsim.errors import CapacityError
 from compiler import graph as g
 from compiler.emit import Arena
@@ -151,7 +152,7 @@ def _kv_index(index: tuple[int, ...], q_shape: tuple[int, ...],
 
 def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype: DType,
               sets: int, masked: bool) -> dict[str, list[SramRef]]:
-    arena = Arena(f"sram{core}", ctx.capacity)
+    arena = Arena(sram_space(core), ctx.capacity)
     shapes: dict[str, tuple[tuple[int, ...], DType]] = {
         "q": ((tq, d), dtype), "k": ((tk, d), dtype), "kt": ((d, tk), dtype),
         "v": ((tk, dv), dtype), "s": ((tq, tk), F32), "p": ((tq, tk), F32),
@@ -181,9 +182,9 @@ class _Step:
         self.needs_mask, self.mask, self.bias = needs_mask, mask, bias
         self.nq, self.nk = rows[1] - rows[0], keys[1] - keys[0]
         self.source = node.source
-        self.vpu = f"core{core}.vpu"
+        self.vpu = vpu_engine(core)
         share = -(-self.nq // arrays)
-        self.parts = [(f"core{core}.mxu{a}", r, min(r + share, self.nq))
+        self.parts = [(mxu_engine(core, a), r, min(r + share, self.nq))
                       for a, r in enumerate(range(0, self.nq, share))]
         """(array, first row, end row): each matmul split by query rows."""
         self.next: _Step | None = None

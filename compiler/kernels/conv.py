@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from archsim.config.names import mxu_engine, sram_space, vpu_engine
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
@@ -70,7 +71,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
     packed = packed_groups(len(taps), ntap)
     bufs = []
     for c in range(cores):
-        arena = Arena(f"sram{c}", ctx.capacity)
+        arena = Arena(sram_space(c), ctx.capacity)
         alloc = arena.alloc
         bufs.append({
             "raw": [alloc((ni, ct, rows, geo.cols), x.dtype, "conv input window")
@@ -203,7 +204,7 @@ class _Step:
         self.ni, self.ty = images[1] - images[0], rows[1] - rows[0]
         self.no, self.nc = oo[1] - oo[0], cc[1] - cc[0]
         self.b = plan.bufs[core]
-        self.vpu = f"core{core}.vpu"
+        self.vpu = vpu_engine(core)
         self.operands: list[SramRef] = []
         self.strides: tuple[int, ...] = ()
         self.w: SramRef | None = None
@@ -306,7 +307,7 @@ class _Step:
                 else:
                     op = MatMul(self._rows(a, by, span), rhs, self._rows(acc, by, span),
                                 not (first and k == 0))
-                self.emit(f"core{self.core}.mxu{array}", op)
+                self.emit(mxu_engine(self.core, array), op)
 
     def _split(self) -> list[tuple[int, str, tuple[int, int]]]:
         """How the tile's matmuls spread over the core's arrays (so the next tile's

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from archsim.config.model import ceil_div
+from archsim.config.names import vpu_engine
 from archsim.errors import LoweringError
 from compiler.graph import Value
 from compiler.ir.operands import DramRef, Slice, SramRef
@@ -125,7 +126,7 @@ def to_channels_first(ctx: Context, core: int, b: dict, q: int, channels: int, t
     """Channels-last ``b["acc"][q]`` ``[pixels, c]`` -> ``b["nchw"][q]`` ``[c, ty x ow]``,
     dropping the extra plane columns (one transpose per output row, then one to
     interleave them)."""
-    vpu = f"core{core}.vpu"
+    vpu = vpu_engine(core)
     ow = geo.out_cols
     acc = b["acc"][q]
     nchw = sub(b["nchw"][q], (channels, ty * ow))

@@ -5,6 +5,7 @@ read zeros from a filled buffer, the rest arrive by one strided DMA."""
 
 from __future__ import annotations
 
+from archsim.config.names import mxu_engine, sram_space, vpu_engine
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
@@ -60,7 +61,7 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     bufs = []
     for c in range(cores):
-        arena = Arena(f"sram{c}", ctx.capacity)
+        arena = Arena(sram_space(c), ctx.capacity)
         bufs.append({
             "x": [arena.alloc((ct, ty * ow), x.dtype, "conv input window") for _ in range(sets)],
             "wraw": [arena.alloc((ot, ct, kh, kw), x.dtype, "conv weight tile")
@@ -83,7 +84,7 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
         q = counts[core] % sets
         counts[core] += 1
         b = bufs[core]
-        mxu = f"core{core}.mxu{(counts[core] - 1) % arrays}"
+        mxu = mxu_engine(core, (counts[core] - 1) % arrays)
         oo = (gi * og + o0, gi * og + min(o0 + ot, og))
         rows = (y0, min(y0 + ty, oh))
         pix = (rows[1] - rows[0]) * ow
@@ -105,7 +106,7 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
                                                         Slice(0, kw)))
                     raw = sub(b["wraw"][q], (no, nc, kh, kw))
                     ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, raw), source)
-                    ctx.em.emit(f"core{core}.vpu", Transpose(
+                    ctx.em.emit(vpu_engine(core), Transpose(
                         raw, sub(b["w"][q], (kh, kw, no, nc)), (2, 3, 0, 1)), source)
                 chans = (gi * cin // groups + cc[0], gi * cin // groups + cc[1])
                 _load_tap(ctx, x, nb, chans, rows, (i, j), spec, ow, core,
@@ -148,7 +149,7 @@ def _load_tap(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tupl
     xa, xb = _valid(0, ow, col0, sw, width)
     nc, pix = dst.shape
     if (ya, yb, xa, xb) != (rows[0], rows[1], 0, ow):
-        ctx.em.emit(f"core{core}.vpu", Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0), dst),
+        ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0), dst),
                     source)
     if yb <= ya or xb <= xa:
         return

@@ -12,6 +12,7 @@ through the scratchpad. A standalone vector kernel passes over the scratchpad on
 
 from __future__ import annotations
 
+from archsim.config.names import vpu_engine
 from compiler import graph as g
 from compiler.graph import Value
 from compiler.ir.operands import SramRef
@@ -56,7 +57,7 @@ def finish_tile(ctx: Context, core: int, acc: SramRef, cast_to: SramRef | None, 
     scratch for this tile."""
     value = acc
     if cast_to is not None:
-        ctx.em.emit(f"core{core}.vpu", Cast(acc, cast_to), source)
+        ctx.em.emit(vpu_engine(core), Cast(acc, cast_to), source)
         value = cast_to
     if ctx.materialized(out):
         store_box(ctx, out, box, value, core, source, "store")

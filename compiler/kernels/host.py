@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from archsim.config.names import HDMA, HOST
 from compiler import graph as g
 from compiler.ir.operands import DramRef, Slice
 from compiler.ir.ops import HostOp, HostTransfer
@@ -30,9 +31,9 @@ def lower_host_kernel(ctx: Context, kernel: Kernel) -> str:
     inputs = tuple(dict.fromkeys(ctx.view(v).tensor for v in node.value_inputs()))
     outputs = tuple(ctx.tensors[v.id] for v in node.outputs)
     for name in inputs:
-        ctx.em.emit("hdma", HostTransfer(_whole(ctx, name), to_device=False), source)
+        ctx.em.emit(HDMA, HostTransfer(_whole(ctx, name), to_device=False), source)
     fn_name = f"{spec.op_name}@{node.source}"
-    ctx.em.emit("host", HostOp(fn_name, inputs, outputs, host_cycles(ctx, spec.flops)), source)
+    ctx.em.emit(HOST, HostOp(fn_name, inputs, outputs, host_cycles(ctx, spec.flops)), source)
     for name in outputs:
-        ctx.em.emit("hdma", HostTransfer(_whole(ctx, name), to_device=True), source)
+        ctx.em.emit(HDMA, HostTransfer(_whole(ctx, name), to_device=True), source)
     return fn_name

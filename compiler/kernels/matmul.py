@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from archsim.config.names import mxu_engine, sram_space
 from compiler.cost import choose_matmul_tiling
 from compiler.emit import Arena
 from compiler.graph import Value
@@ -137,7 +138,7 @@ class _Buffers:
 
 def _allocate(ctx: Context, core: int, tiling, dtype: DType, acc_dtype: DType, out: Value,
               cast_needed: bool, trans_b: bool, group, rank: int) -> _Buffers:
-    arena = Arena(f"sram{core}", ctx.capacity)
+    arena = Arena(sram_space(core), ctx.capacity)
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
     bufs = _Buffers()
     a_tiles = tiling.op_sets * (tiling.k_steps if tiling.a_resident else 1)
@@ -205,7 +206,7 @@ def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: Sr
         for j, (c0, c1) in enumerate(cols):
             b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
             acc = sub(bufs.acc[q][j], (mm, c1 - c0))
-            ctx.em.emit(f"core{core}.mxu{j}", MatMul(a_buf, b_buf, acc, accumulate), source)
+            ctx.em.emit(mxu_engine(core, j), MatMul(a_buf, b_buf, acc, accumulate), source)
     return compute
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from archsim.config.names import sram_space, vpu_engine
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import ALIGN_BYTES, Arena
@@ -37,7 +38,7 @@ def _copy(ctx: Context, src: Value, dst: Value, offset: tuple[int, ...], source:
     cores = min(ctx.cores, len(boxes))
     bufs = []
     for c in range(cores):
-        arena = Arena(f"sram{c}", ctx.capacity)
+        arena = Arena(sram_space(c), ctx.capacity)
         bufs.append([arena.alloc(tile, src.dtype, source) for _ in range(sets)])
     for i, box in enumerate(boxes):
         core = (first_core + i) % cores
@@ -91,9 +92,9 @@ def lower_pad_kernel(ctx: Context, kernel: Kernel) -> None:
     cores = min(ctx.cores, len(stores))
     fills = []
     for core in range(cores):
-        fill = Arena(f"sram{core}", ctx.capacity).alloc(fill_tile[:-1] + (strip_elems,),
+        fill = Arena(sram_space(core), ctx.capacity).alloc(fill_tile[:-1] + (strip_elems,),
                                                         out.dtype, "pad fill")
-        ctx.em.emit(f"core{core}.vpu",
+        ctx.em.emit(vpu_engine(core),
                     Binary(BinaryKind.add, Scalar(spec.value), Scalar(0.0), fill), node.source)
         fills.append(fill)
     for i, box in enumerate(stores):
@@ -137,7 +138,7 @@ def lower_gather_kernel(ctx: Context, kernel: Kernel) -> None:
     cores = min(ctx.cores, len(index_boxes))
     index_bufs, row_bufs = [], []
     for c in range(cores):
-        arena = Arena(f"sram{c}", ctx.capacity)
+        arena = Arena(sram_space(c), ctx.capacity)
         index_bufs.append([arena.alloc((row_tile,), indices.dtype, source)
                            for _ in range(ctx.sets)])
         row_bufs.append([arena.alloc((row_tile, col_tile), table.dtype, source)
@@ -172,7 +173,7 @@ def _gather_columns(ctx: Context, node: g.Node, tensor: str) -> None:
     cores = min(ctx.cores, len(work))
     bufs = []
     for c in range(cores):
-        arena = Arena(f"sram{c}", ctx.capacity)
+        arena = Arena(sram_space(c), ctx.capacity)
         bufs.append([(arena.alloc((row_tile, 1), indices.dtype, source),
                       arena.alloc((row_tile, 1), table.dtype, source))
                      for _ in range(ctx.sets)])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from archsim.config.model import ceil_div
+from archsim.config.names import sram_space, vpu_engine
 from compiler import graph as g
 from compiler.emit import Arena
 from compiler.ir.operands import DramRef, Scalar, Slice
@@ -63,7 +64,7 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
     rows_max = geo.rows(ty)
     bufs = []
     for c in range(cores):
-        arena = Arena(f"sram{c}", ctx.capacity)
+        arena = Arena(sram_space(c), ctx.capacity)
         bufs.append({
             "raw": [arena.alloc((cc, rows_max, geo.cols), x.dtype, "pool input window")
                     for _ in range(sets)],
@@ -102,7 +103,7 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
             ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, raw), source)
 
         def work(core=core, b=b, q=q, nc=nc, ty_t=ty_t) -> None:
-            vpu = f"core{core}.vpu"
+            vpu = vpu_engine(core)
             rows = geo.rows(ty_t)
             m = geo.pixels(ty_t)
             (sh, sw) = geo.stride
@@ -153,7 +154,7 @@ def _lower_pool_per_tap(ctx: Context, kernel: Kernel) -> None:
     cores = min(ctx.cores, len(tiles))
     bufs = []
     for c in range(cores):
-        arena = Arena(f"sram{c}", ctx.capacity)
+        arena = Arena(sram_space(c), ctx.capacity)
         bufs.append({
             "acc": [arena.alloc((cc, ty * ow), x.dtype, "pool accumulator") for _ in range(sets)],
             "tap": [arena.alloc((cc, ty * ow), x.dtype, "pool window") for _ in range(sets)],
@@ -175,7 +176,7 @@ def _lower_pool_per_tap(ctx: Context, kernel: Kernel) -> None:
 
         def work(core=core, b=b, q=q, nb=nb, ch=ch, rows=rows, shape=shape) -> None:
             acc = sub(b["acc"][q], shape)
-            vpu = f"core{core}.vpu"
+            vpu = vpu_engine(core)
             for i in range(kh):
                 for j in range(kw):
                     ref = window_ref(ctx, x, nb, ch, rows, (i, j), spec.stride, spec.dilation, ow,

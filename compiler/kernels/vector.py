@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from archsim.config.names import sram_space, vpu_engine
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
@@ -296,7 +297,7 @@ Order = dict[int, tuple[tuple[Value | float, ...], bool]]  # see epilogue.pass_o
 def emit_compute(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, SramRef],
                  scratch: dict[int, SramRef], source: str, order: Order | None = None) -> None:
     """The group's ops on ``box``; without an ``order`` each passes over the scratchpad."""
-    vpu = f"core{core}.vpu"
+    vpu = vpu_engine(core)
     em = ctx.em
     for node in group.nodes:
         spec = node.spec
@@ -378,7 +379,7 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     cores = min(ctx.cores, len(boxes))
     layouts = []
     for c in range(cores):
-        arena = Arena(f"sram{c}", ctx.capacity)
+        arena = Arena(sram_space(c), ctx.capacity)
         layouts.append(layout(ctx, group, tile, arena, sets, set()))
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     for i, box in enumerate(boxes):

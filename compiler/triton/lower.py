@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from archsim.config.model import NpuConfig
+from archsim.config.names import mxu_engine, vpu_engine
 from archsim.errors import TritonError
 from compiler.emit import Emitter
 from compiler.ir.dtypes import DType
@@ -76,7 +77,7 @@ class _ProgramLowering:
         self.pad = pad
         self.shapes = shapes
         self.space = sram_space(core)
-        self.vpu = f"core{core}.vpu"
+        self.vpu = vpu_engine(core)
         self.refs: dict[int, SramRef] = {}
         self.logical: dict[int, tuple[int, ...]] = {}
         self.blocks: dict[int, Block] = {}
@@ -94,7 +95,7 @@ class _ProgramLowering:
 
     def mxu(self) -> str:
         arrays = self.o.config.core.matrix.arrays
-        return f"core{self.core}.mxu{self.o.em.next_rr(f'{self.core}.mxu', arrays)}"
+        return mxu_engine(self.core, self.o.em.next_rr(f"{self.core}.mxu", arrays))
 
     # -- tiles -------------------------------------------------------------------------
     def alloc(self, shape: tuple[int, ...], dtype: DType) -> SramRef:
