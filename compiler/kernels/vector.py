@@ -297,8 +297,7 @@ Order = dict[int, tuple[tuple[Value | float, ...], bool]]  # see epilogue.pass_o
 def emit_compute(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, SramRef],
                  scratch: dict[int, SramRef], source: str, order: Order | None = None) -> None:
     """The group's ops on ``box``; without an ``order`` each passes over the scratchpad."""
-    vpu = vpu_engine(core)
-    em = ctx.em
+    vpu, em = vpu_engine(core), ctx.em
     for node in group.nodes:
         spec = node.spec
         out = sub(bufs[node.out.id], box_shape(value_box(node.out, box)))
