@@ -177,3 +177,23 @@ def test_op_table_rows_of_long_module_paths_stay_distinct(chain_result):
     names = [row.split()[0] for row in rows]
     assert len(names) == 3 and len(set(names)) == 3
     assert all(name.endswith(f":mul_{i}") for i, name in zip((0, 1, 2), sorted(names)))
+
+
+def test_two_extensions_follow_each_other(extended):
+    """Panels of a final matmul, then layers of a stack: each after the one before."""
+    first = extended.extended[0]
+    panels = dataclasses.replace(first, name="head:mm", unit="panel", units=1, cycles=120,
+                                 start_cycle=360, busy_cycles=MappingProxyType(
+                                     {e: b // 2 for e, b in ADDED.items()}))
+    busy = {e: b + ADDED.get(e, 0) // 2 for e, b in extended.engine_busy_cycles.items()}
+    data = dataclasses.replace(extended, total_cycles=480, extended=(first, panels),
+                               run_busy_cycles=MappingProxyType(busy))
+    path = critical_path(data)
+    assert path.length_cycles == 480
+    assert dict(path.cycles_by("kind")) == {"dma": 102 + 204 + 102, "vpu": 18 + 36 + 18}
+    for t in engine_times(data):
+        assert t.busy + t.contention + t.waiting + t.nothing_to_do == 480
+        assert t.busy_including_contention == busy[t.engine]
+    marks = [e for e in perfetto_trace(data)["traceEvents"] if e.get("cat") == "extended"]
+    assert [e["name"] for e in marks] == ["blocks.3 (extended)", "blocks.4 (extended)",
+                                          "head:mm panel 3 (extended)"]
