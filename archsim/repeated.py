@@ -16,7 +16,10 @@ one middle layer (``archsim.estimate`` simulates three) is within 2% on the mode
 ``tests/torch_bridge/test_layer_stack.py`` compares with whole-model runs.
 
 The trace (starts, ends, per-command bytes and FLOPs) stays that of the simulated
-layers; totals, utilization and bandwidths cover the whole stack.
+layers; totals, utilization and bandwidths cover the whole stack. What the missing
+layers add is recorded (``RepeatedLayers.extension``: their cycles, busy cycles per
+engine, and the window of the trace they repeat), so reports can place them after the
+trace and split their time like the middle layers' without re-deriving anything.
 
 Commands belong to layer ``i`` of the stack at ``path`` when their source (module path
 and aten node, ``model.layers.3.mlp.up_proj:mm``) starts with ``path.i`` followed by
@@ -35,7 +38,7 @@ from archsim.errors import ArchsimError
 from compiler.ir.access import dram_tensors
 from compiler.ir.dram_peak import check_dram_capacity
 from archsim.plan import plan_for
-from archsim.result import RepeatedLayers, RepeatedTiles, SimResult
+from archsim.result import Extension, RepeatedLayers, RepeatedTiles, SimResult
 from archsim.simulator import busy_cycles
 
 
@@ -60,8 +63,9 @@ def extend(result: SimResult, path: str, total: int) -> SimResult:
     check_dram_capacity(result.program, result.config,
                         round(_resident_bytes(result, middle) * extra / (simulated - 2)),
                         f"with the {extra} layers of {path} not simulated")
-    extended, each = _extended(result, layer, simulated, total)
-    return dataclasses.replace(extended, layers=RepeatedLayers(path, simulated, total, each))
+    extended, each, extension = _extended(result, layer, simulated, total)
+    return dataclasses.replace(extended, layers=RepeatedLayers(path, simulated, total, each,
+                                                               extension))
 
 
 def extend_tiles(result: SimResult, panel: np.ndarray, total: int, kernel: str,
@@ -73,9 +77,9 @@ def extend_tiles(result: SimResult, panel: np.ndarray, total: int, kernel: str,
     layers). The DRAM tensors are declared whole, so the capacity check already
     counted them."""
     simulated = _simulated(panel, kernel, total, "panels")
-    extended, each = _extended(result, panel, simulated, total)
+    extended, each, extension = _extended(result, panel, simulated, total)
     return dataclasses.replace(extended, tiles=RepeatedTiles(kernel, simulated, total,
-                                                             tiles_per_panel, each))
+                                                             tiles_per_panel, each, extension))
 
 
 def _simulated(unit: np.ndarray, name: str, total: int, units: str) -> int:
@@ -92,13 +96,14 @@ def _simulated(unit: np.ndarray, name: str, total: int, units: str) -> int:
 
 
 def _extended(result: SimResult, unit: np.ndarray, simulated: int, total: int
-              ) -> tuple[SimResult, int]:
+              ) -> tuple[SimResult, int, Extension]:
     """The totals of ``result`` with ``total - simulated`` more units, each adding the
     mean of the middle simulated units (1 .. simulated - 2 of ``unit``, the per-command
-    unit index), and that mean's cycles."""
+    unit index), that mean's cycles, and what the added units add."""
     middle = (unit >= 1) & (unit <= simulated - 2)
     count = simulated - 2
-    span = int(result.ends[unit == simulated - 2].max() - result.ends[unit == 0].max())
+    window = (int(result.ends[unit == 0].max()), int(result.ends[unit == simulated - 2].max()))
+    span = window[1] - window[0]
     extra = total - simulated
 
     def scaled(value: float) -> int:
@@ -109,13 +114,15 @@ def _extended(result: SimResult, unit: np.ndarray, simulated: int, total: int
     chosen = np.flatnonzero(middle)
     timings = [plan.timings[plan.kinds[i]] for i in chosen]
     busy = dict(result.engine_busy_cycles)
+    added: dict[str, int] = {}
     for engine, queue in plan.queues.items():
         for i in range(1, simulated - 1):
             members = [j for j in queue if unit[j] == i]
             if members:
-                busy[engine] += scaled(busy_cycles(result.starts[members],
-                                                   result.ends[members],
-                                                   plan.in_flight[engine]))
+                more = scaled(busy_cycles(result.starts[members], result.ends[members],
+                                          plan.in_flight[engine]))
+                busy[engine] += more
+                added[engine] = added.get(engine, 0) + more
     links = dict(result.link_bytes)
     for link, name in enumerate(plan.link_names):
         moved = sum(t.nbytes for t in timings if link in t.links)
@@ -133,7 +140,9 @@ def _extended(result: SimResult, unit: np.ndarray, simulated: int, total: int
         matmul_flops=result.matmul_flops + scaled(matmul),
         flops=result.flops + scaled(sum(t.flops for t in timings)),
         link_bytes=MappingProxyType(links),
-    ), round(span / count)
+    ), round(span / count), Extension(first_cycle=int(result.total_cycles),
+                                      cycles=scaled(span), window=window,
+                                      busy_cycles=MappingProxyType(added))
 
 
 def _resident_bytes(result: SimResult, members: np.ndarray) -> int:
@@ -149,4 +158,4 @@ def _resident_bytes(result: SimResult, members: np.ndarray) -> int:
                if t.role in ("in", "out", "inout") and inside.get(t.name, False))
 
 
-__all__ = ["RepeatedLayers", "RepeatedTiles", "extend", "extend_tiles", "layer_of_commands"]
+__all__ = ["Extension", "RepeatedLayers", "RepeatedTiles", "extend", "extend_tiles", "layer_of_commands"]

@@ -53,6 +53,30 @@ class OpStats:
 
 
 @dataclass(frozen=True)
+class Extension:
+    """What the units (layers, panels) a run did not simulate add to it, as
+    :mod:`archsim.repeated` counted them: reports place them on the timeline and split
+    their time like the simulated units they repeat."""
+
+    first_cycle: int = 0
+    """Where they are placed on the run's timeline: right after the simulated trace
+    and any extension applied before (in the model they run before the last simulated
+    unit, which fuses with what follows; being identical, where they are drawn changes
+    no total)."""
+    cycles: int = 0
+    """Cycles they add to the run's latency."""
+    window: tuple[int, int] = (0, 0)
+    """Trace cycles of the middle simulated units they repeat: from the end of the first
+    simulated unit to the end of the last middle one."""
+    busy_cycles: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Busy cycles they add, per engine."""
+
+    @property
+    def last_cycle(self) -> int:
+        return self.first_cycle + self.cycles
+
+
+@dataclass(frozen=True)
 class RepeatedLayers:
     """How a result covers a stack of identical layers."""
 
@@ -64,6 +88,8 @@ class RepeatedLayers:
     """Layers in the model."""
     layer_cycles: int
     """Cycles each layer not simulated adds (the mean of the middle simulated ones)."""
+    extension: Extension = field(default_factory=Extension)
+    """What the layers not simulated add, and where reports place them."""
 
     def describe(self) -> str:
         """``3 of 80 simulated, 77 extended at 16,620,801 cycles each`` (the stack's
@@ -89,11 +115,25 @@ class RepeatedTiles:
     tiles_per_panel: int
     panel_cycles: int
     """Cycles each panel not simulated adds (the mean of the middle simulated ones)."""
+    extension: Extension = field(default_factory=Extension)
+    """What the panels not simulated add, and where reports place them."""
 
     def describe(self) -> str:
         """``3 of 64 panels of mm simulated, 61 extended at 4,512,345 cycles each``."""
         return (f"{self.simulated} of {self.total} panels of {self.kernel} simulated, "
                 f"{self.total - self.simulated} extended at {self.panel_cycles:,} cycles each")
+
+
+@dataclass(frozen=True)
+class CommandCosts:
+    """Per command (program order), what its cost alone says, apart from the run."""
+
+    dram_bytes: np.ndarray = field(repr=False)
+    """DRAM bytes read plus written."""
+    uncontended_cycles: np.ndarray = field(repr=False)
+    """Duration had the command been alone on the chip (its duration for compute; for
+    transfers: fixed cycles plus its bytes at the slowest of its engine's cap and its
+    links' capacities, rounded up as the flow network rounds)."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +169,31 @@ class SimResult:
     def sram_peak_bytes(self) -> Mapping[str, int]:
         """Per SRAM space, the highest byte address the program touches."""
         return self.program.sram_high_water
+
+    @property
+    def extensions(self) -> tuple[RepeatedLayers | RepeatedTiles, ...]:
+        """The extensions of the run (panels of a matmul, layers of a stack), in the
+        order they were applied, which is the order of their place on the timeline."""
+        parts = [p for p in (self.tiles, self.layers) if p is not None]
+        return tuple(sorted(parts, key=lambda p: p.extension.first_cycle))
+
+    @cached_property
+    def command_costs(self) -> CommandCosts:
+        """Per command, its DRAM bytes and uncontended duration: from the costs the run
+        was planned with (the plan is kept per program, so this costs nothing new)."""
+        from archsim.plan import plan_for
+
+        plan = plan_for(self.program, self.config, verify=False)
+        kinds = np.asarray(plan.kinds, dtype=np.intp)
+        dram = np.array([t.dram_read + t.dram_written for t in plan.timings], dtype=np.int64)
+        # costs are per distinct command shape (the plan's kinds): alone-on-chip time
+        # once each, from the first command of the kind
+        _, first = np.unique(kinds, return_index=True)
+        alone = np.zeros(len(plan.timings), dtype=np.int64)
+        for kind, i in zip(kinds[first].tolist(), first.tolist()):
+            fixed, links, nbytes, solo = plan.run_steps[i][:4]
+            alone[kind] = uncontended_cycles(fixed, links, nbytes, solo)
+        return CommandCosts(dram[kinds], alone[kinds])
 
     # -- time ---------------------------------------------------------------------
     @property
@@ -212,3 +277,15 @@ class SimResult:
     @property
     def host_cycles(self) -> int:
         return self.engine_busy_cycles.get("host", 0)
+
+
+def uncontended_cycles(fixed_cycles: int, links: tuple[int, ...], nbytes: float,
+                       solo: float) -> int:
+    """A command's duration alone on the chip (its transfer at its ``solo`` rate), rounded
+    like the flow network rounds (a flow finishes at the ceiling of its exact finish
+    time)."""
+    from archsim.bandwidth import cycles_to_move
+
+    if not links or nbytes <= 0:
+        return int(fixed_cycles)
+    return int(fixed_cycles) + cycles_to_move(nbytes, solo)

@@ -10,21 +10,11 @@ in flight goes to that one, and its step counts from that one's end. The segment
 so the path's length is the run's latency: shortening anything off the path cannot
 make the run faster.
 
-**Idle reasons.** Over ``[0, total_cycles]`` every engine's time is split into exact
-integer buckets that sum to ``total_cycles``:
-
-- ``busy``: running commands at their uncontended speed;
-- ``contention``: transfers (DMA, task DMA, host DMA) taking longer than they would
-  alone on the chip, because other flows shared a DRAM channel, NoC link or SRAM port
-  (actual duration minus fixed cycles plus bytes at the slowest of the engine's cap and
-  the links' capacities);
-- ``waiting``: the engine was free and its next queued command was waiting for a
-  dependency (including the time before its first command, which always waits on
-  one: a command with no pending dependency starts as soon as its engine is free).
-  The wait is further split by the engine kind of the dependency that finished last
-  (``waiting_on``): e.g. a matrix engine waiting on ``dma`` is starved of data;
-- ``nothing_to_do``: after the engine's last command (its queue is empty), or the
-  whole run for an engine without commands.
+**Extended runs.** When the run counted layers or matmul panels it did not simulate
+(:mod:`reports.extended`), the path continues through them after the trace: through
+each extension it is the path through the simulated middle units it repeats (the steps
+inside its window), scaled to its cycles, so the path still adds up to the run's
+latency. Why engines sat idle is in :mod:`reports.idle`.
 """
 
 from __future__ import annotations
@@ -35,7 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from reports.data import DMA_KINDS, CommandRecord, ResultLike, report_data
+from reports.data import CommandRecord, ReportData, ResultLike, report_data
+from reports.extended import ExtendedSpan, apportion, overlap
+from reports.idle import EngineTime, engine_times, idle_text
 from reports.text import format_cycles, format_table, percent
 
 
@@ -61,23 +53,54 @@ class PathStep:
 
 
 @dataclass(frozen=True)
-class CriticalPath:
-    steps: tuple[PathStep, ...]
-    """From cycle 0 to the end of the run."""
+class ExtendedPath:
+    """The critical path through units counted but not simulated: the path through the
+    simulated middle units they repeat (its steps inside the span's window), scaled to
+    the span's cycles."""
+
+    span: ExtendedSpan
+    commands: int
+    """Path steps in the window, scaled like the cycles."""
+    cycles: Mapping[tuple[str, str, str], int]
+    """Cycles per (engine, op, source) of the repeated steps; they sum to the span's."""
 
     @property
     def length_cycles(self) -> int:
-        return sum(s.cycles for s in self.steps)
+        return sum(self.cycles.values())
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    steps: tuple[PathStep, ...]
+    """From cycle 0 to the end of the simulated trace."""
+    extended: tuple[ExtendedPath, ...] = ()
+    """After the trace, through each extension, to the end of the run."""
+
+    @property
+    def length_cycles(self) -> int:
+        return (sum(s.cycles for s in self.steps)
+                + sum(part.length_cycles for part in self.extended))
 
     def cycles_by(self, key: str) -> Mapping[str, int]:
         """Path cycles grouped by a step attribute (``engine``, ``source``, ``op``) or
-        ``kind`` (engine kind), largest first."""
+        ``kind`` (engine kind), largest first. By ``source``, each extension is one
+        entry named by its label."""
         from compiler.ir.ops import engine_kind
 
+        pieces = [(s.engine, s.op, s.source, s.cycles) for s in self.steps]
+        for part in self.extended:
+            if key == "source":
+                pieces.append(("", "", part.span.label, part.length_cycles))
+            else:
+                pieces.extend((*k, c) for k, c in part.cycles.items())
+        field = {"engine": 0, "op": 1, "source": 2}.get(key)
+        if field is None and key != "kind":
+            raise ValueError(f"cannot group the critical path by {key!r}")
         totals: dict[str, int] = {}
-        for step in self.steps:
-            name = engine_kind(step.engine) if key == "kind" else getattr(step, key)
-            totals[name or "<unattributed>"] = totals.get(name or "<unattributed>", 0) + step.cycles
+        for piece in pieces:
+            name = engine_kind(piece[0]) if key == "kind" else piece[field]
+            name = name or "<unattributed>"
+            totals[name] = totals.get(name, 0) + piece[3]
         return MappingProxyType(dict(sorted(totals.items(), key=lambda kv: -kv[1])))
 
 
@@ -86,7 +109,7 @@ def critical_path(result: ResultLike) -> CriticalPath:
     data = report_data(result)
     commands = data.commands
     if not commands:
-        return CriticalPath(())
+        return CriticalPath((), tuple(_extended_path(span, ()) for span in data.extended))
     index = {c.id: i for i, c in enumerate(commands)}
     previous_in_queue = _previous_in_queue(commands)
     # The last command to finish; ties go to the later one in program order.
@@ -104,7 +127,26 @@ def critical_path(result: ResultLike) -> CriticalPath:
             break
         current = predecessor
     steps.reverse()
-    return CriticalPath(tuple(steps))
+    return CriticalPath(tuple(steps), tuple(_extended_path(span, steps)
+                                            for span in data.extended))
+
+
+def _extended_path(span: ExtendedSpan, steps: tuple[PathStep, ...] | list[PathStep]
+                   ) -> ExtendedPath:
+    """The path through ``span``: its window's steps scaled to its cycles (one piece
+    named by its label when the window holds none)."""
+    inside: dict[tuple[str, str, str], int] = {}
+    count = 0
+    for s in steps:
+        cycles = overlap(s.start, s.end, span.window)
+        if cycles:
+            key = (s.engine, s.op, s.source)
+            inside[key] = inside.get(key, 0) + cycles
+            count += 1
+    scaled = apportion(span.cycles, inside) or ({("", "", span.label): span.cycles}
+                                                if span.cycles else {})
+    commands = round(count * span.cycles / span.window_cycles) if span.window_cycles else 0
+    return ExtendedPath(span, commands, MappingProxyType(scaled))
 
 
 def _previous_in_queue(commands: tuple[CommandRecord, ...]) -> list[int | None]:
@@ -135,98 +177,34 @@ def _predecessor(c: CommandRecord, commands: tuple[CommandRecord, ...], index: d
         f"in-order semantics")
 
 
-# ---------------------------------------------------------------- idle reasons
-
-
-@dataclass(frozen=True)
-class EngineTime:
-    """Where one engine's ``total`` cycles went; the four buckets sum to ``total``."""
-
-    engine: str
-    total: int
-    busy: int
-    contention: int
-    waiting: int
-    nothing_to_do: int
-    waiting_on: Mapping[str, int]
-    """``waiting`` split by the engine kind of the dependency that finished last."""
-
-    @property
-    def idle(self) -> int:
-        return self.waiting + self.nothing_to_do
-
-    @property
-    def busy_including_contention(self) -> int:
-        return self.busy + self.contention
-
-
-def engine_times(result: ResultLike, include_unused: bool = False) -> tuple[EngineTime, ...]:
-    """Per engine, busy / contention / waiting / nothing-to-do cycles (see module
-    docstring), in display order. Unused engines only with ``include_unused``."""
-    data = report_data(result)
-    queues: dict[str, list[CommandRecord]] = {}
-    for c in data.commands:
-        queues.setdefault(c.engine, []).append(c)
-    by_id = {c.id: c for c in data.commands}
-    engines = data.engines if include_unused else data.used_engines
-    return tuple(_engine_time(e, queues.get(e, []), by_id, data.total_cycles) for e in engines)
-
-
-def _engine_time(engine: str, queue: list[CommandRecord], by_id: dict[int, CommandRecord],
-                 total: int) -> EngineTime:
-    busy = contention = waiting = 0
-    waiting_on: dict[str, int] = {}
-    free_at = 0
-    for c in queue:
-        gap = c.start - free_at
-        if gap > 0:
-            waiting += gap
-            blocker = max((by_id[d] for d in c.deps), key=lambda d: (d.end, d.id), default=None)
-            kind = blocker.kind if blocker is not None else "?"
-            waiting_on[kind] = waiting_on.get(kind, 0) + gap
-        # a transfer in flight with the one before counts from where that one ended
-        span = max(0, c.end - max(c.start, free_at))
-        extra = min(span, max(0, span - c.uncontended_cycles)
-                    if c.start < free_at else c.contention_cycles) \
-            if c.kind in DMA_KINDS else 0
-        contention += extra
-        busy += span - extra
-        free_at = max(free_at, c.end)
-    nothing = total - free_at
-    return EngineTime(engine, total, busy, contention, waiting, nothing,
-                      MappingProxyType(dict(sorted(waiting_on.items(), key=lambda kv: -kv[1]))))
-
-
 # ---------------------------------------------------------------- text
 
 
 def critical_path_text(result: ResultLike, max_rows: int = 12, fold_below: float = 0.01
                        ) -> str:
     """The critical path by source op, ranked by its share of the path: per op the
-    engines and commands it spent there and when it was first and last on it. Ops under
-    ``fold_below`` of the path (or past ``max_rows``) are folded into one line."""
-    from compiler.ir.ops import engine_kind
-
+    engines and commands it spent there and when it was first and last on it; each
+    extension (layers or panels not simulated) is one row. Ops under ``fold_below`` of
+    the path (or past ``max_rows``) are folded into one line."""
     data = report_data(result)
     path = critical_path(data)
     total = data.total_cycles
-    lines = [f"Critical path: {len(path.steps)} commands, {format_cycles(path.length_cycles)} "
+    lines = [f"Critical path: {_path_commands(path)}, {format_cycles(path.length_cycles)} "
              f"cycles ({data.cycles_to_us(path.length_cycles):.2f} us), by op"]
     groups: dict[str, list[PathStep]] = {}
     for step in path.steps:
         groups.setdefault(step.source or "<unattributed>", []).append(step)
-    ranked = sorted(groups.items(), key=lambda item: -sum(s.cycles for s in item[1]))
+    ranked = [(sum(s.cycles for s in steps), source, _step_row(steps))
+              for source, steps in groups.items()]
+    ranked += [(part.length_cycles, part.span.label, _extended_row(part))
+               for part in path.extended]
+    ranked.sort(key=lambda item: -item[0])
     rows, folded = [], []
-    for source, steps in ranked:
-        cycles = sum(s.cycles for s in steps)
+    for cycles, source, row in ranked:
         if len(rows) >= max_rows or cycles < fold_below * total:
             folded.append(cycles)
             continue
-        engines = ",".join(dict.fromkeys(engine_kind(s.engine) for s in steps))
-        ops = ",".join(dict.fromkeys(s.op for s in steps))
-        rows.append((source, ops, engines, str(len(steps)), format_cycles(steps[0].start),
-                     format_cycles(steps[-1].end), format_cycles(cycles),
-                     percent(cycles, total)))
+        rows.append((source, *row, format_cycles(cycles), percent(cycles, total)))
     lines.append(format_table(
         ("source", "op", "engines", "commands", "first", "last", "cycles", "share"), rows,
         align="lllrrrrr"))
@@ -234,8 +212,8 @@ def critical_path_text(result: ResultLike, max_rows: int = 12, fold_below: float
         lines.append(f"... {len(folded)} more ops (under {percent(fold_below * total, total)} "
                      f"each, or past the first {max_rows}): {format_cycles(sum(folded))} "
                      f"cycles ({percent(sum(folded), total)})")
-    merged = _across_layers(ranked)
-    if len(merged) < len(ranked):  # repeated layers: what each kind of op costs in all
+    merged = _across_layers(path)
+    if len(merged) < len(groups) or path.extended:  # what each kind of op costs in all
         top = sorted(merged.items(), key=lambda kv: -kv[1])[:6]
         lines.append("Across layers: " + ", ".join(f"{name} {percent(cycles, total)}"
                                                     for name, cycles in top))
@@ -244,33 +222,58 @@ def critical_path_text(result: ResultLike, max_rows: int = 12, fold_below: float
     return "\n".join(lines)
 
 
-def _across_layers(ranked: list[tuple[str, list[PathStep]]]) -> dict[str, int]:
+def _path_commands(path: CriticalPath) -> str:
+    """``994 commands`` or ``994 commands simulated + 29 layers extended``."""
+    text = f"{len(path.steps)} commands"
+    if path.extended:
+        more = " + ".join(f"{p.span.units} {p.span.unit}s extended" for p in path.extended)
+        text += f" simulated + {more}"
+    return text
+
+
+def _step_row(steps: list[PathStep]) -> tuple[str, str, str, str, str]:
+    """op, engines, commands, first, last of one source's steps."""
+    from compiler.ir.ops import engine_kind
+
+    return (",".join(dict.fromkeys(s.op for s in steps)),
+            ",".join(dict.fromkeys(engine_kind(s.engine) for s in steps)),
+            str(len(steps)), format_cycles(steps[0].start), format_cycles(steps[-1].end))
+
+
+def _extended_row(part: ExtendedPath) -> tuple[str, str, str, str, str]:
+    """op, engines, commands, first, last of an extension (ops and engines by their
+    share of its path, at most four ops)."""
+    from compiler.ir.ops import engine_kind
+
+    ops: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    for (engine, op, _), cycles in part.cycles.items():
+        ops[op] = ops.get(op, 0) + cycles
+        kinds[engine_kind(engine)] = kinds.get(engine_kind(engine), 0) + cycles
+    ranked_ops = [op for op in sorted(ops, key=lambda k: -ops[k]) if op][:4]
+    return (",".join(ranked_ops) or "-",
+            ",".join(k for k in sorted(kinds, key=lambda k: -kinds[k]) if k) or "-",
+            f"~{part.commands:,}", format_cycles(part.span.start_cycle),
+            format_cycles(part.span.end_cycle))
+
+
+def _across_layers(path: CriticalPath) -> dict[str, int]:
     """Path cycles per source with layer numbers and node counters merged:
-    ``blocks.3.proj:addmm_23`` and ``blocks.5.proj:addmm_35`` -> ``blocks.*.proj:addmm``."""
+    ``blocks.3.proj:addmm_23`` and ``blocks.5.proj:addmm_35`` -> ``blocks.*.proj:addmm``;
+    extensions count as the sources they repeat."""
+    pieces = [(s.source or "<unattributed>", s.cycles) for s in path.steps]
+    for part in path.extended:
+        pieces.extend((source or "<unattributed>", c)
+                      for (_, _, source), c in part.cycles.items())
     merged: dict[str, int] = {}
-    for source, steps in ranked:
-        path, colon, node = source.rpartition(":")
-        key = re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", path) + colon + re.sub(r"_\d+$", "", node)
-        merged[key] = merged.get(key, 0) + sum(s.cycles for s in steps)
+    for source, cycles in pieces:
+        module, colon, node = source.rpartition(":")
+        key = re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", module) + colon + re.sub(r"_\d+$", "", node)
+        merged[key] = merged.get(key, 0) + cycles
     return merged
 
 
-def idle_text(result: ResultLike) -> str:
-    """Per engine: busy, contention, waiting (and on what), nothing to do."""
-    data = report_data(result)
-    rows = []
-    for t in engine_times(data):
-        on = ", ".join(f"{k} {percent(v, t.total)}" for k, v in t.waiting_on.items()) or "-"
-        rows.append((t.engine, percent(t.busy, t.total), percent(t.contention, t.total),
-                     percent(t.waiting, t.total), on, percent(t.nothing_to_do, t.total)))
-    unused = len(data.engines) - len(data.used_engines)
-    table = format_table(("engine", "busy", "contention", "waiting", "waiting on",
-                          "nothing to do"), rows, align="lrrrlr")
-    note = f"\n({unused} engines ran no commands)" if unused else ""
-    return f"Engine time over {format_cycles(data.total_cycles)} cycles\n{table}{note}"
-
-
 __all__ = [
-    "CriticalPath", "EngineTime", "PathStep", "critical_path", "critical_path_text",
-    "engine_times", "idle_text",
+    "CriticalPath", "EngineTime", "ExtendedPath", "PathStep", "critical_path",
+    "critical_path_text", "engine_times", "idle_text",
 ]

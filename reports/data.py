@@ -3,8 +3,11 @@
 Every report function accepts either a :class:`~archsim.result.SimResult` or a
 :class:`ReportData` (see :func:`report_data`), so ``archsim report result.json`` can
 re-render the text reports without re-simulating. The per-command figures a report
-needs beyond the trace (DRAM bytes, uncontended duration, SRAM regions touched,
-operand text) are derived here once, from the program and the chip's cost tables.
+needs beyond the trace (DRAM bytes, uncontended duration) are the result's own
+(``SimResult.command_costs``); SRAM regions and operand text are read from the
+program's ops when first asked. Busy cycles are the result's, so utilization is one
+number in every report; the part of an extended run that was not simulated is in
+``extended`` (:mod:`reports.extended`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Union
 
-from archsim.bandwidth import cycles_to_move
+from archsim.result import uncontended_cycles
+from reports.extended import ExtendedSpan, extended_spans
 from compiler.ir.ops import engine_core, engine_kind
 
 if TYPE_CHECKING:
@@ -160,8 +164,12 @@ class ReportData:
     """When a large matmul was simulated in its first panels of output tiles, how
     (``SimResult.tiles``): totals and busy cycles cover all of it, the commands the
     simulated panels."""
-    stack_busy_cycles: Mapping[str, int] | None = None
-    """The whole run's busy cycles per engine when ``layers`` or ``tiles`` is set."""
+    run_busy_cycles: Mapping[str, int] | None = None
+    """Busy cycles per engine as the result counts them (over the whole run when it was
+    extended), what utilization is read from everywhere; None: from the commands."""
+    extended: tuple[ExtendedSpan, ...] = ()
+    """The units counted in the totals but not simulated (``layers``, ``tiles``), in
+    timeline order after the trace."""
     dram_efficiency: float = 1.0
     """The share of ``dram_bandwidth_bytes_per_s`` (the pins' peak) DRAM sustains."""
 
@@ -195,15 +203,20 @@ class ReportData:
     def trace_cycles(self) -> int:
         """Cycles the trace covers: the run's, or fewer when a stack of identical layers
         or a matmul's tiles were simulated in part and the totals extended
-        (``SimResult.layers``, ``SimResult.tiles``)."""
+        (``SimResult.layers``, ``SimResult.tiles``; the rest is in ``extended``)."""
         return max((c.end for c in self.commands), default=0)
+
+    @property
+    def extended_cycles(self) -> int:
+        """Cycles of the run not simulated (``extended``)."""
+        return sum(span.cycles for span in self.extended)
 
     @cached_property
     def engine_busy_cycles(self) -> Mapping[str, int]:
         """Busy cycles per engine of the config (0 for unused ones)."""
         busy = dict.fromkeys(self.engines, 0)
-        if self.stack_busy_cycles is not None:
-            return MappingProxyType(busy | dict(self.stack_busy_cycles))
+        if self.run_busy_cycles is not None:
+            return MappingProxyType(busy | dict(self.run_busy_cycles))
         reach: dict[str, int] = {}  # a DMA keeping transfers in flight overlaps them:
         for c in self.commands:     # count each cycle once (commands start in order)
             start = max(c.start, reach.get(c.engine, c.start))
@@ -258,30 +271,26 @@ def matrix_precision(config: NpuConfig) -> str:
 
 
 def from_sim_result(result: SimResult) -> ReportData:
-    from archsim.plan import plan_for
-
+    """``result`` as report data: the trace, the per-command costs the result carries
+    (``SimResult.command_costs``) and its totals; nothing is re-costed here."""
     config = result.config
     program = result.program
-    plan = plan_for(program, config, verify=False)
-    # costs are per distinct command shape (the plan's kinds): alone-on-chip time once each
-    alone = [uncontended_cycles(fixed, links, nbytes, solo)
-             for fixed, links, nbytes, solo in plan.steps]
+    costs = result.command_costs
     records = []
     # Programs may repeat one op object: describe it once, and only if asked.
     described: dict[int, Description] = {}
-    for command, kind, start, end, nbytes, flops in zip(
-            program.commands, plan.kinds, result.starts, result.ends,
-            result.command_bytes, result.command_flops):
+    for command, start, end, nbytes, flops, dram, alone in zip(
+            program.commands, result.starts.tolist(), result.ends.tolist(),
+            result.command_bytes.tolist(), result.command_flops.tolist(),
+            costs.dram_bytes.tolist(), costs.uncontended_cycles.tolist()):
         description = described.get(id(command.op))
         if description is None:
             description = described[id(command.op)] = Description(command.op)
-        timing = plan.timings[kind]
         records.append(CommandRecord(
             id=command.id, engine=command.engine, op=command.op.mnemonic,
-            source=command.source, deps=tuple(command.deps), start=int(start), end=int(end),
-            bytes=int(nbytes), flops=int(flops),
-            dram_bytes=int(timing.dram_read + timing.dram_written),
-            uncontended_cycles=alone[kind], description=description,
+            source=command.source, deps=tuple(command.deps), start=start, end=end,
+            bytes=nbytes, flops=flops, dram_bytes=dram, uncontended_cycles=alone,
+            description=description,
         ))
     capacity = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
     if config.shared_sram.size_bytes:
@@ -309,20 +318,11 @@ def from_sim_result(result: SimResult) -> ReportData:
         matrix_precision=matrix_precision(config),
         layers=result.layers.describe() if result.layers else "",
         tiles=result.tiles.describe() if result.tiles else "",
-        stack_busy_cycles=(MappingProxyType(dict(result.engine_busy_cycles))
-                           if result.layers or result.tiles else None),
+        run_busy_cycles=MappingProxyType(dict.fromkeys(config.engines, 0) | {
+            e: int(b) for e, b in result.engine_busy_cycles.items()}),
+        extended=extended_spans(result.extensions),
         commands=tuple(records),
     )
-
-
-def uncontended_cycles(fixed_cycles: int, links: tuple[int, ...], nbytes: float,
-                       solo: float) -> int:
-    """A command's duration alone on the chip (its transfer at its ``solo`` rate), rounded
-    like the flow network rounds (a flow finishes at the ceiling of its exact finish
-    time)."""
-    if not links or nbytes <= 0:
-        return int(fixed_cycles)
-    return int(fixed_cycles) + cycles_to_move(nbytes, solo)
 
 
 def operand_text(op: Op) -> str:

@@ -3,10 +3,12 @@ them without re-simulating (``archsim report result.json``).
 
 ``to_json(result)`` returns a dict of plain JSON types. Sections: ``run`` (totals and
 peaks), ``engines`` (busy cycles and utilization per engine of the config), ``sram``,
-``ops`` (the per-op table), ``critical_path``, ``engine_time`` (idle reasons) and
-``trace`` (one array per field, one entry per command in program order). Only ``run``,
-``engines.names``, ``sram`` and ``trace`` are read back by :func:`from_json`; the
-other sections are derived and exist for consumers that do not run Python.
+``extended`` (the layers or matmul panels counted but not simulated, placed after
+the trace), ``sram``, ``ops`` (the per-op table), ``critical_path``, ``engine_time``
+(idle reasons) and ``trace`` (one array per field, one entry per command in program
+order). Only ``run``, ``engines`` (names, busy cycles), ``extended``, ``sram`` and
+``trace`` are read back by :func:`from_json`; the other sections are derived and exist
+for consumers that do not run Python.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from reports.critical_path import critical_path, engine_times
 from reports.data import CommandRecord, Description, Region, ReportData, ResultLike, report_data
+from reports.extended import ExtendedSpan
 from reports.ops import op_rows
 
 FORMAT = "archsim.report"
@@ -49,6 +52,7 @@ def to_json(result: ResultLike) -> dict[str, Any]:
         "engines": {"names": list(data.engines),
                     "busy_cycles": [busy[e] for e in data.engines],
                     "utilization": [util[e] for e in data.engines]},
+        "extended": [span.to_json() for span in data.extended],
         "sram": {"peak_bytes": dict(data.sram_peak_bytes),
                  "capacity_bytes": dict(data.sram_capacity_bytes)},
         "ops": [_fields(row) | {"span_cycles": row.span_cycles} for row in op_rows(data)],
@@ -104,10 +108,12 @@ def from_json(document: Mapping[str, Any]) -> ReportData:
         fields["layers"] = run.get("layers", "")
         fields["tiles"] = run.get("tiles", "")
         fields["dram_efficiency"] = run.get("dram_efficiency", 1.0)
-        if fields["layers"] or fields["tiles"]:  # the whole run's busy cycles, not the trace's
-            engines = document["engines"]
-            fields["stack_busy_cycles"] = MappingProxyType(
+        engines = document["engines"]
+        if "busy_cycles" in engines:  # the result's, over the whole run when extended
+            fields["run_busy_cycles"] = MappingProxyType(
                 dict(zip(engines["names"], engines["busy_cycles"])))
+        fields["extended"] = tuple(ExtendedSpan.from_json(item)
+                                   for item in document.get("extended", ()))
         lengths = {len(trace[name]) for name in (*_TRACE_FIELDS, "reads", "writes")}
         if len(lengths) > 1:
             raise ValueError(f"trace columns have different lengths: {sorted(lengths)}")

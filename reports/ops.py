@@ -26,7 +26,18 @@ from types import MappingProxyType
 
 from reports.critical_path import critical_path
 from reports.data import CommandRecord, ReportData, ResultLike, report_data
-from reports.text import format_bytes, format_count, format_cycles, format_table, percent
+from reports.text import (
+    distinct_labels,
+    format_bytes,
+    format_count,
+    format_cycles,
+    format_table,
+    percent,
+)
+
+SOURCE_WIDTH = 40
+"""Op names longer than this are shortened from the middle in the table (never so that
+two rows read the same)."""
 
 LATENCY_COVERAGE = 0.5
 """Below this fraction of its span covered by its dominant engine kind, an op is
@@ -176,11 +187,12 @@ def op_table(result: ResultLike, sort: str = "time", top: int | None = None) -> 
     data = report_data(result)
     rows = op_rows(data, sort, top)
     total = data.total_cycles
+    names = distinct_labels([r.source for r in rows], SOURCE_WIDTH)
     cells = []
     for r in rows:
         efficiency = "-" if r.efficiency is None else f"{100 * r.efficiency:.1f}%"
         cells.append((
-            _clip(r.source, 28), str(r.commands), f"{r.span_us:.2f}", percent(r.span_cycles, total),
+            names[r.source], str(r.commands), f"{r.span_us:.2f}", percent(r.span_cycles, total),
             percent(r.critical_cycles, total), format_count(r.flops),
             format_bytes(r.bytes), r.bound, efficiency, r.peak_name))
     headers = ("op (source)", "cmds", "span us", "of run", "crit path", "FLOPs", "bytes",
@@ -188,11 +200,13 @@ def op_table(result: ResultLike, sort: str = "time", top: int | None = None) -> 
     all_rows = len(op_rows(data)) if top is not None else len(rows)
     title = (f"Ops by {sort} ({len(rows)} of {all_rows}); run "
              f"{format_cycles(total)} cycles")
-    return f"{title}\n" + format_table(headers, cells, align="lrrrrrrlrl")
+    if data.extended:
+        title += (f", of which {format_cycles(data.total_cycles - data.extended_cycles)} "
+                  f"simulated (the ops below)")
+    notes = [f"  + {span.label}: {format_cycles(span.cycles)} cycles "
+             f"({percent(span.cycles, total)} of the run), the ops of the simulated middle "
+             f"{span.unit}s again" for span in data.extended]
+    return "\n".join([title, format_table(headers, cells, align="lrrrrrrlrl"), *notes])
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-__all__ = ["LATENCY_COVERAGE", "OpRow", "SORT_KEYS", "op_rows", "op_table"]
+__all__ = ["LATENCY_COVERAGE", "SOURCE_WIDTH", "OpRow", "SORT_KEYS", "op_rows", "op_table"]

@@ -8,6 +8,12 @@ microseconds converted from cycles at the chip clock; its ``args`` hold the comm
 op, source, operands (shapes) and bytes. Dependencies between different engines are
 flow arrows (``ph: s`` on the producer's slice, ``ph: f`` with ``bp: e`` on the
 consumer's). Metadata events name and order processes and threads.
+
+An extended run (layers or matmul panels counted but not simulated,
+:mod:`reports.extended`) has one more process, ``extended (not simulated)``, with a
+track per extension and one slice per unit not simulated (``layers.5 (extended)``),
+after the simulated trace, so the trace spans the run's whole latency; each slice's
+``args`` say what it stands for and the busy cycles per engine it adds.
 """
 
 from __future__ import annotations
@@ -71,12 +77,44 @@ def perfetto_trace(result: ResultLike) -> dict[str, Any]:
                            "tid": tids[producer.engine]})
             events.append({"name": "dependency", "cat": "dependency", "ph": "f", "bp": "e",
                            "id": flow_id, "ts": c.start * us, "pid": pid, "tid": tid})
+    events.extend(_extended_events(data))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
         "otherData": {"program": data.program_name, "config": data.config_name,
-                      "clock_hz": data.clock_hz, "total_cycles": data.total_cycles},
+                      "clock_hz": data.clock_hz, "total_cycles": data.total_cycles,
+                      "simulated_cycles": data.total_cycles - data.extended_cycles,
+                      "extended": [span.label for span in data.extended]},
     }
+
+
+def _extended_events(data: ReportData) -> list[dict[str, Any]]:
+    """The extensions' process, tracks and one slice per unit not simulated."""
+    if not data.extended:
+        return []
+    pid = data.cores + 2
+    us = 1e6 / data.clock_hz
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+         "args": {"name": "extended (not simulated)"}},
+        {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+         "args": {"sort_index": pid}}]
+    for tid, span in enumerate(data.extended, start=1):
+        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                       "args": {"name": span.label}})
+        per_unit = {e: round(b / span.units) for e, b in span.busy_cycles.items() if b}
+        note = (f"not simulated: each {span.unit} adds the mean of the simulated middle "
+                f"{span.unit}s (trace cycles {span.window[0]:,}-{span.window[1]:,}); "
+                f"in the model these run before the last simulated {span.unit}, drawn "
+                f"here after the trace")
+        for i in range(span.units):
+            start, end = span.unit_bounds(i)
+            events.append({
+                "name": span.unit_label(i), "cat": "extended", "ph": "X",
+                "ts": start * us, "dur": (end - start) * us, "pid": pid, "tid": tid,
+                "args": {"extended": span.label, "cycles": end - start, "note": note,
+                         "busy_cycles_per_engine": per_unit}})
+    return events
 
 
 def _metadata(data: ReportData, engines: list[str], tids: dict[str, int]) -> list[dict[str, Any]]:

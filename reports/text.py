@@ -83,5 +83,32 @@ def format_us(seconds: float) -> str:
     return f"{seconds:.3f} s"
 
 
-__all__ = ["format_bytes", "format_count", "format_cycles", "format_si", "format_table",
-           "format_us", "percent"]
+def shorten_middle(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters by replacing its middle with ``...``,
+    keeping twice as much of the end (an op's node and layer) as of the start."""
+    if len(text) <= width:
+        return text
+    keep = max(width - 3, 2)
+    head = keep // 3
+    return text[:head] + "..." + text[len(text) - (keep - head):]
+
+
+def distinct_labels(names: Sequence[str], width: int) -> dict[str, str]:
+    """A label of at most ``width`` characters per name (:func:`shorten_middle`) such that
+    distinct names keep distinct labels: names whose shortened labels would read the
+    same (or read like another name) are shown whole."""
+    labels = {name: shorten_middle(name, width) for name in names}
+    while True:
+        readers: dict[str, list[str]] = {}
+        for name, label in labels.items():
+            readers.setdefault(label, []).append(name)
+        clashes = [name for group in readers.values() if len(group) > 1 for name in group
+                   if labels[name] != name]
+        if not clashes:
+            return labels
+        for name in clashes:  # a whole name differs from every other whole name
+            labels[name] = name
+
+
+__all__ = ["distinct_labels", "format_bytes", "format_count", "format_cycles", "format_si",
+           "format_table", "format_us", "percent", "shorten_middle"]

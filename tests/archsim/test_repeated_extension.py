@@ -1,0 +1,104 @@
+"""What an extension records (archsim.repeated: RepeatedLayers/RepeatedTiles.extension):
+where the units not simulated are placed, the cycles and busy cycles they add, and the
+window of the trace they repeat, checked against the trace and the totals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import archsim
+import compiler
+from archsim.config import load_config
+from archsim.plan import plan_for
+from archsim.repeated import layer_of_commands
+from archsim.result import SimResult
+from archsim.simulator import busy_cycles
+from compiler.options import CompileOptions
+
+
+class Stack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(*[nn.Linear(32, 32) for _ in range(6)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(x)
+
+
+class MatMul(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a @ b
+
+
+@pytest.fixture(scope="module")
+def stack_result() -> SimResult:
+    return archsim.estimate(Stack(), torch.empty(16, 32, device="meta"), "tiny")
+
+
+@pytest.fixture(scope="module")
+def panels_result() -> SimResult:
+    with torch.device("meta"):
+        inputs = (torch.empty(1024, 256), torch.empty(256, 256))
+    exported = compiler.export_model(MatMul(), inputs)
+    options = CompileOptions(partial_matmul_commands=1)
+    return compiler.compile_graph(exported, load_config("tiny"), options).simulate()
+
+
+def _trace_busy(result: SimResult) -> dict[str, int]:
+    plan = plan_for(result.program, result.config, verify=False)
+    return {engine: busy_cycles(result.starts[queue], result.ends[queue],
+                                plan.in_flight[engine])
+            for engine, queue in plan.queue_arrays.items()}
+
+
+def _check(result: SimResult, part) -> None:
+    ext = part.extension
+    trace_end = int(result.ends.max())
+    assert ext.first_cycle == trace_end  # placed right after the simulated trace
+    assert result.total_cycles == ext.last_cycle == trace_end + ext.cycles
+    # the window holds the middle units: mean cycles per unit, times the units added
+    middle = part.simulated - 2
+    assert ext.window[0] < ext.window[1] <= trace_end
+    assert ext.cycles == round((ext.window[1] - ext.window[0]) * (part.total - part.simulated)
+                               / middle)
+    # the trace's busy cycles plus what the extension added are the result's
+    trace = _trace_busy(result)
+    for engine, busy in result.engine_busy_cycles.items():
+        assert busy == trace[engine] + ext.busy_cycles.get(engine, 0), engine
+    assert any(ext.busy_cycles.values())
+    assert result.extensions == (part,)
+
+
+def test_a_layer_stack_records_what_its_missing_layers_add(stack_result):
+    layers = stack_result.layers
+    assert layers is not None and (layers.simulated, layers.total) == (3, 6)
+    _check(stack_result, layers)
+    # the window runs from the end of layer 0 to the end of layer 1 (the middle one)
+    layer = layer_of_commands(stack_result, layers.path)
+    ends = stack_result.ends
+    assert layers.extension.window == (int(ends[layer == 0].max()), int(ends[layer == 1].max()))
+
+
+def test_a_matmul_in_panels_records_what_its_missing_panels_add(panels_result):
+    tiles = panels_result.tiles
+    assert tiles is not None and tiles.total > tiles.simulated
+    _check(panels_result, tiles)
+
+
+def test_command_costs_are_per_command(stack_result):
+    """Every command's uncontended duration is its own kind's: compute commands (never
+    slowed by sharing) take exactly it, and no transfer beats it."""
+    costs = stack_result.command_costs
+    n = len(stack_result.program.commands)
+    assert costs.dram_bytes.shape == costs.uncontended_cycles.shape == (n,)
+    cycles = stack_result.ends - stack_result.starts
+    compute = np.array([".mxu" in c.engine or c.engine.endswith(".vpu")
+                        for c in stack_result.program.commands])
+    assert compute.any() and (~compute).any()
+    assert (costs.uncontended_cycles[compute] == cycles[compute]).all()
+    assert (costs.uncontended_cycles[~compute] <= cycles[~compute]).all()
+    plan = plan_for(stack_result.program, stack_result.config, verify=False)
+    assert int(costs.dram_bytes.sum()) == plan.dram_read + plan.dram_written
