@@ -16,16 +16,15 @@ value does not compile a new program.
 If an op cannot be compiled for some arguments (a dtype the device lacks such as float64,
 the compiler raises, or it would run the op as a host node) or its run fails, the call
 runs on the host through :func:`torch_bridge.fallback.run_on_host`: timed as host work,
-with the reason in the event's ``note``, listed by the profiler and kept in
-:func:`compile_failures`. Compiler and simulator errors also issue a
-:class:`CompileFallbackWarning`, once per op and reason. A call with a zero-element
-operand whose results are all empty computes nothing: its empty results are made on the
-device at no cost (torch's shape rules give their shapes).
+with the reason in the event's ``note``, listed by the profiler, kept in
+:func:`compile_failures` and warned once per op and reason
+(:class:`CompileFallbackWarning`). A call with a zero-element operand whose results are
+all empty computes nothing: its empty results are made on the device at no cost (torch's
+shape rules give their shapes).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,8 +36,8 @@ from torch_bridge import kernels, numerics, runtime, storage
 from torch_bridge.eager_ops import (BACKWARD, BINARY, COMPILE_AS, COMPILED_OPS, IN_PLACE,
                                     LOSS, MATMUL, MODEL_OPS, NORM, OUT_OF_PLACE, REDUCTION,
                                     SOFTMAX, UNARY, out_names)
-from torch_bridge.fallback import HostFallbackWarning, op_info, run_on_host, user_stacklevel
 from torch_bridge.eager_adapted import ADAPTED
+from torch_bridge.fallback import CompileFallbackWarning, op_info, run_on_host
 from torch_bridge.numerics import flat_tensors
 
 if TYPE_CHECKING:
@@ -47,9 +46,6 @@ if TYPE_CHECKING:
 
 aten = torch.ops.aten
 OpOverload = torch._ops.OpOverload
-class CompileFallbackWarning(HostFallbackWarning):
-    """An op that has a lowering ran on the host instead (see the event's ``note``); a
-    kind of :class:`HostFallbackWarning`, so one filter silences both."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +88,6 @@ class _Cache:
 
 _cache = _Cache()
 _failures: dict[tuple[str, str], CompileFailure] = {}
-_warned: set[tuple[str, str]] = set()
 
 
 def compile_failures() -> tuple[CompileFailure, ...]:
@@ -239,7 +234,7 @@ class CompiledOpKernel:
         for tensor in flat_tensors((*host_args, *host_kwargs.values())):
             if tensor.dtype not in TORCH_TO_IR:  # device limits, not compiler failures
                 return self._failure(call, f"dtype {tensor.dtype} is not supported by the "
-                                           f"device", warn=False)
+                                           f"device")
             if tensor.numel() == 0:
                 return ZERO_ELEMENTS
         try:
@@ -259,14 +254,11 @@ class CompiledOpKernel:
                                            f"{target.dtype}")
         return _Entry(program)
 
-    def _failure(self, call: tuple[tuple[Any, ...], dict[str, Any]], reason: str,
-                 warn: bool = True) -> CompileFailure:
+    def _failure(self, call: tuple[tuple[Any, ...], dict[str, Any]],
+                 reason: str) -> CompileFailure:
+        """Keep why this signature runs on the host (``run_on_host`` warns with it)."""
         failure = CompileFailure(self.name, _describe(*call), reason)
         _failures[(self.name, failure.signature)] = failure
-        if warn and (self.name, reason) not in _warned:
-            _warned.add((self.name, reason))
-            warnings.warn(f"{self.name} runs on the host: {reason}", CompileFallbackWarning,
-                          stacklevel=user_stacklevel())
         return failure
 
     def _zero_elements(self, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -289,8 +281,7 @@ class CompiledOpKernel:
             runtime.record_device_memory_op(self.name, 0, nbytes)
         elif not empty:
             failure = entries[key] = self._failure(
-                (cpu_args, cpu_kwargs), "a zero-element operand with a non-empty result",
-                warn=False)
+                (cpu_args, cpu_kwargs), "a zero-element operand with a non-empty result")
             return self._on_host(args, kwargs, failure)
         if not filled:
             runtime.record_device(self.name, 0, note="zero elements: nothing to compute")
