@@ -20,11 +20,13 @@ with the reason in the event's ``note``, listed by the profiler, kept in
 :func:`compile_failures` and warned once per op and reason
 (:class:`CompileFallbackWarning`). A call with a zero-element operand whose results are
 all empty computes nothing: its empty results are made on the device at no cost (torch's
-shape rules give their shapes).
+shape rules give their shapes). Some ops drop zero-element operands first
+(:data:`torch_bridge.eager_adapted.ARGUMENTS`: ``cat`` of an empty KV cache).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from torch_bridge import kernels, numerics, runtime, storage
 from torch_bridge.eager_ops import (BACKWARD, BINARY, COMPILE_AS, COMPILED_OPS, IN_PLACE,
                                     LOSS, MATMUL, MODEL_OPS, NORM, OUT_OF_PLACE, REDUCTION,
                                     SOFTMAX, UNARY, out_names)
-from torch_bridge.eager_adapted import ADAPTED
+from torch_bridge.eager_adapted import ADAPTED, ARGUMENTS
 from torch_bridge.fallback import CompileFallbackWarning, op_info, run_on_host
 from torch_bridge.numerics import flat_tensors
 
@@ -67,6 +69,9 @@ class _Entry:
     cpu_numerics: bool = False
     """The first run's outputs agreed with the op on CPU: later calls may take their
     numbers from there (:mod:`torch_bridge.numerics`)."""
+    copy_bytes: int = 0
+    """A program with no commands hands back its inputs (``cat`` of one operand): the
+    call's fresh results are a copy on the device of this many bytes."""
 
 
 ZERO_ELEMENTS = object()
@@ -154,7 +159,7 @@ class CompiledOpKernel:
     """The default npu kernel of one op: compile (cached), simulate, return npu tensors."""
 
     __slots__ = ("op", "target", "name", "tensor_positions", "in_place", "writes_out",
-                 "host_op")
+                 "host_op", "adapt")
 
     def __init__(self, op: OpOverload) -> None:
         self.op = op
@@ -166,10 +171,14 @@ class CompiledOpKernel:
         """The CPU op that runs a call on the host (``None``: ``op`` itself)."""
         self.name = op_info(op).name
         self.tensor_positions = _tensor_positions(op)
+        self.adapt = ARGUMENTS.get(self.target)
+        """Rewrites a call's arguments before it is compiled (``None``: as given)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.writes_out:
             return self._into_out(args, kwargs)
+        if self.adapt is not None:
+            args, kwargs = self.adapt(args, kwargs)
         positions = self.tensor_positions
         host_args = tuple(_host_value(a, i in positions) for i, a in enumerate(args))
         host_kwargs = {k: _host_value(v, k in positions) for k, v in kwargs.items()}
@@ -198,8 +207,11 @@ class CompiledOpKernel:
                 entry.cpu_numerics = numerics.agrees(
                     outputs, numerics.cpu_results(self.target, host_args, host_kwargs))
             entry.timing = result
-        runtime.record_device(self.name, result.total_cycles, result.dram_bytes,
-                              flops=result.flops, result=result)
+        if entry.copy_bytes:
+            runtime.record_device_memory_op(self.name, entry.copy_bytes, entry.copy_bytes)
+        else:
+            runtime.record_device(self.name, result.total_cycles, result.dram_bytes,
+                                  flops=result.flops, result=result)
         if self.in_place:
             self_arg = args[0]
             storage.cpu_view(self_arg).copy_(outputs[0])
@@ -252,7 +264,10 @@ class CompiledOpKernel:
                 return self._failure(call, f"result {list(spec.shape)} {spec.dtype} cannot "
                                            f"be stored in place into {list(target.shape)} "
                                            f"{target.dtype}")
-        return _Entry(program)
+        if program.program.commands:
+            return _Entry(program)
+        return _Entry(program, copy_bytes=sum(
+            math.prod(spec.shape) * _out_dtype(spec.dtype).itemsize for spec in program.outputs))
 
     def _failure(self, call: tuple[tuple[Any, ...], dict[str, Any]],
                  reason: str) -> CompileFailure:
