@@ -35,10 +35,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torch_bridge import kernels, numerics, runtime, storage
-from torch_bridge.eager_ops import (BACKWARD, BINARY, COMPILE_AS, COMPILED_OPS, IN_PLACE,
-                                    LOSS, MATMUL, MODEL_OPS, NORM, OUT_OF_PLACE, REDUCTION,
-                                    SOFTMAX, UNARY, out_names)
 from torch_bridge.eager_adapted import ADAPTED, ARGUMENTS
+from torch_bridge.eager_ops import COMPILE_AS, COMPILED_OPS, IN_PLACE, OUT_OF_PLACE, out_names
 from torch_bridge.fallback import CompileFallbackWarning, op_info, run_on_host
 from torch_bridge.numerics import flat_tensors
 
@@ -368,8 +366,7 @@ def on_host(*ops: OpOverload) -> Iterator[None]:
 
 
 __all__ = [
-    "BACKWARD", "BINARY", "COMPILED_OPS", "COMPILE_AS", "CompileFailure",
-    "CompileFallbackWarning", "CompiledOpKernel", "IN_PLACE", "LOSS", "MATMUL", "MODEL_OPS",
-    "NORM", "OUT_OF_PLACE", "REDUCTION", "SOFTMAX", "UNARY",
-    "clear_cache", "compile_failures", "install", "on_host", "uninstall",
+    "COMPILED_OPS", "COMPILE_AS", "CompileFailure", "CompileFallbackWarning",
+    "CompiledOpKernel", "IN_PLACE", "OUT_OF_PLACE", "clear_cache", "compile_failures",
+    "install", "on_host", "uninstall",
 ]
