@@ -16,16 +16,17 @@ value does not compile a new program.
 If an op cannot be compiled for some arguments (a dtype the device lacks such as float64,
 the compiler raises, or it would run the op as a host node) or its run fails, the call
 runs on the host through :func:`torch_bridge.fallback.run_on_host`: timed as host work,
-with the reason in the event's ``note``, listed by the profiler and kept in
-:func:`compile_failures`. Compiler and simulator errors also issue a
-:class:`CompileFallbackWarning`, once per op and reason. A call with a zero-element
-operand whose results are all empty computes nothing: its empty results are made on the
-device at no cost (torch's shape rules give their shapes).
+with the reason in the event's ``note``, listed by the profiler, kept in
+:func:`compile_failures` and warned once per op and reason
+(:class:`CompileFallbackWarning`). A call with a zero-element operand whose results are
+all empty computes nothing: its empty results are made on the device at no cost (torch's
+shape rules give their shapes). Some ops drop zero-element operands first
+(:data:`torch_bridge.eager_adapted.ARGUMENTS`: ``cat`` of an empty KV cache).
 """
 
 from __future__ import annotations
 
-import warnings
+import math
 from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,11 +35,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torch_bridge import kernels, numerics, runtime, storage
-from torch_bridge.eager_ops import (BACKWARD, BINARY, COMPILE_AS, COMPILED_OPS, IN_PLACE,
-                                    LOSS, MATMUL, MODEL_OPS, NORM, OUT_OF_PLACE, REDUCTION,
-                                    SOFTMAX, UNARY, out_names)
-from torch_bridge.fallback import HostFallbackWarning, op_info, run_on_host, user_stacklevel
-from torch_bridge.eager_adapted import ADAPTED
+from torch_bridge.eager_adapted import ADAPTED, ARGUMENTS
+from torch_bridge.eager_ops import COMPILE_AS, COMPILED_OPS, IN_PLACE, OUT_OF_PLACE, out_names
+from torch_bridge.fallback import CompileFallbackWarning, op_info, run_on_host
 from torch_bridge.numerics import flat_tensors
 
 if TYPE_CHECKING:
@@ -47,9 +46,6 @@ if TYPE_CHECKING:
 
 aten = torch.ops.aten
 OpOverload = torch._ops.OpOverload
-class CompileFallbackWarning(HostFallbackWarning):
-    """An op that has a lowering ran on the host instead (see the event's ``note``); a
-    kind of :class:`HostFallbackWarning`, so one filter silences both."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +67,9 @@ class _Entry:
     cpu_numerics: bool = False
     """The first run's outputs agreed with the op on CPU: later calls may take their
     numbers from there (:mod:`torch_bridge.numerics`)."""
+    copy_bytes: int = 0
+    """A program with no commands hands back its inputs (``cat`` of one operand): the
+    call's fresh results are a copy on the device of this many bytes."""
 
 
 ZERO_ELEMENTS = object()
@@ -92,7 +91,6 @@ class _Cache:
 
 _cache = _Cache()
 _failures: dict[tuple[str, str], CompileFailure] = {}
-_warned: set[tuple[str, str]] = set()
 
 
 def compile_failures() -> tuple[CompileFailure, ...]:
@@ -159,7 +157,7 @@ class CompiledOpKernel:
     """The default npu kernel of one op: compile (cached), simulate, return npu tensors."""
 
     __slots__ = ("op", "target", "name", "tensor_positions", "in_place", "writes_out",
-                 "host_op")
+                 "host_op", "adapt")
 
     def __init__(self, op: OpOverload) -> None:
         self.op = op
@@ -171,10 +169,14 @@ class CompiledOpKernel:
         """The CPU op that runs a call on the host (``None``: ``op`` itself)."""
         self.name = op_info(op).name
         self.tensor_positions = _tensor_positions(op)
+        self.adapt = ARGUMENTS.get(self.target)
+        """Rewrites a call's arguments before it is compiled (``None``: as given)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.writes_out:
             return self._into_out(args, kwargs)
+        if self.adapt is not None:
+            args, kwargs = self.adapt(args, kwargs)
         positions = self.tensor_positions
         host_args = tuple(_host_value(a, i in positions) for i, a in enumerate(args))
         host_kwargs = {k: _host_value(v, k in positions) for k, v in kwargs.items()}
@@ -203,8 +205,11 @@ class CompiledOpKernel:
                 entry.cpu_numerics = numerics.agrees(
                     outputs, numerics.cpu_results(self.target, host_args, host_kwargs))
             entry.timing = result
-        runtime.record_device(self.name, result.total_cycles, result.dram_bytes,
-                              flops=result.flops, result=result)
+        if entry.copy_bytes:
+            runtime.record_device_memory_op(self.name, entry.copy_bytes, entry.copy_bytes)
+        else:
+            runtime.record_device(self.name, result.total_cycles, result.dram_bytes,
+                                  flops=result.flops, result=result)
         if self.in_place:
             self_arg = args[0]
             storage.cpu_view(self_arg).copy_(outputs[0])
@@ -239,7 +244,7 @@ class CompiledOpKernel:
         for tensor in flat_tensors((*host_args, *host_kwargs.values())):
             if tensor.dtype not in TORCH_TO_IR:  # device limits, not compiler failures
                 return self._failure(call, f"dtype {tensor.dtype} is not supported by the "
-                                           f"device", warn=False)
+                                           f"device")
             if tensor.numel() == 0:
                 return ZERO_ELEMENTS
         try:
@@ -257,16 +262,16 @@ class CompiledOpKernel:
                 return self._failure(call, f"result {list(spec.shape)} {spec.dtype} cannot "
                                            f"be stored in place into {list(target.shape)} "
                                            f"{target.dtype}")
-        return _Entry(program)
+        if program.program.commands:
+            return _Entry(program)
+        return _Entry(program, copy_bytes=sum(
+            math.prod(spec.shape) * _out_dtype(spec.dtype).itemsize for spec in program.outputs))
 
-    def _failure(self, call: tuple[tuple[Any, ...], dict[str, Any]], reason: str,
-                 warn: bool = True) -> CompileFailure:
+    def _failure(self, call: tuple[tuple[Any, ...], dict[str, Any]],
+                 reason: str) -> CompileFailure:
+        """Keep why this signature runs on the host (``run_on_host`` warns with it)."""
         failure = CompileFailure(self.name, _describe(*call), reason)
         _failures[(self.name, failure.signature)] = failure
-        if warn and (self.name, reason) not in _warned:
-            _warned.add((self.name, reason))
-            warnings.warn(f"{self.name} runs on the host: {reason}", CompileFallbackWarning,
-                          stacklevel=user_stacklevel())
         return failure
 
     def _zero_elements(self, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -289,8 +294,7 @@ class CompiledOpKernel:
             runtime.record_device_memory_op(self.name, 0, nbytes)
         elif not empty:
             failure = entries[key] = self._failure(
-                (cpu_args, cpu_kwargs), "a zero-element operand with a non-empty result",
-                warn=False)
+                (cpu_args, cpu_kwargs), "a zero-element operand with a non-empty result")
             return self._on_host(args, kwargs, failure)
         if not filled:
             runtime.record_device(self.name, 0, note="zero elements: nothing to compute")
@@ -362,8 +366,7 @@ def on_host(*ops: OpOverload) -> Iterator[None]:
 
 
 __all__ = [
-    "BACKWARD", "BINARY", "COMPILED_OPS", "COMPILE_AS", "CompileFailure",
-    "CompileFallbackWarning", "CompiledOpKernel", "IN_PLACE", "LOSS", "MATMUL", "MODEL_OPS",
-    "NORM", "OUT_OF_PLACE", "REDUCTION", "SOFTMAX", "UNARY",
-    "clear_cache", "compile_failures", "install", "on_host", "uninstall",
+    "COMPILED_OPS", "COMPILE_AS", "CompileFailure", "CompileFallbackWarning",
+    "CompiledOpKernel", "IN_PLACE", "OUT_OF_PLACE", "clear_cache", "compile_failures",
+    "install", "on_host", "uninstall",
 ]

@@ -1,7 +1,9 @@
 """Eager ops that run as another compiled op after their arguments are adapted:
 ``native_batch_norm`` (eval: the running-statistics op; training: the batch-statistics
 op with the running buffers updated in place) and its variants, ``arange`` into an npu
-tensor (a fill), ``torch.equal`` (a compare and an all-reduce read back)."""
+tensor (a fill), ``torch.equal`` (a compare and an all-reduce read back); and compiled
+ops whose arguments are rewritten first (:data:`ARGUMENTS`: ``cat`` without its empty
+operands)."""
 
 from __future__ import annotations
 
@@ -108,4 +110,39 @@ ADAPTED: dict[OpOverload, Any] = {
 """Ops compiled as another op after adapting their arguments."""
 
 
-__all__ = ["ADAPTED"]
+Call = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def _cat_without_empty(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+    """``cat``'s zero-element operands add nothing (a KV cache before its first token,
+    Phi-3's rotary pass-through half when the rotary covers every dim): they are dropped,
+    so the call compiles instead of running on the host. torch's checks still hold: the
+    call is first shaped on meta tensors (a mismatched empty operand raises as on CPU),
+    and operands are kept when dropping them would change the result's dtype. All empty:
+    kept, an empty result that costs nothing."""
+    tensors = args[0]
+    kept = [t for t in tensors if t.numel()]
+    if len(kept) == len(tensors) or not kept:
+        return args, kwargs
+    meta = aten.cat.default([torch.empty(t.shape, dtype=t.dtype, device="meta")
+                             for t in tensors], *args[1:], **kwargs)
+    if _promoted([t.dtype for t in kept]) != meta.dtype:
+        return args, kwargs
+    return (kept, *args[1:]), kwargs
+
+
+def _promoted(dtypes: list[torch.dtype]) -> torch.dtype:
+    result = dtypes[0]
+    for dtype in dtypes[1:]:
+        result = torch.promote_types(result, dtype)
+    return result
+
+
+ARGUMENTS: dict[OpOverload, Any] = {
+    aten.cat.default: _cat_without_empty,
+}
+"""Compiled ops whose arguments are rewritten before the call is compiled:
+``(args, kwargs) -> (args, kwargs)`` with the same result (their ``out=`` variants too)."""
+
+
+__all__ = ["ADAPTED", "ARGUMENTS"]

@@ -1,217 +1,114 @@
-"""The ops whose eager calls on npu go through the compiler, by family.
+"""The ops whose eager calls on npu go through the compiler, derived from its lowering table.
 
-:mod:`torch_bridge.eager` installs a compiled-op kernel for each of
-:data:`COMPILED_OPS`; everything else runs on the host (timed and listed).
+Every op of :data:`compiler.lowerings.LOWERINGS` runs eagerly unless a rule
+(:data:`RULES`) or :data:`EXCLUDED` says why not: adding a lowering makes the op
+available on the device without a second edit. Ops with no lowering of their own that
+compile through torch's core-ATen decompositions are listed in :data:`DECOMPOSED`. Each
+op's in-place and ``out=`` overloads follow from the schemas. :mod:`torch_bridge.eager`
+installs a compiled-op kernel for each of :data:`COMPILED_OPS`; everything else runs on
+the host (timed, listed and warned).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+
+from compiler.lowerings import LOWERINGS
+from torch_bridge.eager_adapted import ADAPTED
 
 aten = torch.ops.aten
 OpOverload = torch._ops.OpOverload
 
-MATMUL: tuple[OpOverload, ...] = (
-    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
-)
-"""Matrix products (``nn.Linear`` arrives as ``t`` + ``addmm`` / ``mm``)."""
 
-UNARY: tuple[OpOverload, ...] = (
-    aten.neg.default, aten.abs.default, aten.relu.default, aten.exp.default,
-    aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten.reciprocal.default,
-    aten.tanh.default, aten.sigmoid.default, aten.silu.default, aten.sin.default,
-    aten.cos.default, aten.erf.default, aten.gelu.default, aten.hardtanh.default,
-    aten.leaky_relu.default, aten.hardswish.default, aten.logical_not.default,
-    aten.pow.Tensor_Scalar, aten.clamp.default, aten.clamp_min.default,
-    aten.clamp_max.default, aten.tan.default, aten.acos.default, aten.asin.default,
-    aten.atan.default, aten.sinh.default, aten.cosh.default, aten.asinh.default,
-    aten.acosh.default, aten.atanh.default, aten.expm1.default, aten.log1p.default,
-    aten.log2.default, aten.log10.default, aten.exp2.default, aten.sign.default,
-    aten.sgn.default, aten.trunc.default, aten.floor.default, aten.ceil.default,
-    aten.round.default, aten.frac.default,
-)
-"""Elementwise ops of one tensor (scalar arguments are compiled into the program)."""
+def _is_view(op: OpOverload) -> bool:
+    return any(r.alias_info is not None for r in op._schema.returns)
 
-BINARY: tuple[OpOverload, ...] = (
-    aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor,
-    aten.maximum.default, aten.minimum.default, aten.pow.Tensor_Tensor,
-    aten.where.self, aten.eq.Tensor, aten.ne.Tensor, aten.lt.Tensor, aten.le.Tensor,
-    aten.gt.Tensor, aten.ge.Tensor, aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar,
-    aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar, aten.logical_and.default,
-    aten.logical_or.default, aten.add.Scalar, aten.sub.Scalar, aten.mul.Scalar,
-    aten.div.Scalar, aten.rsub.Scalar, aten.rsub.Tensor, aten.clamp.Tensor,
-    aten.clamp_min.Tensor, aten.clamp_max.Tensor, aten.masked_fill.Tensor, aten.atan2.default,
-    aten.copysign.Tensor, aten.remainder.Tensor, aten.remainder.Scalar, aten.fmod.Tensor,
-    aten.fmod.Scalar, aten.hypot.default, aten.logaddexp.default, aten.bitwise_and.Tensor,
-    aten.bitwise_or.Tensor,
-)
-"""Elementwise ops of several tensors, with broadcasting and type promotion."""
 
-SOFTMAX: tuple[OpOverload, ...] = (aten._softmax.default, aten._log_softmax.default)
-NORM: tuple[OpOverload, ...] = (aten.native_layer_norm.default,)
-REDUCTION: tuple[OpOverload, ...] = (
-    aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.amax.default,
-    aten.amin.default,
+def _is_composite_implicit(op: OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(),
+                                                          "CompositeImplicitAutograd")
+
+
+RULES: tuple[tuple[Callable[[OpOverload], bool], str], ...] = (
+    (_is_view, ("a view: its result shares the input's storage (the builtin view kernels "
+                "make it, metadata only)")),
+    (_is_composite_implicit, ("torch decomposes it before the device "
+                              "(CompositeImplicitAutograd): a device kernel would take "
+                              "autograd's place, and backward through it would get no "
+                              "gradient")),
+    (ADAPTED.__contains__, "eager_adapted's kernel adapts its arguments to a compiled op"),
 )
+"""Kinds of lowered ops that do not run eagerly as themselves, and why."""
+
+_COPY = ("a copy: the builtin copy_ times it as a DRAM copy (and as a host-link transfer "
+         "across devices)")
+_FACTORY = "a factory: made by the builtin empty and timed fill_ kernels"
+
+EXCLUDED: dict[OpOverload, str] = {
+    aten._to_copy.default: _COPY,
+    aten.clone.default: _COPY,
+    aten.copy.default: _COPY,
+    aten.lift_fresh_copy.default: _COPY,
+    aten._unsafe_view.default: "a view in all but autograd's eyes (matmul reshapes its "
+                               "result with it): torch's kernel calls view",
+    aten.empty.memory_format: _FACTORY,
+    aten.empty_like.default: _FACTORY,
+    aten.empty_permuted.default: _FACTORY,
+    aten.full.default: _FACTORY,
+    aten.full_like.default: _FACTORY,
+    aten.ones_like.default: _FACTORY,
+    aten.zeros_like.default: _FACTORY,
+    aten.scalar_tensor.default: _FACTORY,
+    aten.convolution.default: "torch hands a device's convolution over as "
+                              "convolution_overrideable, which COMPILE_AS lowers as this op",
+}
+"""Lowered ops that do not run eagerly as themselves, one by one, and why."""
+
+
+def exclusion(op: OpOverload) -> str | None:
+    """Why the lowered ``op`` does not run eagerly as itself (``None``: it does)."""
+    if op in EXCLUDED:
+        return EXCLUDED[op]
+    return next((reason for applies, reason in RULES if applies(op)), None)
+
+
+LOWERED: tuple[OpOverload, ...] = tuple(
+    op for op in LOWERINGS if isinstance(op, OpOverload) and exclusion(op) is None)
+"""Ops with a lowering of their own that run eagerly."""
 
 BACKWARD: tuple[OpOverload, ...] = (
     aten.threshold_backward.default, aten.gelu_backward.default,
     aten.sigmoid_backward.default, aten.tanh_backward.default, aten.silu_backward.default,
     aten._softmax_backward_data.default, aten._log_softmax_backward_data.default,
 )
-"""Autograd's backward ops: compiled through torch's core-ATen decompositions (the
-compiler has no lowering of its own for them), as in compiled training graphs."""
+"""Autograd's backward ops, compiled through the decompositions as in compiled training
+graphs."""
 
 LOSS: tuple[OpOverload, ...] = (aten.nll_loss_forward.default, aten.nll_loss_backward.default)
-"""``cross_entropy`` is ``log_softmax`` + ``nll_loss``; nll_loss also goes through the
-decompositions (each row's target is picked by a select against the column numbers)."""
+"""``cross_entropy`` is ``log_softmax`` + ``nll_loss``; each row's target is picked by a
+select against the column numbers."""
 
-IN_PLACE: dict[OpOverload, OpOverload] = {
-    aten.add_.Tensor: aten.add.Tensor, aten.sub_.Tensor: aten.sub.Tensor,
-    aten.mul_.Tensor: aten.mul.Tensor, aten.div_.Tensor: aten.div.Tensor,
-}
-"""In-place ops run as their functional op with the result stored into ``self`` (the
-schedule stores its output where ``self`` lives; no extra copy is timed)."""
+DECOMPOSED: tuple[OpOverload, ...] = (
+    *BACKWARD, *LOSS,
+    aten.huber_loss.default, aten.smooth_l1_loss.default, aten.binary_cross_entropy.default,
+    aten.log_sigmoid_forward.default, aten.special_xlog1py.default,
+    aten.special_entr.default, aten.mvlgamma.default, aten.softplus.default,
+    aten.mish.default, aten.glu.default, aten.hardsigmoid.default, aten.isneginf.default,
+    aten.all.default, aten.all.dim, aten.std.correction, aten.stack.default,
+    aten.tril.default, aten.triu.default,
+)
+"""Ops with no lowering of their own, compiled through torch's core-ATen decompositions
+(``compiler.compile_op``) into ops that have one: they cannot be derived from the
+lowering table, so they are listed."""
 
 COMPILE_AS: dict[OpOverload, OpOverload] = {
     aten.convolution_overrideable.default: aten.convolution.default,
 }
 """Ops that reach the device under another name than the one the compiler lowers."""
 
-MODEL_OPS: tuple[OpOverload, ...] = (
-    aten.cat.default, aten.stack.default, aten.embedding.default,
-    aten.index_select.default, aten.gather.default, aten.cumsum.default,
-    aten.tril.default, aten.triu.default, aten.where.ScalarSelf, aten.where.ScalarOther,
-    aten.where.Scalar, aten.masked_fill.Scalar, aten.isneginf.default, aten.all.default,
-    aten.all.dim, aten.any.default, aten.any.dim, aten.mean.default, aten.var.correction,
-    aten.std.correction, aten.minimum.default, aten.hardsigmoid.default,
-    aten.softplus.default, aten.mish.default, aten.glu.default,
-    aten.max_pool2d_with_indices.default, aten.max_pool2d.default, aten.avg_pool2d.default,
-    aten._adaptive_avg_pool2d.default, aten.constant_pad_nd.default,
-    aten.upsample_nearest2d.default, aten.upsample_nearest2d.vec, aten.var_mean.correction,
-    aten.argmax.default, aten.argmin.default, aten.mv.default, aten.addmv.default,
-    aten.dot.default, aten.vdot.default, aten.any.dims, aten.var.dim, aten.softmax.int,
-    aten.fix.default, aten.isnan.default, aten.isinf.default, aten.isfinite.default,
-    aten.elu.default, aten.lerp.Scalar, aten.lerp.Tensor, aten.xlogy.Tensor,
-    aten.div.Tensor_mode, aten.div.Scalar_mode, aten.round.decimals,
-    aten.std_mean.correction, aten.nansum.default, aten.addcmul.default,
-    aten.addcdiv.default, aten.fmax.default, aten.fmin.default, aten.logical_xor.default,
-    aten.heaviside.default, aten.signbit.default, aten.logit.default, aten.sinc.default,
-    aten.hardshrink.default, aten.softshrink.default, aten.threshold.default,
-    aten.nan_to_num.default, aten.isposinf.default, aten.erfc.default,
-    aten.floor_divide.default, aten.floor_divide.Scalar, aten.mse_loss.default,
-    aten.index.Tensor,
-)
-"""What the model families' forward passes call besides the above (token and position
-lookups, masks, concatenation for rotary embeddings, pooling and eval batch norm)."""
-
-MORE_REDUCTIONS: tuple[OpOverload, ...] = (
-    aten.max.default, aten.min.default, aten.max.dim, aten.min.dim, aten.aminmax.default,
-    aten.prod.default, aten.prod.dim_int, aten.count_nonzero.dim_IntList,
-    aten.count_nonzero.default, aten.logsumexp.default, aten.trace.default,
-)
-"""Reductions beyond sum/mean/amax (OpInfo's max/min with and without a dim, prod...)."""
-
-CUMULATIVE: tuple[OpOverload, ...] = (
-    aten.cumprod.default, aten.logcumsumexp.default, aten._logcumsumexp.default,
-    aten.cummax.default, aten.cummin.default,
-)
-"""Running results along a dim (cumsum is with the model ops)."""
-
-INDEXING: tuple[OpOverload, ...] = (
-    aten.flip.default, aten.roll.default, aten.take.default, aten.index_fill.int_Scalar,
-    aten.index_fill.int_Tensor, aten.index_copy.default, aten.index_add.default,
-    aten.index_reduce.default, aten.put.default,
-)
-"""Reordering and run-time indexing along a dim (index_select is with the model ops)."""
-
-NORMS: tuple[OpOverload, ...] = (
-    aten.linalg_vector_norm.default, aten.norm.Scalar, aten.norm.ScalarOpt_dim,
-    aten.norm.ScalarOpt_dim_dtype, aten.norm.ScalarOpt_dtype, aten.dist.default,
-    aten.renorm.default,
-)
-"""Vector norms and what is built on them (torch.norm, normalize, cdist-free distances)."""
-
-DECOMPOSED: tuple[OpOverload, ...] = (
-    aten.huber_loss.default, aten.smooth_l1_loss.default, aten.binary_cross_entropy.default,
-    aten.log_sigmoid_forward.default, aten.nll_loss2d_forward.default,
-    aten.logaddexp2.default, aten.special_xlog1py.default, aten.special_entr.default,
-)
-"""Losses and pointwise specials compiled through torch's core-ATen decompositions into
-ops that have lowerings."""
-
-SPECIAL: tuple[OpOverload, ...] = (
-    aten.lgamma.default, aten.digamma.default, aten.polygamma.default, aten.mvlgamma.default,
-    aten.erfinv.default, aten.i0.default, aten.pow.Scalar, aten.frexp.Tensor,
-    aten.nextafter.default, aten.special_i0e.default, aten.special_i1.default,
-    aten.special_i1e.default, aten.special_modified_bessel_i0.default, aten.special_ndtri.default,
-    aten.special_erfcx.default, aten.special_log_ndtr.default, aten.special_zeta.default,
-    aten.special_modified_bessel_i1.default, aten.special_spherical_bessel_j0.default,
-)
-"""Special functions composed of vector primitives (series with recurrence shifts)."""
-
-POOLING: tuple[OpOverload, ...] = (
-    aten.max_pool3d_with_indices.default, aten.avg_pool3d.default,
-    aten._adaptive_avg_pool3d.default, aten.adaptive_max_pool2d.default,
-    aten.adaptive_max_pool3d.default, aten.max_unpool2d.default, aten.max_unpool3d.default,
-    aten.max_pool2d_with_indices_backward.default,
-)
-"""Pooling beyond the plain 2-D windows above: 3-D and adaptive windows, max indices,
-unpooling and the max-pool backward (separable vector work over the windows' taps)."""
-
-UPSAMPLE: tuple[OpOverload, ...] = tuple(
-    getattr(getattr(aten, name), overload)
-    for name in ("upsample_nearest1d", "upsample_nearest3d", "_upsample_nearest_exact1d",
-                 "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d",
-                 "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d",
-                 "_upsample_bilinear2d_aa")
-    for overload in ("default", "vec")
-)
-"""``interpolate``'s resampling: per axis, weighted sums of picked input positions."""
-
-SAMPLING: tuple[OpOverload, ...] = (aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
-"""``grid_sample``: positions computed at run time, corners fetched by indexed gathers."""
-
-PADDING: tuple[OpOverload, ...] = (
-    aten.reflection_pad1d.default, aten.reflection_pad2d.default,
-    aten.reflection_pad3d.default, aten.replication_pad1d.default,
-    aten.replication_pad2d.default, aten.replication_pad3d.default,
-    aten.channel_shuffle.default, aten.native_channel_shuffle.default, aten.im2col.default,
-)
-"""Padding by re-reading edge positions, channel shuffle and im2col (copies)."""
-
-SORTING: tuple[OpOverload, ...] = (
-    aten.sort.default, aten.sort.stable, aten.topk.default, aten.kthvalue.default,
-    aten.median.default, aten.median.dim, aten.nanmedian.default, aten.nanmedian.dim,
-)
-"""Sorts (by rank for short rows, a bitonic network for longer ones), medians by rank."""
-
-SEARCH: tuple[OpOverload, ...] = (
-    aten.searchsorted.Tensor, aten.bucketize.Tensor, aten.isin.Tensor_Tensor,
-    aten.mode.default,
-)
-"""Searches by counting comparisons (values x boundaries)."""
-
-SCATTER: tuple[OpOverload, ...] = (
-    aten.scatter.src, aten.scatter_add.default, aten.scatter.reduce, aten.scatter_reduce.two,
-    aten.scatter.value, aten.scatter.value_reduce, aten.segment_reduce.default,
-)
-"""Scatters along any dim and segment reductions, as masked reductions (positions x
-indices per row)."""
-
-EXTRAS: tuple[OpOverload, ...] = (
-    aten._prelu_kernel.default, aten.angle.default, aten.linalg_cross.default,
-    aten.addbmm.default, aten.histc.default, aten.native_dropout_backward.default,
-)
-"""Small composites: PReLU, the angle of real numbers, the cross product, addbmm, histc,
-dropout's backward (a number raised to a tensor, logaddexp2 and frexp are with the
-special functions)."""
-
-FUNCTIONAL: tuple[OpOverload, ...] = (
-    *MATMUL, *UNARY, *BINARY, *SOFTMAX, *NORM, *REDUCTION, *BACKWARD, *LOSS, *MODEL_OPS,
-    *MORE_REDUCTIONS, *CUMULATIVE, *INDEXING, *NORMS, *DECOMPOSED, *SPECIAL,
-    *POOLING, *UPSAMPLE, *SAMPLING, *PADDING, *SORTING, *SEARCH, *SCATTER, *EXTRAS,
-)
+FUNCTIONAL: tuple[OpOverload, ...] = (*LOWERED, *DECOMPOSED)
 
 
 def out_variants(ops: tuple[OpOverload, ...]) -> dict[OpOverload, OpOverload]:
@@ -261,7 +158,9 @@ def in_place_variants(ops: tuple[OpOverload, ...]) -> dict[OpOverload, OpOverloa
     return found
 
 
-IN_PLACE.update({k: v for k, v in in_place_variants(FUNCTIONAL).items() if k not in IN_PLACE})
+IN_PLACE: dict[OpOverload, OpOverload] = in_place_variants(FUNCTIONAL)
+"""In-place ops run as their functional op with the result stored into ``self`` (the
+schedule stores its output where ``self`` lives; no extra copy is timed)."""
 
 OUT_OF_PLACE: dict[OpOverload, OpOverload] = out_variants(FUNCTIONAL)
 """``out=`` variants that run as their functional op with the result stored into

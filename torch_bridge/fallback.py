@@ -156,9 +156,16 @@ def _nbytes_out(value: Any) -> int:
 
 
 class HostFallbackWarning(UserWarning):
-    """An op ran on the host (CPU) instead of the npu: warned once per op, timed as host
-    work in ``torch_bridge.profile()``. Filter it with
+    """An op ran on the host (CPU) instead of the npu: warned once per op and reason,
+    timed as host work in ``torch_bridge.profile()``. Filter it with
     ``warnings.filterwarnings("ignore", category=HostFallbackWarning)``."""
+
+
+class CompileFallbackWarning(HostFallbackWarning):
+    """An op that has an npu kernel ran on the host instead, for a reason given in the
+    message and the event's ``note`` (the compiler failed, a dtype the device lacks, a
+    result that does not fit ``out=``); a kind of :class:`HostFallbackWarning`, so one
+    filter silences both."""
 
 
 INHERENTLY_HOST = frozenset({
@@ -168,7 +175,8 @@ INHERENTLY_HOST = frozenset({
 """Ops that are host work by design, never warned: ``.item()`` reads a value back, and
 random fills (``torch.randn(..., device="npu")``) draw from CPU's generator so the
 numbers equal CPU's. They are still timed as host work."""
-_warned_ops: set[str] = set()
+_warned_ops: set[tuple[str, str]] = set()
+"""(op, note) pairs already warned about."""
 
 
 def user_stacklevel() -> int:
@@ -181,10 +189,16 @@ def user_stacklevel() -> int:
     return level
 
 
-def _warn_once(name: str) -> None:
-    if name in INHERENTLY_HOST or name in _warned_ops:
+def _warn_once(name: str, note: str) -> None:
+    """Warn about host work once per op and reason: every host run passes through here,
+    so no op does host work unannounced (but the :data:`INHERENTLY_HOST` ones)."""
+    if name in INHERENTLY_HOST or (name, note) in _warned_ops:
         return
-    _warned_ops.add(name)
+    _warned_ops.add((name, note))
+    if note:
+        warnings.warn(f"{name} runs on the host: {note}", CompileFallbackWarning,
+                      stacklevel=user_stacklevel())
+        return
     warnings.warn(f"{name} has no npu kernel and runs on the host (timed as host work; see "
                   f"torch_bridge.profile())", HostFallbackWarning, stacklevel=user_stacklevel())
 
@@ -193,10 +207,11 @@ def run_on_host(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[s
                 host_op: Callable[..., Any] | None = None, note: str = "") -> Any:
     """Run ``op`` (or ``host_op``, a CPU stand-in with the same arguments) on CPU views
     and return npu results; records the call as host work on the device timeline, with
-    ``note`` saying why it ran on the host when that is not simply "no npu kernel"."""
+    ``note`` saying why it ran on the host when that is not simply "no npu kernel".
+    Warns once per op and ``note``: a :class:`CompileFallbackWarning` with a note, else a
+    :class:`HostFallbackWarning`."""
     info = op_info(op)
-    if not note:  # with a note, the caller has said why (CompileFallbackWarning)
-        _warn_once(info.name)
+    _warn_once(info.name, note)
     call = _Call()
     cpu_args = tuple(call.to_host(a) for a in args)
     cpu_kwargs = {k: call.to_host(v) for k, v in kwargs.items()} if kwargs else kwargs
@@ -277,4 +292,4 @@ def _resync_written(info: OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any],
         storage.cpu_view(npu).copy_(cpu)
 
 
-__all__ = ["HostFallbackWarning", "OpInfo", "op_info", "run_on_host"]
+__all__ = ["CompileFallbackWarning", "HostFallbackWarning", "OpInfo", "op_info", "run_on_host"]
