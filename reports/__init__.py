@@ -55,7 +55,7 @@ _LAZY: dict[str, str] = {
     "html_report": "reports.html", "write_html": "reports.html",
 }
 
-__all__ = [
+__all__ = [  # noqa: PLE0604 (the lazy names are strings too)
     "CriticalPath", "EngineTime", "OpRow", "ReportData", "compare_table", "critical_path",
     "critical_path_text", "engine_times", "export_perfetto", "from_json", "idle_text",
     "op_rows", "op_table", "perfetto_trace", "read_json", "report_data", "run_totals",

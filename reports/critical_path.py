@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from reports.data import CommandRecord, ReportData, ResultLike, report_data
+from reports.data import CommandRecord, ResultLike, report_data
 from reports.extended import ExtendedSpan, apportion, overlap
 from reports.idle import EngineTime, engine_times, idle_text
 from reports.text import format_cycles, format_table, percent

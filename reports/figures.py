@@ -26,10 +26,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from reports.data import ReportData, ResultLike, report_data
-from reports.ops import op_rows
 from reports.roofline_figure import roofline_figure
 from reports.perfetto import track_name
-from reports.text import format_bytes, format_si
+from reports.text import format_bytes
 
 _OP_COLORS = {
     "load": "#1f77b4", "store": "#17becf", "copy": "#aec7e8", "matmul": "#d62728",

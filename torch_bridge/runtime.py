@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from archsim.config import DEFAULT_PRESET, NpuConfig, load_config
 
@@ -209,7 +209,7 @@ def _record(op: str, kind: EventKind, cycles: int, nbytes: int, flops: int = 0,
 
 def _costs() -> _Costs:
     if _state.costs is None:
-        _state.config  # loads the default preset
+        _state.config  # noqa: B018 (reading it loads the default preset)
     return _state.costs  # type: ignore[return-value]
 
 

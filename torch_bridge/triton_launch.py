@@ -18,7 +18,8 @@ import inspect
 import logging
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import torch
 

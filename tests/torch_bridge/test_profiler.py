@@ -12,7 +12,6 @@ from torch import nn
 from torch.testing import assert_close
 
 import torch_bridge
-from torch_bridge import runtime
 
 
 @pytest.fixture(autouse=True)
