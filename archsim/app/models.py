@@ -203,9 +203,8 @@ class Llama(nn.Module):
         cos, sin = rotary_tables(ids.shape[1], self.head_dim, x.dtype, x.device)
         for layer in self.layers:
             x = layer(x, cos, sin)
-        if not self.all_logits:
-            x = x[:, -1:]
-        return self.lm_head(self.norm(x))
+        x = self.norm(x)
+        return self.lm_head(x if self.all_logits else x[:, -1:])
 
 
 class BasicBlock(nn.Module):
