@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from archsim.app.models import RMSNorm, rotate
+from archsim.app.models import RMSNorm, inverse_frequencies, rotary_tables, rotate
 from serving.plan import Shard
 from serving.spec import ModelSpec
 
@@ -99,7 +99,10 @@ class AttentionBlock(nn.Module):
     def _project(self, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if hasattr(self, "qkv"):
             return self.qkv(y).split(self.widths, dim=-1)
-        return self.q(y), self.k(y), self.v(y)
+        q = self.q(y)
+        if self.query_scale is not None:  # OPT: right after the projection
+            q = q * self.query_scale
+        return q, self.k(y), self.v(y)
 
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         if self.rotary_dim == self.head_dim:
@@ -115,13 +118,12 @@ class AttentionBlock(nn.Module):
         b, t, _ = x.shape
         y = self.norm(x)
         q, k, v = self._project(y)
-        if self.query_scale is not None:
-            q = q * self.query_scale
-        q = q.view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        if self.qk_norm:
+        q = q.view(b, t, self.heads, self.head_dim)
+        k = k.view(b, t, self.kv_heads, self.head_dim)
+        if self.qk_norm:  # each head, before heads move ahead of tokens (Qwen3)
             q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = v.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary:
             q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
         scale = 1.0 if self.query_scale is not None else 1 / math.sqrt(self.head_dim)
@@ -232,22 +234,32 @@ class Layer(nn.Module):
 class Stage(nn.Module):
     """A pipeline stage on one chip: its layers, after the embedding on the first stage
     and before the head on the last. Takes token ids (first stage) or hidden states,
-    positions, the rotary tables and, in decode, each layer's cache; returns the hidden
-    states (or the last token's logits) and each layer's new K and V."""
+    the new tokens' positions (the rotary tables are computed from them, as
+    transformers does) and, in decode, each layer's cache; returns the hidden states
+    (or the last token's logits) and each layer's new K and V."""
 
     def __init__(self, spec: ModelSpec, shard: Shard, kv_dtype: torch.dtype, layers: int,
                  embed: bool, head: bool) -> None:
         super().__init__()
+        self.rotary = spec.positions == "rotary"
+        if self.rotary:
+            self.register_buffer("inv_freq", inverse_frequencies(spec.rotary_dim
+                                                                 or spec.head_dim),
+                                 persistent=False)
         self.embed = Embed(spec, shard) if embed else None
         self.layers = nn.ModuleList(Layer(spec, shard, kv_dtype) for _ in range(layers))
         self.head = Head(spec, shard) if head else None
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
-                sin: torch.Tensor, k_caches: list[torch.Tensor] | None = None,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor,
+                k_caches: list[torch.Tensor] | None = None,
                 v_caches: list[torch.Tensor] | None = None
                 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         if self.embed is not None:
             x = self.embed(x, positions)
+        dtype = x.dtype
+        cos = sin = positions  # unused without rotary
+        if self.rotary:  # the tables of this step's positions, once for all layers
+            cos, sin = rotary_tables(positions, self.inv_freq, dtype)
         keys, values = [], []
         for i, layer in enumerate(self.layers):
             caches = (k_caches[i], v_caches[i]) if k_caches else ()

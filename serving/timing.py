@@ -65,7 +65,7 @@ class Timer:
                 module = Stage(spec, self.shard, self.kv_dtype, count, embed, head)
                 x = (torch.empty(b, tokens, dtype=torch.int64) if embed
                      else torch.empty(b, tokens, spec.hidden, dtype=self.dtype))
-                inputs: tuple = (x, *self._positions(tokens))
+                inputs: tuple = (x, self._positions(tokens)[0])
                 if context:
                     caches = [self._cache_input(n) for n in seen]
                     inputs += (caches, caches)

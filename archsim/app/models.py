@@ -125,11 +125,17 @@ class RMSNorm(nn.Module):
         return self.weight * y.to(x.dtype)
 
 
-def rotary_tables(tokens: int, head_dim: int, dtype: torch.dtype, device: torch.device,
-                  theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin [tokens, head_dim] of positions 0..tokens-1 (computed in float32)."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
-    angles = torch.arange(tokens, device=device).float()[:, None] * inv_freq[None, :]
+def inverse_frequencies(head_dim: int, theta: float = 10000.0) -> torch.Tensor:
+    """Rotary's angle per position of each pair of dimensions [head_dim / 2] (float32;
+    a buffer, as transformers keeps it)."""
+    return 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
+
+
+def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [tokens, head_dim] of ``positions`` (computed in float32 on the
+    device, once per forward, as transformers' rotary embedding does)."""
+    angles = positions.float()[:, None] * inv_freq.float()[None, :]
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
@@ -190,8 +196,8 @@ class Llama(nn.Module):
                  intermediate: int = 11008, vocab: int = 32000, all_logits: bool = False
                  ) -> None:
         super().__init__()
-        self.head_dim = hidden // heads
         self.all_logits = all_logits
+        self.register_buffer("inv_freq", inverse_frequencies(hidden // heads), persistent=False)
         self.embed = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(LlamaLayer(hidden, heads, kv_heads, intermediate)
                                     for _ in range(layers))
@@ -200,7 +206,8 @@ class Llama(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids)
-        cos, sin = rotary_tables(ids.shape[1], self.head_dim, x.dtype, x.device)
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        cos, sin = rotary_tables(positions, self.inv_freq, x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin)
         x = self.norm(x)
