@@ -100,11 +100,10 @@ class ServeResult:
         else:
             notes.append(f"{spec.layers} identical layers composed from one simulated layer "
                          f"per shape (exact: each layer ends with every chip of its group "
-                         f"idle)")
+                         f"idle); rotary cos/sin are inputs of each attention block")
         notes.append("prefill: the final norm over every token, the LM head over the last "
                      "token only (what generation samples from; a plain forward of "
-                     "transformers' *ForCausalLM computes logits for every token); rotary "
-                     "cos/sin are read from a table")
+                     "transformers' *ForCausalLM computes logits for every token)")
         window = spec.sliding_window
         if window and request.prefill > window:
             notes.append(f"prompt {request.prefill} > sliding window {window}: prefill "

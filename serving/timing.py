@@ -32,7 +32,8 @@ class Timer:
         self.kv_dtype = TORCH_DTYPES[request.kv_dtype]
         self._cache: dict[tuple, BlockTime] = {}
         self.simulated: list[tuple[str, int, int]] = []
-        """Every (kind, tokens, context) simulated, in order (for the report)."""
+        """Every (kind, tokens, cached tokens read) simulated, in order (for the
+        report)."""
 
     def block(self, kind: str, tokens: int, context: int = 0) -> BlockTime:
         """A block of layer 0's shape (``attention`` reads the cache of layer 0)."""
@@ -46,7 +47,7 @@ class Timer:
         if found is None:
             module, inputs = self._build(kind, tokens, seen)
             found = self._cache[key] = self._estimate(module, inputs)
-            self.simulated.append((kind, tokens, context))
+            self.simulated.append((kind, tokens, seen))  # the cache it reads
         return found
 
     def stage(self, first: int, count: int, embed: bool, head: bool, tokens: int,
