@@ -2,13 +2,19 @@
 
 Three levels, each simulated once per distinct shape:
 
-1. a block (attention half or MLP half of a layer, embedding, LM head) on one chip:
-   compiled and simulated (:mod:`serving.timing`);
+1. on one chip (``tp`` 1), a whole pipeline stage (its layers, the embedding on the
+   first, the LM head on the last) is one program, compiled and simulated as
+   ``archsim.estimate`` runs a model (identical layers in part, then extended), so
+   the next layer's weights stream in under this one's work as they would; with
+   tensor parallelism, a block (attention half or MLP half of a layer, embedding, LM
+   head) on one chip (:mod:`serving.timing`);
 2. a layer on its tensor-parallel group: the blocks as computes on every chip of the
-   group with an all-reduce after each, simulated on the chip-to-chip links
+   group with an all-reduce after each (one after both when attention and MLP run side
+   by side), simulated on the chip-to-chip links
    (:func:`archsim.cluster.run_cluster`). A layer ends with an all-reduce that
    leaves every chip of the group idle, so the layers of a stage run back to back and
-   a stage takes exactly (its layers) x (one layer);
+   a stage takes exactly (its layers) x (one layer); layers whose sliding window makes
+   them read less of the cache are a layer shape of their own;
 3. the pipeline: each stage of each micro-batch as a compute on its chips, the
    activations sent to the next stage and each micro-batch's sampled token sent back
    to the first stage, over all prefill micro-batches and decode steps, simulated on
@@ -115,8 +121,10 @@ class Composer:
         return self.request.batch // self.par.micro_batches
 
     # -- level 2: a block on its tensor-parallel group ----------------------------------
-    def _group(self, kind: str, stage: int, tokens: int, context: int) -> Segment:
-        key = (kind, stage, tokens, context)
+    def _group(self, kind: str, stage: int, tokens: int, context: int,
+               layer: int = 0) -> Segment:
+        seen = self.spec.attended(context, layer) if kind == "layer" and context else 0
+        key = (kind, stage, tokens, context, seen)
         found = self._segments.get(key)
         if found is not None:
             return found
@@ -124,14 +132,16 @@ class Composer:
         h, item = self.spec.hidden, self.request.item
         activation = self.mb_batch * tokens * h * item
         if kind == "layer":
-            parts = [("attention", self.timer.block("attention", tokens, context),
-                      "all_reduce", activation),
+            # side by side (Falcon), the two halves' partial sums meet in one all-reduce
+            after_attention = "" if self.spec.parallel else "all_reduce"
+            parts = [("attention", self.timer.layer_block("attention", tokens, context, layer),
+                      after_attention, activation),
                      ("mlp", self.timer.block("mlp", tokens), "all_reduce", activation)]
         elif kind == "embed":
             parts = [("embed", self.timer.block("embed", tokens), "all_reduce", activation)]
         else:  # head: each chip holds a vocabulary slice of the logits
             logits = self.mb_batch * self.spec.vocab * item
-            parts = [("head", self.timer.block("head", 1), "all_gather", logits)]
+            parts = [("head", self.timer.block("head", tokens), "all_gather", logits)]
         found = self._on_group(group, parts)
         self._segments[key] = found
         return found
@@ -148,11 +158,16 @@ class Composer:
             return Segment(now, 0, flops, dram, 0, tuple(timeline))
         tasks: list[Task] = []
         collectives = []
+        after: dict[int, tuple[int, ...]] = {c: () for c in group}
+        """What each chip's next compute waits for."""
         for name, block, op, nbytes in parts:
-            deps = (len(tasks) - 1,) if tasks else ()
             first = len(tasks)
-            tasks += [Compute(name, c, block.cycles, deps) for c in group]
+            tasks += [Compute(name, c, block.cycles, after[c]) for c in group]
+            if not op:  # the next part follows on each chip
+                after = {c: (first + i,) for i, c in enumerate(group)}
+                continue
             collectives.append(len(tasks))
+            after = {c: (len(tasks),) for c in group}
             algorithm = self.algorithm
             if algorithm == "auto":
                 link = self.config.interconnect
@@ -171,12 +186,42 @@ class Composer:
         return Segment(result.total_cycles, in_collectives, flops, dram, result.link_bytes,
                        timeline)
 
+    def _whole_stage(self, stage: int, tokens: int, context: int) -> Segment:
+        """A stage on one chip as one program (no collective splits it)."""
+        key = ("stage", stage, tokens, context, 0)
+        found = self._segments.get(key)
+        if found is None:
+            counts = self.par.stage_layers(self.spec)
+            first, count = sum(counts[:stage]), counts[stage]
+            embed, head = stage == 0, stage == self.par.pp - 1
+            block = self.timer.stage(first, count, embed, head, tokens, context)
+            name = "+".join((["embed"] if embed else [])
+                            + [f"layers {first}-{first + count - 1}"]
+                            + (["head"] if head else []))
+            found = Segment(block.cycles, 0, block.matmul_flops, block.dram_bytes, 0,
+                            ((name, 0, block.cycles, False),))
+            self._segments[key] = found
+        return found
+
     def stage(self, stage: int, tokens: int, context: int) -> Segment:
         """One micro-batch through one stage (its layers, plus the embedding on the first
-        and the LM head on the last)."""
+        and the LM head on the last): one program on one chip; with tensor parallelism,
+        blocks with collectives between them."""
+        if self.par.tp == 1:
+            return self._whole_stage(stage, tokens, context)
         counts = self.par.stage_layers(self.spec)
-        layers, first = counts[stage], sum(counts[:stage])
-        total = self._group("layer", stage, tokens, context).times(layers, first)
+        first = sum(counts[:stage])
+        total = None
+        start = first
+        for layer in range(first, first + counts[stage] + 1):
+            end = layer == first + counts[stage]
+            if not end and (self.spec.attended(context, layer)
+                            == self.spec.attended(context, start)):
+                continue
+            run = self._group("layer", stage, tokens, context, start).times(layer - start,
+                                                                            start)
+            total = run if total is None else total + run
+            start = layer
         if stage == 0:
             total = self._group("embed", 0, tokens, 0) + total
         if stage == self.par.pp - 1:

@@ -2,10 +2,14 @@
 device (no weights) and timed by compiling and simulating them.
 
 A layer is two blocks, so tensor parallelism can put an all-reduce after each:
-:class:`AttentionBlock` (norm, Q/K/V, rotary, attention, output projection, residual)
-and :class:`MlpBlock` (norm, SwiGLU or GELU MLP, residual). :class:`Embed` and
-:class:`Head` (final norm and LM head, for the last token of each sequence only) wrap
-the stack.
+:class:`AttentionBlock` (norm, Q/K/V, query/key norms, rotary, attention, output
+projection, post-norm, residual) and :class:`MlpBlock` (norm, gated or plain MLP,
+post-norm, residual). :class:`Embed` and :class:`Head` (final norm and LM head, for
+the last token of each sequence only, as a generation's prefill computes it) wrap the
+stack; :class:`Stage` is a pipeline stage's share of all of them, timed as one program
+on one chip. Each family's differences (:class:`serving.spec.ModelSpec`) are built as
+transformers builds them: fused projections, Gemma's norms, parallel attention and MLP
+(the MLP block then takes the attention block's extra output), learned positions.
 
 Prefill: attention over the prompt is causal (``is_causal``: the flash kernel skips
 key tiles the mask hides entirely); the block returns the new K and V, written to
@@ -20,90 +24,180 @@ cache slot (same bytes moved as writing it there first).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from archsim.app.models import RMSNorm
+from archsim.app.models import RMSNorm, inverse_frequencies, rotary_tables, rotate
 from serving.plan import Shard
 from serving.spec import ModelSpec
 
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _norm(spec: ModelSpec) -> nn.Module:
-    return nn.LayerNorm(spec.hidden) if spec.family == "gpt2" else RMSNorm(spec.hidden)
+class GemmaRMSNorm(nn.Module):
+    """Gemma's RMSNorm: normalized and scaled by 1 + weight in float32, then cast."""
+
+    def __init__(self, size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * (1.0 + self.weight.float())).to(x.dtype)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+NORMS: dict[str, Callable[[int], nn.Module]] = {
+    "rms": RMSNorm, "rms_f32": GemmaRMSNorm, "layer": nn.LayerNorm}
+
+
+def _gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's GELU, written out as transformers' ``NewGELUActivation`` does."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
+                                       * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_new": _gelu_new, "relu": F.relu}
+
+
+def _norm(spec: ModelSpec, size: int | None = None) -> nn.Module:
+    return NORMS[spec.norm](size or spec.hidden)
 
 
 class AttentionBlock(nn.Module):
     def __init__(self, spec: ModelSpec, shard: Shard, kv_dtype: torch.dtype) -> None:
         super().__init__()
-        self.rotary = spec.family == "llama"
+        self.rotary = spec.positions == "rotary"
+        self.rotary_dim = spec.rotary_dim or spec.head_dim
         self.heads, self.kv_heads, self.head_dim = shard.heads, shard.kv_heads, spec.head_dim
         self.kv_dtype = kv_dtype
+        self.parallel = spec.parallel
+        self.query_scale = spec.head_dim ** -0.5 if spec.scaled_query else None
         self.norm = _norm(spec)
         q, kv = shard.heads * spec.head_dim, shard.kv_heads * spec.head_dim
-        self.q = nn.Linear(spec.hidden, q, bias=spec.qkv_bias)
-        self.k = nn.Linear(spec.hidden, kv, bias=spec.qkv_bias)
-        self.v = nn.Linear(spec.hidden, kv, bias=spec.qkv_bias)
-        self.o = nn.Linear(q, spec.hidden, bias=spec.dense_bias)
+        self.widths = (q, kv, kv)
+        if spec.fused_qkv:
+            self.qkv = nn.Linear(spec.hidden, q + 2 * kv, bias=spec.qkv_bias)
+        else:
+            self.q = nn.Linear(spec.hidden, q, bias=spec.qkv_bias)
+            self.k = nn.Linear(spec.hidden, kv, bias=spec.qkv_bias)
+            self.v = nn.Linear(spec.hidden, kv, bias=spec.qkv_bias)
+        self.qk_norm = spec.qk_norm
+        if spec.qk_norm:
+            self.q_norm, self.k_norm = _norm(spec, spec.head_dim), _norm(spec, spec.head_dim)
+        self.o = nn.Linear(q, spec.hidden, bias=spec.out_bias)
+        self.post_norm = spec.sandwich_norms
+        if spec.sandwich_norms:
+            self.out_norm = _norm(spec)
+
+    def _project(self, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if hasattr(self, "qkv"):
+            return self.qkv(y).split(self.widths, dim=-1)
+        q = self.q(y)
+        if self.query_scale is not None:  # OPT: right after the projection
+            q = q * self.query_scale
+        return q, self.k(y), self.v(y)
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        if self.rotary_dim == self.head_dim:
+            return rotate(x, cos, sin)
+        part, rest = x[..., :self.rotary_dim], x[..., self.rotary_dim:]
+        return torch.cat((rotate(part, cos, sin), rest), dim=-1)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 k_cache: torch.Tensor | None = None, v_cache: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                ) -> tuple[torch.Tensor, ...]:
+        """(x + attention, new K, new V), and with attention and MLP side by side the
+        MLP's input: the shared norm's output, or the layer input for its own norm."""
         b, t, _ = x.shape
         y = self.norm(x)
-        q = self.q(y).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k(y).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v(y).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self._project(y)
+        q = q.view(b, t, self.heads, self.head_dim)
+        k = k.view(b, t, self.kv_heads, self.head_dim)
+        if self.qk_norm:  # each head, before heads move ahead of tokens (Qwen3)
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = v.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rotary:
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        scale = 1.0 if self.query_scale is not None else 1 / math.sqrt(self.head_dim)
         if k_cache is None:
-            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
                                                   enable_gqa=self.heads != self.kv_heads)
             attn = attn.transpose(1, 2).reshape(b, t, -1)
         else:  # one token: the query heads of each K/V head become its query rows
             group = self.heads // self.kv_heads
             rows = q.reshape(b, self.kv_heads, group * t, self.head_dim).to(k_cache.dtype)
-            attn = F.scaled_dot_product_attention(rows, k_cache, v_cache,
-                                                  scale=1 / math.sqrt(self.head_dim))
+            attn = F.scaled_dot_product_attention(rows, k_cache, v_cache, scale=scale)
             attn = attn.reshape(b, t, -1).to(x.dtype)
-        return x + self.o(attn), k.to(self.kv_dtype), v.to(self.kv_dtype)
+        out = self.o(attn)
+        if self.post_norm:
+            out = self.out_norm(out)
+        kv = (k.to(self.kv_dtype), v.to(self.kv_dtype))
+        if self.parallel:
+            return x + out, *kv, (y if self.parallel == "shared_norm" else x)
+        return x + out, *kv
 
 
 class MlpBlock(nn.Module):
     def __init__(self, spec: ModelSpec, shard: Shard) -> None:
         super().__init__()
-        self.gated = spec.gated_mlp
-        self.norm = _norm(spec)
-        self.up = nn.Linear(spec.hidden, shard.intermediate, bias=spec.dense_bias)
-        if self.gated:
-            self.gate = nn.Linear(spec.hidden, shard.intermediate, bias=False)
-        self.down = nn.Linear(shard.intermediate, spec.hidden, bias=spec.dense_bias)
+        self.gated, self.fused = spec.gated, spec.fused_gate_up
+        self.act = ACTIVATIONS[spec.activation]
+        self.parallel = spec.parallel
+        if spec.parallel != "shared_norm":
+            self.norm = _norm(spec)
+        inter = shard.intermediate
+        if self.fused:
+            self.gate_up = nn.Linear(spec.hidden, 2 * inter, bias=spec.mlp_bias)
+        else:
+            self.up = nn.Linear(spec.hidden, inter, bias=spec.mlp_bias)
+            if self.gated:
+                self.gate = nn.Linear(spec.hidden, inter, bias=spec.mlp_bias)
+        self.down = nn.Linear(inter, spec.hidden, bias=spec.mlp_bias)
+        self.post_norm = spec.sandwich_norms
+        if spec.sandwich_norms:
+            self.out_norm = _norm(spec)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm(x)
+    def _mlp(self, y: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            gate, up = self.gate_up(y).chunk(2, dim=-1)
+            return self.down(up * self.act(gate))
         if self.gated:
-            return x + self.down(F.silu(self.gate(y)) * self.up(y))
-        return x + self.down(F.gelu(self.up(y), approximate="tanh"))
+            return self.down(self.act(self.gate(y)) * self.up(y))
+        return self.down(self.act(self.up(y)))
+
+    def forward(self, x: torch.Tensor, mlp_in: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` + the MLP of ``x`` (in sequence) or of ``mlp_in`` (side by side: the
+        attention block's extra output)."""
+        source = x if mlp_in is None else mlp_in
+        y = source if self.parallel == "shared_norm" else self.norm(source)
+        out = self._mlp(y)
+        return x + (self.out_norm(out) if self.post_norm else out)
 
 
 class Embed(nn.Module):
     def __init__(self, spec: ModelSpec, shard: Shard) -> None:
         super().__init__()
         self.tokens = nn.Embedding(shard.vocab, spec.hidden)
-        self.positions = (nn.Embedding(spec.max_positions, spec.hidden)
-                          if spec.family == "gpt2" else None)
+        self.positions = (nn.Embedding(spec.position_rows, spec.hidden)
+                          if spec.positions == "learned" else None)
+        self.offset = spec.position_offset
+        self.scale = spec.hidden ** 0.5 if spec.embed_scale else None
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         x = self.tokens(ids)
-        return x if self.positions is None else x + self.positions(positions)
+        if self.scale is not None:
+            x = x * self.scale
+        if self.positions is None:
+            return x
+        return x + self.positions(positions + self.offset if self.offset else positions)
 
 
 class Head(nn.Module):
@@ -111,9 +205,70 @@ class Head(nn.Module):
         super().__init__()
         self.norm = _norm(spec)
         self.lm_head = nn.Linear(spec.hidden, shard.vocab, bias=False)
+        self.softcap = spec.logit_softcap
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.norm(x))
+        """Logits of the last token: the final norm over every token (it ends the model's
+        forward, as in transformers and serving runtimes), the LM head over the last."""
+        logits = self.lm_head(self.norm(x)[:, -1:])
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+
+class Layer(nn.Module):
+    """A whole decoder layer on one chip: the attention block, then the MLP block."""
+
+    def __init__(self, spec: ModelSpec, shard: Shard, kv_dtype: torch.dtype) -> None:
+        super().__init__()
+        self.attention = AttentionBlock(spec, shard, kv_dtype)
+        self.mlp = MlpBlock(spec, shard)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                k_cache: torch.Tensor | None = None, v_cache: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x, k, v, *mlp_in = self.attention(x, cos, sin, k_cache, v_cache)
+        return self.mlp(x, *mlp_in), k, v
+
+
+class Stage(nn.Module):
+    """A pipeline stage on one chip: its layers, after the embedding on the first stage
+    and before the head on the last. Takes token ids (first stage) or hidden states,
+    the new tokens' positions (the rotary tables are computed from them, as
+    transformers does) and, in decode, each layer's cache; returns the hidden states
+    (or the last token's logits) and each layer's new K and V."""
+
+    def __init__(self, spec: ModelSpec, shard: Shard, kv_dtype: torch.dtype, layers: int,
+                 embed: bool, head: bool) -> None:
+        super().__init__()
+        self.rotary = spec.positions == "rotary"
+        if self.rotary:
+            self.register_buffer("inv_freq", inverse_frequencies(spec.rotary_dim
+                                                                 or spec.head_dim),
+                                 persistent=False)
+        self.embed = Embed(spec, shard) if embed else None
+        self.layers = nn.ModuleList(Layer(spec, shard, kv_dtype) for _ in range(layers))
+        self.head = Head(spec, shard) if head else None
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor,
+                k_caches: list[torch.Tensor] | None = None,
+                v_caches: list[torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        if self.embed is not None:
+            x = self.embed(x, positions)
+        dtype = x.dtype
+        cos = sin = positions  # unused without rotary
+        if self.rotary:  # the tables of this step's positions, once for all layers
+            cos, sin = rotary_tables(positions, self.inv_freq, dtype)
+        keys, values = [], []
+        for i, layer in enumerate(self.layers):
+            caches = (k_caches[i], v_caches[i]) if k_caches else ()
+            x, k, v = layer(x, cos, sin, *caches)
+            keys.append(k)
+            values.append(v)
+        if self.head is not None:
+            x = self.head(x)
+        return x, keys, values
 
 
 def meta_block(module: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -121,5 +276,5 @@ def meta_block(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     return module.to(device="meta", dtype=dtype).eval()
 
 
-__all__ = ["AttentionBlock", "Embed", "Head", "MlpBlock", "TORCH_DTYPES",
-           "meta_block"]
+__all__ = ["ACTIVATIONS", "AttentionBlock", "Embed", "GemmaRMSNorm", "Head", "Layer",
+           "MlpBlock", "NORMS", "Stage", "TORCH_DTYPES", "meta_block"]

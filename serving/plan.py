@@ -125,22 +125,25 @@ def memory_per_chip(spec: ModelSpec, request: Request, par: Parallelism,
                     shard: Shard) -> Memory:
     hd, h = spec.head_dim, spec.hidden
     q, kv = shard.heads * hd, shard.kv_heads * hd
-    mlp = (3 if spec.gated_mlp else 2) * h * shard.intermediate
+    mlp = (3 if spec.gated else 2) * h * shard.intermediate
     layer = h * (2 * q + 2 * kv) + mlp + (spec.layer_parameters - spec.layer_matmul_weights)
-    embed = shard.vocab * h + (spec.max_positions * h if spec.family == "gpt2" else 0)
-    head = (0 if spec.tied_embeddings else shard.vocab * h) + 2 * h
+    embed = (shard.vocab + spec.position_rows) * h
+    head = (0 if spec.tied_embeddings else shard.vocab * h) + spec.norm_parameters
     tokens = request.prefill + request.decode
-    kv_layer = request.batch * spec.attended(tokens) * 2 * kv * request.kv_item
+    kv_token = request.batch * 2 * kv * request.kv_item  # one cached token of one layer
     mb_tokens = request.batch // par.micro_batches * request.prefill
     act = 2 * mb_tokens * (2 * h + q + 2 * kv + 2 * shard.intermediate) * request.item
     worst = Memory(0, 0, 0)
+    first = 0
     for stage, layers in enumerate(par.stage_layers(spec)):
         params = layers * layer
+        cached = sum(spec.attended(tokens, i) for i in range(first, first + layers))
+        first += layers
         if stage == 0:
             params += embed
         if stage == par.pp - 1:
             params += head + (shard.vocab * h if spec.tied_embeddings and par.pp > 1 else 0)
-        mem = Memory(params * request.item, layers * kv_layer, act)
+        mem = Memory(params * request.item, cached * kv_token, act)
         worst = max(worst, mem, key=lambda m: m.total)
     return worst
 

@@ -41,9 +41,10 @@ def peak_flops(config: NpuConfig, dtype: str) -> float:
     return config.peak_flops
 
 
-def causal_pairs(spec: ModelSpec, tokens: int) -> int:
-    """(query, key) pairs causal attention computes over a ``tokens``-token prompt."""
-    window = spec.sliding_window
+def causal_pairs(spec: ModelSpec, tokens: int, layer: int = 0) -> int:
+    """(query, key) pairs causal attention computes over a ``tokens``-token prompt in
+    layer ``layer``."""
+    window = spec.window(layer)
     if not window or window >= tokens:
         return tokens * (tokens + 1) // 2
     return window * (window + 1) // 2 + (tokens - window) * window
@@ -63,15 +64,15 @@ def roofline(spec: ModelSpec, request: Request, config: NpuConfig, chips: int = 
     qk_width = spec.heads * spec.head_dim
     weights = weight_bytes(spec, request)
     head_flops = 2 * spec.hidden * spec.vocab
-    layer_flops = (2 * s * spec.layer_matmul_weights
-                   + 4 * qk_width * causal_pairs(spec, s))
-    prefill_flops = b * (spec.layers * layer_flops + head_flops)
+    pairs = sum(causal_pairs(spec, s, layer) for layer in range(spec.layers))
+    prefill_flops = b * (spec.layers * 2 * s * spec.layer_matmul_weights
+                         + 4 * qk_width * pairs + head_flops)
     prefill_s = max(prefill_flops / peak, weights / bandwidth)
     decode_bytes, decode_s = [], []
     for context in request.contexts():
-        seen = spec.attended(context)
-        kv = b * spec.layers * seen * spec.kv_elements_per_token() * request.kv_item
-        flops = b * (spec.layers * (2 * spec.layer_matmul_weights + 4 * qk_width * seen)
+        seen = spec.kv_tokens(context)  # over all layers
+        kv = b * seen * spec.kv_elements_per_token() * request.kv_item
+        flops = b * (spec.layers * 2 * spec.layer_matmul_weights + 4 * qk_width * seen
                      + head_flops)
         decode_bytes.append(weights + kv)
         decode_s.append(max((weights + kv) / bandwidth, flops / peak))

@@ -90,11 +90,28 @@ class ServeResult:
         }
 
     def notes(self) -> list[str]:
-        spec, par = self.spec, self.par
+        spec, par, request = self.spec, self.par, self.request
         blocks = ", ".join(f"{k}({t}{f', ctx {c}' if c else ''})" for k, t, c in self.simulated)
-        notes = [f"simulated once per distinct shape on one chip: {blocks}",
-                 f"{spec.layers} identical layers composed from one simulated layer per "
-                 f"shape (exact: each layer ends with every chip of its group idle)"]
+        notes = [f"simulated once per distinct shape on one chip: {blocks}"]
+        if par.tp == 1:
+            notes.append(f"each stage compiled and simulated as one program, as archsim."
+                         f"estimate runs a model: of {spec.layers} identical layers the "
+                         f"first 3 simulated, the others extended")
+        else:
+            notes.append(f"{spec.layers} identical layers composed from one simulated layer "
+                         f"per shape (exact: each layer ends with every chip of its group "
+                         f"idle); rotary cos/sin are inputs of each attention block")
+        notes.append("prefill: the final norm over every token, the LM head over the last "
+                     "token only (what generation samples from; a plain forward of "
+                     "transformers' *ForCausalLM computes logits for every token)")
+        window = spec.sliding_window
+        if window and request.prefill > window:
+            notes.append(f"prompt {request.prefill} > sliding window {window}: prefill "
+                         f"attention of the windowed layers is timed as full causal "
+                         f"attention (the kernel does not skip key tiles left of the window)")
+        if spec.attention_softcap:
+            notes.append("attention logit soft-capping is not timed (inside the flash "
+                         "kernel; transformers' SDPA path leaves it out too)")
         if self.request.decode > 2:
             notes.append(f"decode steps 2..{self.request.decode - 1} interpolated linearly "
                          f"between the simulated first and last steps (attention is linear "
@@ -113,12 +130,13 @@ class ServeResult:
 
 
 def serve(model: str | Path | ModelSpec, config: NpuConfig, request: Request,
-          par: Parallelism = Parallelism(), algorithm: str = "auto") -> ServeResult:
-    """Simulate serving ``request`` with ``model`` on ``par.chips`` chips of ``config``;
-    tensor-parallel all-reduces use ``algorithm`` (ring, bidir_ring, tree, or auto: the
-    cheapest for each message size)."""
+          par: Parallelism | None = None, algorithm: str = "auto") -> ServeResult:
+    """Simulate serving ``request`` with ``model`` on ``par.chips`` chips of ``config``
+    (one chip by default); tensor-parallel all-reduces use ``algorithm`` (ring,
+    bidir_ring, tree, or auto: the cheapest for each message size)."""
     from serving.timing import Timer  # imports torch
 
+    par = par or Parallelism()
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     shard = check(spec, request, par)
     memory = check_memory(spec, request, par, shard, config)

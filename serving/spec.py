@@ -1,7 +1,9 @@
-"""A decoder-only language model's shapes, read from a transformers ``config.json``.
+"""A decoder-only language model's shapes and architecture, read from a transformers
+``config.json``.
 
 MODEL is a bundled name (``serving/models/*.json``), a path to a ``config.json`` or a
-model directory holding one. Only shapes are read; there are no weights. No torch.
+model directory holding one. Only shapes and architecture flags are read (each family's
+reader is in :mod:`serving.families`); there are no weights. No torch.
 """
 
 from __future__ import annotations
@@ -16,20 +18,22 @@ from archsim.errors import ModelConfigError
 
 _PACKAGE = "serving.models"
 
-# config.json keys per family: (hidden, layers, heads, intermediate, positions)
-_LLAMA_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
-               "intermediate_size", "max_position_embeddings")
-_GPT2_KEYS = ("n_embd", "n_layer", "n_head", "n_inner", "n_positions")
-_FAMILIES: dict[str, str] = {"llama": "llama", "mistral": "llama", "qwen2": "llama",
-                             "gpt2": "gpt2"}
+NORMS = ("rms", "rms_f32", "layer")
+"""``rms``: Llama's RMSNorm (normalized in float32, cast back, then scaled); ``rms_f32``:
+Gemma's (scaled by 1 + weight in float32, then cast); ``layer``: LayerNorm."""
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu")
+"""MLP activations: ``gelu_tanh`` is torch's tanh GELU (``gelu_pytorch_tanh``),
+``gelu_new`` the same formula written out (GPT-2)."""
+PARALLEL = ("", "shared_norm", "two_norms")
+"""Attention and MLP in sequence (``""``) or side by side on the layer input (Falcon):
+behind one norm, or each behind its own."""
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
     family: str
-    """``llama`` (RMSNorm, rotary, SwiGLU; llama/mistral/qwen2) or ``gpt2`` (LayerNorm,
-    learned positions, GELU, biases everywhere)."""
+    """The config's ``model_type`` (``llama``, ``gemma2``, ``falcon``...)."""
     hidden: int
     layers: int
     heads: int
@@ -41,18 +45,73 @@ class ModelSpec:
     qkv_bias: bool
     tied_embeddings: bool
     sliding_window: int | None = None
-    """Tokens of context attention sees (Mistral); None: all."""
+    """Tokens of context a sliding-window layer's attention sees; None: all."""
+    sliding_layers: tuple[bool, ...] | None = None
+    """Which layers use the sliding window (Gemma-2/3 alternate); None: all of them."""
+    norm: str = "rms"
+    positions: str = "rotary"
+    """``rotary`` or ``learned`` (an embedding table added to the tokens')."""
+    position_offset: int = 0
+    """Rows of the learned position table before position 0 (OPT: 2)."""
+    rotary_dim: int = 0
+    """Leading dimensions of each head that rotary rotates; 0: all (``head_dim``)."""
+    activation: str = "silu"
+    gated: bool = True
+    """A gated MLP (SwiGLU, GeGLU): activation(gate) x up, three matrices."""
+    out_bias: bool = False
+    """The attention output projection has a bias."""
+    mlp_bias: bool = False
+    fused_qkv: bool = False
+    """Q, K and V come from one matmul (Phi-3 ``qkv_proj``, Falcon, GPT-2 ``c_attn``)."""
+    fused_gate_up: bool = False
+    """Gate and up come from one matmul (Phi-3 ``gate_up_proj``)."""
+    qk_norm: bool = False
+    """An RMSNorm over each query and key head before rotary (Qwen3, Gemma-3)."""
+    sandwich_norms: bool = False
+    """Norms after attention and after the MLP too (Gemma-2/3): four per layer."""
+    parallel: str = ""
+    embed_scale: bool = False
+    """Token embeddings multiplied by sqrt(hidden) (Gemma)."""
+    scaled_query: bool = False
+    """The query is multiplied by 1/sqrt(head_dim) before attention (OPT)."""
+    logit_softcap: float | None = None
+    """Final logits through cap * tanh(logits / cap) (Gemma-2)."""
+    attention_softcap: float | None = None
+    """Attention scores soft-capped inside the kernel (Gemma-2): not timed."""
 
-    @property
-    def gated_mlp(self) -> bool:
-        return self.family == "llama"
+    def __post_init__(self) -> None:
+        for field, value, accepted in (("norm", self.norm, NORMS),
+                                       ("activation", self.activation, ACTIVATIONS),
+                                       ("parallel", self.parallel, PARALLEL),
+                                       ("positions", self.positions, ("rotary", "learned"))):
+            if value not in accepted:
+                raise ModelConfigError(f"{self.name}: {field} {value!r} is not one of "
+                                       f"{', '.join(repr(a) for a in accepted)}")
+        if self.sliding_layers is not None and len(self.sliding_layers) != self.layers:
+            raise ModelConfigError(f"{self.name}: {len(self.sliding_layers)} layer types "
+                                   f"for {self.layers} layers")
 
-    @property
-    def dense_bias(self) -> bool:
-        """Every projection has a bias (GPT-2)."""
-        return self.family == "gpt2"
+    # -- attention windows -------------------------------------------------------------
+    def window(self, layer: int) -> int | None:
+        """Tokens layer ``layer`` attends to at most (None: all)."""
+        if self.sliding_layers is not None and not self.sliding_layers[layer]:
+            return None
+        return self.sliding_window
+
+    def attended(self, context: int, layer: int = 0) -> int:
+        """Tokens a query at position ``context - 1`` of layer ``layer`` attends to."""
+        window = self.window(layer)
+        return min(context, window) if window else context
+
+    def kv_tokens(self, context: int) -> int:
+        """Cached tokens all layers together read at ``context`` (per sequence)."""
+        return sum(self.attended(context, layer) for layer in range(self.layers))
 
     # -- parameter counts (elements) -------------------------------------------------
+    @property
+    def gated_mlp(self) -> bool:
+        return self.gated
+
     @property
     def attention_weights(self) -> int:
         q = self.heads * self.head_dim
@@ -61,7 +120,7 @@ class ModelSpec:
 
     @property
     def mlp_weights(self) -> int:
-        return (3 if self.gated_mlp else 2) * self.hidden * self.intermediate
+        return (3 if self.gated else 2) * self.hidden * self.intermediate
 
     @property
     def layer_matmul_weights(self) -> int:
@@ -69,26 +128,40 @@ class ModelSpec:
         return self.attention_weights + self.mlp_weights
 
     @property
+    def norm_parameters(self) -> int:
+        """Of one norm over the hidden size."""
+        return (2 if self.norm == "layer" else 1) * self.hidden
+
+    @property
+    def layer_norms(self) -> int:
+        """Norms over the hidden size in one layer."""
+        if self.parallel == "shared_norm":
+            return 1
+        return 4 if self.sandwich_norms else 2
+
+    @property
     def layer_parameters(self) -> int:
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        norms = (4 if self.family == "gpt2" else 2) * self.hidden
-        biases = 0
-        if self.qkv_bias:
-            biases += q + 2 * kv
-        if self.dense_bias:
-            biases += self.hidden + self.intermediate + self.hidden
+        norms = self.layer_norms * self.norm_parameters + (2 * self.head_dim
+                                                           if self.qk_norm else 0)
+        biases = (q + 2 * kv if self.qkv_bias else 0) + (self.hidden if self.out_bias else 0)
+        if self.mlp_bias:
+            biases += (2 if self.gated else 1) * self.intermediate + self.hidden
         return self.layer_matmul_weights + norms + biases
 
     @property
     def head_parameters(self) -> int:
         """The final norm and the LM head (none when tied to the embedding)."""
-        norm = (2 if self.family == "gpt2" else 1) * self.hidden
-        return norm + (0 if self.tied_embeddings else self.vocab * self.hidden)
+        return self.norm_parameters + (0 if self.tied_embeddings else self.vocab * self.hidden)
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of the learned position table (0 with rotary)."""
+        return self.max_positions + self.position_offset if self.positions == "learned" else 0
 
     @property
     def embedding_parameters(self) -> int:
-        positions = self.max_positions * self.hidden if self.family == "gpt2" else 0
-        return self.vocab * self.hidden + positions
+        return (self.vocab + self.position_rows) * self.hidden
 
     @property
     def parameters(self) -> int:
@@ -98,10 +171,6 @@ class ModelSpec:
     def kv_elements_per_token(self) -> int:
         """K and V of one token in one layer."""
         return 2 * self.kv_heads * self.head_dim
-
-    def attended(self, context: int) -> int:
-        """Tokens a query at position ``context - 1`` attends to."""
-        return min(context, self.sliding_window) if self.sliding_window else context
 
 
 def bundled_models() -> tuple[str, ...]:
@@ -134,33 +203,10 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
 
 def spec_from_config(data: dict[str, Any], name: str) -> ModelSpec:
     """A :class:`ModelSpec` from a transformers config dict."""
-    model_type = data.get("model_type")
-    family = _FAMILIES.get(str(model_type))
-    if family is None:
-        raise ModelConfigError(f"{name}: model_type {model_type!r} is not supported; "
-                               f"supported: {', '.join(sorted(_FAMILIES))}")
-    keys = _LLAMA_KEYS if family == "llama" else _GPT2_KEYS
-    missing = [k for k in keys[:3] + ("vocab_size",) if not data.get(k)]
-    if missing:
-        raise ModelConfigError(f"{name}: config has no {', '.join(missing)}")
-    hidden, layers, heads = (int(data[k]) for k in keys[:3])
-    intermediate = int(data.get(keys[3]) or 4 * hidden)
-    kv_heads = int(data.get("num_key_value_heads") or heads)
-    head_dim = int(data.get("head_dim") or hidden // heads)
-    if heads % kv_heads:
-        raise ModelConfigError(f"{name}: {heads} attention heads are not a multiple of "
-                               f"{kv_heads} key/value heads")
-    window = data.get("sliding_window")
-    if family == "llama" and data.get("use_sliding_window") is False:
-        window = None
-    return ModelSpec(
-        name=name, family=family, hidden=hidden, layers=layers, heads=heads,
-        kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate,
-        vocab=int(data["vocab_size"]), max_positions=int(data.get(keys[4]) or 2048),
-        qkv_bias=family == "gpt2" or model_type == "qwen2",
-        tied_embeddings=bool(data.get("tie_word_embeddings", family == "gpt2")),
-        sliding_window=int(window) if window else None,
-    )
+    from serving.families import read_config
+
+    return read_config(data, name)
 
 
-__all__ = ["ModelSpec", "bundled_models", "load_model", "spec_from_config"]
+__all__ = ["ACTIVATIONS", "ModelSpec", "NORMS", "PARALLEL", "bundled_models", "load_model",
+           "spec_from_config"]

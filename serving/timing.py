@@ -1,12 +1,14 @@
-"""Single-chip timing of each distinct block shape: compiled and simulated
-performance-only (:func:`archsim.app.run`, as ``archsim.estimate``) on meta tensors,
-once per shape.
+"""Single-chip timing: compiled and simulated performance-only through the one
+pipeline (:func:`archsim.app.run`, as ``archsim.estimate``) on meta tensors, once per
+shape.
 
 ``Timer.block(kind, tokens, context)`` returns a :class:`BlockTime` (cycles, matmul
 FLOPs, DRAM bytes) for one micro-batch: ``attention``/``mlp`` of one layer, ``embed``
-or ``head``. ``tokens`` is the number of new tokens per sequence (the prompt length
-in prefill, 1 in decode); ``context`` is the cache length a decode step attends to
-(0 in prefill).
+or ``head``. ``Timer.stage(first, count, embed, head, tokens, context)`` times a whole
+pipeline stage on one chip as one program (:class:`serving.layers.Stage`): layers
+``first ... first + count - 1``, with the embedding and/or the head. ``tokens`` is the
+number of new tokens per sequence (the prompt length in prefill, 1 in decode);
+``context`` is the cache length a decode step attends to (0 in prefill).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import torch
 
 from archsim.config.model import NpuConfig
 from serving.compose import BlockTime
-from serving.layers import TORCH_DTYPES, AttentionBlock, Embed, Head, MlpBlock, meta_block
+from serving.layers import (TORCH_DTYPES, AttentionBlock, Embed, Head, MlpBlock, Stage,
+                            meta_block)
 from serving.plan import Request, Shard
 from serving.spec import ModelSpec
 
@@ -28,48 +31,93 @@ class Timer:
         self.config = config
         self.dtype = TORCH_DTYPES[request.dtype]
         self.kv_dtype = TORCH_DTYPES[request.kv_dtype]
-        self._cache: dict[tuple[str, int, int], BlockTime] = {}
+        self._cache: dict[tuple, BlockTime] = {}
         self.simulated: list[tuple[str, int, int]] = []
-        """Every (kind, tokens, context) simulated, in order (for the report)."""
+        """Every (kind, tokens, cached tokens read) simulated, in order (for the
+        report)."""
 
     def block(self, kind: str, tokens: int, context: int = 0) -> BlockTime:
-        key = (kind, tokens, context)
+        """A block of layer 0's shape (``attention`` reads the cache of layer 0)."""
+        return self.layer_block(kind, tokens, context, 0)
+
+    def layer_block(self, kind: str, tokens: int, context: int, layer: int) -> BlockTime:
+        """A block of layer ``layer`` (its sliding window sets the cache it reads)."""
+        seen = self.spec.attended(context, layer) if context else 0
+        key = (kind, tokens, context, seen)
         found = self._cache.get(key)
         if found is None:
-            found = self._cache[key] = self._simulate(kind, tokens, context)
-            self.simulated.append(key)
+            module, inputs = self._build(kind, tokens, seen)
+            found = self._cache[key] = self._estimate(module, inputs)
+            self.simulated.append((kind, tokens, seen))  # the cache it reads
         return found
 
-    def _simulate(self, kind: str, tokens: int, context: int) -> BlockTime:
+    def stage(self, first: int, count: int, embed: bool, head: bool, tokens: int,
+              context: int = 0) -> BlockTime:
+        """Layers ``first``... (``count`` of them), with the embedding and/or the head,
+        as one program: identical layers are simulated in part and extended, as
+        ``archsim.estimate`` does, unless their caches differ (sliding-window and global
+        layers past the window), then each layer is simulated."""
+        seen = tuple(self.spec.attended(context, i) if context else 0
+                     for i in range(first, first + count))
+        key = ("stage", count, embed, head, tokens, context, seen)
+        found = self._cache.get(key)
+        if found is None:
+            spec, b = self.spec, self.batch
+            with torch.device("meta"):
+                module = Stage(spec, self.shard, self.kv_dtype, count, embed, head)
+                x = (torch.empty(b, tokens, dtype=torch.int64) if embed
+                     else torch.empty(b, tokens, spec.hidden, dtype=self.dtype))
+                inputs: tuple = (x, self._positions(tokens)[0])
+                if context:
+                    caches = [self._cache_input(n) for n in seen]
+                    inputs += (caches, caches)
+            found = self._estimate(meta_block(module, self.dtype), inputs,
+                                   all_layers=len(set(seen)) > 1)
+            self._cache[key] = found
+            name = "+".join((["embed"] if embed else []) + [f"{count} layers"]
+                            + (["head"] if head else []))
+            self.simulated.append((name, tokens, context))
+        return found
+
+    def _estimate(self, module: torch.nn.Module, inputs: tuple,
+                  all_layers: bool = False) -> BlockTime:
+        """The one place blocks are compiled and simulated."""
         from archsim.app.pipeline import run
         from archsim.app.workload import Workload
 
-        module, inputs = self._build(kind, tokens, context)
-        result = run(Workload.of_module(module, inputs), self.config, mode="performance")
+        result = run(Workload.of_module(module, inputs), self.config, mode="performance",
+                     all_layers=all_layers)
         return BlockTime(result.total_cycles, result.matmul_flops, result.dram_bytes)
 
-    def _build(self, kind: str, tokens: int, context: int
+    def _positions(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Positions of the new tokens and the rotary tables (cos, sin) for them."""
+        rope = torch.empty(tokens, self.spec.rotary_dim or self.spec.head_dim,
+                           dtype=self.dtype)
+        return torch.empty(tokens, dtype=torch.int64), rope, rope
+
+    def _cache_input(self, seen: int) -> torch.Tensor:
+        return torch.empty(self.batch, self.shard.kv_heads, seen, self.spec.head_dim,
+                           dtype=self.kv_dtype)
+
+    def _build(self, kind: str, tokens: int, seen: int
                ) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
         spec, shard, b, dtype = self.spec, self.shard, self.batch, self.dtype
         with torch.device("meta"):
             x = torch.empty(b, tokens, spec.hidden, dtype=dtype)
             if kind == "attention":
                 module = AttentionBlock(spec, shard, self.kv_dtype)
-                rope = torch.empty(tokens, spec.head_dim, dtype=dtype)
-                inputs: tuple[torch.Tensor, ...] = (x, rope, rope)
-                if context:
-                    seen = spec.attended(context)
-                    cache = torch.empty(b, shard.kv_heads, seen, spec.head_dim,
-                                        dtype=self.kv_dtype)
-                    inputs += (cache, cache)
+                inputs: tuple[torch.Tensor, ...] = (x, *self._positions(tokens)[1:])
+                if seen:
+                    inputs += (self._cache_input(seen), self._cache_input(seen))
             elif kind == "mlp":
-                module, inputs = MlpBlock(spec, shard), (x,)
+                module = MlpBlock(spec, shard)
+                inputs = (x, x) if spec.parallel else (x,)
             elif kind == "embed":
-                ids = torch.empty(b, tokens, dtype=torch.int64)
                 module = Embed(spec, shard)
-                inputs = (ids, torch.empty(tokens, dtype=torch.int64))
+                inputs = (torch.empty(b, tokens, dtype=torch.int64),
+                          self._positions(tokens)[0])
             elif kind == "head":
-                module, inputs = Head(spec, shard), (x[:, -1:],)
+                module, inputs = Head(spec, shard), (x,)
             else:
                 raise ValueError(f"unknown block {kind!r}")
         return meta_block(module, dtype), inputs

@@ -89,14 +89,12 @@ def _bert(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
     return Bert(layers=sizes.layers).to(dtype), (_ids(sizes, 30522),)
 
 
-def _llama(hidden: int, **shape: int) -> Build:
+def _llama(**shape: int) -> Build:
     def build(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
-        import torch
-
         from archsim.app.models import Llama
 
-        model = Llama(layers=sizes.layers, hidden=hidden, **shape).to(dtype)
-        return model, (torch.randn(sizes.batch, sizes.seq, hidden, dtype=dtype),)
+        model = Llama(layers=sizes.layers, **shape).to(dtype)
+        return model, (_ids(sizes, model.embed.num_embeddings),)
     return build
 
 
@@ -143,13 +141,14 @@ BUILTINS: dict[str, Builtin] = {
                     _LANGUAGE, model_layers=12),
     "bert-base": Builtin("BERT-base encoder (hidden 768, 12 heads)", _bert, Sizes(layers=12),
                          _LANGUAGE, model_layers=12),
-    "llama-7b": Builtin("Llama-7B-shaped decoder (hidden 4096, SwiGLU 11008; 3 layers "
-                        "simulated, the others extended); performance-only",
-                        _llama(4096), Sizes(seq=2048, layers=32), _LANGUAGE,
-                        model_layers=32, performance_only=True),
-    "llama-small": Builtin("small Llama-style decoder (hidden 512, GQA 8/2 heads)",
-                           _llama(512, heads=8, kv_heads=2, intermediate=1376),
-                           Sizes(layers=2), _LANGUAGE),
+    "llama-7b": Builtin("Llama-2-7B (hidden 4096, SwiGLU 11008): token ids in, the last "
+                        "token's logits out, as a prefill; 3 layers simulated, the others "
+                        "extended; performance-only", _llama(), Sizes(seq=2048, layers=32),
+                        _LANGUAGE, model_layers=32, performance_only=True),
+    "llama-small": Builtin("small Llama-style decoder (hidden 512, GQA 8/2 heads, "
+                           "vocabulary 1024)",
+                           _llama(hidden=512, heads=8, kv_heads=2, intermediate=1376,
+                                  vocab=1024), Sizes(layers=2), _LANGUAGE),
     "resnet-18": Builtin("ResNet-18 on 224x224 images", _resnet((2, 2, 2, 2), False),
                          Sizes(), ("batch",)),
     "resnet-50": Builtin("ResNet-50 on 224x224 images", _resnet((3, 4, 6, 3), True),

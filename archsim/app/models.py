@@ -111,46 +111,107 @@ class Bert(nn.Module):
 
 
 class RMSNorm(nn.Module):
+    """Llama's RMSNorm as transformers and Meta's reference write it: normalized in
+    float32, cast back, then scaled by the weight."""
+
     def __init__(self, hidden: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(x.dtype)
+
+
+def inverse_frequencies(head_dim: int, theta: float = 10000.0) -> torch.Tensor:
+    """Rotary's angle per position of each pair of dimensions [head_dim / 2] (float32;
+    a buffer, as transformers keeps it)."""
+    return 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
+
+
+def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [tokens, head_dim] of ``positions`` (computed in float32 on the
+    device, once per forward, as transformers' rotary embedding does)."""
+    angles = positions.float()[:, None] * inv_freq.float()[None, :]
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding, rotate-half form (transformers' Llama)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, hidden: int, heads: int, kv_heads: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        self.q = nn.Linear(hidden, heads * self.head_dim, bias=False)
+        self.k = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.v = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.out = nn.Linear(heads * self.head_dim, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                              enable_gqa=self.kv_heads != self.heads)
+        return self.out(attn.transpose(1, 2).reshape(b, s, -1))
 
 
 class LlamaLayer(nn.Module):
-    def __init__(self, hidden: int, heads: int, kv_heads: int, intermediate: int) -> None:
+    def __init__(self, hidden: int, heads: int, kv_heads: int, intermediate: int,
+                 eps: float = 1e-5) -> None:
         super().__init__()
-        self.norm1 = RMSNorm(hidden)
-        self.attn = Attention(hidden, heads, kv_heads, bias=False)
-        self.norm2 = RMSNorm(hidden)
+        self.norm1 = RMSNorm(hidden, eps)
+        self.attn = LlamaAttention(hidden, heads, kv_heads)
+        self.norm2 = RMSNorm(hidden, eps)
         self.gate = nn.Linear(hidden, intermediate, bias=False)
         self.up = nn.Linear(hidden, intermediate, bias=False)
         self.down = nn.Linear(intermediate, hidden, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), cos, sin)
         h = self.norm2(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
 class Llama(nn.Module):
-    """A Llama-style decoder stack (RMSNorm, GQA attention, SwiGLU MLP), no embeddings:
-    it takes hidden states."""
+    """Llama-2 (7B by default: hidden 4096, 32 heads, SwiGLU 11008, vocabulary 32000):
+    token embedding, RMSNorm, rotary positions, causal attention
+    (``scaled_dot_product_attention``, grouped-query when ``kv_heads < heads``), SwiGLU
+    MLP, final norm and LM head. It takes token ids [batch, seq] and, as the prefill of
+    a generation does (``archsim llm``, transformers' ``generate``), returns the logits
+    of the last position only [batch, 1, vocab]; ``all_logits=True`` returns those of
+    every position, as a plain forward of transformers' ``LlamaForCausalLM`` does."""
 
     def __init__(self, layers: int = 2, hidden: int = 4096, heads: int = 32, kv_heads: int = 32,
-                 intermediate: int = 11008) -> None:
+                 intermediate: int = 11008, vocab: int = 32000, all_logits: bool = False
+                 ) -> None:
         super().__init__()
+        self.all_logits = all_logits
+        self.register_buffer("inv_freq", inverse_frequencies(hidden // heads), persistent=False)
+        self.embed = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(LlamaLayer(hidden, heads, kv_heads, intermediate)
                                     for _ in range(layers))
-        self.norm = RMSNorm(hidden)
+        self.norm = RMSNorm(hidden, 1e-5)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        cos, sin = rotary_tables(positions, self.inv_freq, x.dtype)
         for layer in self.layers:
-            x = layer(x)
-        return self.norm(x)
+            x = layer(x, cos, sin)
+        x = self.norm(x)
+        return self.lm_head(x if self.all_logits else x[:, -1:])
 
 
 def _shortcut(cin: int, cout: int, stride: int) -> nn.Module | None:

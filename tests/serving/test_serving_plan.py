@@ -84,12 +84,20 @@ def test_parallelism_that_does_not_divide_is_refused() -> None:
 
 
 class StubTimer:
-    """Attention and MLP blocks take 1000 cycles each, embedding and head none."""
+    """Attention and MLP blocks take 1000 cycles each, embedding and head none; a stage
+    on one chip is its layers."""
 
     simulated: list = []
 
     def block(self, kind: str, tokens: int, context: int = 0) -> BlockTime:
         return BlockTime(1000 if kind in ("attention", "mlp") else 0, 0, 0)
+
+    def layer_block(self, kind: str, tokens: int, context: int, layer: int) -> BlockTime:
+        return self.block(kind, tokens, context)
+
+    def stage(self, first: int, count: int, embed: bool, head: bool, tokens: int,
+              context: int = 0) -> BlockTime:
+        return BlockTime(2000 * count, 0, 0)
 
 
 def compose(request: Request, par: Parallelism, algorithm: str = "bidir_ring") -> Composer:
