@@ -181,6 +181,12 @@ def bundled_models() -> tuple[str, ...]:
 
 def load_model(name_or_path: str | Path) -> ModelSpec:
     """A bundled model by name, a ``config.json`` path, or a directory holding one."""
+    return spec_from_config(*read_model_config(name_or_path))
+
+
+def read_model_config(name_or_path: str | Path) -> tuple[dict[str, Any], str]:
+    """The transformers config dict of a bundled model, a ``config.json`` path or a
+    directory holding one, and the model's name."""
     path = Path(name_or_path)
     if path.is_dir():
         path = path / "config.json"
@@ -198,7 +204,10 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ModelConfigError(f"{path}: not valid JSON: {exc}") from None
-    return spec_from_config(data, name)
+    if not isinstance(data, dict):
+        raise ModelConfigError(f"{path}: expected a JSON object (a transformers config), "
+                               f"got {type(data).__name__}")
+    return data, name
 
 
 def spec_from_config(data: dict[str, Any], name: str) -> ModelSpec:
@@ -209,4 +218,4 @@ def spec_from_config(data: dict[str, Any], name: str) -> ModelSpec:
 
 
 __all__ = ["ACTIVATIONS", "ModelSpec", "NORMS", "PARALLEL", "bundled_models", "load_model",
-           "spec_from_config"]
+           "read_model_config", "spec_from_config"]

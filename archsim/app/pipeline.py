@@ -147,12 +147,49 @@ def _run_given(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
                       workload.dtype, config, s, label_weights=bool(workload.name))
 
 
+def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
+    import torch
+
+    from serving.spec import read_model_config
+
+    try:
+        import transformers
+    except ImportError:
+        raise ArchsimError("a transformers config needs transformers: pip install "
+                           "transformers (or archsim's test extra)") from None
+    data, name = read_model_config(workload.name)
+    fields = {k: v for k, v in data.items() if k != "model_type"}
+    if workload.layers:
+        fields["num_hidden_layers"] = workload.layers
+    try:
+        model_config = transformers.AutoConfig.for_model(data.get("model_type", ""), **fields)
+    except (ValueError, KeyError) as exc:
+        raise ArchsimError(f"{workload.name}: transformers cannot read this config "
+                           f"({str(exc).splitlines()[0]})") from None
+    if s.mode == "functional":
+        raise ArchsimError(f"{name}: a transformers config has no weights; it runs "
+                           f"performance-only")
+    dtype_name = workload.dtype or native_dtype(config)
+    batch, seq = workload.batch or 1, workload.seq or 128
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            model_config, dtype=torch_dtype(dtype_name), attn_implementation="sdpa")
+        ids = torch.zeros(batch, seq, dtype=torch.int64)
+    s.progress.note(f"{name}: transformers {type(model).__name__}, "
+                    f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+                    f"{dtype_name}, performance-only (a plain forward: every token's logits, "
+                    f"no KV cache)")
+    return _run_torch(f"{name} b{batch} s{seq} {dtype_name}", model.eval(), (ids,),
+                      {"use_cache": False}, None, config, s, label_weights=False)
+
+
 _RUNNERS: dict[Kind, Callable[[Workload, NpuConfig, Settings], SimResult]] = {
     Kind.PROGRAM: _run_program,
     Kind.BUILTIN: _run_builtin,
     Kind.SIZED: _run_sized,
     Kind.FILE: _run_file,
     Kind.MODULE: _run_given,
+    Kind.TRANSFORMERS: _run_transformers,
 }
 
 

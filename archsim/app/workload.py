@@ -8,7 +8,11 @@ A workload is one of
   ``get_model()``/``get_inputs()``);
 - a **program**: a saved ``.rbln`` file or a scheduled :class:`~compiler.ir.ops.Program`;
 - a **module**: an ``nn.Module`` with its example inputs (``archsim.estimate``,
-  :mod:`serving`).
+  :mod:`serving`);
+- a **transformers config**: a ``config.json``, a directory holding one, or a model
+  bundled with ``archsim llm`` (``llama-2-7b``): transformers' ``*ForCausalLM`` built
+  from it on ``meta``, one forward pass over ``--batch`` x ``--seq`` token ids,
+  performance-only (the same model ``archsim llm`` serves).
 
 :meth:`Workload.parse` reads the ``MODEL`` argument of the command line, refusing the
 options that cannot apply to what it names.
@@ -40,6 +44,7 @@ class Kind(enum.Enum):
     FILE = "model file"
     PROGRAM = "program"
     MODULE = "module"
+    TRANSFORMERS = "transformers config"
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ class Workload:
             return cls(Kind.SIZED, name, dtype=dtype)
         raise ArchsimError(f"unknown model {name!r}: give a built-in workload "
                            f"({', '.join(BUILTINS)}), a sized workload ({examples()}), "
-                           f"a .py file or a .rbln program")
+                           f"a .py file, a .rbln program or a transformers config.json")
 
     @classmethod
     def file(cls, path: str | Path, *, kwargs: Mapping[str, Any] | None = None,
@@ -113,6 +118,20 @@ class Workload:
                    kwargs=MappingProxyType(dict(kwargs or {})), dtype=dtype)
 
     @classmethod
+    def transformers(cls, name_or_path: str | Path, *, batch: int | None = None,
+                     seq: int | None = None, layers: int | None = None,
+                     dtype: str | None = None) -> Workload:
+        """transformers' causal LM of a ``config.json`` (or a directory holding one, or
+        a model bundled with ``archsim llm``), run on ``batch`` x ``seq`` token ids;
+        ``layers`` replaces the config's layer count."""
+        from serving.spec import read_model_config
+
+        _check_dtype(dtype)
+        read_model_config(name_or_path)  # refused now if it cannot be read
+        return cls(Kind.TRANSFORMERS, str(name_or_path), batch=batch, seq=seq,
+                   layers=layers, dtype=dtype)
+
+    @classmethod
     def parse(cls, model: str, *, batch: int | None = None, seq: int | None = None,
               layers: int | None = None, dtype: str | None = None,
               kwargs: Mapping[str, Any] | None = None) -> Workload:
@@ -129,6 +148,8 @@ class Workload:
             return cls.file(model, kwargs=kwargs, dtype=dtype)
         if kwargs:
             raise ArchsimError(f"--kwarg applies to a model file (.py), not to {model!r}")
+        if _is_transformers_config(model):
+            return cls.transformers(model, batch=batch, seq=seq, layers=layers, dtype=dtype)
         return cls.builtin(model, batch=batch, seq=seq, layers=layers, dtype=dtype)
 
     # ------------------------------------------------------------- helpers
@@ -170,6 +191,16 @@ def _rebuild(kind: Kind, name: str, kwargs: dict[str, Any], batch: int | None,
         program = parse_program(program_text[0], source=program_text[1])
     return Workload(kind, name, kwargs=MappingProxyType(kwargs), program=program,
                     batch=batch, seq=seq, layers=layers, dtype=dtype)
+
+
+def _is_transformers_config(model: str) -> bool:
+    """A ``config.json``, a directory holding one, or a model bundled with ``archsim
+    llm`` (a built-in workload of the same name wins)."""
+    from serving.spec import bundled_models
+
+    path = Path(model)
+    return (model.endswith(".json") or (path / "config.json").is_file()
+            or (model not in BUILTINS and model in bundled_models()))
 
 
 def _flags(names: tuple[str, ...] | list[str]) -> str:
