@@ -10,7 +10,6 @@ extend the fourth while functional doors simulate all four."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
