@@ -9,7 +9,7 @@ Every front door (``archsim run``/``compare``/``sweep``/``validate``/``llm``,
 
 Modules: :mod:`~archsim.app.workload` (what to run), :mod:`~archsim.app.catalog` (the
 models archsim builds by name), :mod:`~archsim.app.pipeline` (export -> compile ->
-simulate -> extend -> numerics check), :mod:`~archsim.app.progress` (what a front door
+simulate -> extend -> numerics check, :mod:`~archsim.app.numerics`), :mod:`~archsim.app.progress` (what a front door
 is told), :mod:`~archsim.app.estimator`, :mod:`~archsim.app.validate`.
 Kept light: names resolve on first use.
 """

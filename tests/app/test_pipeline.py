@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from archsim.app.pipeline import check_numerics, run
+from archsim.app.numerics import check_numerics
+from archsim.app.pipeline import run
 from archsim.app.workload import Workload
 from archsim.errors import ArchsimError, NumericsError
 
