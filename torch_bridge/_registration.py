@@ -33,7 +33,8 @@ def register() -> None:
         _done.add("device")
     aten_impl, global_impl = _libraries
     if "kernels" not in _done:
-        from torch_bridge import eager, kernels, rnn  # noqa: F401 - rnn registers kernels
+        from torch_bridge import (  # noqa: F401 - attention and rnn register kernels
+            attention, eager, kernels, rnn)
 
         kernels.install(aten_impl, global_impl)
         eager.install()  # ops the compiler lowers run on the simulator by default
