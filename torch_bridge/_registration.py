@@ -33,15 +33,17 @@ def register() -> None:
         _done.add("device")
     aten_impl, global_impl = _libraries
     if "kernels" not in _done:
-        from torch_bridge import eager, kernels
+        from torch_bridge import (  # noqa: F401 - attention and rnn register kernels
+            attention, eager, kernels, rnn)
 
         kernels.install(aten_impl, global_impl)
         eager.install()  # ops the compiler lowers run on the simulator by default
         _done.add("kernels")
-    from torch_bridge import autocast, triton_launch
+    from torch_bridge import autocast, dynamo, triton_launch
 
     autocast.install(aten_impl, global_impl)
     triton_launch.install_when_imported()  # Triton kernels on npu tensors
+    dynamo.install_when_imported()  # torch.compile(backend="npu"), the device interface
     _done.add("autocast")
 
 

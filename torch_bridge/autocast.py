@@ -7,7 +7,9 @@ rule, which follow CUDA's autocast lists:
   their floating-point npu tensor arguments are cast to it;
 - ``FP32`` ops (reductions, norms, softmax, losses, transcendentals that lose range)
   run in float32: their reduced-precision floating arguments are cast up;
-- ``PROMOTE`` ops with several floating inputs run in the widest input dtype.
+- ``PROMOTE`` ops with several floating inputs run in the widest input dtype;
+- ``REFUSED`` ops are unsafe in reduced precision and raise, as under CUDA autocast
+  (``binary_cross_entropy``: use ``binary_cross_entropy_with_logits``).
 
 Casts are ordinary differentiable ``.to`` calls, so autograd sees them. Unlike CUDA,
 casts of weights are not cached across calls.
@@ -44,6 +46,22 @@ PROMOTE: tuple[str, ...] = (
     "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "index_put",
     "scatter_add", "tensordot",
 )
+
+
+REFUSED: dict[str, str] = {
+    "binary_cross_entropy": (
+        "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to "
+        "autocast on npu; use binary_cross_entropy_with_logits or BCEWithLogitsLoss, "
+        "which are safe (a sigmoid before BCE is folded into them)"),
+}
+"""Ops refused under npu autocast, with the message (CUDA autocast refuses the same)."""
+
+
+def _refuse(message: str) -> Callable[..., Any]:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(message)
+
+    return kernel
 
 
 def _cast(value: Any, dtype: torch.dtype, only_reduced: bool) -> Any:
@@ -103,6 +121,12 @@ def install(library: torch.library.Library, fallback_library: torch.library.Libr
                         library.impl(op, _rule(op, kind), "AutocastPrivateUse1")
                 except RuntimeError:
                     continue  # listed but not registered in this build (einsum.sublist)
+    for name, message in REFUSED.items():
+        for overload in getattr(torch.ops.aten, name).overloads():
+            op = getattr(getattr(torch.ops.aten, name), overload)
+            if not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(),
+                                                                  "AutocastPrivateUse1"):
+                library.impl(op, _refuse(message), "AutocastPrivateUse1")
 
 
-__all__ = ["FP32", "LOWER_PRECISION", "PROMOTE", "install"]
+__all__ = ["FP32", "LOWER_PRECISION", "PROMOTE", "REFUSED", "install"]

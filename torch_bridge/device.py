@@ -33,8 +33,9 @@ __all__ = [
     "synchronize", "get_rng_state", "set_rng_state", "get_rng_state_all",
     "set_rng_state_all", "get_device_properties", "get_device_name", "mem_get_info",
     "memory_stats", "memory_reserved", "max_memory_reserved", "empty_cache",
-    "memory_summary", "get_device_capability", "reset_max_memory_allocated", "Event", "Stream", "current_stream", "default_stream", "set_stream",
-    "stream",
+    "memory_summary", "get_device_capability", "reset_max_memory_allocated", "Event",
+    "Stream", "current_stream", "default_stream", "set_stream", "stream", "init",
+    "initial_seed", "seed", "seed_all", "set_offset", "get_offset",
 ]
 
 
@@ -54,11 +55,26 @@ def current_device() -> int:
     return 0
 
 
+def init() -> None:
+    """Initialize the device state, as ``torch.cuda.init``: the npu is ready once
+    registered, so this does nothing (and works in forked children: the device is
+    host memory)."""
+
+
+def _index(device: int | str | torch.device | None) -> int:
+    """The device index ``device`` names (the current one for ``None``)."""
+    if device is None:
+        return 0
+    index = device if isinstance(device, int) else torch.device(device).index
+    return 0 if index is None else index
+
+
 def set_device(device: int | str | torch.device) -> None:
-    """Select the device; only ``0`` / ``"npu"`` / ``"npu:0"`` exist."""
-    index = torch.device(device).index if not isinstance(device, int) else device
-    if index not in (None, 0):
-        raise RuntimeError(f"npu has one device (npu:0); cannot select {device!r}")
+    """Select the device; only ``0`` / ``"npu"`` / ``"npu:0"`` exist. Another index
+    raises ``RuntimeError`` as ``torch.cuda.set_device`` does for a missing GPU."""
+    if _index(device) != 0:
+        raise RuntimeError(f"npu device index {_index(device)} is out of range: "
+                           f"there is one device (npu:0)")
 
 
 class device:
@@ -87,6 +103,33 @@ def manual_seed(seed: int) -> None:
 
 def manual_seed_all(seed: int) -> None:
     manual_seed(seed)
+
+
+def seed() -> None:
+    """Seed the generator npu random ops use with a non-deterministic number."""
+    torch.default_generator.seed()
+
+
+def seed_all() -> None:
+    seed()
+
+
+def initial_seed() -> int:
+    """The seed last set by :func:`manual_seed` / :func:`seed` (as ``torch.cuda``)."""
+    return torch.default_generator.initial_seed()
+
+
+def set_offset(offset: int) -> None:
+    """Not supported: npu random numbers come from the CPU generator (a Mersenne
+    Twister), which has no Philox offset. Use :func:`set_rng_state`."""
+    raise RuntimeError("npu does not support set_offset: its random numbers come from "
+                       "the CPU generator, which has no offset (use set_rng_state)")
+
+
+def get_offset() -> int:
+    """Not supported, as :func:`set_offset`. Use :func:`get_rng_state`."""
+    raise RuntimeError("npu does not support get_offset: its random numbers come from "
+                       "the CPU generator, which has no offset (use get_rng_state)")
 
 
 def get_rng_state(device: int | str | torch.device = "npu") -> torch.Tensor:
@@ -137,7 +180,15 @@ class DeviceProperties:
     minor: int = 0
 
 
+def _check_index(device: int | str | torch.device | None) -> None:
+    """``AssertionError("Invalid device id")`` for a missing device, as torch.cuda's
+    property queries raise."""
+    if _index(device) != 0:
+        raise AssertionError("Invalid device id")
+
+
 def get_device_properties(device: int | str | torch.device | None = None) -> DeviceProperties:
+    _check_index(device)
     cfg = runtime.get_config()
     m = cfg.core.matrix
     return DeviceProperties(cfg.name, cfg.dram.capacity_bytes, cfg.cores, cfg.clock_hz,
@@ -147,10 +198,12 @@ def get_device_properties(device: int | str | torch.device | None = None) -> Dev
 def get_device_capability(device: int | str | torch.device | None = None) -> tuple[int, int]:
     """(0, 0): an NPU has no CUDA compute capability. Code that picks features by it
     should ask :func:`is_bf16_supported` or :func:`get_device_properties` instead."""
+    _check_index(device)
     return (0, 0)
 
 
 def get_device_name(device: int | str | torch.device | None = None) -> str:
+    _check_index(device)
     return runtime.get_config().name
 
 

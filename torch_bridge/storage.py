@@ -220,16 +220,74 @@ def _storage_to(self: torch.UntypedStorage, *, device: torch.device | str,
     return new
 
 
+def _is_npu_device(device: object) -> bool:
+    if device is None or isinstance(device, int):
+        return False
+    return torch.device(device).type == "npu"  # type: ignore[arg-type]
+
+
+def _new_storage(cls: type, *args: object, device: object = None,
+                 **kwargs: object) -> torch.UntypedStorage:
+    """``UntypedStorage(...)``: on npu, a storage from :func:`allocate`.
+
+    torch's constructor asks the C++ allocator of the device, which a Python backend
+    has none of: ``UntypedStorage(4, device="npu")`` would kill the process.
+    """
+    if not _is_npu_device(device):
+        return _original_new(cls, *args, device=device, **kwargs) if device is not None \
+            else _original_new(cls, *args, **kwargs)
+    target = torch.device(device)  # type: ignore[arg-type]
+    if target.index not in (None, 0):
+        raise RuntimeError(f"npu has one device (npu:0); got {target}")
+    if kwargs or len(args) > 1:
+        raise TypeError("UntypedStorage on npu takes a size or a sequence of bytes")
+    data = args[0] if args else 0
+    if isinstance(data, int):
+        return allocate(data)
+    host = _original_new(cls, data)  # a sequence of byte values, validated by torch
+    new = allocate(host.nbytes())
+    if host.nbytes():
+        cpu_storage(new).copy_(host)
+    runtime.record_transfer("host_to_device", host.nbytes())
+    return new
+
+
+def _storage_new(self: torch.UntypedStorage) -> torch.UntypedStorage:
+    """``storage.new()``: an empty storage on the same device (crashes for npu unpatched)."""
+    if self.device.type == "npu":
+        return allocate(0)
+    return _original_storage_new(self)
+
+
+def _storage_resize(self: torch.UntypedStorage, size: int) -> torch.UntypedStorage:
+    """``storage.resize_``: npu storages keep their size (torch would ask the C++
+    allocator a Python backend does not have); tensors on npu do resize."""
+    if self.device.type == "npu" and size != self.nbytes():
+        raise NotImplementedError("npu storages cannot be resized in place; allocate a new "
+                                  "one (torch.UntypedStorage(n, device='npu')) and copy_")
+    return _original_resize(self, size) if self.device.type != "npu" else self
+
+
+_original_resize = torch.UntypedStorage.resize_
 _original_clone = torch.UntypedStorage.clone
 _original_to = torch.UntypedStorage.to
+_original_new = torch.UntypedStorage.__new__
+_original_storage_new = torch.UntypedStorage.new
 
 
 def patch_storage() -> None:
-    """Route ``UntypedStorage.clone`` and ``.to("npu")`` through :func:`allocate`.
+    """Route npu storages made by ``UntypedStorage(...)``, ``.new()``, ``.clone()`` and
+    ``.to("npu")`` through :func:`allocate`, and give storages ``is_npu`` / ``.npu()``.
 
-    torch builds ``UntypedStorage(n, device="npu")`` for both, which crashes the
-    process for a Python backend; ``copy.deepcopy`` and ``torch.load`` of npu tensors
-    go through them.
+    torch builds these with the device's C++ allocator, which a Python backend cannot
+    provide: unpatched they crash the process. ``copy.deepcopy``, ``torch.load`` and
+    ``TypedStorage(n, device="npu")`` go through them.
     """
+    torch.UntypedStorage.__new__ = _new_storage  # type: ignore[method-assign,assignment]
+    torch.UntypedStorage.new = _storage_new  # type: ignore[method-assign]
+    torch.UntypedStorage.resize_ = _storage_resize  # type: ignore[method-assign]
     torch.UntypedStorage.clone = _clone_storage  # type: ignore[method-assign]
     torch.UntypedStorage.to = _storage_to  # type: ignore[method-assign]
+    if not hasattr(torch.UntypedStorage, "is_npu"):
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=False, for_module=False, for_packed_sequence=False, for_storage=True)
