@@ -52,16 +52,17 @@ F32 = DType.f32
 
 @dataclass(frozen=True)
 class CausalBias:
-    """A [Sq, Sk] additive causal mask (0 on and below the diagonal, -inf above),
-    materialized only for functional runs."""
+    """A [Sq, Sk] additive causal mask (0 where key j <= query i + offset, -inf
+    elsewhere), materialized only for functional runs."""
 
     sq: int
     sk: int
+    offset: int = 0
 
     def array(self) -> np.ndarray:
         i = np.arange(self.sq)[:, None]
         j = np.arange(self.sk)[None, :]
-        return np.where(j > i, -np.inf, 0.0).astype(np.float32)
+        return np.where(j > i + self.offset, -np.inf, 0.0).astype(np.float32)
 
 
 def _tile_bytes(tq: int, tk: int, d: int, dv: int, item: int, sets: int, masked: bool) -> int:
@@ -95,7 +96,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     if spec.causal:
         bias_name = f"{ctx.view(out).tensor}_causal_bias"
         ctx.em.tensor(bias_name, (sq, sk), F32, "in")
-        ctx.constants[bias_name] = CausalBias(sq, sk)
+        ctx.constants[bias_name] = CausalBias(sq, sk, spec.causal_offset)
         bias = bias_name
     batch = math.prod(batch_shape)
     tiles = [(bi, q0) for bi in range(batch) for q0 in range(0, sq, tq)]
@@ -112,12 +113,13 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
         q1 = min(q0 + tq, sq)
         index = unravel(bi, batch_shape)
         kv_index = _kv_index(index, q_shape, k_shape)
-        k_tiles = [k0 for k0 in range(0, sk, tk) if not (spec.causal and k0 > q1 - 1)]
+        last_key = q1 - 1 + spec.causal_offset if spec.causal else sk
+        k_tiles = [k0 for k0 in range(0, sk, tk) if k0 <= last_key]
         for s, k0 in enumerate(k_tiles):
             k1 = min(k0 + tk, sk)
             ss = step_counts[core] % sets
             step_counts[core] += 1
-            needs_mask = mask is not None or (spec.causal and k1 - 1 > q0)
+            needs_mask = mask is not None or (spec.causal and k1 - 1 > q0 + spec.causal_offset)
             job = _Step(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
                         (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
                         arrays)
