@@ -48,6 +48,10 @@ from compiler.kernels.vector import load_box, store_box, sub, value_box
 from compiler.plan import Kernel
 
 F32 = DType.f32
+_LOWEST = float(np.finfo(np.float32).min)
+"""The running max's floor under an explicit mask: a row whose first key tile is all
+masked (left padding, a sliding window) starts from it, not -inf, so its scores give
+exp(-inf) = 0 instead of NaN; a causal mask always shows query i key 0."""
 
 
 @dataclass(frozen=True)
@@ -270,6 +274,8 @@ class _Step:
         p = self.buf("p", (nq, nk))
         if self.first:
             self.vec(Reduce(ReduceKind.max, s, m, 1))
+            if self.mask is not None:  # a row this tile hides whole: exp(-inf - -inf)
+                self.vec(Binary(BinaryKind.max, m, Scalar(_LOWEST), m))
             self.vec(Binary(BinaryKind.sub, s, m, p))
             self.vec(Unary(UnaryKind.exp, p, p))
             self.vec(Reduce(ReduceKind.sum, p, l_sum, 1))
