@@ -100,9 +100,17 @@ def _compile(module: torch.nn.Module, inputs: tuple, options: CompileOptions | N
 
 
 def _commands(compiled) -> list[str]:
-    """The program's commands, the attention's numbered name aside (the masked graph
-    numbers its nodes differently)."""
-    return [re.sub(r"attention\d+", "attention", repr(c)) for c in compiled.program.commands]
+    """The program's commands with its DRAM tensors named by first use and sources
+    by module (the graph that builds a mask numbers its FX nodes differently)."""
+    names: dict[str, str] = {}
+
+    def rename(match: re.Match) -> str:
+        return f"tensor='{names.setdefault(match.group(1), f't{len(names)}')}'"
+
+    def text(command) -> str:
+        text = re.sub(r"tensor='([^']*)'", rename, repr(command))
+        return re.sub(r"source='([^':]*):[^']*'", r"source='\1'", text)
+    return [text(c) for c in compiled.program.commands]
 
 
 def _matmuls(compiled) -> int:
@@ -152,3 +160,66 @@ def test_other_masks_keep_the_masked_kernel(mask: str) -> None:
     assert not node.spec.causal and len(node.inputs) == 4
     (out,), _ = _compile(Attention(mask), inputs).run(*inputs)
     torch.testing.assert_close(out, Attention(mask)(*inputs), rtol=1e-4, atol=1e-4)
+
+
+class TestTransformersLlama:
+    """transformers builds its causal mask as a tensor under torch.export (``sdpa_mask``
+    from arange comparisons): the same program as the model with ``is_causal=True``."""
+
+    @staticmethod
+    def _model(seq: int, hidden: int, heads: int, kv_heads: int, attention: str = "sdpa"):
+        transformers = pytest.importorskip("transformers")
+        cfg = transformers.LlamaConfig(
+            vocab_size=256, hidden_size=hidden, intermediate_size=2 * hidden,
+            num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=kv_heads,
+            max_position_embeddings=seq, rms_norm_eps=1e-5, attn_implementation=attention)
+        return transformers.LlamaForCausalLM(cfg).eval()
+
+    @staticmethod
+    def _is_causal_attention() -> str:
+        """transformers' SDPA attention given no mask, so it passes ``is_causal=True``."""
+        from transformers import AttentionInterface, AttentionMaskInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        AttentionInterface.register("archsim_is_causal", sdpa_attention_forward)
+        AttentionMaskInterface.register("archsim_is_causal", lambda *args, **kwargs: None)
+        return "archsim_is_causal"
+
+    def test_its_mask_compiles_as_is_causal_with_torchs_numbers(self) -> None:
+        torch.manual_seed(0)
+        masked = self._model(S, 32, 2, 2)
+        causal = self._model(S, 32, 2, 2, self._is_causal_attention())
+        causal.load_state_dict(masked.state_dict())
+        ids = torch.randint(0, 256, (1, S))
+        compiled, reference = (_compile(Logits(m), (ids,)) for m in (masked, causal))
+        assert _commands(compiled) == _commands(reference)
+        (out,), result = compiled.run(ids)
+        with torch.no_grad():
+            torch.testing.assert_close(out, masked(ids, use_cache=False).logits,
+                                       rtol=1e-4, atol=1e-4)
+        assert result.total_cycles == reference.simulate().total_cycles
+
+    def test_estimate_equals_the_builtin_llama_with_is_causal(self) -> None:
+        import archsim
+        from archsim.app.models import Llama
+
+        seq, hidden, heads = 256, 64, 2
+        with torch.device("meta"):
+            model = self._model(seq, hidden, heads, heads)
+            builtin = Llama(layers=1, hidden=hidden, heads=heads, kv_heads=heads,
+                            intermediate=2 * hidden, vocab=256, all_logits=True)
+        ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
+        got = archsim.estimate(model, (ids,), "tiny", kwargs={"use_cache": False})
+        want = archsim.estimate(builtin, (ids,), "tiny")
+        assert abs(got.total_cycles / want.total_cycles - 1) < 0.01
+
+
+class Logits(torch.nn.Module):
+    """A transformers causal LM's logits, no cache: one tensor out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids, use_cache=False).logits
