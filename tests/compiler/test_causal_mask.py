@@ -185,10 +185,13 @@ class TestTransformersLlama:
         AttentionMaskInterface.register("archsim_is_causal", lambda *args, **kwargs: None)
         return "archsim_is_causal"
 
-    def test_its_mask_compiles_as_is_causal_with_torchs_numbers(self) -> None:
+    @pytest.mark.parametrize("kv_heads", [2, 1])
+    def test_its_mask_compiles_as_is_causal_with_torchs_numbers(self, kv_heads: int) -> None:
+        """Given a mask, transformers repeats grouped-query heads (``repeat_kv``) where
+        with none it passes ``enable_gqa``: the kernel reads the heads repeated."""
         torch.manual_seed(0)
-        masked = self._model(S, 32, 2, 2)
-        causal = self._model(S, 32, 2, 2, self._is_causal_attention())
+        masked = self._model(S, 32, 2, kv_heads)
+        causal = self._model(S, 32, 2, kv_heads, self._is_causal_attention())
         causal.load_state_dict(masked.state_dict())
         ids = torch.randint(0, 256, (1, S))
         compiled, reference = (_compile(Logits(m), (ids,)) for m in (masked, causal))
