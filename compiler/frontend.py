@@ -20,6 +20,7 @@ import torch.fx
 from archsim.errors import LoweringError, UnsupportedOpError
 from compiler import graph as g
 from compiler.attention_match import AttentionMatch, find_attention
+from compiler.causal_mask import CausalMaskPass
 from compiler.export import lifted_constants
 from compiler.graph import Graph, Value
 from compiler.graph_builder import GraphBuilder
@@ -379,4 +380,6 @@ def build(program: Any, options: CompileOptions) -> tuple[Graph, list[InputSpec]
                             f"{type(program).__name__}")
     frontend = Frontend(options, lifted_constants(program))
     graph = frontend.run(gm, kinds)
+    if options.causal_mask:  # the folded mask is known here; the kernel then skips tiles
+        graph = CausalMaskPass().apply(graph)
     return graph, frontend.inputs, frontend.fallbacks

@@ -271,9 +271,11 @@ class Attention(Spec):
     dim, not yet moved in front of the sequence); the kernel reads its heads in place.
     ``out_heads_after_seq``: the output is stored [B, S, H, Dv] (the heads merged back
     next to each other, as the next projection reads them); the kernel writes each
-    head there."""
+    head there. ``causal``: query i sees keys j <= i + ``causal_offset`` (0 is SDPA's
+    ``is_causal``; Sk - Sq has the queries at the end of the key sequence)."""
 
     scale: float
     causal: bool
     heads_after_seq: tuple[bool, bool, bool] = (False, False, False)
     out_heads_after_seq: bool = False
+    causal_offset: int = 0

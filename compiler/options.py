@@ -22,6 +22,10 @@ class CompileOptions:
     attention_fusion: bool = True
     """Run written-out attention (``softmax(q @ k^T * scale [+ mask]) @ v``) as the
     flash-attention kernel instead of materializing the scores."""
+    causal_mask: bool = True
+    """An attention mask whose folded values are the causal triangle (transformers'
+    mask under torch.export, a ``tril`` or ``-inf`` triangle) runs as causal attention:
+    hidden key tiles skipped, no mask read (:mod:`compiler.causal_mask`)."""
     constant_folding: bool = True
     """Evaluate ops whose inputs are all compile-time constants (masks, aranges)."""
     fold_limit_elements: int = 1 << 24

@@ -175,7 +175,10 @@ class AttentionLayoutPass:
     addresses each head in the stored layout; an output only permuted back to
     [B, S, H, Dv] (how it merges heads for the output projection) is written in that
     layout. The permutes become dead code: XLA's layout assignment does the same
-    (the Cloud TPU guide: transposing a matmul operand or result is effectively free)."""
+    (the Cloud TPU guide: transposing a matmul operand or result is effectively free).
+    Keys and values that repeat grouped-query heads once per query head (transformers'
+    ``repeat_kv``, which it writes whenever it passes SDPA a mask) are read as the heads
+    they repeat, since the kernel maps query head h to key head h // R itself."""
 
     name: str = "attention-layout"
 
@@ -187,6 +190,10 @@ class AttentionLayoutPass:
             if not isinstance(node.spec, g.Attention):
                 continue
             inputs, flags = list(node.inputs), list(node.spec.heads_after_seq)
+            shared = _shared_heads(node) if not any(flags) else None
+            if shared is not None:
+                inputs[1:3] = shared
+                node.inputs, changed = tuple(inputs), True
             for i in range(3):
                 if _heads_swap(inputs[i].producer) and not flags[i]:
                     inputs[i], flags[i] = inputs[i].producer.inputs[0], True
@@ -203,6 +210,35 @@ class AttentionLayoutPass:
                 node.spec = replace(node.spec, out_heads_after_seq=True)
                 changed = True
         return DeadCodePass().apply(graph) if changed else graph
+
+
+def _shared_heads(node: g.Node) -> tuple[g.Value, g.Value] | None:
+    """An attention's keys and values as the grouped-query heads its inputs repeat."""
+    keys, values = (_repeated_heads(node.inputs[i]) for i in (1, 2))
+    if keys is None or values is None or keys.shape[1] != values.shape[1] or \
+            node.inputs[0].shape[1] % keys.shape[1]:
+        return None
+    return keys, values
+
+
+def _repeated_heads(value: g.Value) -> g.Value | None:
+    """``x`` [B, KV, S, D] when ``value`` is ``x[:, :, None].expand(B, KV, R, S, D)``
+    viewed as [B, KV * R, S, D] (each key head repeated for R query heads), else None."""
+    view = value.producer
+    if view is None or not isinstance(view.spec, g.View) or len(value.shape) != 4:
+        return None
+    broadcast = view.inputs[0].producer
+    if broadcast is None or not isinstance(broadcast.spec, g.Broadcast) or \
+            len(broadcast.out.shape) != 5:
+        return None
+    b, kv, repeats, s, d = broadcast.out.shape
+    unsqueezed = broadcast.inputs[0]
+    source = unsqueezed.producer
+    if value.shape != (b, kv * repeats, s, d) or unsqueezed.shape != (b, kv, 1, s, d) or \
+            source is None or not isinstance(source.spec, g.View) or \
+            source.inputs[0].shape != (b, kv, s, d):
+        return None
+    return source.inputs[0]
 
 
 def _heads_swap(node: g.Node | None) -> bool:

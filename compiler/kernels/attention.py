@@ -48,20 +48,25 @@ from compiler.kernels.vector import load_box, store_box, sub, value_box
 from compiler.plan import Kernel
 
 F32 = DType.f32
+_LOWEST = float(np.finfo(np.float32).min)
+"""The running max's floor under an explicit mask: a row whose first key tile is all
+masked (left padding, a sliding window) starts from it, not -inf, so its scores give
+exp(-inf) = 0 instead of NaN; a causal mask always shows query i key 0."""
 
 
 @dataclass(frozen=True)
 class CausalBias:
-    """A [Sq, Sk] additive causal mask (0 on and below the diagonal, -inf above),
-    materialized only for functional runs."""
+    """A [Sq, Sk] additive causal mask (0 where key j <= query i + offset, -inf
+    elsewhere), materialized only for functional runs."""
 
     sq: int
     sk: int
+    offset: int = 0
 
     def array(self) -> np.ndarray:
         i = np.arange(self.sq)[:, None]
         j = np.arange(self.sk)[None, :]
-        return np.where(j > i, -np.inf, 0.0).astype(np.float32)
+        return np.where(j > i + self.offset, -np.inf, 0.0).astype(np.float32)
 
 
 def _tile_bytes(tq: int, tk: int, d: int, dv: int, item: int, sets: int, masked: bool) -> int:
@@ -95,7 +100,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     if spec.causal:
         bias_name = f"{ctx.view(out).tensor}_causal_bias"
         ctx.em.tensor(bias_name, (sq, sk), F32, "in")
-        ctx.constants[bias_name] = CausalBias(sq, sk)
+        ctx.constants[bias_name] = CausalBias(sq, sk, spec.causal_offset)
         bias = bias_name
     batch = math.prod(batch_shape)
     tiles = [(bi, q0) for bi in range(batch) for q0 in range(0, sq, tq)]
@@ -112,12 +117,13 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
         q1 = min(q0 + tq, sq)
         index = unravel(bi, batch_shape)
         kv_index = _kv_index(index, q_shape, k_shape)
-        k_tiles = [k0 for k0 in range(0, sk, tk) if not (spec.causal and k0 > q1 - 1)]
+        last_key = q1 - 1 + spec.causal_offset if spec.causal else sk
+        k_tiles = [k0 for k0 in range(0, sk, tk) if k0 <= last_key]
         for s, k0 in enumerate(k_tiles):
             k1 = min(k0 + tk, sk)
             ss = step_counts[core] % sets
             step_counts[core] += 1
-            needs_mask = mask is not None or (spec.causal and k1 - 1 > q0)
+            needs_mask = mask is not None or (spec.causal and k1 - 1 > q0 + spec.causal_offset)
             job = _Step(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
                         (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
                         arrays)
@@ -268,6 +274,8 @@ class _Step:
         p = self.buf("p", (nq, nk))
         if self.first:
             self.vec(Reduce(ReduceKind.max, s, m, 1))
+            if self.mask is not None:  # a row this tile hides whole: exp(-inf - -inf)
+                self.vec(Binary(BinaryKind.max, m, Scalar(_LOWEST), m))
             self.vec(Binary(BinaryKind.sub, s, m, p))
             self.vec(Unary(UnaryKind.exp, p, p))
             self.vec(Reduce(ReduceKind.sum, p, l_sum, 1))
