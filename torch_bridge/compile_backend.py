@@ -225,20 +225,49 @@ def _input_kinds(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tup
     return tuple(kinds) if len(kinds) == len(example_inputs) else ()
 
 
+def _attention_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                    is_causal: bool = False, dropout_mask: torch.Tensor | None = None, *,
+                    scale: float | None = None, enable_gqa: bool = False) -> Any:
+    """SDPA's math path as ATen writes it, in the inputs' dtype. ATen's upcasts f16 and
+    bf16 inputs to float32 for the host's accuracy; the device's flash-attention kernel
+    (which the compiler matches this pattern to) takes them as they are and
+    accumulates in f32, as a fused kernel does. Dropout keeps ATen's path."""
+    if dropout_p or dropout_mask is not None:
+        return NotImplemented
+    rows, keys = query.shape[-2], key.shape[-2]
+    factor = (1.0 / query.shape[-1] ** 0.5 if scale is None else scale) ** 0.5
+    if enable_gqa:
+        repeat = query.shape[-3] // key.shape[-3]
+        key = key.repeat_interleave(repeat, dim=-3)
+        value = value.repeat_interleave(repeat, dim=-3)
+    if is_causal:
+        attn_mask = torch.ones(rows, keys, dtype=torch.bool, device=query.device).tril()
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(query.dtype)
+    scores = (query * factor) @ (key.transpose(-2, -1) * factor)
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    probs = torch.softmax(scores, dim=-1)
+    return probs @ value, probs
+
+
 def archsim_backend(gm: torch.fx.GraphModule,
                     example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
     """The dynamo backend: ``aot_autograd`` with every forward / backward graph
     compiled and simulated by archsim. The decompositions are ``torch.export``'s, as
-    for ``archsim run`` and ``archsim.estimate`` (attention kept whole), and the
-    module's parameters and buffers are weights, so a model gets the same graph, hence
-    the same latency, through every door."""
+    for ``archsim run`` and ``archsim.estimate`` (attention kept whole), with SDPA's
+    math path in its inputs' dtype (:func:`_attention_math`), and the module's
+    parameters and buffers are weights, so a model gets the same graph, hence the same
+    latency, through every door."""
     from torch._dynamo.backends.common import aot_autograd
 
     from compiler.export import export_decompositions
 
+    decompositions = {**export_decompositions(),
+                      torch.ops.aten._scaled_dot_product_attention_math.default: _attention_math}
     backend = aot_autograd(fw_compiler=_compiler("forward", _input_kinds(gm, example_inputs)),
-                           bw_compiler=_compiler("backward"),
-                           decompositions=export_decompositions())
+                           bw_compiler=_compiler("backward"), decompositions=decompositions)
     return backend(gm, example_inputs, **kwargs)
 
 
