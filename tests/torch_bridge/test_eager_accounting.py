@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
 import torch
 
 import torch_bridge
@@ -65,3 +66,20 @@ def test_a_host_fallback_addmm_is_charged_2_m_n_k_flops() -> None:
     (event,) = _events(prof, "aten.addmm")
     assert (event.kind, event.flops, event.cycles) == ("host", 120, 444)
     torch.testing.assert_close(got.cpu(), torch.addmm(bias, mat1, mat2))
+
+
+def test_utilization_is_the_busy_fraction_per_engine_kind() -> None:
+    """Two 8x8 @ 8x8 f32 matmuls on tiny, each the schedule pinned in
+    tests/compiler/test_matmul_tiling.py: 259 cycles; core0.dma0 busy 4 * 43 = 172,
+    core0.dma1 51 (the store), core0.mxu0 2 * 36 = 72. Per kind, busy over (engines of
+    the kind x run cycles): dma (172 + 51) / (4 * 259) = 21.5%, mxu 72 / (2 * 259) =
+    13.9%, the others idle -- whatever the number of runs (both numerator and
+    denominator double)."""
+    a, b = torch.randn(8, 8).npu(), torch.randn(8, 8).npu()
+    with torch_bridge.profile(config="tiny") as prof:
+        a @ b
+        b @ a
+    assert [r.total_cycles for r in prof.results] == [259, 259]
+    assert dict(prof.result.utilization) == pytest.approx({
+        "dma": 223 / 1036, "mxu": 72 / 518, "vpu": 0.0, "tdma": 0.0, "hdma": 0.0,
+        "host": 0.0})
