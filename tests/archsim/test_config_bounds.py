@@ -109,4 +109,4 @@ def test_a_functional_run_larger_than_host_memory_is_refused_before_allocating(
                                               r"f32\[1024, 1024\] = 4.0 MiB"):
         Simulator(load_config("tiny")).run(program, {"X": np.zeros((1024, 1024), np.float32)})
     # performance-only allocates nothing and runs
-    assert Simulator(load_config("tiny")).run(program).total_cycles > 0
+    assert Simulator(load_config("tiny")).run(program).total_cycles == 10  # the host op
