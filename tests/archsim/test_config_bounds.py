@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from archsim.cli.main import main
-from archsim.config import load_config
+from archsim.config import bounds, load_config
 from archsim.errors import ConfigError
 
 CASES = {
@@ -57,6 +57,22 @@ def test_every_preset_is_within_bounds_and_the_cli_explains_them(capsys) -> None
     assert "rows                             1..65,536" in out
 
 
+
+def test_a_zero_scratchpad_is_out_of_bounds_and_only_shared_sram_may_be_absent() -> None:
+    """Every core computes in its scratchpad, so 0 bytes is no chip; a chip without
+    shared SRAM is (tpu-v3, edge). The bounds table says so, as `--explain` prints it."""
+    assert bounds.check("core.scratchpad.size_bytes", 0) == (
+        "core.scratchpad.size_bytes: 0 is outside 1..2**50 (up to 1 PiB)")
+    assert bounds.check("shared_sram.size_bytes", 0) is None
+    assert bounds.check("shared_sram.size_bytes", 2 ** 51) == (
+        "shared_sram.size_bytes: 2.25e+15 is outside 0..2**50 (none, or up to 1 PiB)")
+    with pytest.raises(ConfigError, match=r"core\.scratchpad\.size_bytes: must be > 0, got 0"):
+        load_config("tiny").with_overrides({"core.scratchpad.size_bytes": 0})
+    assert load_config("tiny").with_overrides({"shared_sram.size_bytes": 0}) \
+        .shared_sram.size_bytes == 0
+    rows = {line.split()[0]: line.split()[1] for line in bounds.explain().splitlines()[1:-1]}
+    assert (rows["shared_sram.size_bytes"], rows["size_bytes"]) == ("0..2**50", "1..2**50")
+
 def test_the_cli_answers_a_nan_override_in_one_line(capsys) -> None:
     code = main(["run", "gemm", "--seq", "32", "-c", "tiny", "--set",
                  "dram.channel_bandwidth_gb_per_s=nan"])
@@ -93,4 +109,4 @@ def test_a_functional_run_larger_than_host_memory_is_refused_before_allocating(
                                               r"f32\[1024, 1024\] = 4.0 MiB"):
         Simulator(load_config("tiny")).run(program, {"X": np.zeros((1024, 1024), np.float32)})
     # performance-only allocates nothing and runs
-    assert Simulator(load_config("tiny")).run(program).total_cycles > 0
+    assert Simulator(load_config("tiny")).run(program).total_cycles == 10  # the host op

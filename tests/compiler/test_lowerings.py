@@ -276,6 +276,18 @@ def test_pooling(preset: str) -> None:
     check_op(aten._adaptive_avg_pool2d.default, (torch.randn(1, 2, 8, 6), [4, 3]), preset)
 
 
+def test_avg_pool_excluding_padding_without_ceil_mode_matches_torch() -> None:
+    """count_include_pad=False with padding divides a border window by the inputs it
+    covers (a 3x3 corner window at padding 1 covers 4: divide by 4, not 9); torch on
+    CPU is the reference, and ceil_mode stays off so the plain pooling path is the one
+    that must honour it."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 7, 9)
+    compiled, _ = check_op(aten.avg_pool2d.default, (x, [3, 3], [2, 2], [1, 1], False, False),
+                           "tiny")
+    assert not compiled.fallbacks
+
+
 def test_cumsum_along_the_last_dim_runs_on_the_device() -> None:
     """RoBERTa's position ids: a running sum of the padding mask (ints sum as i64)."""
     x = torch.randn(5, 8)

@@ -49,6 +49,18 @@ def bf16_add_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs))
 
 
+
+@triton.jit
+def square_offsets_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs * offs))
+
+
+@triton.jit
+def shifted_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs + 1))
+
 def _line(kernel, text):
     lines, first = inspect.getsourcelines(kernel.fn)
     return first + next(i for i, line in enumerate(lines) if text in line)
@@ -99,3 +111,27 @@ def test_bf16_arithmetic_is_computed_correctly_where_the_interpreter_is_not():
     torch.testing.assert_close(sim["out_ptr"], x + y, rtol=0, atol=0)
     wrong = interpret(bf16_add_kernel, args, {"BLOCK": 16}, (1,))["out_ptr"]
     assert not torch.equal(wrong, x + y)  # Triton 3.8's interpreter adds the raw bits
+
+
+def test_addresses_not_affine_in_the_block_are_refused():
+    """x_ptr + offs * offs reads elements 0, 1, 4, 9, ...: all inside x (256 of them)
+    and computed from no loaded data, but no stride makes them a box."""
+    args = (torch.randn(256), torch.empty(16))
+    with pytest.raises(TritonError) as error:
+        _compile(square_offsets_kernel, args)
+    line = _line(square_offsets_kernel, "x_ptr + offs * offs")
+    assert str(error.value) == (
+        f"kernel square_offsets_kernel ({__file__}:{line}): a load or store whose block is "
+        f"not a box: the block's addresses are not affine in its indices (a gather or "
+        f"scatter) cannot be lowered to the NPU")
+
+
+def test_a_load_one_element_past_the_tensor_is_refused():
+    """x_ptr + offs + 1 over 16 elements reads x[1..16]: x[16] is one past the end."""
+    args = (torch.randn(16), torch.empty(16))
+    with pytest.raises(TritonError) as error:
+        _compile(shifted_kernel, args)
+    line = _line(shifted_kernel, "x_ptr + offs + 1")
+    assert str(error.value) == (
+        f"kernel shifted_kernel ({__file__}:{line}): a load or store whose block is not a "
+        f"box: the block reaches outside x_ptr (16 elements) cannot be lowered to the NPU")
