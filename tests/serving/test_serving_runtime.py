@@ -156,3 +156,26 @@ def test_runtime_set_to_zero_gives_the_hardware_figures(plain) -> None:
     assert again.pipeline.ttft_cycles == plain.pipeline.ttft_cycles
     assert [s.cycles for s in again.pipeline.decode[-1]] == \
         [s.cycles for s in plain.pipeline.decode[-1]]
+
+
+def test_the_report_json_and_trace_show_the_runtime_as_its_own_category() -> None:
+    from reports.llm import llm_json, llm_table, llm_trace
+    from serving.run import serve
+
+    result = serve(SMALL, runtime(launch=1, collective=2, host=30),
+                   Request(batch=1, prefill=16, decode=2), Parallelism(tp=2))
+    table = llm_table(result)
+    assert "runtime overhead" in table and "of a decode step" in table
+    data = llm_json(result)["runtime"]
+    assert data["config"] == {"kernel_launch_us": 1.0, "collective_latency_us": 2.0,
+                              "host_step_us": 30.0}
+    decode = data["breakdown_s"]["decode"]
+    step = decode.pop("step")
+    assert sum(decode.values()) == pytest.approx(step)
+    assert decode["host"] == pytest.approx(30e-6)
+    counts = data["per_decode_step"]
+    assert decode["runtime overhead"] == pytest.approx(
+        (counts["kernels"] * 1000 + counts["collectives"] * 2000) / 1e9, rel=1e-6)
+    events = llm_trace(result)["traceEvents"]
+    assert any(e.get("cat") == "runtime" for e in events)
+    assert sum(e.get("cat") == "host" for e in events) == 3  # prefill and 2 decode steps
