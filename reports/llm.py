@@ -63,12 +63,15 @@ def _runtime_lines(result: Any) -> list[str]:
     if not runtime.is_zero:
         counts = result.step_counts()
         share = _share(decode, "runtime overhead", "host")
+        what = [f"{counts['kernels']} kernels a step at {runtime.kernel_launch_us:g} us"
+                if runtime.kernel_launch_us else "",
+                f"{counts['collectives']} collectives at {runtime.collective_latency_us:g} us"
+                if runtime.collective_latency_us and counts["collectives"] else "",
+                f"host {runtime.host_step_us:g} us a step" if runtime.host_step_us else ""]
         lines.append(
             f"  runtime overhead  {share:.1%} of a decode step, "
             f"{_share(prefill, 'runtime overhead', 'host'):.1%} of prefill "
-            f"({counts['kernels']} kernels a step at {runtime.kernel_launch_us:g} us, "
-            f"{counts['collectives']} collectives at {runtime.collective_latency_us:g} us, "
-            f"host {runtime.host_step_us:g} us a step)")
+            f"({', '.join(w for w in what if w)})")
     else:
         lines.append("  runtime overhead  none modelled (runtime: all zero, the hardware "
                      "alone)")
