@@ -3,11 +3,14 @@ run together as a discrete-event simulation over the chip-to-chip interconnect.
 
 A :class:`Compute` occupies its chip for a fixed number of cycles (decided by
 simulating the program on one chip); a :class:`Collective` occupies every chip of its
-group from the moment all of them reach it until its last transfer arrives; a
-:class:`Send` occupies no chip (a DMA engine moves it while the chip computes). Each
-chip runs its computes and collectives in the order they are listed, each starting
-when its chip is free and its dependencies (indices of earlier tasks) are done, so
-pipeline bubbles, link contention and overlap between sends and compute emerge.
+group from the moment all of them reach it until its last transfer arrives, after the
+fixed latency of the runtime (``runtime.collective_latency_us``, once per collective
+over two chips or more); a :class:`Send` occupies no chip (a DMA engine moves it while
+the chip computes); a :class:`Host` occupies the host CPU (one, shared by all chips)
+and no chip. Each chip (and the host) runs its tasks in the order they are listed, each
+starting when it is free and the task's dependencies (indices of earlier tasks) are
+done, so pipeline bubbles, link contention and overlap between sends and compute
+emerge.
 """
 
 from __future__ import annotations
@@ -52,7 +55,17 @@ class Send:
     deps: tuple[int, ...] = ()
 
 
-Task = Compute | Collective | Send
+@dataclass(frozen=True)
+class Host:
+    """Work of the host CPU (sampling, scheduling, preparing inputs) for ``cycles``
+    chip-clock cycles; the host runs one at a time, in list order."""
+
+    name: str
+    cycles: int
+    deps: tuple[int, ...] = ()
+
+
+Task = Compute | Collective | Send | Host
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,8 @@ class Span:
             return (task.chip,)
         if isinstance(task, Collective):
             return task.chips
+        if isinstance(task, Host):
+            return ()
         return (task.src, task.dst)
 
 
@@ -102,7 +117,9 @@ def run_cluster(tasks: Sequence[Task], config: NpuConfig, chips: int) -> Cluster
     done = [env.event() for _ in tasks]
     starts = [0] * len(tasks)
     ends = [0] * len(tasks)
-    queues: list[list[int]] = [[] for _ in range(chips)]
+    queues: list[list[int]] = [[] for _ in range(chips + 1)]
+    """Each chip's tasks, then the host's."""
+    fixed = config.us_to_cycles(config.runtime.collective_latency_us)
     arrivals: dict[int, list[simpy.Event]] = {}
     for index, task in enumerate(tasks):
         for dep in task.deps:
@@ -111,6 +128,9 @@ def run_cluster(tasks: Sequence[Task], config: NpuConfig, chips: int) -> Cluster
                                  f"not an earlier task")
         if isinstance(task, Send):
             env.process(_send(env, fabric, task, index, done, starts, ends))
+            continue
+        if isinstance(task, Host):
+            queues[chips].append(index)
             continue
         members = (task.chip,) if isinstance(task, Compute) else task.chips
         for chip in members:
@@ -121,7 +141,7 @@ def run_cluster(tasks: Sequence[Task], config: NpuConfig, chips: int) -> Cluster
             collective_steps(task.op, task.algorithm, task.chips, 0)  # a bad name fails here
             arrivals[index] = [env.event() for _ in task.chips]
             env.process(_collective(env, fabric, task, index, arrivals[index], done,
-                                    starts, ends))
+                                    starts, ends, fixed if len(task.chips) > 1 else 0))
     for chip, queue in enumerate(queues):
         env.process(_chip(env, chip, queue, tasks, arrivals, done, starts, ends))
     env.run()
@@ -144,7 +164,7 @@ def _chip(env: simpy.Environment, chip: int, queue: list[int], tasks: Sequence[T
         deps = [done[d] for d in task.deps]
         if deps:
             yield env.all_of(deps)
-        if isinstance(task, Compute):
+        if isinstance(task, (Compute, Host)):
             starts[index] = env.now
             if task.cycles:
                 yield env.timeout(task.cycles)
@@ -157,9 +177,11 @@ def _chip(env: simpy.Environment, chip: int, queue: list[int], tasks: Sequence[T
 
 def _collective(env: simpy.Environment, fabric: Any, task: Collective, index: int,
                 arrivals: list[simpy.Event], done: list[simpy.Event], starts: list[int],
-                ends: list[int]) -> Generator[Any, Any, None]:
+                ends: list[int], fixed: int) -> Generator[Any, Any, None]:
     yield env.all_of(arrivals)
     starts[index] = env.now
+    if fixed:  # the runtime's launch and handshake, once per collective
+        yield env.timeout(fixed)
     if fabric is not None:
         yield env.process(run_collective(fabric, task.op, task.algorithm, task.chips,
                                          task.nbytes))
@@ -180,4 +202,5 @@ def _send(env: simpy.Environment, fabric: Any, task: Send, index: int,
     done[index].succeed()
 
 
-__all__ = ["ClusterResult", "Collective", "Compute", "Send", "Span", "Task", "run_cluster"]
+__all__ = ["ClusterResult", "Collective", "Compute", "Host", "Send", "Span", "Task",
+           "run_cluster"]

@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from archsim.cluster import Collective, Compute, Send
+from archsim.cluster import Collective, Compute, Host, Send
 
 
 def _ms(seconds: float) -> str:
@@ -47,11 +47,43 @@ def llm_table(result: Any) -> str:
     if par.chips > 1:
         lines.append(f"  collectives       {util['collectives']:.1%} of chip time; "
                      f"{_gib(result.link_bytes)} over chip-to-chip links")
+    lines += _runtime_lines(result)
     lines.append("")
     lines.append("  rooflines: TTFT = max(FLOPs / peak, weights / HBM bandwidth); TPOT = "
                  "(weights + KV cache) / HBM bandwidth, over all chips")
     lines += [f"  note: {n}" for n in result.notes()]
     return "\n".join(lines)
+
+
+def _runtime_lines(result: Any) -> list[str]:
+    """The runtime's share of the steps, and where a mean decode step goes."""
+    runtime = result.config.runtime
+    decode, prefill = result.breakdown(), result.breakdown("prefill")
+    lines = []
+    if not runtime.is_zero:
+        counts = result.step_counts()
+        share = _share(decode, "runtime overhead", "host")
+        what = [f"{counts['kernels']} kernels a step at {runtime.kernel_launch_us:g} us"
+                if runtime.kernel_launch_us else "",
+                f"{counts['collectives']} collectives at {runtime.collective_latency_us:g} us"
+                if runtime.collective_latency_us and counts["collectives"] else "",
+                f"host {runtime.host_step_us:g} us a step" if runtime.host_step_us else ""]
+        lines.append(
+            f"  runtime overhead  {share:.1%} of a decode step, "
+            f"{_share(prefill, 'runtime overhead', 'host'):.1%} of prefill "
+            f"({', '.join(w for w in what if w)})")
+    else:
+        lines.append("  runtime overhead  none modelled (runtime: all zero, the hardware "
+                     "alone)")
+    if decode:
+        lines.append(f"  a mean decode step ({_ms(decode['step'])}), per chip:")
+        lines += [f"    {name:22}{_ms(decode[name]):>12}{decode[name] / decode['step']:>8.1%}"
+                  for name in decode if name != "step" and abs(decode[name]) > 1e-7]
+    return lines
+
+
+def _share(parts: dict[str, float], *names: str) -> float:
+    return sum(parts.get(n, 0.0) for n in names) / parts["step"] if parts else 0.0
 
 
 def _row(name: str, simulated: float, bound: float) -> str:
@@ -77,9 +109,20 @@ def llm_json(result: Any) -> dict[str, Any]:
                      "prefill_flops": result.roofline.prefill_flops},
         "utilization": result.utilization(),
         "link_bytes": result.link_bytes,
+        "runtime": _runtime_json(result),
         "simulated_blocks": [list(k) for k in result.simulated],
         "notes": result.notes(),
     }
+
+
+def _runtime_json(result: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    decode, prefill = result.breakdown(), result.breakdown("prefill")
+    return {"config": asdict(result.config.runtime), "per_decode_step": result.step_counts(),
+            "overhead_share_decode": _share(decode, "runtime overhead", "host"),
+            "overhead_share_prefill": _share(prefill, "runtime overhead", "host"),
+            "breakdown_s": {"decode": decode, "prefill": prefill}}
 
 
 def write_llm_json(result: Any, path: str | os.PathLike[str]) -> None:
@@ -100,6 +143,9 @@ def llm_trace(result: Any) -> dict[str, Any]:
     detail = sum(len(seg.parts) for _, seg in pipeline.segments.values()) <= DETAIL_LIMIT
     us = 1e6 / result.config.clock_hz
     events: list[dict[str, Any]] = []
+    if any(isinstance(s.task, Host) for s in pipeline.result.spans):
+        events.append({"name": "process_name", "ph": "M", "pid": 0, "tid": 0,
+                       "args": {"name": "host"}})
     for chip in range(result.par.chips):
         events.append({"name": "process_name", "ph": "M", "pid": chip + 1, "tid": 0,
                        "args": {"name": f"chip {chip}"}})
@@ -118,10 +164,16 @@ def llm_trace(result: Any) -> dict[str, Any]:
                            "pid": task.chip + 1, "tid": 1, "args": args})
             if segment is not None and detail:
                 for name, start, end, collective in segment.parts:
-                    events.append({"name": name, "cat": "collective" if collective else "block",
+                    kind = ("collective" if collective else
+                            "runtime" if "runtime:" in name else "block")
+                    events.append({"name": name, "cat": kind,
                                    "ph": "X", "ts": (span.start + start) * us,
                                    "dur": (end - start) * us, "pid": task.chip + 1,
                                    "tid": 2 if collective else 1})
+        elif isinstance(task, Host):
+            events.append({"name": task.name, "cat": "host", "ph": "X",
+                           "ts": span.start * us, "dur": (span.end - span.start) * us,
+                           "pid": 0, "tid": 0})
         elif isinstance(task, (Send, Collective)):
             chip = task.src if isinstance(task, Send) else task.chips[0]
             events.append({"name": task.name, "cat": "link", "ph": "X",

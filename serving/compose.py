@@ -30,10 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from archsim.cluster import ClusterResult, Collective, Compute, Send, Task, run_cluster
+from archsim.cluster import (ClusterResult, Collective, Compute, Host, Send, Task,
+                             run_cluster)
 from archsim.collectives import choose_algorithm
 from archsim.config.model import NpuConfig
 from serving.plan import Parallelism, Request
+from serving.runtime import launch_cycles
 from serving.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -50,6 +52,9 @@ class BlockTime:
     cycles: int
     matmul_flops: int
     dram_bytes: int
+    kernels: int = 0
+    """Kernels the compiler made of it (counted when ``runtime.kernel_launch_us`` is
+    set; each is launched before it runs)."""
 
 
 @dataclass(frozen=True)
@@ -65,20 +70,33 @@ class Segment:
     """Bytes the group's collectives moved between chips."""
     parts: tuple[Part, ...] = field(default=(), compare=False, repr=False)
     """What one chip of the group does, in order (for the trace)."""
+    launch_cycles: int = 0
+    """Of ``cycles``, one chip's kernel launches (``runtime.kernel_launch_us``)."""
+    fixed_cycles: int = 0
+    """Of ``collective_cycles``, the collectives' fixed latency
+    (``runtime.collective_latency_us``)."""
+    kernels: int = 0
+    """Kernels one chip of the group runs."""
+    collectives: int = 0
 
     def __add__(self, other: Segment) -> Segment:
         return Segment(self.cycles + other.cycles,
                        self.collective_cycles + other.collective_cycles,
                        self.matmul_flops + other.matmul_flops,
                        self.dram_bytes + other.dram_bytes, self.link_bytes + other.link_bytes,
-                       self.parts + _shift(other.parts, self.cycles, ""))
+                       self.parts + _shift(other.parts, self.cycles, ""),
+                       self.launch_cycles + other.launch_cycles,
+                       self.fixed_cycles + other.fixed_cycles, self.kernels + other.kernels,
+                       self.collectives + other.collectives)
 
     def times(self, n: int, first_layer: int = 0) -> Segment:
         """``n`` of these back to back (layers ``first_layer``... in the parts)."""
         parts = tuple(p for i in range(n)
                       for p in _shift(self.parts, i * self.cycles, f"layer {first_layer + i} "))
         return Segment(self.cycles * n, self.collective_cycles * n,
-                       self.matmul_flops * n, self.dram_bytes * n, self.link_bytes * n, parts)
+                       self.matmul_flops * n, self.dram_bytes * n, self.link_bytes * n, parts,
+                       self.launch_cycles * n, self.fixed_cycles * n, self.kernels * n,
+                       self.collectives * n)
 
 
 Part = tuple[str, int, int, bool]
@@ -87,6 +105,10 @@ Part = tuple[str, int, int, bool]
 
 def _shift(parts: tuple[Part, ...], by: int, prefix: str) -> tuple[Part, ...]:
     return tuple((prefix + name, start + by, end + by, coll) for name, start, end, coll in parts)
+
+
+def _launch_name(kernels: int) -> str:
+    return f"runtime: {kernels} kernel launch{'es' if kernels != 1 else ''}"
 
 
 def interpolate(a: Segment, b: Segment, weight: float) -> Segment:
@@ -99,7 +121,9 @@ def interpolate(a: Segment, b: Segment, weight: float) -> Segment:
                   for name, start, end, coll in a.parts)
     return Segment(cycles, mix(a.collective_cycles, b.collective_cycles),
                    mix(a.matmul_flops, b.matmul_flops), mix(a.dram_bytes, b.dram_bytes),
-                   mix(a.link_bytes, b.link_bytes), parts)
+                   mix(a.link_bytes, b.link_bytes), parts,
+                   mix(a.launch_cycles, b.launch_cycles), mix(a.fixed_cycles, b.fixed_cycles),
+                   mix(a.kernels, b.kernels), mix(a.collectives, b.collectives))
 
 
 @dataclass
@@ -150,17 +174,27 @@ class Composer:
                   parts: list[tuple[str, BlockTime, str, int]]) -> Segment:
         flops = sum(p[1].matmul_flops for p in parts) * len(group)
         dram = sum(p[1].dram_bytes for p in parts) * len(group)
+        kernels = sum(p[1].kernels for p in parts)
+        launches = launch_cycles(kernels, self.config)
         if len(group) == 1:
             timeline, now = [], 0
             for name, block, _, _ in parts:
-                timeline.append((name, now, now + block.cycles, False))
-                now += block.cycles
-            return Segment(now, 0, flops, dram, 0, tuple(timeline))
+                launch = launch_cycles(block.kernels, self.config)
+                if launch:
+                    timeline.append((_launch_name(block.kernels), now, now + launch, False))
+                timeline.append((name, now + launch, now + launch + block.cycles, False))
+                now += launch + block.cycles
+            return Segment(now, 0, flops, dram, 0, tuple(timeline), launches, 0, kernels)
         tasks: list[Task] = []
         collectives = []
         after: dict[int, tuple[int, ...]] = {c: () for c in group}
         """What each chip's next compute waits for."""
         for name, block, op, nbytes in parts:
+            launch = launch_cycles(block.kernels, self.config)
+            if launch:  # the chip's stream launches the block's kernels, then runs them
+                tasks += [Compute(_launch_name(block.kernels), c, launch, after[c])
+                          for c in group]
+                after = {c: () for c in group}  # in order on each chip
             first = len(tasks)
             tasks += [Compute(name, c, block.cycles, after[c]) for c in group]
             if not op:  # the next part follows on each chip
@@ -183,8 +217,10 @@ class Composer:
         timeline = tuple((span.task.name.replace("_", "-"), span.start, span.end,
                           i in collectives) for i, span in enumerate(result.spans)
                          if i in collectives or span.task.chip == group[0])
+        fixed = self.config.us_to_cycles(self.config.runtime.collective_latency_us)
         return Segment(result.total_cycles, in_collectives, flops, dram, result.link_bytes,
-                       timeline)
+                       timeline, launches, fixed * len(collectives), kernels,
+                       len(collectives))
 
     def _whole_stage(self, stage: int, tokens: int, context: int) -> Segment:
         """A stage on one chip as one program (no collective splits it)."""
@@ -198,8 +234,11 @@ class Composer:
             name = "+".join((["embed"] if embed else [])
                             + [f"layers {first}-{first + count - 1}"]
                             + (["head"] if head else []))
-            found = Segment(block.cycles, 0, block.matmul_flops, block.dram_bytes, 0,
-                            ((name, 0, block.cycles, False),))
+            launch = launch_cycles(block.kernels, self.config)
+            parts = ((_launch_name(block.kernels), 0, launch, False),) if launch else ()
+            found = Segment(launch + block.cycles, 0, block.matmul_flops, block.dram_bytes,
+                            0, parts + ((name, launch, launch + block.cycles, False),),
+                            launch, 0, block.kernels)
             self._segments[key] = found
         return found
 
@@ -292,6 +331,11 @@ class _PipelineBuilder:
             self.tasks.append(Send(f"{label} token", last_chip, 0,
                                    self.c.mb_batch * TOKEN_BYTES, tuple(previous)))
             incoming = (len(self.tasks) - 1,)
+        config = self.c.config
+        host = config.us_to_cycles(config.runtime.host_step_us)
+        if host:  # the host samples, schedules and prepares the step's inputs first
+            self.tasks.append(Host(f"{label} host", host, tuple(previous or ())))
+            incoming += (len(self.tasks) - 1,)
         for stage, segment in enumerate(stages):
             computes = []
             for chip in par.stage_chips(stage):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from archsim.cluster import Compute
 from archsim.config.model import NpuConfig
+from serving.breakdown import CATEGORIES, step_breakdown, step_counts
 from serving.compose import Composer, Pipeline
 from serving.plan import Memory, Parallelism, Request, check, check_memory
 from serving.roofline import Roofline, peak_flops, roofline
@@ -89,6 +90,15 @@ class ServeResult:
             "collectives": (pc + dc) / total_cycles if total_cycles else 0.0,
         }
 
+    # -- where the time goes ------------------------------------------------------------
+    def breakdown(self, phase: str = "decode") -> dict[str, float]:
+        """Seconds per category of a mean ``phase`` step (:mod:`serving.breakdown`)."""
+        return step_breakdown(self, phase)
+
+    def step_counts(self) -> dict[str, int]:
+        """Kernels launched and collectives run per chip in a decode step."""
+        return step_counts(self)
+
     def notes(self) -> list[str]:
         spec, par, request = self.spec, self.par, self.request
         blocks = ", ".join(f"{k}({t}{f', ctx {c}' if c else ''})" for k, t, c in self.simulated)
@@ -116,6 +126,11 @@ class ServeResult:
             notes.append(f"decode steps 2..{self.request.decode - 1} interpolated linearly "
                          f"between the simulated first and last steps (attention is linear "
                          f"in the context)")
+        if self.config.runtime.kernel_launch_us:
+            notes.append("kernels launched: the compiler's fused groups (a matmul with its "
+                         "epilogue, a run of vector ops), counted on each compiled block; "
+                         "runtimes with hand-fused kernels (QKV, rotary, add+norm) launch "
+                         "fewer, larger ones")
         if par.micro_batches > 1:
             notes.append(f"{par.micro_batches} micro-batches of "
                          f"{self.request.batch // par.micro_batches}: TTFT is when the last "
@@ -153,4 +168,4 @@ def chip_busy(result: ServeResult, chip: int) -> int:
     return result.pipeline.result.busy_cycles(chip, Compute)
 
 
-__all__ = ["ServeResult", "chip_busy", "serve"]
+__all__ = ["CATEGORIES", "ServeResult", "chip_busy", "serve"]

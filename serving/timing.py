@@ -20,6 +20,7 @@ from serving.compose import BlockTime
 from serving.layers import (TORCH_DTYPES, AttentionBlock, Embed, Head, MlpBlock, Stage,
                             meta_block)
 from serving.plan import Request, Shard
+from serving.runtime import kernel_count
 from serving.spec import ModelSpec
 
 
@@ -87,7 +88,11 @@ class Timer:
 
         result = run(Workload.of_module(module, inputs), self.config, mode="performance",
                      all_layers=all_layers)
-        return BlockTime(result.total_cycles, result.matmul_flops, result.dram_bytes)
+        kernels = 0
+        if self.config.runtime.kernel_launch_us:  # only counted when launches cost
+            kernels = kernel_count(module, inputs, self.config, all_layers)
+        return BlockTime(result.total_cycles, result.matmul_flops, result.dram_bytes,
+                         kernels)
 
     def _positions(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Positions of the new tokens and the rotary tables (cos, sin) for them."""

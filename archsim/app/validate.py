@@ -3,7 +3,8 @@
 The file has a header row with a ``workload`` column (sized workload names of
 :mod:`archsim.app.catalog`: ``gemm_2048x2048x2048``...) and one column of measured
 cycles whose name ends in ``cycles`` (``tpuv3_cycles`` in
-``../shared/data/tpuv3-calibration.csv``). Each workload is built in float32 and run
+``../shared/data/tpuv3-calibration.csv``); a file of LLM serving rows (its header has
+``metric`` and ``measured``) is :mod:`archsim.app.validate_llm`'s. Each workload is built in float32 and run
 performance-only through the one pipeline (:func:`archsim.app.run`), as
 ``archsim run NAME --perf-only`` would; the rows' table is :mod:`reports.validation`.
 """
@@ -11,13 +12,13 @@ performance-only through the one pipeline (:func:`archsim.app.run`), as
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from archsim.errors import ArchsimError
-from reports.validation import ValidationReport, ValidationRow
+from reports.validation import LlmValidationReport, ValidationReport, ValidationRow
 
 if TYPE_CHECKING:
     from archsim.config import NpuConfig
@@ -33,23 +34,41 @@ class Measurement:
     cycles: float
 
 
-def read_measurements(path: str | Path) -> tuple[Measurement, ...]:
-    """The rows of a measurements CSV; every problem is named with its line."""
+def read_text(path: str | Path) -> tuple[Path, str]:
+    """A measurements file's path and text, or a one-line error."""
     path = Path(path)
     if not path.is_file():
         raise ValidationDataError(f"no such measurements file: {path}")
     try:
-        text = path.read_text(encoding="utf-8")
+        return path, path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ValidationDataError(f"{path}: not UTF-8 text ({exc.reason} at byte "
                                   f"{exc.start})") from None
+
+
+def header(text: str) -> list[str]:
+    return [f.strip() for f in csv.DictReader(text.splitlines()).fieldnames or ()]
+
+
+def is_llm_file(path: str | Path) -> bool:
+    """Whether ``path`` holds LLM serving rows (:mod:`archsim.app.validate_llm`)."""
+    from archsim.app.validate_llm import is_llm_header
+
+    return is_llm_header(header(read_text(path)[1]))
+
+
+def read_measurements(path: str | Path) -> tuple[Measurement, ...]:
+    """The rows of a measurements CSV; every problem is named with its line."""
+    path, text = read_text(path)
     reader = csv.DictReader(text.splitlines())
     fields = [f.strip() for f in reader.fieldnames or ()]
     cycle_columns = [f for f in fields if f.lower().endswith("cycles")]
     if "workload" not in fields or len(cycle_columns) != 1:
         raise ValidationDataError(
             f"{path}: expected a header with a 'workload' column and one column of "
-            f"measured cycles named '*cycles' (e.g. 'workload,tpuv3_cycles'); got "
+            f"measured cycles named '*cycles' (e.g. 'workload,tpuv3_cycles'), or LLM rows "
+            f"(model,config,chips,tp,pp,batch,prefill,decode,dtype,kv_dtype,metric,"
+            f"measured); got "
             f"{','.join(fields) or 'no header'}")
     rows: list[Measurement] = []
     problems: list[str] = []
@@ -124,7 +143,15 @@ def validate(path: str | Path, config: NpuConfig,
     return ValidationReport(config.name, str(path), tuple(rows))
 
 
+def validate_serving(path: str | Path, resolve: Callable[[str], NpuConfig] | None = None
+                     ) -> LlmValidationReport:
+    """Simulate the LLM serving rows of ``path``, each on ``resolve(its config column)``
+    (:mod:`archsim.app.validate_llm`)."""
+    from archsim.app.validate_llm import validate_llm
+
+    path, text = read_text(path)
+    return validate_llm(path, text, resolve)
 
 
-__all__ = ["Measurement", "ValidationDataError", "read_measurements", "roofline_cycles",
-           "simulate_workload", "validate"]
+__all__ = ["Measurement", "ValidationDataError", "is_llm_file", "read_measurements",
+           "roofline_cycles", "simulate_workload", "validate", "validate_serving"]

@@ -16,6 +16,7 @@ from archsim.config.model import (
     MatrixConfig,
     NocConfig,
     NpuConfig,
+    RuntimeConfig,
     ScratchpadConfig,
     SharedSramConfig,
     VectorConfig,
@@ -24,7 +25,7 @@ from archsim.config.model import (
 
 __all__ = [
     "DEFAULT_PRESET", "CoreConfig", "DmaConfig", "DramConfig", "HostLinkConfig",
-    "InterconnectConfig", "MatrixConfig", "NocConfig", "NpuConfig", "ScratchpadConfig", "SharedSramConfig",
+    "InterconnectConfig", "MatrixConfig", "NocConfig", "NpuConfig", "RuntimeConfig", "ScratchpadConfig", "SharedSramConfig",
     "VectorConfig", "VectorCostsConfig", "config_from_dict", "config_to_dict",
     "load_config", "preset_names",
 ]

@@ -48,6 +48,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("access_granularity_bytes", 1, 2 ** 30, "up to 1 GiB"),
     Bound("links_per_chip", 1, 1024, "up to 1,024 links"),
     Bound("efficiency", 0.05, 1.0, "a fraction of the peak, 5% to 100%"),
+    Bound("us", 0, 1e6, "a software cost of 0 to 1 s"),
 )
 DEFAULT = Bound("*", 0, 2 ** 40, "up to 2**40")
 """Any other number (vector op costs, ...)."""

@@ -31,7 +31,8 @@ from archsim.errors import ConfigError
 DEFAULT_PRESET = "atom"
 _PRESET_PACKAGE = "archsim.config.presets"
 
-# Integer fields that may be zero (latencies); every other number must be > 0.
+# Fields that may be zero (latencies, the runtime's software costs); every other
+# number must be > 0.
 _MAY_BE_ZERO_SUFFIXES = ("latency_cycles", "shared_sram.size_bytes")
 
 
@@ -174,7 +175,7 @@ def _float_or_none(text: str) -> float | None:
 
 
 def _check_number(value: int | float, path: str, problems: list[str]) -> int | float | None:
-    may_be_zero = path.endswith(_MAY_BE_ZERO_SUFFIXES)
+    may_be_zero = path.endswith(_MAY_BE_ZERO_SUFFIXES) or path.startswith("runtime.")
     if value < 0 or (value == 0 and not may_be_zero):
         bound = ">= 0" if may_be_zero else "> 0"
         problems.append(f"{path}: must be {bound}, got {value!r}")

@@ -177,6 +177,28 @@ class InterconnectConfig:
 
 
 @dataclass(frozen=True)
+class RuntimeConfig:
+    """What the software stack adds on top of the hardware, each where it occurs.
+
+    All zero (the default) is the pure hardware model. ``kernel_launch_us``: per kernel
+    (a fused group of the compiler), the device's dispatch of it from a captured graph
+    (graph mode: no host launch, but the stream's task scheduler still starts each
+    kernel after the previous one ended); it occupies the chip before the kernel.
+    ``collective_latency_us``: per collective, once, on top of its transfers (the
+    communication library's launch, the ranks' handshake and the completion
+    notification). ``host_step_us``: per model step (prefill or decode), the host's
+    work between steps: sampling, scheduling, preparing the next inputs."""
+
+    kernel_launch_us: float = 0.0
+    collective_latency_us: float = 0.0
+    host_step_us: float = 0.0
+
+    @property
+    def is_zero(self) -> bool:
+        return not (self.kernel_launch_us or self.collective_latency_us or self.host_step_us)
+
+
+@dataclass(frozen=True)
 class NpuConfig:
     name: str
     description: str
@@ -189,6 +211,9 @@ class NpuConfig:
     host_link: HostLinkConfig
     interconnect: InterconnectConfig | None = None
     """Links to other chips of the same kind; None: a single-chip part."""
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    """Software overheads (kernel launches, collective latency, host work per step);
+    all zero: the hardware alone."""
 
     def __hash__(self) -> int:
         """Cached: configs key the simulator's plan cache on every run."""
@@ -245,6 +270,10 @@ class NpuConfig:
     def cycles_to_seconds(self, cycles: float) -> float:
         return cycles / self.clock_hz
 
+    def us_to_cycles(self, microseconds: float) -> int:
+        """A software cost in chip cycles (rounded to the nearest)."""
+        return round(microseconds * 1e-6 * self.clock_hz)
+
     def with_overrides(self, overrides: dict[str, Any]) -> "NpuConfig":
         """A copy with fields replaced by dotted path, validated like a loaded file.
 
@@ -288,6 +317,6 @@ def ceil_div(a: int, b: int) -> int:
 
 __all__ = [
     "CoreConfig", "DATAFLOWS", "Dataflow", "DmaConfig", "DramConfig", "F32_PASSES",
-    "HostLinkConfig", "InterconnectConfig", "MatrixConfig", "NocConfig", "NpuConfig", "Precision",
+    "HostLinkConfig", "InterconnectConfig", "MatrixConfig", "NocConfig", "NpuConfig", "Precision", "RuntimeConfig",
     "ScratchpadConfig", "SharedSramConfig", "TOPOLOGIES", "Topology", "VectorConfig", "VectorCostsConfig", "ceil_div",
 ]

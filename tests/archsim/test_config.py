@@ -14,7 +14,8 @@ from archsim.errors import ConfigError
 def test_presets_are_listed_default_first() -> None:
     names = preset_names()
     assert names[0] == DEFAULT_PRESET == "atom"
-    assert set(names) == {"atom", "tpu-v3", "tpu-v4", "ascend-910b", "edge", "tiny"}
+    assert set(names) == {"atom", "tpu-v3", "tpu-v4", "ascend-910b", "ascend-910b4", "edge",
+                          "tiny"}
 
 
 @pytest.mark.parametrize("name", preset_names())

@@ -161,7 +161,8 @@ class TestBadArguments:
         code, _, err = run_cli(capsys, "run", str(program_file), "--config", "tpu-v9")
         assert code == 1
         assert err.strip() == ("archsim: error: tpu-v9: 1 problem:\n  - unknown preset "
-                               "'tpu-v9'; presets: atom, ascend-910b, edge, tiny, tpu-v3, tpu-v4")
+                               "'tpu-v9'; presets: atom, ascend-910b, ascend-910b4, edge, "
+                               "tiny, tpu-v3, tpu-v4")
 
     def test_bad_override_path_names_the_fields(self, capsys, program_file: Path) -> None:
         code, _, err = run_cli(capsys, "run", str(program_file), "--set", "core.matrx.rows=8")

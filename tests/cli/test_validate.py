@@ -126,3 +126,99 @@ class TestValidate:
         assert main(["validate", str(tmp_path / "none.csv")]) == 1
         _, err = capsys.readouterr()
         assert err == f"archsim: error: no such measurements file: {tmp_path / 'none.csv'}\n"
+
+
+LLM_HEADER = "model,config,chips,tp,pp,batch,prefill,decode,dtype,kv_dtype,metric,measured\n"
+SMALL_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2,
+               "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64}
+
+
+@pytest.fixture
+def llm_csv(tmp_path: Path) -> Path:
+    model = tmp_path / "small.json"
+    model.write_text(json.dumps(SMALL_LLAMA))
+    path = tmp_path / "llm.csv"
+    path.write_text(LLM_HEADER
+                    + f"{model},tiny,2,2,1,1,16,2,f16,f16,ttft_ms,0.5\n"
+                    + f"{model},tiny,2,2,1,1,16,2,f16,f16,decode_step_ms,0.1\n"
+                    + f"{model},tiny,2,2,1,1,16,2,f16,f16,tokens_per_s,9000\n")
+    return path
+
+
+class TestLlmRows:
+    @pytest.mark.parametrize(("row", "message"), [
+        ("m,tiny,2,2,1,1,16,2,f16,f16,ttft_ms,-1", r"line 2, column 'measured': expected a "
+                                                   r"positive number, got '-1'"),
+        ("m,tiny,2,x,1,1,16,2,f16,f16,ttft_ms,1", r"line 2, column 'tp': expected a positive "
+                                                  r"integer, got 'x'"),
+        ("m,tiny,2,2,1,1,16,2,f8,f16,ttft_ms,1", r"line 2, column 'dtype': expected one of "
+                                                 r"bf16, f16, f32, got 'f8'"),
+        ("m,tiny,2,2,1,1,16,2,f16,f16,ttft,1", r"line 2, column 'metric': expected one of "
+                                               r"ttft_ms, decode_step_ms, tokens_per_s, "
+                                               r"got 'ttft'"),
+        ("m,tiny,4,2,1,1,16,2,f16,f16,ttft_ms,1", r"line 2, column 'chips': 4 is not tp 2 x "
+                                                  r"pp 1"),
+        ("m,tiny,2,2,1,1,16,0,f16,f16,decode_step_ms,1", r"line 2, column 'decode': expected "
+                                                         r"at least 1 new token"),
+        (",tiny,2,2,1,1,16,2,f16,f16,ttft_ms,1", r"line 2, column 'model': expected a name"),
+    ])
+    def test_parser_errors_name_the_row_and_the_column(self, tmp_path: Path, row: str,
+                                                        message: str) -> None:
+        from archsim.app.validate import validate_serving
+
+        path = tmp_path / "bad.csv"
+        path.write_text(LLM_HEADER + row + "\n")
+        with pytest.raises(ValidationDataError, match=message):
+            validate_serving(path)
+
+    def test_a_missing_column_is_named(self, tmp_path: Path) -> None:
+        from archsim.app.validate import validate_serving
+
+        path = tmp_path / "bad.csv"
+        path.write_text(LLM_HEADER.replace("kv_dtype,", "") + "m,tiny,2,2,1,1,16,2,f16,"
+                                                              "ttft_ms,1\n")
+        with pytest.raises(ValidationDataError, match=r"missing kv_dtype"):
+            validate_serving(path)
+
+    def test_a_row_that_cannot_run_names_its_line(self, tmp_path: Path) -> None:
+        from archsim.app.validate import validate_serving
+
+        path = tmp_path / "bad.csv"
+        path.write_text(LLM_HEADER + "no-such-model,tiny,2,2,1,1,16,2,f16,f16,ttft_ms,1\n")
+        with pytest.raises(ValidationDataError, match=r"bad.csv line 2: .*no-such-model"):
+            validate_serving(path)
+
+    def test_rows_are_the_serving_runs_figures(self, llm_csv: Path) -> None:
+        from archsim.app.validate import validate_serving
+        from serving.plan import Parallelism, Request
+        from serving.run import serve
+
+        report = validate_serving(llm_csv)
+        want = serve(str(llm_csv.parent / "small.json"), load_config("tiny"),
+                     Request(1, 16, 2, "f16", "f16"), Parallelism(2))
+        ttft, step, rate = report.rows
+        assert ttft.simulated == pytest.approx(want.ttft_s * 1e3)
+        assert step.simulated == pytest.approx(want.tpot_s * 1e3)
+        assert rate.simulated == pytest.approx(want.tokens_per_s)
+        assert ttft.error == pytest.approx(ttft.simulated / 0.5 - 1)
+        assert rate.error == pytest.approx(9000 / rate.simulated - 1)  # slower is > 0
+        for row in (ttft, step):
+            assert row.simulated >= row.roofline
+        assert rate.simulated <= rate.roofline
+        assert report.mean_absolute_error == pytest.approx(
+            sum(abs(r.error) for r in report.rows) / 3)
+
+    def test_cli_detects_the_format_and_writes_json(self, llm_csv: Path, tmp_path: Path,
+                                                    capsys) -> None:
+        out_json = tmp_path / "v.json"
+        assert main(["validate", str(llm_csv), "--json", str(out_json)]) == 0
+        out, _ = capsys.readouterr()
+        assert "small tiny tp2 b1 p16 d2 f16" in out and "decode_step_ms" in out
+        assert "mean absolute error over 3 rows" in out
+        data = json.loads(out_json.read_text())
+        assert [r["metric"] for r in data["rows"]] == ["ttft_ms", "decode_step_ms",
+                                                       "tokens_per_s"]
+        assert data["rows"][0]["unit"] == "ms"
+        assert set(data["mean_absolute_error_by_metric"]) == {"ttft_ms", "decode_step_ms",
+                                                              "tokens_per_s"}
