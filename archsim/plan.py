@@ -23,7 +23,6 @@ import simpy
 from archsim.bandwidth import solo_rate
 from archsim.chip import Chip
 from archsim.config.model import NpuConfig
-from archsim.config.names import SHARED, sram_space
 from archsim.functional import HostFunction, Memory
 from archsim.functional_steps import BoundProgram, FunctionalExecutor
 from archsim.host_memory import check_host_memory
@@ -135,7 +134,7 @@ class Plan:
     def sram_sizes(self) -> dict[str, int]:
         """Bytes to allocate per SRAM space in a functional run: only what the program
         touches."""
-        capacity = _space_sizes(self.config)
+        capacity = self.config.sram_capacities
         return {space: min(capacity.get(space, end), end)
                 for space, end in self.program.sram_high_water.items()}
 
@@ -256,10 +255,3 @@ def plan_for(program: Program, config: NpuConfig, verify: bool) -> Plan:
     if plan is None:
         plan = entry.plans[config] = Plan(program, config)
     return plan
-
-
-def _space_sizes(config: NpuConfig) -> dict[str, int]:
-    sizes = {sram_space(c): config.core.scratchpad.size_bytes for c in range(config.cores)}
-    if config.shared_sram.size_bytes:
-        sizes[SHARED] = config.shared_sram.size_bytes
-    return sizes

@@ -292,9 +292,7 @@ def from_sim_result(result: SimResult) -> ReportData:
             bytes=nbytes, flops=flops, dram_bytes=dram, uncontended_cycles=alone,
             description=description,
         ))
-    capacity = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
-    if config.shared_sram.size_bytes:
-        capacity["shared"] = config.shared_sram.size_bytes
+    capacity = config.sram_capacities
     return ReportData(
         program_name=program.name,
         config_name=config.name,

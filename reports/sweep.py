@@ -36,9 +36,7 @@ def run_totals(result: SimResult) -> ReportData:
     (``commands=()``, so per-engine figures are empty): what a sweep keeps per point.
     Plain dicts, so it pickles between processes."""
     config = result.config
-    capacity = {f"sram{c}": config.core.scratchpad.size_bytes for c in range(config.cores)}
-    if config.shared_sram.size_bytes:
-        capacity["shared"] = config.shared_sram.size_bytes
+    capacity = config.sram_capacities
     return ReportData(
         program_name=result.program.name,
         config_name=config.name,

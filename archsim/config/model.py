@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from archsim.config.names import HDMA, HOST, TDMA, dma_engine, mxu_engine, vpu_engine
+from archsim.config.names import (HDMA, HOST, SHARED, TDMA, dma_engine, mxu_engine,
+                                   sram_space, vpu_engine)
 
 Dataflow = Literal["ws", "os", "is"]
 DATAFLOWS: tuple[str, ...] = ("ws", "os", "is")
@@ -251,6 +252,15 @@ class NpuConfig:
     @property
     def host_link_bytes_per_cycle(self) -> float:
         return self.host_link.bandwidth_gb_per_s * 1e9 / self.clock_hz
+
+    @property
+    def sram_capacities(self) -> dict[str, int]:
+        """Bytes of each SRAM space: every core's scratchpad, and the shared SRAM when
+        the chip has one."""
+        spaces = {sram_space(c): self.core.scratchpad.size_bytes for c in range(self.cores)}
+        if self.shared_sram.size_bytes:
+            spaces[SHARED] = self.shared_sram.size_bytes
+        return spaces
 
     @property
     def sram_total_bytes(self) -> int:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
-from archsim.config.names import SHARED, sram_space
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, DramTensor, Scalar, Shape, SramRef, numel
 from compiler.ir.ops import (
@@ -58,9 +57,7 @@ class Machine:
 
     @classmethod
     def from_config(cls, config: NpuConfig) -> "Machine":
-        spaces = {sram_space(c): config.core.scratchpad.size_bytes for c in range(config.cores)}
-        if config.shared_sram.size_bytes > 0:
-            spaces[SHARED] = config.shared_sram.size_bytes
+        spaces = config.sram_capacities
         return cls(
             name=config.name,
             engines=frozenset(config.engines),
