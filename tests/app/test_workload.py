@@ -86,3 +86,24 @@ class TestParse:
         assert pickle.loads(pickle.dumps(workload)) == workload
         with pytest.raises(ArchsimError, match="a module workload runs in its own process"):
             pickle.dumps(Workload.of_module(object(), ()))
+
+
+class TestTransformersConfig:
+    def test_bundled_names_and_config_files(self, tmp_path: Path) -> None:
+        assert Workload.parse("llama-2-7b", seq=64).kind is Kind.TRANSFORMERS
+        assert Workload.parse("llama-7b").kind is Kind.BUILTIN  # the built-in wins
+        config = tmp_path / "m" / "config.json"
+        config.parent.mkdir()
+        config.write_text('{"model_type": "llama"}')
+        assert Workload.parse(str(config)).kind is Kind.TRANSFORMERS
+        assert Workload.parse(str(config.parent)).kind is Kind.TRANSFORMERS
+
+    def test_unreadable_configs_are_refused_before_running(self, tmp_path: Path) -> None:
+        with pytest.raises(ArchsimError, match=r"^unknown model '.*none\.json': not a bundled "
+                                               r"model \("):
+            Workload.parse(str(tmp_path / "none.json"))
+        bad = tmp_path / "bad.json"
+        bad.write_text("[1, 2]")
+        with pytest.raises(ArchsimError, match=r"bad\.json: expected a JSON object \(a "
+                                               r"transformers config\), got list$"):
+            Workload.parse(str(bad))
