@@ -6,9 +6,11 @@
     archsim show PROGRAM.rbln
     archsim report RESULT.json
 
-MODEL is a built-in workload (``archsim workloads``), a Python file defining a model
-and example inputs, or a saved ``.rbln`` program. This is the application layer: it
-imports the compiler and torch lazily, only for the commands that need them.
+MODEL is a built-in or sized workload (``archsim workloads``), a Python file defining a
+model and example inputs, a saved ``.rbln`` program or a transformers ``config.json``:
+an :class:`archsim.app.Workload`, run through :func:`archsim.app.run`. The CLI is the top
+layer: it parses arguments and prints, and imports the compiler and torch lazily, only
+for the commands that need them.
 """
 
 from __future__ import annotations

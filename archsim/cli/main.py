@@ -70,16 +70,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     def workload_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("model", metavar="MODEL",
-                       help="built-in workload (see 'archsim workloads'), a .py file, or a .rbln program")
+                       help="built-in or sized workload (see 'archsim workloads'), a .py file, "
+                            "a .rbln program, or a transformers config.json (or a model "
+                            "bundled with 'archsim llm')")
         p.add_argument("--batch", type=positive, default=None,
-                       help="batch size (built-in models)")
+                       help="batch size (built-in models that take it, transformers "
+                            "configs; refused elsewhere)")
         p.add_argument("--seq", type=positive, default=None,
-                       help="sequence length (built-in language models)")
+                       help="sequence length (built-in language models, transformers "
+                            "configs; refused elsewhere)")
         p.add_argument("--layers", type=positive, default=None,
-                       help="number of layers (built-in transformer models)")
+                       help="number of layers (built-in transformer models, transformers "
+                            "configs; refused elsewhere)")
         p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
-                       help="model dtype (built-in models; default f32 for functional "
-                            "runs, the matrix engine's native dtype for performance-only)")
+                       help="model dtype: built-in models are built in it, a model file's "
+                            "weights and inputs are converted to it (default: f32 for "
+                            "functional runs, the matrix engine's native dtype for "
+                            "performance-only; a model file as it is)")
         p.add_argument("--perf-only", action="store_true",
                        help="performance-only: shapes only, no data (automatic for large "
                             "models)")

@@ -59,8 +59,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         epilog="example: archsim sweep gemm --config atom --grid core.matrix.rows=64,128,256 "
                "--grid dram.channels=8,16 --out sweep/")
     p.add_argument("model", metavar="MODEL",
-                   help="built-in workload (see 'archsim workloads'), a .py file, or a "
-                        ".rbln program")
+                   help="what 'archsim run' takes: a built-in or sized workload (see "
+                        "'archsim workloads'), a .py file, a .rbln program or a "
+                        "transformers config.json")
     p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
                    help=f"base preset name or YAML file (default: {DEFAULT_PRESET})")
     p.add_argument("--grid", "-g", action="append", required=True, type=grid_axis,
