@@ -24,6 +24,12 @@ class ValidationRow:
         return self.simulated_cycles / self.measured_cycles - 1.0
 
 
+def mean_absolute_error(rows: tuple[ValidationRow, ...] | tuple[LlmValidationRow, ...]
+                        ) -> float:
+    """The mean of the rows' absolute relative errors."""
+    return sum(abs(r.error) for r in rows) / len(rows)
+
+
 @dataclass(frozen=True)
 class ValidationReport:
     config: str
@@ -32,7 +38,7 @@ class ValidationReport:
 
     @property
     def mean_absolute_error(self) -> float:
-        return sum(abs(r.error) for r in self.rows) / len(self.rows)
+        return mean_absolute_error(self.rows)
 
     def to_json(self) -> dict[str, Any]:
         rows = [dict(asdict(r), error=r.error) for r in self.rows]
@@ -54,9 +60,6 @@ class ValidationReport:
 
 def write_json(report: "ValidationReport | LlmValidationReport", path: str | Path) -> None:
     Path(path).write_text(json.dumps(report.to_json(), indent=2) + "\n")
-
-
-__all__ = ["ValidationReport", "ValidationRow", "write_json"]
 
 
 # -- LLM serving rows (archsim.app.validate_llm) ------------------------------------------
@@ -94,15 +97,15 @@ class LlmValidationReport:
 
     @property
     def mean_absolute_error(self) -> float:
-        return sum(abs(r.error) for r in self.rows) / len(self.rows)
+        return mean_absolute_error(self.rows)
 
     def metric_errors(self) -> dict[str, float]:
         """Mean absolute error per metric present."""
         out: dict[str, float] = {}
         for metric in METRIC_UNITS:
-            errors = [abs(r.error) for r in self.rows if r.metric == metric]
-            if errors:
-                out[metric] = sum(errors) / len(errors)
+            rows = tuple(r for r in self.rows if r.metric == metric)
+            if rows:
+                out[metric] = mean_absolute_error(rows)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -125,4 +128,5 @@ class LlmValidationReport:
         return "\n".join(lines)
 
 
-__all__ += ["LlmValidationReport", "LlmValidationRow", "METRIC_UNITS"]
+__all__ = ["LlmValidationReport", "LlmValidationRow", "METRIC_UNITS", "ValidationReport",
+           "ValidationRow", "mean_absolute_error", "write_json"]
