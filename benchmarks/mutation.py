@@ -1,0 +1,133 @@
+"""Mutation score of core modules, each against its own tests only.
+
+Runs mutmut (the ``mutation`` extra: ``pip install -e .[mutation]``) once per module in a
+scratch copy of the project, so the worktree gets no ``mutants/`` directory and one
+module's run cannot see another's results. A module is mutated and then tested only by
+the test files listed beside it: a mutant that some far-away end-to-end test happens to
+catch still counts as surviving, because the module's own tests did not say which part
+broke.
+
+    python benchmarks/mutation.py                         # every module below
+    python benchmarks/mutation.py archsim/bandwidth.py    # one
+    python benchmarks/mutation.py --survivors             # also print each survivor's diff
+
+Prints killed / survived / timeout / no-tests per module and the score
+(killed + timeout) / all mutants. Surviving mutants are listed by name; BENCHMARKS.md
+records, for each, the test that now kills it or why it is equivalent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MODULES: dict[str, list[str]] = {
+    "archsim/bandwidth.py": [
+        "tests/archsim/test_bandwidth_sharing.py",
+        "tests/archsim/test_flow_network.py",
+        "tests/archsim/test_timing.py",
+    ],
+    "reports/critical_path.py": [
+        "tests/reports/test_reports_critical_path.py",
+    ],
+    "compiler/ir/verify_races.py": [
+        "tests/compiler/test_verify_races.py",
+    ],
+}
+"""Module -> the test files that are its own tests."""
+
+PACKAGES = ("archsim", "compiler", "reports", "torch_bridge", "serving")
+"""Copied into the scratch project: the tests import across packages."""
+
+
+def mutmut_config(module: str, tests: list[str]) -> str:
+    """The ``[tool.mutmut]`` section for one module's run."""
+    def toml_list(items: list[str]) -> str:
+        return "[" + ", ".join(json.dumps(item) for item in items) + "]"
+
+    return (
+        "\n[tool.mutmut]\n"
+        f"source_paths = {toml_list(list(PACKAGES))}\n"
+        f"only_mutate = {toml_list([module])}\n"
+        f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x"]\n'
+        'also_copy = ["tests", "pyproject.toml"]\n'
+    )
+
+
+def run_module(module: str, tests: list[str], workers: int, survivors: bool) -> dict:
+    """Mutate ``module`` in a scratch copy, run mutmut, return its counts."""
+    with tempfile.TemporaryDirectory(prefix="archsim-mutation-") as scratch:
+        work = Path(scratch)
+        for package in PACKAGES:
+            shutil.copytree(ROOT / package, work / package,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / "tests", work / "tests",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        pyproject = (ROOT / "pyproject.toml").read_text()
+        (work / "pyproject.toml").write_text(pyproject + mutmut_config(module, tests))
+        mutmut = [sys.executable, "-m", "mutmut"]
+        start = time.perf_counter()
+        run = subprocess.run([*mutmut, "run", "--max-children", str(workers)], cwd=work,
+                             capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        if run.returncode != 0:
+            sys.stderr.write(run.stdout[-4000:] + run.stderr[-4000:])
+            raise SystemExit(f"mutmut failed on {module} (exit {run.returncode})")
+        subprocess.run([*mutmut, "export-cicd-stats"], cwd=work, check=True,
+                       capture_output=True)
+        stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text())
+        results = subprocess.run([*mutmut, "results"], cwd=work, check=True,
+                                 capture_output=True, text=True).stdout
+        surviving = [line.split(":")[0].strip() for line in results.splitlines()
+                     if line.strip().endswith("survived")]
+        diffs = {}
+        if survivors:
+            for name in surviving:
+                diffs[name] = subprocess.run([*mutmut, "show", name], cwd=work, check=True,
+                                             capture_output=True, text=True).stdout
+    return {"module": module, "seconds": seconds, "stats": stats,
+            "survivors": surviving, "diffs": diffs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", default=list(MODULES),
+                        help="modules to mutate (default: all of MODULES)")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--survivors", action="store_true",
+                        help="print each surviving mutant's diff")
+    args = parser.parse_args()
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        raise SystemExit(f"no tests listed for {unknown}; known: {list(MODULES)}")
+    print(f"# mutation score, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores, {args.workers} workers, "
+          f"python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+    for module in args.modules:
+        result = run_module(module, MODULES[module], args.workers, args.survivors)
+        stats = result["stats"]
+        caught = stats["killed"] + stats["timeout"]
+        score = caught / stats["total"] if stats["total"] else float("nan")
+        print(f"{module}: score {score:.1%} ({caught}/{stats['total']}) "
+              f"killed {stats['killed']} timeout {stats['timeout']} "
+              f"survived {stats['survived']} no-tests {stats['no_tests']} "
+              f"in {result['seconds']:.0f} s")
+        for name in result["survivors"]:
+            print(f"  survived: {name}")
+            if name in result["diffs"]:
+                print("    " + result["diffs"][name].replace("\n", "\n    "))
+
+
+if __name__ == "__main__":
+    main()
