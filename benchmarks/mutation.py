@@ -41,7 +41,8 @@ MODULES: dict[str, list[str]] = {
         "tests/reports/test_reports_critical_path.py",
     ],
     "compiler/ir/verify_races.py": [
-        "tests/compiler/test_verify_races.py",
+        "tests/compiler/ir/test_verify.py",
+        "tests/compiler/ir/test_verify_shortcuts.py",
     ],
 }
 """Module -> the test files that are its own tests."""
