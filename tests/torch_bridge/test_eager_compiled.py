@@ -3,6 +3,7 @@ an op cannot be compiled; every number is checked against CPU."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -51,7 +52,26 @@ class TestEagerThroughCompiler:
         got = fn(*(t.npu() for t in inputs))
         assert_close(got.cpu(), fn(*inputs))
         device = [e for e in line.events if e.kind == "device" and e.op != "aten.copy_"]
-        assert device and all(e.cycles > 0 for e in device)
+        # atom: each op loads its operands from DRAM (64 setup + 300 latency), computes
+        # (vector pipeline 8 at the least) and stores its result (64 + 300): a chain of
+        # at least 728 fixed cycles before any byte is counted. These operands are a few
+        # hundred bytes (a few cycles at 64 B/cycle), so a single op takes under twice it.
+        # ("div" adds the Python int 1, which takes two such chains: see the xfail below)
+        floor = 64 + 300 + 8 + 64 + 300
+        chains = 2 if name == "div" else 1
+        assert device and all(floor <= e.cycles < (chains + 1) * floor for e in device), \
+            [(e.op, e.cycles) for e in device]
+
+    @pytest.mark.xfail(strict=True, reason="a Python int reaches the compiler as a 0-d "
+                       "int64 tensor, cast and stored to DRAM, then reloaded: two "
+                       "load-compute-store chains where a float scalar takes one")
+    def test_an_int_scalar_costs_what_a_float_scalar_does(self, inputs) -> None:
+        x = inputs[0].npu()
+        line = runtime.reset_timeline()
+        x + 1  # noqa: B018 - timed, not used
+        x + 1.0  # noqa: B018
+        int_add, float_add = (e.cycles for e in line.events if e.kind == "device")
+        assert int_add == float_add
         assert not [e for e in line.events if e.kind == "host"]
 
     def test_in_place_ops_store_into_self(self, inputs) -> None:
@@ -128,7 +148,11 @@ class TestCompileFailure:
         eager.clear_cache()
         event = line.events[-1]
         assert_close(got.cpu(), torch.tanh(x))
-        assert (event.op, event.kind) == ("aten.tanh", "host") and event.cycles > 0
+        assert (event.op, event.kind) == ("aten.tanh", "host")
+        # 6x8 f32 = 192 B up and 192 B down the host link (1000 latency + 192/64 each way
+        # on atom), and the host computes at 100 FLOP/cycle (1e11 FLOP/s at 1 GHz)
+        assert event.cycles == 2 * (1000 + 3) + math.ceil(event.flops / 100)
+        assert 0 < event.flops <= 48 * 10  # a handful of FLOPs per element, not zero
         assert event.note == "compile failed: LoweringError: tanh: no tile fits (test)"
         assert any(f.op == "aten.tanh" and f.reason == event.note
                    for f in eager.compile_failures())
@@ -178,7 +202,13 @@ def test_an_op_with_no_npu_kernel_warns_once_and_is_host_work(monkeypatch) -> No
     assert host[0].filename == __file__  # points at the caller's line, not the dispatcher
     assert_close(q1.cpu(), torch.linalg.qr(x)[0])
     ops = {r.name: r for r in prof.result.host_work}
-    assert ops["aten.linalg_qr.out"].calls == 2 and ops["aten.linalg_qr.out"].host_cycles > 0
+    qr = ops["aten.linalg_qr.out"]
+    # each call (the out= variant): the 4x4 f32 input and the Q and R out buffers (192 B)
+    # up the host link, Q and R (128 B) back down, on atom 1000 latency + bytes/64 per
+    # crossing; the host at 100 FLOP/cycle
+    assert qr.bytes == 2 * (192 + 128)
+    per_call = (1000 + 3) + (1000 + 2) + math.ceil(qr.flops / 2 / 100)
+    assert qr.calls == 2 and qr.host_cycles == 2 * per_call
     assert issubclass(eager.CompileFallbackWarning, torch_bridge.HostFallbackWarning)
 
 
@@ -223,4 +253,7 @@ def test_a_result_of_zero_element_operands_is_a_fill_on_the_device() -> None:
         v = torch.var(a.to("npu").reshape(-1))
     assert_close(y.cpu(), torch.zeros(5, 4))
     assert v.cpu().isnan()
-    assert not prof.result.host_work and prof.result.device_cycles > 0
+    assert not prof.result.host_work
+    # two fills, timed as device memory ops at atom's DRAM bandwidth (a few hundred B per
+    # cycle): the 5x4 f32 zeros (80 B) and the NaN (4 B) take a cycle each
+    assert prof.result.device_cycles == 1 + 1
