@@ -1,7 +1,7 @@
 """Real ``transformers`` models built from configs (no downloads): GPT-2 and BERT with 2
 layers run on npu eagerly and through ``torch.compile(backend="archsim")``, with
-outputs matching CPU, NPU time between hand-derived floors and bounds, and the host work listed (compiled graphs
-gather embeddings on the device)."""
+outputs matching CPU, NPU time between hand-derived floors and bounds, and the host
+work listed (compiled graphs gather embeddings on the device)."""
 
 from __future__ import annotations
 
