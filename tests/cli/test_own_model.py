@@ -63,7 +63,19 @@ def test_estimate_a_decoder_with_its_cache_default() -> None:
     assert model.config.use_cache  # the default a user gets
     ids = torch.randint(0, 500, (1, 12))
     result = archsim.estimate(model, ids, config="tiny")
-    assert result.total_cycles > 0 and result.matmul_flops > 0
+    # matmuls with 12 tokens: 2 layers of q, o (64x64), k, v (64x32), gate, up, down
+    # (64x128) and the 64x500 head: 2 x 12 x 105728 weights; attention QK^T and PV:
+    # 2 x 12 x 12 x 16 each, per head (4) and layer (2)
+    assert result.matmul_flops == 2 * 12 * 105728 + 2 * 2 * 4 * (2 * 12 * 12 * 16)
+    # tiny's 4x4 ws arrays: every matmul streams T = 12 tokens, so a fold (4x4 weights,
+    # 192 MACs) takes 2R + C + T - 2 = 22 cycles, and every dimension here is a multiple
+    # of 4 (no partial folds): the two arrays are busy 22 cycles per 192 MACs in all
+    mxu_busy = sum(v for k, v in result.engine_busy_cycles.items() if ".mxu" in k)
+    assert mxu_busy == result.matmul_flops // 2 // 192 * 22
+    # the run is no shorter than its busier array is busy, and the loads, stores and
+    # vector work around the matmuls take less than that again
+    floor = mxu_busy / 2
+    assert floor <= result.total_cycles < 2 * floor
     logits, = Forward(model)(ids)  # what was timed: one forward pass, logits only
     assert logits.shape == (1, 12, 500)
 
