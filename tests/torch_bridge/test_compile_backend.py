@@ -42,7 +42,12 @@ class TestCompileBackend:
         assert got.device.type == "cpu"
         assert_close(got, want)
         events = compiled_events(line)
-        assert [e.kind for e in events] == ["device"] and events[0].cycles > 0
+        assert [e.kind for e in events] == ["device"]
+        # one graph of Linear, GELU, LayerNorm, Linear on 5 rows: no faster than one
+        # load-compute-store chain on atom (64 + 300 in, pipeline 8, 64 + 300 out), and
+        # faster than the four ops run eagerly, a chain each
+        chain = 64 + 300 + 8 + 64 + 300
+        assert chain <= events[0].cycles < 4 * chain
 
     def test_npu_inputs_give_npu_outputs(self) -> None:
         model, x = small_model(), torch.randn(5, 8)

@@ -54,7 +54,7 @@ class TestEagerThroughCompiler:
         device = [e for e in line.events if e.kind == "device" and e.op != "aten.copy_"]
         # atom: each op loads its operands from DRAM (64 setup + 300 latency), computes
         # (vector pipeline 8 at the least) and stores its result (64 + 300): a chain of
-        # at least 728 fixed cycles before any byte is counted. These operands are a few
+        # at least 736 fixed cycles before any byte is counted. These operands are a few
         # hundred bytes (a few cycles at 64 B/cycle), so a single op takes under twice it.
         # ("div" adds the Python int 1, which takes two such chains: see the xfail below)
         floor = 64 + 300 + 8 + 64 + 300
