@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MODULES: dict[str, list[str]] = {
     "archsim/bandwidth.py": [
+        "tests/archsim/test_bandwidth_edges.py",
         "tests/archsim/test_bandwidth_sharing.py",
         "tests/archsim/test_flow_network.py",
         "tests/archsim/test_timing.py",
