@@ -60,9 +60,16 @@ def test_an_empty_flow_finishes_at_once_and_the_flows_after_it_still_share() -> 
 
 
 def test_a_flow_of_a_byte_or_less_takes_a_cycle() -> None:
-    # 1 B and 0.5 B at 16 B/cycle: 1/16 and 1/32 of a cycle, rounded up to 1
-    ends, _ = run([16.0], [(1, 0, (0,), 1.0, 16.0), (2, 5, (0,), 0.5, 16.0)])
-    assert ends == {1: 1, 2: 6}
+    # 1 B and 0.5 B at 16 B/cycle: 1/16 and 1/32 of a cycle, rounded up to 1; each
+    # reported once
+    _, calls = run([16.0], [(1, 0, (0,), 1.0, 16.0), (2, 5, (0,), 0.5, 16.0)])
+    assert calls == [(1, [1]), (6, [2])]
+
+
+def test_a_byte_started_beside_an_empty_flow_still_moves() -> None:
+    # the empty flow 0 is reported at once; flow 1 (1 B) takes its cycle
+    _, calls = run([16.0], [(0, 0, (0,), 0.0, 16.0), (1, 0, (0,), 1.0, 16.0)])
+    assert calls == [(0, [0]), (1, [1])]
 
 
 def test_a_flow_joining_makes_the_first_wake_up_stale() -> None:
