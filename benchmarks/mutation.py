@@ -40,6 +40,8 @@ MODULES: dict[str, list[str]] = {
     ],
     "reports/critical_path.py": [
         "tests/reports/test_reports_critical_path.py",
+        "tests/reports/test_reports_extended.py",  # the path through extended spans
+        "tests/reports/test_reports_tie_rules.py",
     ],
     "compiler/ir/verify_races.py": [
         "tests/compiler/ir/test_verify.py",
