@@ -174,3 +174,72 @@ def test_text_ranks_ops_by_share_names_modules_and_merges_layers():
     assert listed + int(folded.group(2).replace(",", "")) == result.total_cycles
     across = re.search(r"Across layers: (.*)", text).group(1)
     assert "blocks.*.up:addmm" in across and "blocks.*.down:addmm" in across
+
+
+def _step(cid: int, engine: str, op: str, source: str, start: int, end: int,
+          deps: tuple[int, ...] = ()) -> CommandRecord:
+    return CommandRecord(id=cid, engine=engine, op=op, source=source, deps=deps,
+                         start=start, end=end, bytes=0, flops=0, dram_bytes=0,
+                         uncontended_cycles=end - start)
+
+
+def _two_layers(template) -> ReportData:
+    """A hand-made 200-cycle trace (tiny's 1 GHz clock): layer 0's load (0-40) and
+    matmul (40-100), layer 1's matmul queued after it on the array (100-160), an
+    unattributed 2-cycle vector op (160-162, exactly 1% of the run) and layer 1's store
+    (162-200); a vector op on core 1 (0-10) is off the path."""
+    return _data(template,
+                 _step(0, "core0.dma0", "load", "blocks.0.proj:addmm_1", 0, 40),
+                 _step(1, "core0.mxu0", "matmul", "blocks.0.proj:addmm_1", 40, 100, (0,)),
+                 _step(2, "core0.mxu0", "matmul", "blocks.1.proj:addmm_5", 100, 160),
+                 _step(3, "core0.vpu", "binary", "", 160, 162, (2,)),
+                 _step(4, "core0.dma1", "store", "blocks.1.out:store_7", 162, 200, (3,)),
+                 _step(5, "core1.vpu", "binary", "other", 0, 10))
+
+
+def test_path_cycles_by_each_key_largest_first(chain_result):
+    path = critical_path(_two_layers(chain_result))
+    assert [(s.command, s.via) for s in path.steps] == [
+        (0, "start"), (1, "dep"), (2, "queue"), (3, "dep"), (4, "dep")]
+    assert list(path.cycles_by("source").items()) == [
+        ("blocks.0.proj:addmm_1", 100), ("blocks.1.proj:addmm_5", 60),
+        ("blocks.1.out:store_7", 38), ("<unattributed>", 2)]
+    assert list(path.cycles_by("engine").items()) == [
+        ("core0.mxu0", 120), ("core0.dma0", 40), ("core0.dma1", 38), ("core0.vpu", 2)]
+    assert list(path.cycles_by("op").items()) == [
+        ("matmul", 120), ("load", 40), ("store", 38), ("binary", 2)]
+    assert list(path.cycles_by("kind").items()) == [("mxu", 120), ("dma", 78), ("vpu", 2)]
+    with pytest.raises(ValueError, match="cannot group the critical path by 'core'"):
+        path.cycles_by("core")
+
+
+def test_critical_path_text_by_op_with_layers_merged(chain_result):
+    text = critical_path_text(_two_layers(chain_result))
+    lines = text.splitlines()
+    # 5 steps, 200 cycles = 0.20 us at 1 GHz; rows by cycles, the 2-cycle op (exactly
+    # the 1% fold threshold) kept; layers 0 and 1 of proj merged: 160 of 200 cycles
+    assert lines[0] == "Critical path: 5 commands, 200 cycles (0.20 us), by op"
+    assert lines[1].split() == ["source", "op", "engines", "commands", "first", "last",
+                                "cycles", "share"]
+    assert [line.split() for line in lines[3:7]] == [
+        ["blocks.0.proj:addmm_1", "load,matmul", "dma,mxu", "2", "0", "100", "100", "50.0%"],
+        ["blocks.1.proj:addmm_5", "matmul", "mxu", "1", "100", "160", "60", "30.0%"],
+        ["blocks.1.out:store_7", "store", "dma", "1", "162", "200", "38", "19.0%"],
+        ["<unattributed>", "binary", "vpu", "1", "160", "162", "2", "1.0%"]]
+    assert lines[7:] == [
+        "Across layers: blocks.*.proj:addmm 80.0%, blocks.*.out:store 19.0%, "
+        "<unattributed> 1.0%",
+        "Path time by engine kind: mxu 60.0%, dma 39.0%, vpu 1.0%"]
+
+
+def test_critical_path_text_folds_past_max_rows(chain_result):
+    lines = critical_path_text(_two_layers(chain_result), max_rows=2).splitlines()
+    # the store (38) and the unattributed op (2) are past the first 2 rows: 40 cycles
+    assert lines[5] == ("... 2 more ops (under 1.0% each, or past the first 2): 40 cycles "
+                        "(20.0%)")
+
+
+def test_no_commands_no_path(chain_result):
+    data = dataclasses.replace(report_data(chain_result), commands=(), total_cycles=0)
+    path = critical_path(data)
+    assert path.steps == () and path.extended == () and path.length_cycles == 0
