@@ -14,6 +14,7 @@ import pytest
 
 from reports.critical_path import critical_path, critical_path_text, engine_times, idle_text
 from reports.data import CommandRecord, ReportData, report_data
+from reports.extended import ExtendedSpan
 
 
 def test_chain_path_is_every_command(chain_result):
@@ -243,3 +244,77 @@ def test_no_commands_no_path(chain_result):
     data = dataclasses.replace(report_data(chain_result), commands=(), total_cycles=0)
     path = critical_path(data)
     assert path.steps == () and path.extended == () and path.length_cycles == 0
+
+
+def _layer_then_two_more(template) -> ReportData:
+    """Layer 0 simulated (150 cycles: load 0-10, two GELU halves 10-60 and 60-110 on the
+    vector unit, matmul 110-130, sum 130-145, store 145-150, each after the one before)
+    and layers 1-2 extended: 300 cycles placed after it, repeating the whole of it."""
+    span = ExtendedSpan("blocks", "layer", first_unit=1, units=2, unit_cycles=150,
+                        start_cycle=150, cycles=300, window=(0, 150))
+    data = _data(template,
+                 _step(0, "core0.dma0", "load", "blocks.0.in:load_1", 0, 10),
+                 _step(1, "core0.vpu", "unary", "blocks.0.act:gelu_2", 10, 60, (0,)),
+                 _step(2, "core0.vpu", "unary", "blocks.0.act:gelu_2", 60, 110),
+                 _step(3, "core0.mxu0", "matmul", "blocks.0.proj:addmm_3", 110, 130, (2,)),
+                 _step(4, "core0.vpu", "reduce", "blocks.0.norm:sum_4", 130, 145, (3,)),
+                 _step(5, "core0.dma1", "store", "blocks.0.out:store_5", 145, 150, (4,)))
+    return dataclasses.replace(data, total_cycles=450, extended=(span,))
+
+
+def test_the_path_through_an_extension_is_its_window_scaled(chain_result):
+    path = critical_path(_layer_then_two_more(chain_result))
+    (part,) = path.extended
+    # the window is all 150 cycles, the extension 300: every (engine, op, source) of the
+    # 6 steps doubled (the two GELU halves as one key), 6 * 300 / 150 = 12 commands
+    assert dict(part.cycles) == {
+        ("core0.dma0", "load", "blocks.0.in:load_1"): 20,
+        ("core0.vpu", "unary", "blocks.0.act:gelu_2"): 200,
+        ("core0.mxu0", "matmul", "blocks.0.proj:addmm_3"): 40,
+        ("core0.vpu", "reduce", "blocks.0.norm:sum_4"): 30,
+        ("core0.dma1", "store", "blocks.0.out:store_5"): 10}
+    assert part.commands == 12 and path.length_cycles == 450
+
+
+def test_critical_path_text_through_an_extension(chain_result):
+    lines = critical_path_text(_layer_then_two_more(chain_result)).splitlines()
+    assert lines[0] == ("Critical path: 6 commands simulated + 2 layers extended, 450 cycles "
+                        "(0.45 us), by op")
+    # the extension's row: its top 4 ops and its engine kinds by cycles (unary 200,
+    # matmul 40, reduce 30, load 20; vpu 230, mxu 40, dma 30), ~12 commands, 150-450
+    extension = lines[3]
+    assert extension.startswith("  blocks.1-2 (2 layers, extended)  ")
+    assert extension.split()[4:] == ["unary,matmul,reduce,load", "vpu,mxu,dma", "~12",
+                                     "150", "450", "300", "66.7%"]
+    assert lines[-2:] == [
+        "Across layers: blocks.*.act:gelu 66.7%, blocks.*.proj:addmm 13.3%, "
+        "blocks.*.norm:sum 10.0%, blocks.*.in:load 6.7%, blocks.*.out:store 3.3%",
+        "Path time by engine kind: vpu 76.7%, mxu 13.3%, dma 10.0%"]
+
+
+def test_with_nothing_simulated_each_extension_is_one_piece_named_by_its_label(chain_result):
+    layers = ExtendedSpan("blocks", "layer", 0, 2, 150, 0, 300, (0, 0))
+    panels = ExtendedSpan("mm", "panel", 0, 3, 0, 300, 0, (0, 0))  # adds no cycles
+    data = dataclasses.replace(report_data(chain_result), commands=(), total_cycles=300,
+                               extended=(layers, panels))
+    path = critical_path(data)
+    assert path.steps == ()
+    assert [dict(p.cycles) for p in path.extended] == [{("", "", layers.label): 300}, {}]
+    assert [p.commands for p in path.extended] == [0, 0]
+    assert dict(path.cycles_by("op")) == {"<unattributed>": 300}
+    assert dict(path.cycles_by("engine")) == {"<unattributed>": 300}
+    assert critical_path_text(data).splitlines()[0] == (
+        "Critical path: 0 commands simulated + 2 layers extended + 3 panels extended, "
+        "300 cycles (0.30 us), by op")
+
+
+def test_ops_under_the_fold_threshold_are_folded(chain_result):
+    lines = critical_path_text(_two_layers(chain_result), fold_below=0.05).splitlines()
+    # under 5% of 200 = 10 cycles: only the unattributed 2-cycle op
+    assert lines[6] == "... 1 more ops (under 5.0% each, or past the first 12): 2 cycles (1.0%)"
+
+
+def test_without_layers_to_merge_there_is_no_across_layers_line(chain_result):
+    data = _data(chain_result, _step(0, "core0.vpu", "unary", "act:gelu", 0, 10),
+                 _step(1, "core0.vpu", "unary", "norm:sum", 10, 30))
+    assert "Across layers" not in critical_path_text(data)
