@@ -46,6 +46,7 @@ MODULES: dict[str, list[str]] = {
     "compiler/ir/verify_races.py": [
         "tests/compiler/ir/test_verify.py",
         "tests/compiler/ir/test_verify_shortcuts.py",
+        "tests/compiler/ir/test_verify_race_history.py",
     ],
 }
 """Module -> the test files that are its own tests."""
