@@ -222,6 +222,11 @@ def test_critical_path_text_by_op_with_layers_merged(chain_result):
     assert lines[0] == "Critical path: 5 commands, 200 cycles (0.20 us), by op"
     assert lines[1].split() == ["source", "op", "engines", "commands", "first", "last",
                                 "cycles", "share"]
+    # source, op and engines left-aligned, the numbers right-aligned
+    assert lines[3] == ("  blocks.0.proj:addmm_1  load,matmul  dma,mxu         2      0   100"
+                        "     100  50.0%")
+    assert lines[4] == ("  blocks.1.proj:addmm_5  matmul       mxu             1    100   160"
+                        "      60  30.0%")
     assert [line.split() for line in lines[3:7]] == [
         ["blocks.0.proj:addmm_1", "load,matmul", "dma,mxu", "2", "0", "100", "100", "50.0%"],
         ["blocks.1.proj:addmm_5", "matmul", "mxu", "1", "100", "160", "60", "30.0%"],
@@ -303,9 +308,12 @@ def test_with_nothing_simulated_each_extension_is_one_piece_named_by_its_label(c
     assert [p.commands for p in path.extended] == [0, 0]
     assert dict(path.cycles_by("op")) == {"<unattributed>": 300}
     assert dict(path.cycles_by("engine")) == {"<unattributed>": 300}
-    assert critical_path_text(data).splitlines()[0] == (
+    lines = critical_path_text(data).splitlines()
+    assert lines[0] == (
         "Critical path: 0 commands simulated + 2 layers extended + 3 panels extended, "
         "300 cycles (0.30 us), by op")
+    # no op and no engine to name in the extension's row
+    assert lines[3].split()[-7:] == ["-", "-", "~0", "0", "300", "300", "100.0%"]
 
 
 def test_ops_under_the_fold_threshold_are_folded(chain_result):
@@ -318,3 +326,35 @@ def test_without_layers_to_merge_there_is_no_across_layers_line(chain_result):
     data = _data(chain_result, _step(0, "core0.vpu", "unary", "act:gelu", 0, 10),
                  _step(1, "core0.vpu", "unary", "norm:sum", 10, 30))
     assert "Across layers" not in critical_path_text(data)
+
+
+def test_an_extension_ranks_ops_by_all_their_cycles_and_across_layers_shows_six(
+        chain_result):
+    # one vector unit, one command after another: two GELUs of 12 cycles (layers 0 and
+    # 1 of l.a, merged across layers) and six ops of 20 down to 15 cycles; then the
+    # whole 129 cycles extended once more
+    ops = [("l.0.a:gelu_1", "unary", 12), ("l.1.a:gelu_2", "unary", 12),
+           ("b:add", "add", 20), ("c:mul", "mul", 19), ("d:sub", "sub", 18),
+           ("e:div", "div", 17), ("f:max", "max", 16), ("g:min", "min", 15)]
+    steps, cycle = [], 0
+    for i, (source, op, cycles) in enumerate(ops):
+        steps.append(_step(i, "core0.vpu", op, source, cycle, cycle + cycles))
+        cycle += cycles
+    span = ExtendedSpan("l", "layer", 2, 1, 129, 129, 129, (0, 129))
+    data = dataclasses.replace(_data(chain_result, *steps), total_cycles=258,
+                               extended=(span,))
+    lines = critical_path_text(data).splitlines()
+    # unary's two keys add up to 24, more than add's 20: it leads the extension's ops
+    assert lines[3].split()[4:6] == ["unary,add,mul,sub", "vpu"]
+    across = lines[-2].removeprefix("Across layers: ").split(", ")
+    assert [entry.rsplit(" ", 1)[0] for entry in across] == [
+        "l.*.a:gelu", "b:add", "c:mul", "d:sub", "e:div", "f:max"]  # the top 6 of 7
+
+
+def test_unattributed_steps_repeated_by_an_extension_stay_one_entry(chain_result):
+    span = ExtendedSpan("blocks", "layer", 2, 2, 100, 200, 200, (0, 200))
+    data = dataclasses.replace(_two_layers(chain_result), total_cycles=400,
+                               extended=(span,))
+    across = critical_path_text(data).splitlines()[-2]
+    # the 2-cycle unattributed op and its 2 extended cycles: 4 of 400
+    assert across.endswith(", <unattributed> 1.0%"), across
