@@ -314,6 +314,30 @@ class TestRaces:
             "command 0 (core0.dma0 copy) writes (field dst), but neither command waits for "
             "the other (add a dependency)")
 
+    def test_one_byte_is_enough_to_race(self, tiny: NpuConfig) -> None:
+        write_write = program_with(
+            "0: core0.dma0 copy sram1[0x0] i8[1] -> sram0[0x0] i8[1]",
+            "1: core0.dma1 copy sram1[0x40] i8[1] -> sram0[0x0] i8[1]")
+        assert one_problem(write_write, tiny).startswith(
+            "command 1 (core0.dma1 copy): field dst: writes sram0[0x000000:0x000001], which "
+            "command 0 (core0.dma0 copy) writes (field dst)")
+        read_write = program_with(
+            "0: core0.dma0 copy sram0[0x0] i8[1] -> sram1[0x0] i8[1]",
+            "1: core0.dma1 copy sram1[0x40] i8[1] -> sram0[0x0] i8[1]")
+        assert one_problem(read_write, tiny).startswith(
+            "command 1 (core0.dma1 copy): field dst: writes sram0[0x000000:0x000001], which "
+            "command 0 (core0.dma0 copy) reads (field src)")
+
+    def test_a_strided_write_covers_its_whole_span(self, tiny: NpuConfig) -> None:
+        # rows of 2 f32 every 8 elements: element (1, 1) is at 9 * 4 = 36, so the span is
+        # [0x0, 0x28), not the 16 bytes of 4 dense f32; the second write hits its tail
+        text = program_with(
+            "0: core0.dma0 copy sram1[0x0] f32[2,2] -> sram0[0x0] f32[2,2] strides=(8,1)",
+            "1: core0.dma1 copy sram1[0x40] f32[2] -> sram0[0x20] f32[2]")
+        assert one_problem(text, tiny).startswith(
+            "command 1 (core0.dma1 copy): field dst: writes sram0[0x000020:0x000028], which "
+            "command 0 (core0.dma0 copy) writes (field dst)")
+
     def test_accumulating_matmul_reads_its_output(self, tiny: NpuConfig) -> None:
         text = program_with(
             "0: core0.vpu unary relu sram0[0x0] f32[4,4] -> sram0[0x200] f32[4,4]",
