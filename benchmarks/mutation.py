@@ -12,8 +12,8 @@ broke.
     python benchmarks/mutation.py --survivors             # also print each survivor's diff
 
 Prints killed / survived / timeout / no-tests per module and the score
-(killed + timeout) / all mutants. Surviving mutants are listed by name; BENCHMARKS.md
-records, for each, the test that now kills it or why it is equivalent.
+(killed + timeout) / all mutants. Surviving and untested mutants are listed by name;
+BENCHMARKS.md records, for each, the test that now kills it or why it is equivalent.
 """
 
 from __future__ import annotations
@@ -96,13 +96,15 @@ def run_module(module: str, tests: list[str], workers: int, survivors: bool) -> 
                                  capture_output=True, text=True).stdout
         surviving = [line.split(":")[0].strip() for line in results.splitlines()
                      if line.strip().endswith("survived")]
+        untested = [line.split(":")[0].strip() for line in results.splitlines()
+                    if line.strip().endswith("no tests")]
         diffs = {}
         if survivors:
-            for name in surviving:
+            for name in surviving + untested:
                 diffs[name] = subprocess.run([*mutmut, "show", name], cwd=work, check=True,
                                              capture_output=True, text=True).stdout
     return {"module": module, "seconds": seconds, "stats": stats,
-            "survivors": surviving, "diffs": diffs}
+            "survivors": surviving, "untested": untested, "diffs": diffs}
 
 
 def main() -> None:
@@ -128,6 +130,10 @@ def main() -> None:
               f"killed {stats['killed']} timeout {stats['timeout']} "
               f"survived {stats['survived']} no-tests {stats['no_tests']} "
               f"in {result['seconds']:.0f} s")
+        for name in result["untested"]:
+            print(f"  no tests: {name}")
+            if name in result["diffs"]:
+                print("    " + result["diffs"][name].replace("\n", "\n    "))
         for name in result["survivors"]:
             print(f"  survived: {name}")
             if name in result["diffs"]:
