@@ -328,6 +328,12 @@ class TestRaces:
             "command 1 (core0.dma1 copy): field dst: writes sram0[0x000000:0x000001], which "
             "command 0 (core0.dma0 copy) reads (field src)")
 
+    def test_a_zero_element_write_touches_nothing(self, tiny: NpuConfig) -> None:
+        # f32[0] at 0x4 writes no byte: the write of [0x0, 0x10) after it races with nothing
+        assert problems_of(program_with(
+            "0: core0.dma0 copy sram1[0x0] f32[0] -> sram0[0x4] f32[0]",
+            "1: core0.dma1 copy sram1[0x40] f32[4] -> sram0[0x0] f32[4]"), tiny) == []
+
     def test_a_strided_write_covers_its_whole_span(self, tiny: NpuConfig) -> None:
         # rows of 2 f32 every 8 elements: element (1, 1) is at 9 * 4 = 36, so the span is
         # [0x0, 0x28), not the 16 bytes of 4 dense f32; the second write hits its tail
