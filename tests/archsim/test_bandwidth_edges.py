@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from archsim.bandwidth import FlowNetwork, solo_rate
+from archsim.bandwidth import FlowNetwork, cycles_to_move, solo_rate
 
 Flow = tuple[int, int, tuple[int, ...], float, float]
 """(token, start cycle, links, bytes, solo rate in bytes/cycle)."""
@@ -99,3 +99,11 @@ def test_water_filling_keeps_a_capped_flow_at_its_cap() -> None:
         (4, 0, (1,), 80.0, 16.0), (5, 0, (1,), 80.0, 16.0)])
     assert ends == {1: 10, 2: 10, 3: 10, 4: 10, 5: 10}
     assert len(calls) == 1
+
+
+def test_cycles_to_move_is_the_ceiling_of_bytes_over_rate() -> None:
+    # 33 B at 16 B/cycle: 2.06 cycles, so 3; 32 B: exactly 2; float noise above an
+    # integer is forgiven (0.3 / 0.1 = 3.0000000000000004)
+    assert cycles_to_move(33, 16.0) == 3
+    assert cycles_to_move(32, 16.0) == 2
+    assert cycles_to_move(0.3, 0.1) == 3
