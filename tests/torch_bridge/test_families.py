@@ -24,6 +24,11 @@ _LM = dict(num_hidden_layers=2, num_attention_heads=4, hidden_size=64, intermedi
            vocab_size=500)
 
 
+TWELVE_TOKENS = {"gpt2", "gpt_neox", "llama", "mistral", "qwen2", "t5_encoder"}
+"""Families whose every matmul has the 12 tokens as its rows (BERT's pooler takes one
+token, the image and audio models have other row counts)."""
+
+
 def _ids() -> tuple[torch.Tensor]:
     return (torch.randint(0, 500, (1, 12)),)
 
@@ -100,6 +105,17 @@ def test_every_door_matches_cpu_on_the_device_with_one_latency(name: str) -> Non
     outputs, run = compiled.run(*inputs)
     assert not compiled.fallbacks
     assert _worst(outputs, expected) < ATOL
+    # tiny has one 4x4 array on each of its 2 cores: the run lasts at least half their
+    # busy time, and (the loads, stores and vector work around them) under all of it;
+    # MobileNetV2's depthwise layers are vector work the arrays never see
+    mxu_busy = sum(v for k, v in run.engine_busy_cycles.items() if ".mxu" in k)
+    assert mxu_busy / 2 <= run.total_cycles
+    if name != "mobilenet_v2":
+        assert run.total_cycles < mxu_busy
+    if name in TWELVE_TOKENS:
+        # every matmul streams the 12 tokens (ws, T = 12) through 4x4 folds of 192 MACs,
+        # each 2R + C + T - 2 = 22 cycles, and every dimension is a multiple of 4
+        assert mxu_busy == run.matmul_flops // 2 // 192 * 22
     # archsim.estimate: shapes only, the same cycles
     estimated = archsim.estimate(forward.model, inputs, config=PRESET)
     assert estimated.total_cycles == run.total_cycles
@@ -107,7 +123,7 @@ def test_every_door_matches_cpu_on_the_device_with_one_latency(name: str) -> Non
     with torch.no_grad(), torch_bridge.profile() as prof:
         outputs = torch.compile(forward, backend="archsim")(*inputs)
     assert _worst(outputs, expected) < ATOL
-    assert prof.result.host_cycles == 0 and prof.result.device_cycles > 0
+    assert prof.result.host_cycles == 0  # device time: within 2% of the bounded run's
     assert abs(prof.result.device_cycles / run.total_cycles - 1) <= 0.02
     # eager npu: same numbers; the only host work allowed is reading a value back
     on_npu = copy.deepcopy(forward).to("npu")
