@@ -15,6 +15,7 @@ import torch
 import archsim
 import compiler
 from archsim.cli.main import main
+from reports.critical_path import critical_path
 from torch_bridge.shapes import meta_like as _meta_like
 from torch_bridge.model_outputs import Forward
 
@@ -151,7 +152,14 @@ def test_integer_histc_on_meta_lowers() -> None:
     exported = compiler.export_model(IntegerHistogram(), (ids,))
     compiled = compiler.compile_graph(exported, archsim.load_config(PRESET))
     assert compiled.fallbacks == ()
-    assert compiled.simulate().total_cycles > 0
+    # the lowering runs several stages through DRAM (the int cast, the bin compares, the
+    # count); each DRAM transfer on tiny pays DMA setup 10 + DRAM latency 20 + NoC
+    # latency 5 before its bytes, so every one on the critical path takes 35 or more,
+    # and the run at least one load-compute-store chain
+    result = compiled.simulate()
+    assert result.total_cycles >= (10 + 20 + 5) + 2 + (10 + 20 + 5)
+    transfers = [s for s in critical_path(result).steps if ".dma" in s.engine]
+    assert transfers and all(s.cycles >= 10 + 20 + 5 for s in transfers), transfers
 
 
 class BitwiseNot(torch.nn.Module):
