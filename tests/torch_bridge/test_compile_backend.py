@@ -12,6 +12,8 @@ from torch.testing import assert_close
 
 import compiler
 from archsim.errors import LoweringError
+import torch_bridge
+from reports.critical_path import critical_path
 from torch_bridge import compile_backend, runtime
 
 
@@ -36,7 +38,7 @@ class TestCompileBackend:
         model, x = small_model(), torch.randn(5, 8)
         compiled = torch.compile(model, backend="archsim")
         line = runtime.reset_timeline()
-        with torch.no_grad():
+        with torch.no_grad(), torch_bridge.profile() as prof:
             got = compiled(x)
             want = model(x)
         assert got.device.type == "cpu"
@@ -45,9 +47,15 @@ class TestCompileBackend:
         assert [e.kind for e in events] == ["device"]
         # one graph of Linear, GELU, LayerNorm, Linear on 5 rows: no faster than one
         # load-compute-store chain on atom (64 + 300 in, pipeline 8, 64 + 300 out), and
-        # faster than the four ops run eagerly, a chain each
+        # faster than the four ops run eagerly, a chain each; every DRAM transfer on its
+        # critical path pays the 64 + 300 before its bytes (but one streamed behind the
+        # transfer before it, which counts from that one's end)
         chain = 64 + 300 + 8 + 64 + 300
         assert chain <= events[0].cycles < 4 * chain
+        (run,) = prof.result.runs
+        transfers = [s for s in critical_path(run).steps
+                     if ".dma" in s.engine and s.via != "stream"]
+        assert transfers and all(s.cycles >= 64 + 300 for s in transfers), transfers
 
     def test_npu_inputs_give_npu_outputs(self) -> None:
         model, x = small_model(), torch.randn(5, 8)
