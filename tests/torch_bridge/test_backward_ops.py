@@ -14,6 +14,12 @@ from torch_bridge import runtime
 
 aten = torch.ops.aten
 
+@pytest.fixture(autouse=True)
+def _on_atom():
+    """The cycles below are derived for atom: pinned, whatever an earlier test left."""
+    with runtime.use_config("atom"):
+        yield
+
 
 def _cases() -> list[tuple[str, object, tuple, dict]]:
     torch.manual_seed(0)

@@ -16,6 +16,12 @@ import torch_bridge
 from reports.critical_path import critical_path
 from torch_bridge import compile_backend, runtime
 
+@pytest.fixture(autouse=True)
+def _on_atom():
+    """The cycles below are derived for atom: pinned, whatever an earlier test left."""
+    with runtime.use_config("atom"):
+        yield
+
 
 def small_model() -> nn.Module:
     torch.manual_seed(0)

@@ -37,6 +37,12 @@ CASES: dict[str, Op] = {
     "conv2d": lambda x, w, b: F.conv2d(x.reshape(1, 1, 6, 8), w[:3, :3].reshape(1, 1, 3, 3)),
 }
 
+@pytest.fixture(autouse=True)
+def _on_atom():
+    """The cycles below are derived for atom: pinned, whatever an earlier test left."""
+    with runtime.use_config("atom"):
+        yield
+
 
 @pytest.fixture
 def inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
