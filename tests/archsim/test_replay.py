@@ -63,24 +63,24 @@ def test_eager_ops_replay_their_first_simulation(monkeypatch) -> None:
     from torch_bridge import runtime
 
     x, y = torch.randn(16, 32), torch.randn(16, 32)
-    runtime.set_config("tiny")
-    with torch_bridge.profile() as prof:
-        first = (x.npu() + y.npu()).cpu()
-    first_cycles = {op.name: op for op in prof.result.ops}["aten.add.Tensor"].device_cycles
-    z = (x.npu() * 2).cpu()
-    built = []
-    real = simpy.Environment
-    monkeypatch.setattr(simpy, "Environment", lambda *a, **k: built.append(1) or real(*a, **k))
-    with torch_bridge.profile() as prof:
-        second = (y.npu() + z.npu()).cpu()
-        third = (x.npu() + y.npu()).cpu()
-    torch.testing.assert_close(first, x + y, rtol=0, atol=0)
-    torch.testing.assert_close(third, x + y, rtol=0, atol=0)
-    torch.testing.assert_close(second, y + z, rtol=0, atol=0)
-    ops = {op.name: op for op in prof.result.ops}
-    add = ops["aten.add.Tensor"]
-    assert add.calls == 2 and add.device_cycles == 2 * first_cycles
-    assert not built
+    with runtime.use_config("tiny"):  # restored after the test
+        with torch_bridge.profile() as prof:
+            first = (x.npu() + y.npu()).cpu()
+        first_cycles = {op.name: op for op in prof.result.ops}["aten.add.Tensor"].device_cycles
+        z = (x.npu() * 2).cpu()
+        built = []
+        real = simpy.Environment
+        monkeypatch.setattr(simpy, "Environment", lambda *a, **k: built.append(1) or real(*a, **k))
+        with torch_bridge.profile() as prof:
+            second = (y.npu() + z.npu()).cpu()
+            third = (x.npu() + y.npu()).cpu()
+        torch.testing.assert_close(first, x + y, rtol=0, atol=0)
+        torch.testing.assert_close(third, x + y, rtol=0, atol=0)
+        torch.testing.assert_close(second, y + z, rtol=0, atol=0)
+        ops = {op.name: op for op in prof.result.ops}
+        add = ops["aten.add.Tensor"]
+        assert add.calls == 2 and add.device_cycles == 2 * first_cycles
+        assert not built
 
 
 def test_replay_follows_dependencies_not_program_order() -> None:
