@@ -34,7 +34,6 @@ from archsim.app.models import RMSNorm, inverse_frequencies, rotary_tables, rota
 from serving.plan import Shard
 from serving.spec import ModelSpec
 
-TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
 class GemmaRMSNorm(nn.Module):
@@ -277,4 +276,4 @@ def meta_block(module: nn.Module, dtype: torch.dtype) -> nn.Module:
 
 
 __all__ = ["ACTIVATIONS", "AttentionBlock", "Embed", "GemmaRMSNorm", "Head", "Layer",
-           "MlpBlock", "NORMS", "Stage", "TORCH_DTYPES", "meta_block"]
+           "MlpBlock", "NORMS", "Stage", "meta_block"]

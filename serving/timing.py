@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import torch
 
+from archsim.app.pipeline import torch_dtype
 from archsim.config.model import NpuConfig
 from serving.compose import BlockTime
-from serving.layers import (TORCH_DTYPES, AttentionBlock, Embed, Head, MlpBlock, Stage,
-                            meta_block)
+from serving.layers import AttentionBlock, Embed, Head, MlpBlock, Stage, meta_block
 from serving.plan import Request, Shard
 from serving.runtime import kernel_count
 from serving.spec import ModelSpec
@@ -30,8 +30,8 @@ class Timer:
         """``batch``: sequences per micro-batch."""
         self.spec, self.shard, self.request, self.batch = spec, shard, request, batch
         self.config = config
-        self.dtype = TORCH_DTYPES[request.dtype]
-        self.kv_dtype = TORCH_DTYPES[request.kv_dtype]
+        self.dtype = torch_dtype(request.dtype)
+        self.kv_dtype = torch_dtype(request.kv_dtype)
         self._cache: dict[tuple, BlockTime] = {}
         self.simulated: list[tuple[str, int, int]] = []
         """Every (kind, tokens, cached tokens read) simulated, in order (for the

@@ -298,9 +298,11 @@ def _run_op(name: str, op: str, inputs: tuple[Any, ...], config: NpuConfig,
 
 
 def torch_dtype(name: str) -> Any:
-    import torch
+    """The torch dtype of a dtype name (``f32``, ``f16``, ``bf16``): the IR's table."""
+    from compiler.ir.dtypes import DType
+    from compiler.torch_types import torch_dtype as of_ir
 
-    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[name]
+    return of_ir(DType(name))
 
 
 def native_dtype(config: NpuConfig) -> str:
