@@ -1,0 +1,140 @@
+"""How long a serving iteration takes, from archsim's own simulation.
+
+An iteration computes some prefill tokens (chunks of prompts) and one token for each of
+some decoding sequences. Its time is the time of a prefill pass of all its prefill
+tokens plus that of a decode step of its decoding sequences at their mean context, each
+timed exactly as ``archsim llm`` times a prefill and a decode step: the stages composed
+by :class:`serving.compose.Composer` from blocks compiled and simulated on one chip
+(:class:`serving.timing.Timer`), with the runtime's kernel launches, collective
+latency and host step (``runtime:``), and the stage-to-stage sends, simulated as one
+pass (:func:`archsim.cluster.run_cluster`). The host's step is paid once an iteration.
+
+Simplifications (the report says them): prefill chunks of several sequences are timed
+as one sequence of their total length, without the context earlier chunks left in the
+cache (the two errors in the attention's share go opposite ways); a mixed iteration is
+a prefill pass then a decode pass (weights streamed twice; vLLM runs one forward);
+with ``--pp`` the stages of an iteration run one after another, not overlapped with the
+next iteration's.
+
+Speed: each distinct shape is simulated once and cached; iterations between shapes are
+interpolated linearly -- prefill on a grid of token counts (1, 16, 32, 64, ... powers
+of two), decode on a grid of batch sizes (powers of two), each with two contexts
+(attention's work is linear in the context; its time steps with the kernel's key
+tiles, which the line through two contexts averages).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+
+from archsim.config.model import NpuConfig
+from serving.compose import Composer, _PipelineBuilder
+from serving.plan import Parallelism, Request, check
+from serving.spec import ModelSpec
+
+PREFILL_GRID = (1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+"""Prefill token counts simulated (as needed); beyond the last, extrapolated."""
+CONTEXT_HI = 1024
+"""The longer context of a batch size's two decode points (less when the KV cache of
+that many sequences would not fit)."""
+
+
+@dataclass
+class IterationTimer:
+    spec: ModelSpec
+    config: NpuConfig
+    par: Parallelism
+    dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    algorithm: str = "auto"
+    kv_tokens: int = 1 << 20
+    """Tokens the KV cache holds: bounds the decode grid's longer context."""
+    _passes: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    _composers: dict[int, Composer] = field(default_factory=dict)
+    _decode_lines: dict[int, tuple[float, float]] = field(default_factory=dict)
+    simulated: list[tuple[int, int, int]] = field(default_factory=list)
+    """Every (batch, tokens, context) pass simulated, in order."""
+
+    @property
+    def host_s(self) -> float:
+        return self.config.runtime.host_step_us * 1e-6
+
+    # -- direct simulation --------------------------------------------------------------
+    def pass_s(self, batch: int, tokens: int, context: int) -> float:
+        """One pass of ``batch`` sequences of ``tokens`` new tokens reading ``context``
+        cached ones (0: a prefill), host step included, simulated (cached)."""
+        key = (batch, tokens, context)
+        cycles = self._passes.get(key)
+        if cycles is None:
+            from archsim.cluster import run_cluster
+
+            composer = self._composer(batch)
+            stages = [composer.stage(s, tokens, context) for s in range(self.par.pp)]
+            build = _PipelineBuilder(composer)
+            previous = [] if context else None  # a decode step gets a sampled token
+            build.pass_(("decode" if context else "prefill",), 0, stages, tokens, previous)
+            cycles = run_cluster(build.tasks, self.config, self.par.chips).total_cycles
+            self._passes[key] = cycles
+            self.simulated.append(key)
+        return cycles / self.config.clock_hz
+
+    def _composer(self, batch: int) -> Composer:
+        found = self._composers.get(batch)
+        if found is None:
+            from serving.timing import Timer  # imports torch
+
+            request = Request(batch, 1, 0, self.dtype, self.kv_dtype)
+            par = Parallelism(self.par.tp, self.par.pp, 1)
+            shard = check(self.spec, request, par)
+            timer = Timer(self.spec, shard, request, batch, self.config)
+            found = Composer(self.spec, request, par, self.config, timer, self.algorithm)
+            self._composers[batch] = found
+        return found
+
+    def direct_s(self, prefill: int, seqs: int, context: float) -> float:
+        """An iteration simulated at its exact shape (what the grid approximates)."""
+        total = 0.0
+        if prefill:
+            total += self.pass_s(1, prefill, 0)
+        if seqs:
+            total += self.pass_s(seqs, 1, max(1, round(context)))
+        return total - (self.host_s if prefill and seqs else 0.0)
+
+    # -- interpolated ----------------------------------------------------------------
+    def prefill_s(self, tokens: int) -> float:
+        grid = PREFILL_GRID
+        if tokens in grid:
+            return self.pass_s(1, tokens, 0)
+        i = min(max(bisect.bisect_left(grid, tokens), 1), len(grid) - 1)
+        lo, hi = grid[i - 1], grid[i]
+        a, b = self.pass_s(1, lo, 0), self.pass_s(1, hi, 0)
+        return a + (b - a) * (tokens - lo) / (hi - lo)
+
+    def decode_s(self, seqs: int, context: float) -> float:
+        lo = 1 << max(0, math.floor(math.log2(seqs)))
+        if lo == seqs:
+            return self._decode_at(seqs, context)
+        hi = lo * 2
+        a, b = self._decode_at(lo, context), self._decode_at(hi, context)
+        return a + (b - a) * (seqs - lo) / (hi - lo)
+
+    def _decode_at(self, seqs: int, context: float) -> float:
+        line = self._decode_lines.get(seqs)
+        if line is None:
+            c_hi = max(2, min(CONTEXT_HI, self.spec.max_positions, self.kv_tokens // seqs))
+            a, b = self.pass_s(seqs, 1, 1), self.pass_s(seqs, 1, c_hi)
+            line = self._decode_lines[seqs] = (a, (b - a) / (c_hi - 1))
+        return line[0] + line[1] * (context - 1)
+
+    def __call__(self, prefill: int, seqs: int, context: float) -> float:
+        total = 0.0
+        if prefill:
+            total += self.prefill_s(prefill)
+        if seqs:
+            total += self.decode_s(seqs, context)
+        return total - (self.host_s if prefill and seqs else 0.0)
+
+
+__all__ = ["CONTEXT_HI", "IterationTimer", "PREFILL_GRID"]
