@@ -47,7 +47,9 @@ def serve_table(result: Any, probes: list | None = None) -> str:
                      f"p{slo.percentile:g}: {'met' if s.slo_attained else 'NOT met'}")
     lines += [
         f"  batch             {s.mean_batch:.1f} sequences an iteration on average, "
-        f"{s.mean_slots_idle:.1f} of {opt.max_num_seqs} slots idle; busy "
+        f"{s.mean_slots_idle:.1f} of {opt.max_num_seqs} slots idle"
+        + (f" ({s.mean_padded:.1f} held by finished sequences)" if s.mean_padded else "")
+        + f"; busy "
         f"{s.busy_fraction:.0%} of the time; {len(eng.iterations)} iterations",
         f"  KV cache use      mean {s.mean_kv_use:.0%}, peak {s.peak_kv_use:.0%}; "
         f"{s.preemptions} preemption{'s' if s.preemptions != 1 else ''} (recompute)",
@@ -104,7 +106,8 @@ def serve_json(result: Any, probes: list | None = None,
         "throughput_requests_per_s": s.throughput_requests_per_s,
         "goodput_requests_per_s": s.goodput_requests_per_s,
         "span_s": s.span_s, "preemptions": s.preemptions,
-        "mean_batch": s.mean_batch, "mean_kv_use": s.mean_kv_use,
+        "mean_batch": s.mean_batch, "mean_slots_idle": s.mean_slots_idle,
+        "mean_padded": s.mean_padded, "mean_kv_use": s.mean_kv_use,
         "peak_kv_use": s.peak_kv_use, "mean_in_system": s.mean_in_system,
         "slo": {"ttft_ms": result.slo.ttft_ms, "tpot_ms": result.slo.tpot_ms,
                 "percentile": result.slo.percentile, "attained": s.slo_attained},

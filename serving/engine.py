@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Sequence as Seq
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from serving.kv_cache import BlockPool
 from serving.scheduler import SCHEDULERS, Limits, Sequence
@@ -57,12 +57,15 @@ class Iterations:
     time_s: array
     prefill_tokens: array
     decode_seqs: array
+    seqs: array
+    """Sequences computing tokens in it."""
     running: array
     """Sequences holding a slot (static batching: finished ones too)."""
     waiting: array
     """Arrived requests not yet running, at the iteration's start."""
     in_system: array
-    """Arrived requests not yet finished, at the iteration's start."""
+    """Time average over the iteration of the requests arrived and not finished
+    (those arriving during it counted from their arrival)."""
     kv_blocks: array
     """Blocks in use during the iteration."""
     tokens_out: array
@@ -70,6 +73,9 @@ class Iterations:
 
     def __len__(self) -> int:
         return len(self.start_s)
+
+
+_FLOAT_COLUMNS = ("start_s", "time_s", "in_system")
 
 
 @dataclass(frozen=True)
@@ -96,8 +102,8 @@ def run_engine(arrivals: Seq[Arrival], timing: IterationTime, limits: Limits,
                                 f"{block_size} tokens there are; raise --kv-blocks or "
                                 f"shorten it")
     sched = SCHEDULERS[scheduler](limits, pool)
-    columns = [array("d"), array("d")] + [array("q") for _ in range(7)]
-    iters = Iterations(*columns)
+    iters = Iterations(**{f.name: array("d" if f.name in _FLOAT_COLUMNS else "q")
+                          for f in fields(Iterations)})
     gaps = array("d")
     finished: list[Sequence] = []
     now, nxt, n = 0.0, 0, len(arrivals)
@@ -114,15 +120,21 @@ def run_engine(arrivals: Seq[Arrival], timing: IterationTime, limits: Limits,
         prefill = batch.prefill_tokens
         decode, context = batch.decode_shape()
         dt = timing(prefill, decode, context)
-        iters.start_s.append(now)
+        iters.start_s.append(now)  # the iteration's start
         iters.time_s.append(dt)
         iters.prefill_tokens.append(prefill)
         iters.decode_seqs.append(decode)
+        iters.seqs.append(len(batch.work))
         iters.running.append(len(sched.running))
         iters.waiting.append(len(sched.waiting))
-        iters.in_system.append(nxt - len(finished))
-        iters.kv_blocks.append(pool.used)
+        present = nxt - len(finished)
         now += dt
+        late = nxt
+        while late < n and arrivals[late].arrival_s < now:  # arrive during it
+            present += (now - arrivals[late].arrival_s) / dt
+            late += 1
+        iters.in_system.append(present)
+        iters.kv_blocks.append(pool.used)
         out = 0
         for work in batch.work:
             seq = work.seq

@@ -41,9 +41,13 @@ class Summary:
     mean_in_system: float
     """Time average of requests arrived and not finished (Little's L)."""
     mean_batch: float
-    """Time average of sequences in an iteration (idle time excluded)."""
+    """Time average of sequences computing tokens in an iteration (idle time
+    excluded)."""
     mean_slots_idle: float
-    """Time average of ``max_num_seqs`` minus the sequences holding a slot."""
+    """Time average of ``max_num_seqs`` minus those sequences."""
+    mean_padded: float
+    """Time average of slots held by sequences with nothing to compute (static
+    batching: finished ones waiting for their batch's longest)."""
     mean_kv_use: float
     peak_kv_use: float
     busy_fraction: float
@@ -95,9 +99,8 @@ def summarize(result: EngineResult, slo: Slo | None = None) -> Summary:
     dt = np.frombuffer(it.time_s, dtype=float)
     busy = float(dt.sum())
     running = np.frombuffer(it.running, dtype=np.int64)
-    seqs = np.frombuffer(it.decode_seqs, dtype=np.int64)
+    seqs = np.frombuffer(it.seqs, dtype=np.int64)
     kv = np.frombuffer(it.kv_blocks, dtype=np.int64) / result.kv_blocks
-    in_batch = running if result.scheduler == "static" else seqs + _prefilling(result)
     attained = None
     if slo.ttft_ms is not None or slo.tpot_ms is not None:
         p = slo.percentile
@@ -105,18 +108,12 @@ def summarize(result: EngineResult, slo: Slo | None = None) -> Summary:
                               float(np.percentile(tpot[many], p)) if many.any() else 0.0)
     return Summary(
         latency, span, len(recs), int(outputs.sum()), int(sum(r.prompt_tokens for r in recs)),
-        int(good), float(np.frombuffer(it.in_system, dtype=np.int64) @ dt / span) if span else 0.0,
-        float(in_batch @ dt / busy) if busy else 0.0,
-        float((result.limits.max_num_seqs - running) @ dt / busy) if busy else 0.0,
+        int(good), float(np.frombuffer(it.in_system, dtype=float) @ dt / span) if span else 0.0,
+        float(seqs @ dt / busy) if busy else 0.0,
+        float((result.limits.max_num_seqs - seqs) @ dt / busy) if busy else 0.0,
+        float((running - seqs) @ dt / busy) if busy else 0.0,
         float(kv @ dt / busy) if busy else 0.0, float(kv.max()) if len(kv) else 0.0,
         busy / span if span else 0.0, result.preemptions, attained)
-
-
-def _prefilling(result: EngineResult) -> np.ndarray:
-    """Sequences computing prefill tokens in each iteration: running minus decoding."""
-    it = result.iterations
-    return (np.frombuffer(it.running, dtype=np.int64)
-            - np.frombuffer(it.decode_seqs, dtype=np.int64)).clip(0)
 
 
 __all__ = ["LATENCIES", "PERCENTILES", "Slo", "Summary", "summarize"]

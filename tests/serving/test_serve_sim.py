@@ -1,0 +1,80 @@
+"""Request-level serving with iteration times from the simulator, on a small model and
+the tiny preset: alone, a request's TTFT and TPOT are ``archsim llm``'s; the grid's
+interpolation stays within 2% of direct simulation off the grid; the KV cache's size
+follows from memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from archsim.config import load_config
+from serving.plan import Parallelism, Request, check
+from serving.run import serve
+from serving.spec import spec_from_config
+from serving.traffic import ServeOptions, Server, find_max_rate
+from serving.workload import Arrival, synthetic
+from serving.metrics import Slo
+
+TINY = load_config("tiny")
+SMALL = spec_from_config({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                          "num_attention_heads": 4, "num_key_value_heads": 2,
+                          "intermediate_size": 128, "vocab_size": 100,
+                          "max_position_embeddings": 256}, "small")
+
+
+@pytest.fixture(scope="module")
+def server() -> Server:
+    return Server.build(SMALL, TINY, options=ServeOptions(max_num_seqs=8,
+                                                          max_num_batched_tokens=64))
+
+
+def test_a_lone_request_has_archsim_llms_ttft_and_tpot(server) -> None:
+    # requests 1000 s apart never overlap
+    arrivals = [Arrival(0, 0.0, 16, 6), Arrival(1, 1000.0, 40, 4)]
+    records = server.run(arrivals).engine.records
+    for record in records:
+        llm = serve(SMALL, TINY, Request(1, record.prompt_tokens, record.output_tokens - 1))
+        assert record.ttft_s == pytest.approx(llm.ttft_s, rel=0.05)
+        assert record.tpot_s == pytest.approx(llm.tpot_s, rel=0.10)
+
+
+@pytest.mark.parametrize("prefill, seqs, context", [
+    (24, 0, 0), (48, 0, 0), (0, 3, 20.0), (0, 6, 90.0), (40, 5, 33.0)])
+def test_interpolation_is_within_two_percent_of_direct_simulation(
+        server, prefill, seqs, context) -> None:
+    timer = server.timing
+    assert timer(prefill, seqs, context) == pytest.approx(
+        timer.direct_s(prefill, seqs, context), rel=0.02)
+
+
+def test_kv_blocks_are_the_memory_left_after_weights_and_activations(server) -> None:
+    budget = server.budget
+    # 2 layers x (K and V) x 2 kv heads x 16 dims x 2 bytes, 16 tokens a block
+    assert budget.block_bytes == 16 * 2 * 2 * 2 * 16 * 2
+    left = int(TINY.dram.capacity_bytes * 0.9) - budget.weights_bytes - budget.activations_bytes
+    assert budget.blocks == left // budget.block_bytes
+    small = Server.build(SMALL, TINY, options=ServeOptions(kv_blocks=5))
+    assert small.budget.blocks == 5
+
+
+def test_capacity_search_brackets_the_slo(server) -> None:
+    def workload(rate: float):
+        return synthetic(rate, 40, "uniform:8:32", "uniform:2:12", 0)
+    slo = Slo(ttft_ms=None, tpot_ms=None)
+    with pytest.raises(Exception, match="needs an SLO"):
+        find_max_rate(server, workload, slo)
+    alone = server.run(workload(1e-3)).summary.latency_s
+    slo = Slo(ttft_ms=alone["ttft"]["p90"] * 1e3 * 3, percentile=90)
+    rate, probes = find_max_rate(server, workload, slo, start=1.0)
+    met = [p.rate for p in probes if p.met]
+    failed = [p.rate for p in probes if not p.met]
+    assert rate == max(met) and failed and min(failed) > rate
+    assert min(failed) - rate <= 0.02 * rate + 1e-12
+
+
+def test_tensor_parallel_server_builds_on_its_shard() -> None:
+    par = Parallelism(tp=2)
+    shard = check(SMALL, Request(), par)
+    two = Server.build(SMALL, TINY, par, ServeOptions(max_num_batched_tokens=64))
+    assert shard.kv_heads == 1
+    assert two.budget.block_bytes == 16 * 2 * 2 * 1 * 16 * 2
