@@ -65,8 +65,8 @@ def serve_table(result: Any, probes: list | None = None) -> str:
               f"distinct shapes on {cfg.name} (runtime overheads included), interpolated "
               f"linearly between them (serving.iteration)",
               "  - prefill chunks of an iteration timed as one sequence of their total "
-              "length; a mixed iteration as a prefill pass then a decode pass at the "
-              "decoding sequences' mean context"]
+              "length; a mixed iteration as one forward over all its new tokens plus the "
+              "decoding sequences' attention to their cached context (at their mean)"]
     if par.pp > 1:
         lines.append("  - with --pp an iteration's stages run one after another (no "
                      "overlap with the next iteration): throughput is a lower bound")

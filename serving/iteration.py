@@ -1,25 +1,26 @@
 """How long a serving iteration takes, from archsim's own simulation.
 
 An iteration computes some prefill tokens (chunks of prompts) and one token for each of
-some decoding sequences. Its time is the time of a prefill pass of all its prefill
-tokens plus that of a decode step of its decoding sequences at their mean context, each
+some decoding sequences, in one forward pass as vLLM runs it. A prefill-only iteration
+is timed as a prefill of its tokens, a decode-only one as a decode step of its
+sequences at their mean context; a mixed one as a prefill of all its new tokens (the
+weights read once for them all) plus what the decoding sequences' cached context adds
+to their decode step (its time at their context less its time at context 1). Each is
 timed exactly as ``archsim llm`` times a prefill and a decode step: the stages composed
 by :class:`serving.compose.Composer` from blocks compiled and simulated on one chip
 (:class:`serving.timing.Timer`), with the runtime's kernel launches, collective
 latency and host step (``runtime:``), and the stage-to-stage sends, simulated as one
-pass (:func:`archsim.cluster.run_cluster`). The host's step is paid once an iteration.
+pass (:func:`archsim.cluster.run_cluster`); the host's step is paid once an iteration.
 
 Simplifications (the report says them): prefill chunks of several sequences are timed
 as one sequence of their total length, without the context earlier chunks left in the
-cache (the two errors in the attention's share go opposite ways); a mixed iteration is
-a prefill pass then a decode pass (weights streamed twice; vLLM runs one forward);
-with ``--pp`` the stages of an iteration run one after another, not overlapped with the
-next iteration's.
+cache (the two errors in the attention's share go opposite ways); with ``--pp`` the
+stages of an iteration run one after another, not overlapped with the next iteration's.
 
 Speed: each distinct shape is simulated once and cached; iterations between shapes are
-interpolated linearly -- prefill on a grid of token counts (1, 16, 24, 32, 48, ...
-steps of about sqrt(2)), decode on a grid of batch sizes (powers of two), each with two contexts
-(attention's work is linear in the context; its time steps with the kernel's key
+interpolated linearly -- prefill on a grid of token counts (1, 16, 24, 32, 48, ...,
+steps of about sqrt(2)), decode on a grid of batch sizes (powers of two), each with two
+contexts (attention's work is linear in the context; its time steps with the kernel's key
 tiles, which the line through two contexts averages).
 """
 
@@ -59,10 +60,6 @@ class IterationTimer:
     simulated: list[tuple[int, int, int]] = field(default_factory=list)
     """Every (batch, tokens, context) pass simulated, in order."""
 
-    @property
-    def host_s(self) -> float:
-        return self.config.runtime.host_step_us * 1e-6
-
     # -- direct simulation --------------------------------------------------------------
     def pass_s(self, batch: int, tokens: int, context: int) -> float:
         """One pass of ``batch`` sequences of ``tokens`` new tokens reading ``context``
@@ -96,13 +93,14 @@ class IterationTimer:
         return found
 
     def direct_s(self, prefill: int, seqs: int, context: float) -> float:
-        """An iteration simulated at its exact shape (what the grid approximates)."""
-        total = 0.0
-        if prefill:
-            total += self.pass_s(1, prefill, 0)
-        if seqs:
-            total += self.pass_s(seqs, 1, max(1, round(context)))
-        return total - (self.host_s if prefill and seqs else 0.0)
+        """An iteration simulated at its exact shapes (what the grid approximates)."""
+        c = max(1, round(context))
+        if not seqs:
+            return self.pass_s(1, prefill, 0) if prefill else 0.0
+        if not prefill:
+            return self.pass_s(seqs, 1, c)
+        return (self.pass_s(1, prefill + seqs, 0) + self.pass_s(seqs, 1, c)
+                - self.pass_s(seqs, 1, 1))
 
     # -- interpolated ----------------------------------------------------------------
     def prefill_s(self, tokens: int) -> float:
@@ -130,13 +128,18 @@ class IterationTimer:
             line = self._decode_lines[seqs] = (a, (b - a) / (c_hi - 1))
         return line[0] + line[1] * (context - 1)
 
+    def attention_s(self, seqs: int, context: float) -> float:
+        """What reading ``context - 1`` more cached tokens adds to a decode step of
+        ``seqs`` sequences (the slope of its line, interpolated between batch sizes)."""
+        return self.decode_s(seqs, context) - self.decode_s(seqs, 1.0)
+
     def __call__(self, prefill: int, seqs: int, context: float) -> float:
-        total = 0.0
-        if prefill:
-            total += self.prefill_s(prefill)
-        if seqs:
-            total += self.decode_s(seqs, context)
-        return total - (self.host_s if prefill and seqs else 0.0)
+        if not seqs:
+            return self.prefill_s(prefill) if prefill else 0.0
+        if not prefill:
+            return self.decode_s(seqs, context)
+        # one forward over every new token, plus the decoding sequences' cached context
+        return self.prefill_s(prefill + seqs) + self.attention_s(seqs, context)
 
 
 __all__ = ["CONTEXT_HI", "IterationTimer", "PREFILL_GRID"]
