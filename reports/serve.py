@@ -117,6 +117,10 @@ def serve_json(result: Any, probes: list | None = None,
                       "output_tokens": r.output_tokens, "preemptions": r.preemptions}
                      for r in result.engine.records],
     }
+    it = result.engine.iterations
+    data["iterations"] = {name: list(getattr(it, name)) for name in
+                          ("start_s", "time_s", "prefill_tokens", "decode_seqs", "seqs",
+                           "running", "waiting", "kv_blocks", "tokens_out")}
     if probes is not None:
         data["max_rate"] = max_rate
         data["probes"] = [{"rate": p.rate, "met": p.met,

@@ -43,6 +43,11 @@ def test_trace_in_table_json_perfetto_and_figures_out(tmp_path, model, capsys) -
     assert data["throughput_tokens_per_s"] == pytest.approx(16 / span)
     assert all(r["arrival_s"] < r["first_token_s"] <= r["finish_s"] for r in recs)
     assert {"mean", "p50", "p90", "p99"} <= set(data["ttft_s"])
+    # queue length, batch size and KV-cache use over time, one entry per iteration
+    steps = data["iterations"]
+    assert sum(steps["tokens_out"]) == 16
+    assert max(steps["kv_blocks"]) <= data["kv_blocks"]
+    assert len(steps["waiting"]) == len(steps["time_s"])
     events = json.loads(perf.read_text())["traceEvents"]
     iterations = [e for e in events if e["ph"] == "X"]
     # 3 + 7 + 2 tokens after each first one: at least 7 decode iterations, plus prefill

@@ -83,3 +83,14 @@ def test_tensor_parallel_server_builds_on_its_shard() -> None:
     two = Server.build(SMALL, TINY, par, ServeOptions(max_num_batched_tokens=64))
     assert shard.kv_heads == 1
     assert two.budget.block_bytes == 16 * 2 * 2 * 1 * 16 * 2
+
+
+def test_pipeline_parallel_iterations_are_archsim_llms_passes() -> None:
+    # two stages, one sequence: the prefill and a decode step go through both stages
+    # with the activations sent between them, as archsim llm --pp 2 runs them
+    par = Parallelism(pp=2)
+    server = Server.build(SMALL, TINY, par, ServeOptions(max_num_batched_tokens=64))
+    record, = server.run([Arrival(0, 0.0, 16, 4)]).engine.records
+    llm = serve(SMALL, TINY, Request(1, 16, 3), Parallelism(pp=2, micro_batches=1))
+    assert record.ttft_s == pytest.approx(llm.ttft_s, rel=0.05)
+    assert record.tpot_s == pytest.approx(llm.tpot_s, rel=0.10)
