@@ -27,6 +27,8 @@ CAPACITY = [
     ("llama-2-7b", "tpu-v4", 2),
     ("llama-2-7b", "ascend-910b", 1),
     ("llama-2-7b", "ascend-910b", 2),
+    ("llama-2-70b", "tpu-v4", 8),
+    ("llama-2-70b", "ascend-910b", 8),
 ]
 SLO = Slo(ttft_ms=500.0, tpot_ms=50.0, percentile=90.0)
 OFF_GRID = [(80, 0, 0.0), (200, 0, 0.0), (700, 0, 0.0), (1200, 0, 0.0), (1800, 0, 0.0),

@@ -36,9 +36,10 @@ from serving.plan import Parallelism, Request, check
 from serving.spec import ModelSpec
 
 PREFILL_GRID = (1, 16) + tuple(n for k in range(3, 14) for n in (3 << k, 4 << k))
-"""Prefill token counts simulated (as needed): 1, 16, 24, 32, 48, 64, 96, ... 32768,
+"""Prefill token counts simulated (as needed): 1, 16, 24, 32, 48, 64, 96, ... 32768
+(up to the iteration's token budget),
 steps of about sqrt(2) (powers of two alone were 3-12% off between them on tiny and
-tpu-v4); beyond the last, extrapolated."""
+tpu-v4)."""
 CONTEXT_HI = 1024
 """The longer context of a batch size's two decode points (less when the KV cache of
 that many sequences would not fit)."""
@@ -54,6 +55,11 @@ class IterationTimer:
     algorithm: str = "auto"
     kv_tokens: int = 1 << 20
     """Tokens the KV cache holds: bounds the decode grid's longer context."""
+    max_tokens: int = 2048
+    """Tokens an iteration computes at most (``max_num_batched_tokens``): the prefill
+    grid ends at the first point at or above it; beyond (static batching's padded
+    prefill of many sequences) the line through its last two points goes on, linear
+    in the tokens as the matmuls are (each sequence's attention stays its own)."""
     _passes: dict[tuple[int, int, int], int] = field(default_factory=dict)
     _composers: dict[int, Composer] = field(default_factory=dict)
     _decode_lines: dict[int, tuple[float, float]] = field(default_factory=dict)
@@ -104,7 +110,8 @@ class IterationTimer:
 
     # -- interpolated ----------------------------------------------------------------
     def prefill_s(self, tokens: int) -> float:
-        grid = PREFILL_GRID
+        top = bisect.bisect_left(PREFILL_GRID, self.max_tokens)
+        grid = PREFILL_GRID[:top + 1]
         if tokens in grid:
             return self.pass_s(1, tokens, 0)
         i = min(max(bisect.bisect_left(grid, tokens), 1), len(grid) - 1)

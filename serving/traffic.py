@@ -97,7 +97,8 @@ class Server:
                               options.gpu_memory_utilization, options.kv_blocks)
         if timing is None:
             timing = IterationTimer(spec, config, par, options.dtype, options.kv_dtype,
-                                    options.algorithm, budget.tokens)
+                                    options.algorithm, budget.tokens,
+                                    options.max_num_batched_tokens)
         return cls(spec, config, par, options, budget, timing)
 
     def run(self, arrivals: Sequence[Arrival], slo: Slo | None = None) -> TrafficResult:

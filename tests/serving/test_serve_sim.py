@@ -25,7 +25,7 @@ SMALL = spec_from_config({"model_type": "llama", "hidden_size": 64, "num_hidden_
 @pytest.fixture(scope="module")
 def server() -> Server:
     return Server.build(SMALL, TINY, options=ServeOptions(max_num_seqs=8,
-                                                          max_num_batched_tokens=64))
+                                                          max_num_batched_tokens=256))
 
 
 def test_a_lone_request_has_archsim_llms_ttft_and_tpot(server) -> None:
