@@ -94,3 +94,12 @@ def test_pipeline_parallel_iterations_are_archsim_llms_passes() -> None:
     llm = serve(SMALL, TINY, Request(1, 16, 3), Parallelism(pp=2, micro_batches=1))
     assert record.ttft_s == pytest.approx(llm.ttft_s, rel=0.05)
     assert record.tpot_s == pytest.approx(llm.tpot_s, rel=0.10)
+
+
+def test_no_room_for_a_kv_cache_is_a_named_error() -> None:
+    from archsim.errors import DeviceMemoryError
+
+    # Llama-2-7B's 12.6 GiB of bf16 weights on one tiny chip (no simulation needed)
+    with pytest.raises(DeviceMemoryError, match="llama-2-7b leaves no room for a KV cache "
+                                                "on tiny: weights 12.6 GiB"):
+        Server.build("llama-2-7b", TINY)
