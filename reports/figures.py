@@ -25,6 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from reports.energy import power_figure
 from reports.data import ReportData, ResultLike, report_data
 from reports.roofline_figure import roofline_figure
 from reports.perfetto import track_name
@@ -322,6 +323,10 @@ def save_figures(result: ResultLike, directory: str | os.PathLike[str],
     for name, make in FIGURES.items():
         path = out / f"{name}.png"
         make(data).savefig(path, dpi=dpi)
+        paths.append(path)
+    if data.energy is not None:
+        path = out / "power.png"
+        power_figure(data.energy).savefig(path, dpi=dpi)
         paths.append(path)
     return tuple(paths)
 
