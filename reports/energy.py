@@ -45,6 +45,17 @@ class EnergySummary:
     extension_j: float
     power_edges_s: tuple[float, ...]
     power_w: tuple[float, ...]
+    area_mm2: Mapping[str, float]
+    """Estimated area per component (:mod:`archsim.area`), the design's other cost."""
+
+    @property
+    def area_total_mm2(self) -> float:
+        return sum(self.area_mm2.values())
+
+    @property
+    def edp_js(self) -> float:
+        """Energy-delay product, joule-seconds."""
+        return self.energy_j * self.seconds
 
     @property
     def dynamic_total_j(self) -> float:
@@ -69,6 +80,7 @@ class EnergySummary:
             "engine_j": dict(self.engine_j), "extension_j": self.extension_j,
             "power_over_time": {"edges_s": list(self.power_edges_s),
                                 "watts": list(self.power_w)},
+            "area_mm2": dict(self.area_mm2),
         }
 
     @classmethod
@@ -83,11 +95,13 @@ class EnergySummary:
             static_j=MappingProxyType(dict(item["static_j"])),
             engine_j=MappingProxyType(dict(item["engine_j"])),
             extension_j=item["extension_j"],
-            power_edges_s=tuple(curve["edges_s"]), power_w=tuple(curve["watts"]))
+            power_edges_s=tuple(curve["edges_s"]), power_w=tuple(curve["watts"]),
+            area_mm2=MappingProxyType(dict(item.get("area_mm2", {}))))
 
 
 def energy_summary(result: SimResult) -> EnergySummary:
     """The summary of ``result``'s energy (:func:`archsim.energy.run_energy`)."""
+    from archsim.area import area_mm2
     from archsim.energy import run_energy
 
     energy = run_energy(result)
@@ -101,7 +115,7 @@ def energy_summary(result: SimResult) -> EnergySummary:
         window_power_w=energy.window_power_w(power.window_us * 1e-6),
         dynamic_j=energy.dynamic_j, static_j=energy.static_j, engine_j=energy.engine_j,
         extension_j=energy.extension_j, power_edges_s=tuple(edges.tolist()),
-        power_w=tuple(watts.tolist()))
+        power_w=tuple(watts.tolist()), area_mm2=area_mm2(result.config))
 
 
 _SMALL = (("mJ", 1e-3), ("uJ", 1e-6), ("nJ", 1e-9), ("pJ", 1e-12))
@@ -203,7 +217,7 @@ def power_figure(summary: EnergySummary) -> Figure:
     axes.set_ylim(bottom=0)
     axes.set_title(f"Power over time ({format_us(summary.seconds)}, "
                    f"{format_joules(summary.energy_j)})")
-    axes.legend(loc="lower right", fontsize=8)
+    axes.legend(loc="best", fontsize=8)
     figure.tight_layout()
     return figure
 

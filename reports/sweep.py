@@ -12,6 +12,7 @@ the points that ran; the cost is a key of :data:`reports.figures.COST_METRICS`
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reports.data import ReportData
+from reports.energy import EnergySummary, energy_summary, format_joules
 from reports.text import format_bytes, format_cycles, format_si, format_table, format_us
 
 if TYPE_CHECKING:
@@ -56,8 +58,18 @@ def run_totals(result: SimResult) -> ReportData:
         engines=config.engines,
         sram_peak_bytes=dict(result.sram_peak_bytes),
         sram_capacity_bytes=capacity,
+        energy=_plain_energy(energy_summary(result)),
         commands=(),
     )
+
+
+def _plain_energy(summary: EnergySummary) -> EnergySummary:
+    """``summary`` with plain dicts (a MappingProxyType does not pickle) and without
+    its power curve (a sweep keeps totals)."""
+    return dataclasses.replace(
+        summary, dynamic_j=dict(summary.dynamic_j), static_j=dict(summary.static_j),
+        engine_j=dict(summary.engine_j), area_mm2=dict(summary.area_mm2),
+        power_edges_s=(), power_w=())
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,12 @@ METRICS: dict[str, Metric] = {
         lambda v: f"{100 * v:.1f}%"),
     "peak_flops": Metric("peak FLOP/s", lambda d: d.peak_flops, lambda v: format_si(v, "FLOP/s")),
     "sram_peak_bytes": Metric("SRAM peak/core", _sram_peak_per_core, format_bytes),
+    "energy_j": Metric("energy", lambda d: d.energy.energy_j if d.energy else 0.0,
+                       format_joules),
+    "average_power_w": Metric("power", lambda d: d.energy.average_power_w if d.energy else 0.0,
+                              lambda v: f"{v:.3g} W"),
+    "area_mm2": Metric("area", lambda d: d.energy.area_total_mm2 if d.energy else 0.0,
+                       lambda v: f"{v:.1f} mm²"),
 }
 """Per-point metrics by their CSV/JSON name, in table order."""
 
