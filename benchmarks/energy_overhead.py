@@ -46,7 +46,7 @@ def main() -> int:
     args = parser.parse_args()
     config = load_config(args.config)
     print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}")
-    print(f"X {'simulate s':>11} {'energy s':>9} {'overhead':>9}")
+    print(f"{'case':52} {'commands':>9} {'simulate s':>11} {'energy s':>9} {'overhead':>9}")
     program = generated_program(args.commands, config.cores)
     result, sim = timed(lambda: Simulator(config).run(program))
     rows = [(f"generated GEMM tiles on {args.config}", len(program.commands), sim,
