@@ -164,6 +164,17 @@ class SimResult:
     """Set when a large matmul was compiled and simulated in part and the totals cover
     all of it (:func:`archsim.repeated.extend_tiles`); the trace is that of the simulated
     panels."""
+    kernels: int = 0
+    """Kernels the compiler made of the workload, over all of it (layers and panels not
+    simulated included); 0 when unknown (a hand-written program)."""
+
+    @property
+    def runtime_overhead_cycles(self) -> int:
+        """What the config's runtime (``NpuConfig.runtime``) adds before the run when it
+        is called once: one dispatch and a launch per kernel. Not in ``total_cycles``,
+        the hardware's time; 0 when the runtime costs nothing or the kernels are
+        unknown."""
+        return self.config.launch_cycles(self.kernels, 1) if self.kernels else 0
 
     @property
     def sram_peak_bytes(self) -> Mapping[str, int]:

@@ -179,6 +179,11 @@ class ReportData:
     energy: EnergySummary | None = None
     """Energy and power of the run (:mod:`reports.energy`); None: not known (a report
     saved before energy was modelled)."""
+    kernels: int = 0
+    """Kernels the compiler made of the workload (0: unknown)."""
+    runtime_overhead_cycles: int = 0
+    """The config's runtime cost of one call of the run (a dispatch and a launch per
+    kernel, ``SimResult.runtime_overhead_cycles``); not in ``total_cycles``."""
 
     # -- time -----------------------------------------------------------------------
     @property
@@ -313,6 +318,8 @@ def from_sim_result(result: SimResult) -> ReportData:
         vector_peak_flops=float(config.cores * config.core.vector.lanes * config.clock_hz),
         dram_bandwidth_bytes_per_s=config.dram_bandwidth_bytes_per_s,
         dram_efficiency=config.dram.efficiency,
+        kernels=result.kernels,
+        runtime_overhead_cycles=result.runtime_overhead_cycles,
         host_link_bandwidth_bytes_per_s=config.host_link.bandwidth_gb_per_s * 1e9,
         matmul_flops=result.matmul_flops,
         flops=result.flops,

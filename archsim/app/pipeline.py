@@ -243,6 +243,7 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     from torch_bridge.shapes import estimate_options, export_shapes, whole_stack
     from torch_bridge.layer_stack import KEEP_LAYERS
     from torch_bridge.model_outputs import bind_arguments
+    from serving.runtime import stacked_kernel_count
 
     stack = None
     with s.progress.step("exporting with torch.export"):
@@ -265,13 +266,16 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
         compiled = dataclasses.replace(
             compiled, program=dataclasses.replace(compiled.program, name=name))
     steps = f"simulating {len(compiled.program.commands)} commands"
+    kernels = len(compiled.kernels) if stack is None else \
+        stacked_kernel_count(compiled.kernels, stack.path, stack.total)
     if perf_only:
         with s.progress.step(steps + " (performance-only)"):
-            return whole_stack(compiled.simulate(), stack)
+            result = whole_stack(compiled.simulate(), stack)
+        return dataclasses.replace(result, kernels=kernels)
     with s.progress.step(steps + " (functional)"):
         outputs, result = compiled.run(*tensors)
     check_numerics(module, tensors, outputs, s.progress)
-    return result
+    return dataclasses.replace(result, kernels=kernels)
 
 
 def _run_op(name: str, op: str, inputs: tuple[Any, ...], config: NpuConfig,
@@ -291,7 +295,7 @@ def _run_op(name: str, op: str, inputs: tuple[Any, ...], config: NpuConfig,
                                                                          name=name))
     with s.progress.step(f"simulating {len(compiled.program.commands)} commands "
                          f"(performance-only)"):
-        return compiled.simulate()
+        return dataclasses.replace(compiled.simulate(), kernels=len(compiled.kernels))
 
 
 # ---------------------------------------------------------------- dtypes and meta

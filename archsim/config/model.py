@@ -189,15 +189,21 @@ class RuntimeConfig:
     ``collective_latency_us``: per collective, once, on top of its transfers (the
     communication library's launch, the ranks' handshake and the completion
     notification). ``host_step_us``: per model step (prefill or decode), the host's
-    work between steps: sampling, scheduling, preparing the next inputs."""
+    work between steps: sampling, scheduling, preparing the next inputs.
+    ``op_dispatch_us``: per call issued from Python one at a time (an eager op, a
+    compiled graph's call, a Triton launch), the host framework's dispatch of it
+    (argument checks, allocation, the launch call); a captured graph's kernels skip it,
+    so eager mode pays it per op and graph mode once per step."""
 
     kernel_launch_us: float = 0.0
     collective_latency_us: float = 0.0
     host_step_us: float = 0.0
+    op_dispatch_us: float = 0.0
 
     @property
     def is_zero(self) -> bool:
-        return not (self.kernel_launch_us or self.collective_latency_us or self.host_step_us)
+        return not (self.kernel_launch_us or self.collective_latency_us or self.host_step_us
+                    or self.op_dispatch_us)
 
 
 @dataclass(frozen=True)
@@ -289,6 +295,13 @@ class NpuConfig:
     def us_to_cycles(self, microseconds: float) -> int:
         """A software cost in chip cycles (rounded to the nearest)."""
         return round(microseconds * 1e-6 * self.clock_hz)
+
+    def launch_cycles(self, kernels: int, dispatches: int = 0) -> int:
+        """Cycles the runtime adds before ``kernels`` kernels issued by ``dispatches``
+        host calls (:class:`RuntimeConfig`): each kernel's launch, each call's dispatch.
+        Nothing overlaps them: the next kernel starts after the previous one ended."""
+        return (kernels * self.us_to_cycles(self.runtime.kernel_launch_us)
+                + dispatches * self.us_to_cycles(self.runtime.op_dispatch_us))
 
     def with_overrides(self, overrides: dict[str, Any]) -> "NpuConfig":
         """A copy with fields replaced by dotted path, validated like a loaded file.
