@@ -125,16 +125,14 @@ def command_energy(op: Op, engine: str, timing_links: tuple[int, ...], nbytes: f
                    table: EnergyTable) -> np.ndarray:
     """Dynamic energy (pJ) of one command, per component."""
     out = np.zeros(len(COMPONENTS))
-    kind = engine_kind(engine)
-    if kind == "mxu":
-        assert isinstance(op, MatMul)
+    if isinstance(op, MatMul):
         macs = math.prod(op.a.shape) * op.b.shape[1]
         matrix = config.core.matrix
         out[_COMPONENT["arrays"]] = (macs * passes(op.a.dtype, matrix)
                                      * table.mac_pj[matrix.input_dtype])
         out[_COMPONENT["sram"]] = sum(ref.nbytes * _sram_pj(ref.space, table)
                                       for _, ref in sram_operands(op))
-    elif kind == "vpu":
+    elif engine_kind(engine) == "vpu":
         cls = vector.op_class(op)
         cost = getattr(config.core.vector.costs, cls)
         out[_COMPONENT["vector"]] = vector.elements(op) * cost * table.vector_op_pj
