@@ -184,7 +184,9 @@ def component_table(summary: EnergySummary) -> str:
 def power_counter_events(summary: EnergySummary, pid: int) -> list[dict[str, Any]]:
     """Perfetto counter events (``ph: C``) of power over time, one per slice, in µs."""
     events = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-               "args": {"name": "power"}}]
+               "args": {"name": "power"}},
+              {"name": "thread_name", "ph": "M", "pid": pid, "tid": 0,
+               "args": {"name": "chip power"}}]
     for start, watts in zip(summary.power_edges_s, summary.power_w):
         events.append({"name": "power (W)", "ph": "C", "pid": pid, "tid": 0,
                        "ts": start * 1e6,
