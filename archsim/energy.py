@@ -30,7 +30,7 @@ import numpy as np
 from archsim import vector
 from archsim.area import COMPONENTS, GATEABLE, static_power_w
 from archsim.config.energy_reference import EnergyTable, energy_table
-from archsim.config.model import NpuConfig
+from archsim.config.model import NARROW_DTYPES, MatrixConfig, NpuConfig
 from archsim.config.names import SHARED, engine_kind
 from archsim.matrix import passes
 from archsim.plan import plan_for
@@ -129,7 +129,7 @@ def command_energy(op: Op, engine: str, timing_links: tuple[int, ...], nbytes: f
         macs = math.prod(op.a.shape) * op.b.shape[1]
         matrix = config.core.matrix
         out[_COMPONENT["arrays"]] = (macs * passes(op.a.dtype, matrix)
-                                     * table.mac_pj[matrix.input_dtype])
+                                     * table.mac_pj[mac_dtype(op, matrix)])
         out[_COMPONENT["sram"]] = sum(ref.nbytes * _sram_pj(ref.space, table)
                                       for _, ref in sram_operands(op))
     elif engine_kind(engine) == "vpu":
@@ -143,6 +143,16 @@ def command_energy(op: Op, engine: str, timing_links: tuple[int, ...], nbytes: f
         moved = dram_bytes if component == "dram" and dram_bytes else nbytes
         out[_COMPONENT[component]] += moved * _link_pj(name, table)
     return out
+
+
+def mac_dtype(op: MatMul, matrix: MatrixConfig) -> str:
+    """The dtype a matmul's MACs cost as: a narrow input the array has a mode for
+    (``core.matrix.rates``) runs on the narrow datapath; anything else on the array's
+    native one (wider inputs in passes, narrower ones widened on the way in)."""
+    dtype = op.a.dtype.value
+    if dtype in NARROW_DTYPES and getattr(matrix.rates, dtype):
+        return dtype
+    return matrix.input_dtype
 
 
 def _sram_pj(space: str, table: EnergyTable) -> float:

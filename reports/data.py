@@ -143,7 +143,8 @@ class ReportData:
     total_cycles: int
     functional: bool
     peak_flops: float
-    """Matrix-engine peak of the chip, FLOP/s."""
+    """Matrix-engine peak of the chip for this run's matmuls, FLOP/s (op/s): the
+    native peak, times the arrays' rate for narrow inputs (``SimResult.matrix_peak_flops``)."""
     vector_peak_flops: float
     """Vector-engine peak of the chip (one FLOP per lane per cycle), FLOP/s."""
     dram_bandwidth_bytes_per_s: float
@@ -314,7 +315,7 @@ def from_sim_result(result: SimResult) -> ReportData:
         cores=config.cores,
         total_cycles=result.total_cycles,
         functional=result.functional,
-        peak_flops=config.peak_flops,
+        peak_flops=result.matrix_peak_flops,
         vector_peak_flops=float(config.cores * config.core.vector.lanes * config.clock_hz),
         dram_bandwidth_bytes_per_s=config.dram_bandwidth_bytes_per_s,
         dram_efficiency=config.dram.efficiency,

@@ -109,7 +109,8 @@ def _run_builtin(workload: Workload, config: NpuConfig, s: Settings) -> SimResul
     dtype_name = workload.dtype or (native_dtype(config) if perf_only else "f32")
     dtype = torch_dtype(dtype_name)
     if perf_only:  # shapes only: the meta module in the run's dtype (every build ends
-        module = module.to(dtype)  # in .to(dtype) and makes float inputs in it)
+        if dtype.is_floating_point:  # in .to(dtype); integer builds make their inputs)
+            module = module.to(dtype)
         inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
                        else t for t in meta_inputs)
         s.progress.note(f"{name}: {parameters / 1e6:.1f}M parameters, {dtype_name}, "
@@ -127,7 +128,8 @@ def _run_builtin(workload: Workload, config: NpuConfig, s: Settings) -> SimResul
     if "layers" in entry.takes:
         layers = f"{sizes.layers}" + (f" of {entry.model_layers}" if entry.model_layers else "")
     if perf_only and entry.op:
-        return _run_op(label, entry.op, inputs, config, s)
+        return _run_op(label, entry.int8_op if dtype_name == "i8" else entry.op, inputs,
+                       config, s)
     return _run_module(label, module.eval(), inputs, {}, perf_only, config, s, layers)
 
 

@@ -171,6 +171,7 @@ def configs(args: argparse.Namespace) -> int:
             f"{c.core.matrix.dataflow} {c.core.matrix.input_dtype}",
             f"{c.clock_hz / 1e9:g} GHz",
             f"{c.peak_flops / 1e12:.2f}",
+            _narrow_peaks(c),
             f"{c.dram_bandwidth_bytes_per_s / 1e9:g} {c.dram.kind}",
             format_bytes(c.core.scratchpad.size_bytes),
             format_bytes(c.shared_sram.size_bytes) if c.shared_sram.size_bytes else "-",
@@ -180,8 +181,10 @@ def configs(args: argparse.Namespace) -> int:
             f"{c.power.tdp_w:g}" if c.power.tdp_w else "-",
         ])
     print(format_table(["preset", "cores", "matrix per core", "clock", "peak TFLOP/s",
-                        "DRAM GB/s", "SRAM/core", "shared", "chip links", "node", "mm²",
-                        "TDP W"], rows))
+                        "i8/i4/fp8 TOPS", "DRAM GB/s", "SRAM/core", "shared", "chip links",
+                        "node", "mm²", "TDP W"], rows))
+    print("\ni8/i4/fp8 TOPS: the arrays' peak on narrow inputs (core.matrix.rates); '-': no "
+          "such mode,\nthe compiler widens those inputs and they run at the native rate.")
     print("\nOverride any field with --set PATH=VALUE; a YAML file works as --config too.")
     print("Area (mm², estimated) and energy per component: archsim configs --energy PRESET.")
     return 0
@@ -209,6 +212,14 @@ def _energy_sheet(config: Any) -> str:
         format_table(["dynamic energy", "pJ"], ops),
         "Derived from the 45 nm reference table unless set in the config's energy section "
         "(DESIGN.md, 'Energy and power')."])
+
+
+def _narrow_peaks(config: Any) -> str:
+    from archsim.config.model import NARROW_DTYPES
+
+    rates = config.core.matrix.rates
+    return "/".join(f"{config.peak_ops(d) / 1e12:.3g}" if getattr(rates, d) else "-"
+                    for d in NARROW_DTYPES)
 
 
 def _links(config: Any) -> str:

@@ -60,6 +60,8 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("w_per_mm2", 1e-6, 10, "up to 10 W per mm²"),
     Bound("gated_fraction", 1e-6, 1.0, "a share of static power, up to 100%"),
     Bound("fraction", 1e-6, 10, "a positive fraction (up to 10x)"),
+    *(Bound(f"rates.{dtype}", 0, 64, f"0 (no {dtype} mode) to 64 MACs per PE per cycle")
+      for dtype in ("i8", "i4", "fp8")),
 )
 DEFAULT = Bound("*", 0, 2 ** 40, "up to 2**40")
 """Any other number (vector op costs, ...)."""

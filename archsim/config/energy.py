@@ -33,6 +33,9 @@ class EnergyConfig:
     mac_f16_pj: float | None = None
     mac_bf16_pj: float | None = None
     mac_i8_pj: float | None = None
+    mac_i4_pj: float | None = None
+    mac_fp8_pj: float | None = None
+    """Narrow inputs on an array with a mode for them (``core.matrix.rates``)."""
     vector_op_pj: float | None = None
     """One element of an elementwise vector op (other classes cost their cycle cost in
     ``core.vector.costs`` times this)."""

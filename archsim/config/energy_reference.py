@@ -51,6 +51,9 @@ ARITHMETIC_MAC_PJ: dict[str, float] = {
     "f16": 1.1 + 0.9,            # public (Horowitz): fp16 mult + fp32 add (f32 accumulate)
     "bf16": _BF16_MULT_PJ + 0.9,  # estimate: as above, + fp32 add (f32 accumulate)
     "i8": 0.2 + 0.1,             # public (Horowitz): 8-bit mult + 32-bit add (i32 acc.)
+    "i4": 0.2 * (4 / 8) ** 2 + 0.1,  # estimate: the 8-bit mult by width², + 32-bit add
+    "fp8": 1.1 * (4 / 11) ** 2 + 0.9,  # estimate: fp16 mult by mantissa² (e4m3: 4 bits),
+                                       # + fp32 add (f32 accumulate)
 }
 ARRAY_OVERHEAD_MACS = 7.0
 """Estimate from Eyeriss's relative costs (register access 1x a MAC, a move between

@@ -142,3 +142,17 @@ def test_power_gating_charges_idle_compute_its_gated_share():
 def test_every_component_is_reported():
     energy = run_energy(simulate(load_matmul_store()))
     assert tuple(energy.dynamic_j) == COMPONENTS == tuple(energy.static_j)
+
+
+@pytest.mark.parametrize("rate, charged", [(2, "i8"), (0, "bf16")])
+def test_an_int8_matmul_costs_int8_macs_where_the_array_has_an_int8_mode(rate, charged):
+    """tpu-v3's arrays are bf16; with ``rates.i8`` they run int8 on a narrow datapath,
+    without it the compiler's int8 inputs are widened and cost bf16 MACs."""
+    config = load_config("tpu-v3").with_overrides({"core.matrix.rates.i8": rate})
+    b = ProgramBuilder("int8_matmul")
+    a = SramRef("sram0", 0, (128, 128), DType.i8)
+    out = SramRef("sram0", 65536, (128, 128), DType.i32)
+    b.add("core0.mxu0", MatMul(a, a, out))
+    energy = run_energy(simulate(b.build(), config))
+    assert energy.dynamic_j["arrays"] == pytest.approx(
+        128 ** 3 * energy_table(config).mac_pj[charged] * 1e-12, rel=1e-12)
