@@ -10,8 +10,10 @@ The first runs ZigZag's API on ``data/zigzag/zigzag_layers.yaml`` (a GEMM 512³,
 1x4096x4096 and a ResNet 3x3 conv, 28x28x128 -> 128) with its ``tpu_like`` hardware
 and mapping and prints its energies; the second runs the same layers through archsim on
 ``data/zigzag/tpu_like.yaml`` (that hardware with ZigZag's per-access energies) and
-prints both, by level. archsim runs bf16 (its i8 path needs quantized models), so its
-per-byte energies are halved: an element costs what ZigZag charges for an 8-bit one.
+prints both, by level. archsim runs the sized workloads in bf16 (integer matmuls are
+the built-in gemm's only), so there its per-byte energies are halved: an element costs
+what ZigZag charges for an 8-bit one; a last row runs the gemm in int8 on the int8
+array (``data/zigzag/tpu_like_i8.yaml``, torch._int_mm: an int32 output).
 """
 
 from __future__ import annotations
@@ -73,6 +75,14 @@ def run_archsim(zigzag: dict) -> None:
         print(f"{'':20} {'ZigZag':8} {z['total_pj'] * 1e-6:9.2f} "
               f"{(z['mac_pj'] + rf) * 1e-6:8.2f} {sram * 1e-6:7.2f} {dram * 1e-6:8.2f} "
               f"{'-':>7} {z['latency_cycles']:10,.0f}")
+    # int8 on the int8 array: only the built-in square gemm runs integer matmuls
+    config = load_config(DATA / "tpu_like_i8.yaml")
+    result = run(Workload.builtin("gemm", seq=512, dtype="i8"), config, mode="performance")
+    e = run_energy(result)
+    d = {k: v * 1e6 for k, v in e.dynamic_j.items()}
+    print(f"{'gemm_512 (int8)':20} {'archsim':8} {e.dynamic_total_j * 1e6:9.2f} "
+          f"{d['arrays']:8.2f} {d['sram']:7.2f} {d['dram']:8.2f} {d['vector']:7.2f} "
+          f"{result.total_cycles:10,}")
 
 
 def main() -> int:
