@@ -58,3 +58,17 @@ def test_perfetto_power_counter_integrates_to_the_runs_energy(mm_result):
     times = [e["ts"] * 1e-6 for e in events]
     joules = sum(e["args"]["W"] * (t1 - t0) for e, t0, t1 in zip(events, times, times[1:]))
     assert joules == pytest.approx(run_energy(mm_result).energy_j, rel=1e-4)  # W rounded
+
+
+def test_compare_table_sets_energy_power_and_area_side_by_side(mm_result, simulate, programs):
+    from archsim.area import area_mm2
+    from reports.compare import compare_table
+    from reports.energy import format_joules
+
+    other = simulate(programs.matmul_softmax(), "atom")
+    rows = {line[:17].strip(): line[17:].split("  ") for line in
+            compare_table([mm_result, other]).splitlines()[2:]}
+    cells = [c.strip() for c in rows["energy"] if c.strip()]
+    assert cells == [format_joules(run_energy(r).energy_j) for r in (mm_result, other)]
+    areas = [c.strip() for c in rows["area (est.)"] if c.strip()]
+    assert areas == [f"{sum(area_mm2(r.config).values()):.0f} mm²" for r in (mm_result, other)]
