@@ -65,9 +65,14 @@ class RunEnergy:
     """What the chip draws doing nothing (gated blocks at their gated share)."""
     extension_j: float
     """Dynamic energy the units not simulated add."""
+    idle_w: Mapping[str, float]
+    """Per component, what it draws doing nothing (``idle_power_w`` in parts)."""
     _timeline: tuple[np.ndarray, np.ndarray] = field(repr=False)
-    """Breakpoints (seconds) and cumulative variable energy (J) at them: dynamic
+    """Breakpoints (seconds) and the cumulative variable energy (J) at them: dynamic
     energy and the busy-time part of gated static power, piecewise linear."""
+    _spread: tuple[np.ndarray, np.ndarray, np.ndarray] = field(repr=False)
+    """Per command and extension: start and end (seconds) and variable energy per
+    component (a column each), for the per-component curves."""
 
     @property
     def dynamic_total_j(self) -> float:
@@ -95,6 +100,20 @@ class RunEnergy:
         times, cumulative = self._timeline
         t = np.clip(np.asarray(seconds, dtype=np.float64), 0.0, self.seconds)
         return self.idle_power_w * t + np.interp(t, times, cumulative)
+
+    def component_power_over_time(self, bins: int = 200
+                                  ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``(edges, {component: watts})``: each component's average power in ``bins``
+        equal slices of the run; the components add up to :meth:`power_over_time`."""
+        edges = np.linspace(0.0, self.seconds, max(1, bins) + 1)
+        width = np.diff(edges)
+        cumulative = _energy_at(edges, *self._spread)
+        watts = {}
+        for column, name in enumerate(COMPONENTS):
+            dynamic = np.divide(np.diff(cumulative[:, column]), width,
+                                out=np.zeros_like(width), where=width > 0)
+            watts[name] = self.idle_w[name] + dynamic
+        return edges, watts
 
     def power_over_time(self, bins: int = 200) -> tuple[np.ndarray, np.ndarray]:
         """``(edges, watts)``: average power in ``bins`` equal slices of the run (edges
@@ -213,7 +232,7 @@ def _account(result: SimResult) -> RunEnergy:
     seconds = result.total_cycles / clock
     # what the units not simulated add: their window's energy, scaled like its cycles
     extension_j = 0.0
-    spans: list[tuple[float, float, float]] = []  # (start s, end s, joules)
+    spans: list[tuple[float, float, np.ndarray]] = []  # (start s, end s, J per component)
     for part in result.extensions:
         ext = part.extension
         lo, hi = ext.window
@@ -225,31 +244,37 @@ def _account(result: SimResult) -> RunEnergy:
                                           @ per_kind)
         engine_sum = engine_sum + scale * np.bincount(
             engine_of[inside], weights=command_j[inside], minlength=len(engine_names))
-        added = scale * float(command_j[inside].sum())
-        extension_j += added
+        added = scale * (np.bincount(kinds[inside], minlength=n_kinds) @ per_kind)
+        extension_j += float(added.sum())
         spans.append((ext.first_cycle / clock, ext.last_cycle / clock, added))
     static_w = static_power_w(config)
-    static_j, idle_w, gated = _static(result, static_w, seconds)
-    wake = np.array([gated.get(e, 0.0) for e in engine_names])[engine_of] \
-        if gated else None
-    timeline = _timeline(result, command_j, wake, spans, seconds)
+    static_j, idle_by_component, gated = _static(result, static_w, seconds)
+    joules = per_kind[kinds]  # per command and component
+    if gated:  # a gated engine's wake power while it runs, on its component
+        wake = np.array([gated.get(e, 0.0) for e in engine_names])[engine_of]
+        column = np.array([_COMPONENT["arrays" if engine_kind(e) == "mxu" else "vector"]
+                           for e in engine_names], dtype=np.intp)[engine_of]
+        joules[np.arange(len(kinds)), column] += wake * (result.ends - result.starts) / clock
+    spread = _spread(result, joules, spans)
+    timeline = _timeline(spread, seconds)
     return RunEnergy(
         config=config, seconds=seconds, command_j=command_j,
         dynamic_j=MappingProxyType(dict(zip(COMPONENTS, component.tolist()))),
         static_j=static_j,
         engine_j=MappingProxyType(dict(zip(engine_names, engine_sum.tolist()))),
-        static_w=static_w, idle_power_w=idle_w, extension_j=extension_j,
-        _timeline=timeline)
+        static_w=static_w, idle_power_w=sum(idle_by_component.values()),
+        extension_j=extension_j, idle_w=idle_by_component, _timeline=timeline,
+        _spread=spread)
 
 
 def _static(result: SimResult, static_w: Mapping[str, float], seconds: float
-            ) -> tuple[Mapping[str, float], float, dict[str, float]]:
-    """Static energy per component, idle power, and per gated engine the extra power
-    it draws while busy."""
+            ) -> tuple[Mapping[str, float], Mapping[str, float], dict[str, float]]:
+    """Static energy and idle power per component, and per gated engine the extra
+    power it draws while busy."""
     config = result.config
     power = config.power
     energy = {name: watts * seconds for name, watts in static_w.items()}
-    idle = sum(static_w.values())
+    idle = dict(static_w)
     gated: dict[str, float] = {}
     if power.gating == "compute" and seconds:
         engines = {"arrays": [e for e in config.engines if engine_kind(e) == "mxu"],
@@ -260,34 +285,62 @@ def _static(result: SimResult, static_w: Mapping[str, float], seconds: float
             awake = (1 - power.gated_fraction) * share
             energy[name] = (power.gated_fraction * static_w[name] * seconds
                             + awake * busy / config.clock_hz)
-            idle -= (1 - power.gated_fraction) * static_w[name]
+            idle[name] = power.gated_fraction * static_w[name]
             gated.update({e: awake for e in engines[name]})
-    return MappingProxyType(energy), idle, gated
+    return MappingProxyType(energy), MappingProxyType(idle), gated
 
 
-def _timeline(result: SimResult, command_j: np.ndarray, wake: np.ndarray | None,
-              spans: list[tuple[float, float, float]], seconds: float
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """Breakpoints and cumulative variable energy: each command's dynamic energy (and a
-    gated engine's wake power while it runs) spread evenly over its duration; each
-    extension's energy over its place after the trace."""
+def _spread(result: SimResult, joules: np.ndarray,
+            spans: list[tuple[float, float, np.ndarray]]
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Starts, ends (seconds, at least a cycle long) and energy per component of every
+    command (``joules``: a row each) and of each extension, placed after the trace."""
     clock = result.config.clock_hz
     starts = result.starts.astype(np.float64) / clock
     ends = np.maximum(result.ends.astype(np.float64), result.starts + 1.0) / clock
-    joules = command_j.copy()
-    if wake is not None:
-        joules += wake * (result.ends - result.starts) / clock
     for lo, hi, added in spans:
         starts, ends = np.append(starts, lo), np.append(ends, max(hi, lo + 1 / clock))
-        joules = np.append(joules, added)
-    rate = joules / (ends - starts)
+        joules = np.vstack((joules, added))
+    return starts, ends, joules
+
+
+def _timeline(spread: tuple[np.ndarray, np.ndarray, np.ndarray], seconds: float
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Breakpoints and the cumulative variable energy at them: each piece's energy
+    spread evenly over its duration (exact, so ∫ power dt is the energy)."""
+    starts, ends, joules = spread
+    rate = joules.sum(axis=1) / (ends - starts)
     times = np.concatenate(([0.0], starts, ends, [max(seconds, float(ends.max(initial=0)))]))
     delta = np.concatenate(([0.0], rate, -rate, [0.0]))
     order = np.argsort(times, kind="stable")
     times, delta = times[order], delta[order]
     power = np.cumsum(delta)[:-1]
-    cumulative = np.concatenate(([0.0], np.cumsum(power * np.diff(times))))
-    return times, cumulative
+    return times, np.concatenate(([0.0], np.cumsum(power * np.diff(times))))
+
+
+def _energy_at(edges: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+               joules: np.ndarray) -> np.ndarray:
+    """Cumulative energy per component (a column each) at each of the sorted ``edges``:
+    what the pieces that ended before an edge spent, plus the share of the ones it
+    cuts. Work grows with the pieces and the edges inside them, not pieces x edges."""
+    n_edges, n_parts = len(edges), joules.shape[1]
+    done_at = np.searchsorted(edges, ends, side="left")  # first edge at or after the end
+    out = np.zeros((n_edges + 1, n_parts))
+    for column in range(n_parts):
+        out[:, column] = np.bincount(done_at, weights=joules[:, column],
+                                     minlength=n_edges + 1)
+    out = np.cumsum(out, axis=0)[:n_edges]
+    first = np.searchsorted(edges, starts, side="right")  # edges strictly inside
+    inside = np.maximum(done_at - first, 0)
+    if inside.any():
+        piece = np.repeat(np.arange(len(starts)), inside)
+        offset = np.arange(len(piece)) - np.repeat(np.cumsum(inside) - inside, inside)
+        edge = first[piece] + offset
+        share = (edges[edge] - starts[piece]) / (ends[piece] - starts[piece])
+        for column in range(n_parts):
+            out[:, column] += np.bincount(edge, weights=joules[piece, column] * share,
+                                          minlength=n_edges)
+    return out
 
 
 __all__ = ["RunEnergy", "command_energy", "run_energy"]

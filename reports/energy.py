@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,9 @@ class EnergySummary:
     power_w: tuple[float, ...]
     area_mm2: Mapping[str, float]
     """Estimated area per component (:mod:`archsim.area`), the design's other cost."""
+    power_by_component: Mapping[str, tuple[float, ...]] = field(
+        default_factory=lambda: MappingProxyType({}))
+    """Per component, its share of ``power_w`` (components that drew nothing left out)."""
 
     @property
     def area_total_mm2(self) -> float:
@@ -81,6 +84,7 @@ class EnergySummary:
             "power_over_time": {"edges_s": list(self.power_edges_s),
                                 "watts": list(self.power_w)},
             "area_mm2": dict(self.area_mm2),
+            "power_by_component": {k: list(v) for k, v in self.power_by_component.items()},
         }
 
     @classmethod
@@ -96,7 +100,9 @@ class EnergySummary:
             engine_j=MappingProxyType(dict(item["engine_j"])),
             extension_j=item["extension_j"],
             power_edges_s=tuple(curve["edges_s"]), power_w=tuple(curve["watts"]),
-            area_mm2=MappingProxyType(dict(item.get("area_mm2", {}))))
+            area_mm2=MappingProxyType(dict(item.get("area_mm2", {}))),
+            power_by_component=MappingProxyType(
+                {k: tuple(v) for k, v in item.get("power_by_component", {}).items()}))
 
 
 def energy_summary(result: SimResult) -> EnergySummary:
@@ -107,6 +113,7 @@ def energy_summary(result: SimResult) -> EnergySummary:
     energy = run_energy(result)
     power = result.config.power
     edges, watts = energy.power_over_time(TIMELINE_BINS)
+    _, parts = energy.component_power_over_time(TIMELINE_BINS)
     return EnergySummary(
         energy_j=energy.energy_j, seconds=energy.seconds,
         average_power_w=energy.average_power_w, idle_power_w=energy.idle_power_w,
@@ -115,7 +122,9 @@ def energy_summary(result: SimResult) -> EnergySummary:
         window_power_w=energy.window_power_w(power.window_us * 1e-6),
         dynamic_j=energy.dynamic_j, static_j=energy.static_j, engine_j=energy.engine_j,
         extension_j=energy.extension_j, power_edges_s=tuple(edges.tolist()),
-        power_w=tuple(watts.tolist()), area_mm2=area_mm2(result.config))
+        power_w=tuple(watts.tolist()), area_mm2=area_mm2(result.config),
+        power_by_component=MappingProxyType({name: tuple(w.tolist()) for name, w in parts.items()
+                                             if w.any()}))
 
 
 _SMALL = (("mJ", 1e-3), ("uJ", 1e-6), ("nJ", 1e-9), ("pJ", 1e-12))
@@ -182,15 +191,22 @@ def component_table(summary: EnergySummary) -> str:
 
 
 def power_counter_events(summary: EnergySummary, pid: int) -> list[dict[str, Any]]:
-    """Perfetto counter events (``ph: C``) of power over time, one per slice, in µs."""
+    """Perfetto counter events (``ph: C``) of power over time, one per slice, in µs: the
+    chip's total (``power (W)``) and each component's (``power by component (W)``, one
+    series per component)."""
     events = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                "args": {"name": "power"}},
               {"name": "thread_name", "ph": "M", "pid": pid, "tid": 0,
                "args": {"name": "chip power"}}]
-    for start, watts in zip(summary.power_edges_s, summary.power_w):
+    parts = summary.power_by_component
+    for i, (start, watts) in enumerate(zip(summary.power_edges_s, summary.power_w)):
         events.append({"name": "power (W)", "ph": "C", "pid": pid, "tid": 0,
                        "ts": start * 1e6,
                        "args": {"W": round(watts, 6)}})
+        if parts:
+            events.append({"name": "power by component (W)", "ph": "C", "pid": pid, "tid": 0,
+                           "ts": start * 1e6,
+                           "args": {name: round(w[i], 6) for name, w in parts.items()}})
     if summary.power_edges_s:
         events.append({"name": "power (W)", "ph": "C", "pid": pid, "tid": 0,
                        "ts": summary.power_edges_s[-1] * 1e6,
@@ -206,7 +222,14 @@ def power_figure(summary: EnergySummary) -> Figure:
     axes = figure.add_subplot()
     scale, unit = _time_unit(summary.seconds)
     edges = [t * scale for t in summary.power_edges_s]
-    if summary.power_w:
+    parts = summary.power_by_component
+    if parts:  # stacked: each component's power on the ones below it
+        baseline = [0.0] * len(summary.power_w)
+        for name, watts in parts.items():
+            top = [b + w for b, w in zip(baseline, watts)]
+            axes.stairs(top, edges, baseline=baseline, fill=True, alpha=0.6, label=name)
+            baseline = top
+    elif summary.power_w:
         axes.stairs(summary.power_w, edges, fill=True, alpha=0.4, label="power")
     axes.axhline(summary.average_power_w, color="C1", linestyle="--",
                  label=f"average {summary.average_power_w:.1f} W")

@@ -69,7 +69,7 @@ def _plain_energy(summary: EnergySummary) -> EnergySummary:
     return dataclasses.replace(
         summary, dynamic_j=dict(summary.dynamic_j), static_j=dict(summary.static_j),
         engine_j=dict(summary.engine_j), area_mm2=dict(summary.area_mm2),
-        power_edges_s=(), power_w=())
+        power_edges_s=(), power_w=(), power_by_component={})
 
 
 @dataclass(frozen=True)

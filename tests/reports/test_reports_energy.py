@@ -54,7 +54,8 @@ def test_no_warning_under_the_tdp(mm_result):
 
 
 def test_perfetto_power_counter_integrates_to_the_runs_energy(mm_result):
-    events = [e for e in perfetto_trace(mm_result)["traceEvents"] if e["ph"] == "C"]
+    events = [e for e in perfetto_trace(mm_result)["traceEvents"]
+              if e["ph"] == "C" and e["name"] == "power (W)"]
     times = [e["ts"] * 1e-6 for e in events]
     joules = sum(e["args"]["W"] * (t1 - t0) for e, t0, t1 in zip(events, times, times[1:]))
     assert joules == pytest.approx(run_energy(mm_result).energy_j, rel=1e-4)  # W rounded
@@ -72,3 +73,17 @@ def test_compare_table_sets_energy_power_and_area_side_by_side(mm_result, simula
     assert cells == [format_joules(run_energy(r).energy_j) for r in (mm_result, other)]
     areas = [c.strip() for c in rows["area (est.)"] if c.strip()]
     assert areas == [f"{sum(area_mm2(r.config).values()):.0f} mm²" for r in (mm_result, other)]
+
+
+def test_component_power_adds_up_to_the_chips(mm_result):
+    summary_ = energy_summary(mm_result)
+    parts = summary_.power_by_component
+    assert set(parts) <= set(summary_.dynamic_j) and "arrays" in parts
+    for i, total in enumerate(summary_.power_w):
+        assert sum(watts[i] for watts in parts.values()) == pytest.approx(total, rel=1e-9)
+    # each component's curve integrates to its energy
+    widths = [b - a for a, b in zip(summary_.power_edges_s, summary_.power_edges_s[1:])]
+    for name, watts in parts.items():
+        joules = sum(w * dt for w, dt in zip(watts, widths))
+        assert joules == pytest.approx(summary_.dynamic_j[name] + summary_.static_j[name],
+                                       rel=1e-9)

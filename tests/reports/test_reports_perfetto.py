@@ -41,13 +41,13 @@ TRACE_SCHEMA = {
                  "name": {"type": "string"}, "cat": {"type": "string"},
                  "ph": {"enum": ["s", "f"]}, "bp": {"const": "e"}, "id": _ID, "ts": _TS,
                  "pid": _ID, "tid": _ID}},
-            {"type": "object", "additionalProperties": False,  # the power counter track
+            {"type": "object", "additionalProperties": False,  # the power counter tracks
              "required": ["name", "ph", "ts", "pid", "tid", "args"],
              "properties": {
-                 "name": {"const": "power (W)"}, "ph": {"const": "C"}, "ts": _TS,
-                 "pid": _ID, "tid": _ID,
-                 "args": {"type": "object", "additionalProperties": False, "required": ["W"],
-                          "properties": {"W": {"type": "number", "minimum": 0}}}}},
+                 "name": {"enum": ["power (W)", "power by component (W)"]},
+                 "ph": {"const": "C"}, "ts": _TS, "pid": _ID, "tid": _ID,
+                 "args": {"type": "object", "minProperties": 1,
+                          "additionalProperties": {"type": "number", "minimum": 0}}}},
         ]}},
         "displayTimeUnit": {"enum": ["ms", "ns"]},
         "otherData": {"type": "object"},
