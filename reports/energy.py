@@ -218,7 +218,7 @@ def power_figure(summary: EnergySummary) -> Figure:
     """Power over the run, with the average, idle power and the TDP marked."""
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(8, 3.2))
+    figure = Figure(figsize=(9, 3.4))
     axes = figure.add_subplot()
     scale, unit = _time_unit(summary.seconds)
     edges = [t * scale for t in summary.power_edges_s]
@@ -242,7 +242,7 @@ def power_figure(summary: EnergySummary) -> Figure:
     axes.set_ylim(bottom=0)
     axes.set_title(f"Power over time ({format_us(summary.seconds)}, "
                    f"{format_joules(summary.energy_j)})")
-    axes.legend(loc="best", fontsize=8)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     figure.tight_layout()
     return figure
 
