@@ -36,3 +36,13 @@ def test_phase_energy_is_its_blocks_plus_static_power_over_its_time(served):
     assert decode["dynamic_j"] == pytest.approx(sum(steps), rel=1e-12)
     assert decode["energy_per_token_j"] == pytest.approx(decode["energy_j"] / (2 * 3))
     assert decode["average_power_w"] == pytest.approx(decode["energy_j"] / served.decode_s)
+
+
+def test_the_table_and_json_report_each_phase(served):
+    from reports.llm import llm_json, llm_table
+
+    decode = served.energy("decode")
+    line = next(x for x in llm_table(served).splitlines() if "energy, decode" in x)
+    assert line == (f"  energy, decode    {decode['energy_per_token_j'] * 1e3:.3f} mJ per token, "
+                    f"{decode['average_power_w']:.1f} W per chip on average")
+    assert llm_json(served)["energy"]["prefill"] == served.energy("prefill")
