@@ -39,6 +39,7 @@ MODULES: dict[str, list[str]] = {
         "tests/archsim/test_timing.py",
     ],
     "archsim/timing.py": [
+        "tests/archsim/test_cost_key_fields.py",
         "tests/compiler/test_cost_keys.py",  # equal keys cost the same, over real programs
         "tests/archsim/test_timing.py",
         "tests/archsim/test_precision_and_vector_bandwidth.py",
