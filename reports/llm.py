@@ -27,7 +27,7 @@ def llm_table(result: Any) -> str:
         split += f" (tp {par.tp}, pp {par.pp}, {par.micro_batches} micro-batches)"
     lines = [
         f"{spec.name} on {cfg.name} x {split}: batch {req.batch}, prefill {req.prefill}, "
-        f"decode {req.decode}, {req.dtype} (KV cache {req.kv_dtype})",
+        f"decode {req.decode}, {req.precision}",
         "",
         f"  {'':24}{'simulated':>14}{'roofline':>14}{'ratio':>8}",
         _row("TTFT (prefill)", result.ttft_s, roof.prefill_s),
@@ -44,6 +44,7 @@ def llm_table(result: Any) -> str:
         f"  HBM bandwidth     {util['hbm_prefill']:.1%} used in prefill, "
         f"{util['hbm_decode']:.1%} in decode",
     ]
+    lines += _energy_lines(result)
     if par.chips > 1:
         lines.append(f"  collectives       {util['collectives']:.1%} of chip time; "
                      f"{_gib(result.link_bytes)} over chip-to-chip links")
@@ -82,6 +83,17 @@ def _runtime_lines(result: Any) -> list[str]:
     return lines
 
 
+def _energy_lines(result: Any) -> list[str]:
+    """Energy per token and average power per chip of each phase."""
+    lines = []
+    for phase in ("prefill", "decode"):
+        energy = result.energy(phase)
+        label = f"energy, {phase}"
+        lines.append(f"  {label:18}{energy['energy_per_token_j'] * 1e3:.3f} mJ per token, "
+                     f"{energy['average_power_w']:.1f} W per chip on average")
+    return lines
+
+
 def _share(parts: dict[str, float], *names: str) -> float:
     return sum(parts.get(n, 0.0) for n in names) / parts["step"] if parts else 0.0
 
@@ -97,7 +109,7 @@ def llm_json(result: Any) -> dict[str, Any]:
     return {
         "model": spec.name, "config": cfg.name,
         "batch": req.batch, "prefill": req.prefill, "decode": req.decode,
-        "dtype": req.dtype, "kv_dtype": req.kv_dtype,
+        "dtype": req.dtype, "kv_dtype": req.kv_dtype, "weights": req.weights or req.dtype,
         "chips": par.chips, "tp": par.tp, "pp": par.pp, "micro_batches": par.micro_batches,
         "ttft_s": result.ttft_s, "tpot_s": result.tpot_s,
         "tokens_per_s": result.tokens_per_s, "e2e_s": result.e2e_s,
@@ -108,6 +120,7 @@ def llm_json(result: Any) -> dict[str, Any]:
         "roofline": {"ttft_s": result.roofline.prefill_s, "tpot_s": result.roofline.tpot_s,
                      "prefill_flops": result.roofline.prefill_flops},
         "utilization": result.utilization(),
+        "energy": {phase: result.energy(phase) for phase in ("prefill", "decode")},
         "link_bytes": result.link_bytes,
         "runtime": _runtime_json(result),
         "simulated_blocks": [list(k) for k in result.simulated],

@@ -17,6 +17,7 @@ import torch
 
 from archsim.app.pipeline import torch_dtype
 from archsim.config.model import NpuConfig
+from archsim.energy import run_energy
 from serving.compose import BlockTime
 from serving.layers import AttentionBlock, Embed, Head, MlpBlock, Stage, meta_block
 from serving.plan import Request, Shard
@@ -82,9 +83,15 @@ class Timer:
 
     def _estimate(self, module: torch.nn.Module, inputs: tuple,
                   all_layers: bool = False) -> BlockTime:
-        """The one place blocks are compiled and simulated."""
+        """The one place blocks are compiled and simulated (their linear layers in the
+        request's weight-only format, if any)."""
         from archsim.app.pipeline import run
         from archsim.app.workload import Workload
+
+        if self.request.weights:
+            from serving.quant import quantize_weights
+
+            module = quantize_weights(module, self.request.weights, self.dtype)
 
         result = run(Workload.of_module(module, inputs), self.config, mode="performance",
                      all_layers=all_layers)
@@ -92,7 +99,7 @@ class Timer:
         if self.config.runtime.kernel_launch_us:  # only counted when launches cost
             kernels = kernel_count(module, inputs, self.config, all_layers)
         return BlockTime(result.total_cycles, result.matmul_flops, result.dram_bytes,
-                         kernels)
+                         kernels, run_energy(result).dynamic_total_j)
 
     def _positions(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Positions of the new tokens and the rotary tables (cos, sin) for them."""
