@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 
 from archsim.config.model import NpuConfig
-from serving.compose import Composer, _PipelineBuilder
+from serving.compose import Composer, PipelineBuilder
 from serving.plan import Parallelism, Request, check
 from serving.spec import ModelSpec
 
@@ -60,6 +60,8 @@ class IterationTimer:
     grid ends at the first point at or above it; beyond (static batching's padded
     prefill of many sequences) the line through its last two points goes on, linear
     in the tokens as the matmuls are (each sequence's attention stays its own)."""
+    weights: str = ""
+    """Weight-only format of the matmul weights (``int8``); empty: ``dtype``."""
     _passes: dict[tuple[int, int, int], int] = field(default_factory=dict)
     _composers: dict[int, Composer] = field(default_factory=dict)
     _decode_lines: dict[int, tuple[float, float]] = field(default_factory=dict)
@@ -77,7 +79,7 @@ class IterationTimer:
 
             composer = self._composer(batch)
             stages = [composer.stage(s, tokens, context) for s in range(self.par.pp)]
-            build = _PipelineBuilder(composer)
+            build = PipelineBuilder(composer)
             previous = [] if context else None  # a decode step gets a sampled token
             build.pass_(("decode" if context else "prefill",), 0, stages, tokens, previous)
             cycles = run_cluster(build.tasks, self.config, self.par.chips).total_cycles
@@ -90,7 +92,7 @@ class IterationTimer:
         if found is None:
             from serving.timing import Timer  # imports torch
 
-            request = Request(batch, 1, 0, self.dtype, self.kv_dtype)
+            request = Request(batch, 1, 0, self.dtype, self.kv_dtype, self.weights)
             par = Parallelism(self.par.tp, self.par.pp, 1)
             shard = check(self.spec, request, par)
             timer = Timer(self.spec, shard, request, batch, self.config)

@@ -39,11 +39,12 @@ class CacheBudget:
 
 def cache_budget(spec: ModelSpec, par: Parallelism, shard: Shard, config: NpuConfig,
                  dtype: str, kv_dtype: str, block_size: int, max_batched_tokens: int,
-                 utilization: float = 0.9, blocks: int | None = None) -> CacheBudget:
+                 utilization: float = 0.9, blocks: int | None = None,
+                 weights: str = "") -> CacheBudget:
     """Blocks of ``block_size`` tokens that fit on the most loaded chip, or ``blocks``
     when given (an override); a DeviceMemoryError when none fit."""
     request = Request(batch=1, prefill=max_batched_tokens, decode=0, dtype=dtype,
-                      kv_dtype=kv_dtype)
+                      kv_dtype=kv_dtype, weights=weights)
     memory = memory_per_chip(spec, request, par, shard)  # decode 0: no KV cache counted
     layers = max(par.stage_layers(spec))
     token_bytes = layers * 2 * shard.kv_heads * spec.head_dim * request.kv_item

@@ -39,6 +39,8 @@ class ServeOptions:
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
     algorithm: str = "auto"
+    weights: str = ""
+    """Weight-only format of the matmul weights (``int8``); empty: ``dtype``."""
 
     def check(self) -> None:
         problems = [f"--{name.replace('_', '-')} must be >= 1, got {value}"
@@ -90,15 +92,16 @@ class Server:
         par, options = par or Parallelism(), options or ServeOptions()
         options.check()
         spec = model if isinstance(model, ModelSpec) else load_model(model)
-        request = Request(1, 1, 0, options.dtype, options.kv_dtype)
+        request = Request(1, 1, 0, options.dtype, options.kv_dtype, options.weights)
         shard = check(spec, request, par)
         budget = cache_budget(spec, par, shard, config, options.dtype, options.kv_dtype,
                               options.block_size, options.max_num_batched_tokens,
-                              options.gpu_memory_utilization, options.kv_blocks)
+                              options.gpu_memory_utilization, options.kv_blocks,
+                              options.weights)
         if timing is None:
             timing = IterationTimer(spec, config, par, options.dtype, options.kv_dtype,
                                     options.algorithm, budget.tokens,
-                                    options.max_num_batched_tokens)
+                                    options.max_num_batched_tokens, options.weights)
         return cls(spec, config, par, options, budget, timing)
 
     def run(self, arrivals: Sequence[Arrival], slo: Slo | None = None) -> TrafficResult:

@@ -15,6 +15,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``serve`` on the subparsers of ``archsim``."""
     from archsim.cli.main import output_file, positive
     from archsim.config import DEFAULT_PRESET
+    from serving.plan import WEIGHT_BYTES
     from serving.spec import bundled_models
     from serving.workload import DISTRIBUTIONS
 
@@ -46,6 +47,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    default="auto", help="all-reduce algorithm for --tp (default auto)")
     p.add_argument("--dtype", choices=_DTYPES, default="bf16", help="default bf16")
     p.add_argument("--kv-dtype", choices=_DTYPES, default=None, help="default: --dtype")
+    p.add_argument("--weights", choices=tuple(WEIGHT_BYTES), default="",
+                   help="weight-only quantized matmul weights (as archsim llm); "
+                        "default: --dtype")
     w = p.add_argument_group("workload")
     w.add_argument("--trace", metavar="FILE",
                    help="CSV or JSONL with arrival_s, prompt_tokens, output_tokens per "
@@ -111,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     args.batch, args.micro_batches = 1, 1  # what parallelism() reads
     options = ServeOptions(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
                            args.kv_blocks, args.gpu_memory_utilization, args.scheduler,
-                           args.dtype, args.kv_dtype or args.dtype, args.collectives)
+                           args.dtype, args.kv_dtype or args.dtype, args.collectives,
+                           args.weights)
     slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_percentile)
     if not 0 < slo.percentile <= 100:
         raise ModelConfigError(f"--slo-percentile must be in (0, 100], got {slo.percentile}")

@@ -62,6 +62,20 @@ def test_kv_blocks_are_the_memory_left_after_weights_and_activations(server) -> 
     assert small.budget.blocks == 5
 
 
+def test_int8_weights_leave_more_room_for_the_kv_cache(server) -> None:
+    int8 = Server.build(SMALL, TINY, options=ServeOptions(
+        max_num_seqs=8, max_num_batched_tokens=256, weights="int8"))
+    from serving.plan import Parallelism, Request, check, memory_per_chip
+
+    request = Request(1, 256, 0, "bf16", "bf16", "int8")  # memory as cache_budget counts
+    weights = memory_per_chip(SMALL, request, Parallelism(),
+                              check(SMALL, request, Parallelism())).weights
+    assert int8.budget.weights_bytes == weights < server.budget.weights_bytes
+    left = int8.budget.usable_bytes - weights - int8.budget.activations_bytes
+    assert int8.budget.blocks == left // int8.budget.block_bytes > server.budget.blocks
+    assert int8.timing.weights == "int8"  # its iterations are timed with int8 weights
+
+
 def test_capacity_search_brackets_the_slo(server) -> None:
     def workload(rate: float):
         return synthetic(rate, 40, "uniform:8:32", "uniform:2:12", 0)
