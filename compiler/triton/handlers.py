@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
+import numpy as np
 from typing import TYPE_CHECKING
 
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import Scalar, SramRef
 from compiler.ir.ops import (Binary, BinaryKind, Cast, Load, MatMul, Reduce, ReduceKind,
                              Select, Store, Transpose, Unary, UnaryKind, VCopy)
+from compiler.triton.addressing import Access, Gather
 from compiler.triton.trace import Const, TraceOp
 
 if TYPE_CHECKING:
@@ -37,8 +40,9 @@ def load(p: P, index: int, op: TraceOp) -> None:
     if access is None:
         return
     p.o.read.add(access.pointer)
-    for dram, view in p.dram_pieces(access, tile, perm):
-        p.emit(p.o.em.dma(p.core, "load"), Load(dram, view))
+    for part in _parts(access):
+        for dram, view in p.dram_pieces(part, tile, perm):
+            p.emit(p.o.em.dma(p.core, "load"), Load(dram, view))
 
 
 def store(p: P, index: int, op: TraceOp) -> None:
@@ -48,8 +52,33 @@ def store(p: P, index: int, op: TraceOp) -> None:
     value = op.args[0]
     tile = p.dense(value, op.dtype)
     p.o.written.add(access.pointer)
-    for dram, view in p.dram_pieces(access, tile, None):
-        p.emit(p.o.em.dma(p.core, "store"), Store(view, dram))
+    for part in _parts(access):
+        for dram, view in p.dram_pieces(part, tile, None):
+            p.emit(p.o.em.dma(p.core, "store"), Store(view, dram))
+
+
+def _parts(access: Access | Gather) -> tuple[Access, ...]:
+    """The boxes of an access: one, or a gather's (one DMA descriptor per run)."""
+    return access.parts if isinstance(access, Gather) else (access,)
+
+
+PLAIN = {"sdiv": "integer division (// or tl.cdiv)", "udiv": "integer division (// or "
+         "tl.cdiv)", "srem": "a remainder (%)", "urem": "a remainder (%)", "frem":
+         "a remainder (%)", "shl": "a bit shift", "lshr": "a bit shift", "ashr":
+         "a bit shift", "xor": "a bitwise xor", "umulhi": "a high-half multiply"}
+"""Triton builder operations, in the words of the kernel source."""
+
+
+def opaque(p: P, index: int, op: TraceOp) -> None:
+    """An operation with no vector lowering whose result a store needs: its value was
+    resolved at launch (the trace ran on the data), so the program carries it as a
+    constant; without data it is refused."""
+    value = op.attrs["value"]
+    name = op.attrs["op"]
+    if value is None or op.dtype is None:
+        what = PLAIN.get(name, f"the Triton operation `{name}`")
+        p.refuse(f"{what} on loaded values, feeding a stored result,")
+    p.fill_const(Const(np.asarray(value), op.dtype), p.new(op.out, op.shape, op.dtype))
 
 
 def dot(p: P, index: int, op: TraceOp) -> None:
@@ -216,5 +245,5 @@ def reduce(p: P, index: int, op: TraceOp) -> None:
 HANDLERS: dict[str, Callable[[P, int, TraceOp], None]] = {
     "load": load, "store": store, "dot": dot, "binary": binary, "unary": unary,
     "cast": cast, "reshape": reshape, "broadcast": broadcast, "trans": trans,
-    "select": select, "fma": fma, "clamp": clamp, "reduce": reduce,
+    "select": select, "fma": fma, "clamp": clamp, "reduce": reduce, "opaque": opaque,
 }

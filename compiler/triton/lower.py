@@ -87,8 +87,9 @@ class _ProgramLowering:
     # -- errors, engines ---------------------------------------------------------------
     def refuse(self, construct: str) -> None:
         line = self.op.line if self.op else 0
-        raise TritonError(f"kernel {self.o.trace.name} ({self.o.trace.filename}:{line}): "
-                          f"{construct} cannot be lowered to the NPU")
+        where = self.op.where if self.op and self.op.where else \
+            f"kernel {self.o.trace.name} ({self.o.trace.filename}:{line})"
+        raise TritonError(f"{where}: {construct} cannot be lowered to the NPU")
 
     def emit(self, engine: str, op: object) -> int:
         return self.o.em.emit(engine, op, self.o.source)
@@ -149,10 +150,16 @@ class _ProgramLowering:
         shape = tuple(const.array.shape) or (1,)
         ref, block = self.alloc(shape, dtype)
         self.pending_free.append(block)
+        return self.fill_const(const, ref)
+
+    def fill_const(self, const: Const, ref: SramRef) -> SramRef:
+        """Write ``const`` into ``ref``: a vector fill, or a DMA from a constant tensor."""
+        dtype, shape = ref.dtype, ref.shape
         if const.uniform:
             self.emit(self.vpu, Binary(BinaryKind.add, Scalar(const.value), Scalar(0.0), ref))
             return ref
-        array = const.array.astype(dtype.storage if dtype is not DType.bf16 else np.float32)
+        array = const.array.reshape(shape).astype(dtype.storage if dtype is not DType.bf16
+                                                  else np.float32)
         key = f"{self.o.trace.name}_const{len(self.o.constants)}"
         for name, existing in self.o.constants.items():
             if existing.shape == array.shape and existing.dtype == array.dtype and \
