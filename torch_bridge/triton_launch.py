@@ -17,6 +17,7 @@ import importlib.abc
 import inspect
 import logging
 import sys
+import warnings
 from contextlib import contextmanager
 from typing import Any
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from torch_bridge import runtime, storage
 
 _installed = False
 _verified: set[int] = set()
+_noted: set[int] = set()
 _cpu_interpreted = False
 
 
@@ -41,12 +43,28 @@ def _named_tensors(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     return {n: v for n, v in pairs if isinstance(v, torch.Tensor)}
 
 
+def _data(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+          ) -> dict[str, torch.Tensor] | None:
+    """The launch's tensor contents (npu tensors' host buffers), None when some tensor
+    has no data (meta): a kernel whose control flow or addresses depend on values is
+    built for these."""
+    tensors = _named_tensors(jit_fn, args, kwargs)
+    if any(t.device.type not in ("npu", "cpu") for t in tensors.values()):
+        return None
+    return {n: storage.cpu_view(t) if _is_npu(t) else t for n, t in tensors.items()}
+
+
 def warmup(jit_fn: Any, *args: Any, grid: Any, **kwargs: Any) -> Any:
     """Trace, lower and verify a launch without running it (cached); returns the
     :class:`compiler.triton.KernelProgram`. Tensors may be npu, CPU or meta."""
     from compiler.triton import compile_launch
 
-    return compile_launch(jit_fn, args, kwargs, grid, runtime.get_config())
+    program = compile_launch(jit_fn, args, kwargs, grid, runtime.get_config(),
+                             data=_data(jit_fn, args, kwargs))
+    if program.note and id(program) not in _noted:
+        _noted.add(id(program))
+        warnings.warn(program.note, stacklevel=3)
+    return program
 
 
 def launch(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -161,6 +161,10 @@ def _select_on_data(itp: Any) -> None:
     class _WithSelects(base):  # type: ignore[misc, valid-type]
         archsim_selects = True
 
+        def visit_Assign(self, node: ast.Assign) -> ast.AST:
+            node.value = self.visit(node.value)  # the base class does not descend here
+            return super().visit_Assign(node)
+
         def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
             self.generic_visit(node)
 

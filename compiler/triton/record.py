@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from archsim.errors import TritonError
+from compiler.ir.dtypes import DType
 from compiler.triton.addressing import AddressError, locate
 from compiler.triton.trace import Const, Operand, ProgramTrace, Pointer, TraceOp, ir_dtype
 
@@ -127,6 +128,8 @@ class Recorder:
                          handle.dtype)
         if dtype is None:
             self.refuse(f"an operand of type {handle.dtype}")
+        if np.asarray(handle.data).dtype == np.bool_:
+            dtype = DType.bool
         return Const(np.array(handle.data, copy=True), dtype)
 
     def _emit(self, kind: str, handle: Any, args: tuple[Operand, ...],
@@ -134,6 +137,8 @@ class Recorder:
         out = self._define(handle, sources) if handle is not None else None
         shape = tuple(handle.data.shape) if handle is not None else ()
         dtype = ir_dtype(handle.dtype.scalar) if handle is not None else None
+        if handle is not None and handle.data.dtype == np.bool_:
+            dtype = DType.bool  # the interpreter types comparisons as their operands
         self.programs[-1].ops.append(TraceOp(kind, out, args, shape, dtype, attrs,
                                              self.line(), self.where()))
 

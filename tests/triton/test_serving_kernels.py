@@ -1,0 +1,117 @@
+"""Serving kernels with vLLM's constructs on npu tensors, built for the values in the
+launch's tensors (sequence lengths, block tables, query_start_loc, sorted_token_ids)
+and checked against torch on CPU."""
+
+import math
+
+import pytest
+import torch
+
+import torch_bridge  # noqa: F401  (the npu device)
+from archsim.config import load_config
+from compiler.triton import compile_launch
+from serving_kernels import (fused_moe_kernel, fused_moe_reference, merge_states_kernel,
+                             merge_states_reference, moe_align, paged_decode_kernel,
+                             paged_decode_reference, varlen_attention_kernel, varlen_grid,
+                             varlen_reference)
+
+PAGE, D = 16, 16
+
+
+def _cache(pages: int, kv_heads: int, seed: int):
+    torch.manual_seed(seed)
+    return (torch.randn(pages, PAGE, kv_heads, D), torch.randn(pages, PAGE, kv_heads, D))
+
+
+def _block_table(seq_lens: list[int], max_pages: int, pages: int, seed: int):
+    """Each sequence gets distinct, shuffled pages."""
+    order = torch.randperm(pages, generator=torch.Generator().manual_seed(seed))
+    table = torch.zeros(len(seq_lens), max_pages, dtype=torch.int32)
+    used = 0
+    for s, n in enumerate(seq_lens):
+        k = -(-n // PAGE)
+        table[s, :k] = order[used:used + k].to(torch.int32)
+        used += k
+    return table
+
+
+def _npu(*tensors):
+    return tuple(t.to("npu") for t in tensors)
+
+
+@pytest.mark.parametrize("q_heads,kv_heads", [(2, 2), (4, 2)], ids=["mha", "gqa"])
+def test_paged_decode_attention_matches_torch(q_heads, kv_heads):
+    seq_lens = [5, 33, 16, 50]
+    k_cache, v_cache = _cache(24, kv_heads, 1)
+    table = _block_table(seq_lens, 4, 24, 2)
+    q = torch.randn(len(seq_lens), q_heads, D)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    out = torch.empty(len(seq_lens), q_heads, D, device="npu")
+    scale = 1 / math.sqrt(D)
+    with pytest.warns(UserWarning, match="built for the values in this launch's tensors"):
+        paged_decode_kernel[(len(seq_lens), q_heads)](
+            *_npu(q, k_cache, v_cache, table, lens), out, scale, 4, q_heads=q_heads,
+            kv_heads=kv_heads, PAGE=PAGE, BLOCK_N=32, D=D)
+    expected = paged_decode_reference(q, k_cache, v_cache, table, lens, scale)
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_varlen_attention_finds_each_sequence_by_binary_search():
+    """Three sequences of 3, 9 and 1 new tokens after 20, 0 and 30 cached ones."""
+    new, context = [3, 9, 1], [20, 0, 30]
+    seq_lens = [n + c for n, c in zip(new, context)]
+    heads = 2
+    k_cache, v_cache = _cache(16, heads, 3)
+    table = _block_table(seq_lens, 3, 16, 4)
+    qsl = torch.tensor([0, 3, 12, 13], dtype=torch.int32)
+    q = torch.randn(13, heads, D)
+    out = torch.zeros(13, heads, D, device="npu")
+    scale = 1 / math.sqrt(D)
+    grid = varlen_grid(qsl, 4, heads)
+    varlen_attention_kernel[grid](
+        *_npu(q, k_cache, v_cache, table, torch.tensor(seq_lens, dtype=torch.int32), qsl),
+        out, scale, 3, 3, heads=heads, PAGE=PAGE, BLOCK_Q=4, BLOCK_N=16, D=D)
+    expected = varlen_reference(q, k_cache, v_cache, table, seq_lens, qsl, scale)
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_moe_gathers_sorted_tokens_and_skips_padding_blocks():
+    torch.manual_seed(7)
+    tokens, experts, top_k, K, N, block_m = 6, 4, 2, 24, 20, 4
+    a = torch.randn(tokens, K)
+    w = torch.randn(experts, K, N)
+    topk_ids = torch.tensor([[0, 2], [2, 3], [0, 1], [2, 0], [3, 2], [1, 2]])
+    topk_weights = torch.rand(tokens, top_k)
+    sorted_ids, expert_ids, post_padded = moe_align(topk_ids, experts, block_m)
+    # two spare blocks past num_tokens_post_padded, as a launch sized for the worst case has
+    sorted_ids = torch.cat([sorted_ids, torch.full((2 * block_m,), tokens * top_k,
+                                                   dtype=torch.int32)])
+    expert_ids = torch.cat([expert_ids, torch.zeros(2, dtype=torch.int32)])
+    c = torch.zeros(tokens, top_k, N, device="npu")
+    grid = (len(sorted_ids) // block_m * -(-N // 16),)
+    fused_moe_kernel[grid](*_npu(a, w), c, *_npu(topk_weights, sorted_ids, expert_ids,
+                                                 post_padded),
+                           N, K, tokens * top_k, top_k=top_k, BLOCK_M=block_m, BLOCK_N=16,
+                           BLOCK_K=16)
+    expected = fused_moe_reference(a, w, topk_weights, topk_ids)
+    torch.testing.assert_close(c.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_merge_attn_states_selects_on_the_loaded_lse():
+    """An lse of +inf is a select (no branch): the program holds for any lse values."""
+    torch.manual_seed(8)
+    tokens, heads = 3, 2
+    prefix, suffix = torch.randn(tokens, heads, D), torch.randn(tokens, heads, D)
+    p_lse, s_lse = torch.randn(heads, tokens), torch.randn(heads, tokens)
+    p_lse[0, 1] = math.inf
+    s_lse[1, 2] = math.inf
+    out = torch.empty(tokens, heads, D)
+    args = (out, prefix, p_lse, suffix, s_lse, tokens)
+    program = compile_launch(merge_states_kernel, args, {"heads": heads, "D": D},
+                             (tokens, heads), load_config("atom"))
+    assert program.resolved == {}
+    out_npu = out.to("npu")
+    merge_states_kernel[(tokens, heads)](out_npu, *_npu(prefix, p_lse, suffix, s_lse),
+                                         tokens, heads=heads, D=D)
+    expected = merge_states_reference(prefix, p_lse, suffix, s_lse)
+    torch.testing.assert_close(out_npu.cpu(), expected, rtol=1e-5, atol=1e-5)
