@@ -167,8 +167,8 @@ def _extends(run: Access, part: Access, axis: int, count: int) -> bool:
     if any(run.box[a] != part.box[a] or run.strides[a] != part.strides[a]
            for a in range(len(run.box)) if a != axis):
         return False
-    if count == 1:
-        return part.origin > run.origin
+    if count == 1:  # a 1-D block may repeat an element (``offs // PAGE``): one read
+        return part.origin > run.origin or part.origin == run.origin and len(run.box) == 1
     return part.origin == run.origin + count * run.strides[axis]
 
 
@@ -258,8 +258,11 @@ def _pieces(origin: int, strides: tuple[int, ...], lengths: tuple[int, ...],
             continue
         step = strides[axis] // dense[dim]
         stop = start[dim] + (lengths[axis] - 1) * step + 1
-        if dim in used or stop > shape[dim]:
+        if dim in used:
             return _split(origin, strides, lengths, axes, shape, dense, sub, axis)
+        if stop > shape[dim]:
+            return _wrap(origin, strides, lengths, axes, shape, dense, sub, axis,
+                         start[dim], step, shape[dim])
         used.add(dim)
         slices[dim] = Slice(start[dim], stop, step)
     return [(tuple(slices), axes, sub)]
@@ -279,6 +282,29 @@ def _split(origin: int, strides: tuple[int, ...], lengths: tuple[int, ...],
         piece_sub[axis] = (sub[axis][0] + i, sub[axis][0] + i + 1)
         out.extend(_pieces(origin + i * strides[axis], strides, tuple(one), tuple(piece_axes),
                            shape, dense, tuple(piece_sub)))
+    return out
+
+
+def _wrap(origin: int, strides: tuple[int, ...], lengths: tuple[int, ...],
+          axes: tuple[int, ...], shape: tuple[int, ...], dense: tuple[int, ...], sub: Box,
+          axis: int, first: int, step: int, size: int
+          ) -> list[tuple[tuple[Slice, ...], tuple[int, ...], Box]]:
+    """Cut ``axis`` where it runs past its tensor dimension's end (consecutive pages of a
+    run of tokens): each chunk stays inside the dimension."""
+    out = []
+    done = 0
+    at = first
+    while done < lengths[axis]:
+        n = min(lengths[axis] - done, (size - 1 - at) // step + 1)
+        one = list(lengths)
+        one[axis] = n
+        piece_sub = list(sub)
+        piece_sub[axis] = (sub[axis][0] + done, sub[axis][0] + done + n)
+        out.extend(_pieces(origin + done * strides[axis], strides, tuple(one), axes, shape,
+                           dense, tuple(piece_sub)))
+        done += n
+        at = _unravel(origin + done * strides[axis], shape)[axes[axis]] if done < \
+            lengths[axis] else at
     return out
 
 

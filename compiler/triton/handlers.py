@@ -41,8 +41,23 @@ def load(p: P, index: int, op: TraceOp) -> None:
         return
     p.o.read.add(access.pointer)
     for part in _parts(access):
+        if len(part.box) == 1 and part.strides[0] == 0 and part.numel > 1:
+            _repeated(p, part, tile)
+            continue
         for dram, view in p.dram_pieces(part, tile, perm):
             p.emit(p.o.em.dma(p.core, "load"), Load(dram, view))
+
+
+def _repeated(p: P, part: Access, tile: SramRef) -> None:
+    """One element read once and broadcast over a 1-D run (``table + offs // PAGE``)."""
+    lo, hi = part.box[0]
+    first = Access(part.pointer, part.block, ((lo, lo + 1),), part.origin, (0,))
+    for dram, view in p.dram_pieces(first, tile, None):
+        p.emit(p.o.em.dma(p.core, "load"), Load(dram, view))
+    size = tile.dtype.itemsize
+    p.emit(p.vpu, VCopy(SramRef(tile.space, tile.offset + lo * size, (1,), tile.dtype),
+                        SramRef(tile.space, tile.offset + (lo + 1) * size, (hi - lo - 1,),
+                                tile.dtype)))
 
 
 def store(p: P, index: int, op: TraceOp) -> None:

@@ -115,3 +115,41 @@ def test_merge_attn_states_selects_on_the_loaded_lse():
                                          tokens, heads=heads, D=D)
     expected = merge_states_reference(prefix, p_lse, suffix, s_lse)
     torch.testing.assert_close(out_npu.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+def _decode_program(seq_lens: list[int], pages: int):
+    """Paged decode of 2 sequences x 2 heads (D=16, 16-token pages, BLOCK_N=64) over a
+    cache of ``pages`` pages; each sequence's pages are every other page."""
+    heads = 2
+    k_cache, v_cache = _cache(pages, heads, 9)
+    table = torch.stack([torch.arange(s, pages, 2, dtype=torch.int32)[:16] for s in (0, 1)])
+    args = (torch.randn(2, heads, D), k_cache, v_cache, table,
+            torch.tensor(seq_lens, dtype=torch.int32), torch.empty(2, heads, D), 0.25,
+            table.shape[1])
+    return compile_launch(paged_decode_kernel, args,
+                          {"q_heads": heads, "kv_heads": heads, "PAGE": PAGE, "BLOCK_N": 64,
+                           "D": D}, (2, heads), load_config("atom"))
+
+
+def test_paged_decode_time_follows_the_sequence_lengths_not_the_cache_size():
+    """Per program (sequence, head), in atom's 32-byte DRAM granules: q (64 B) and its
+    length (32) once; per page touched one block-table read (32); K and V 64 B per valid
+    token; per KV tile the 64 offsets ``offs_n < seq_len`` compares against (256, a
+    constant tensor). Sequences of 40 and 100 tokens touch 3 and 4+3 pages in 1 and 2
+    tiles; the output is 64 B per program."""
+    lengths, pages_touched, tiles = [40, 100], [3, 7], [1, 2]
+    read = 2 * sum(64 + 32 + 32 * pages + 2 * n * 64 + 256 * t for n, pages, t in
+                   zip(lengths, pages_touched, tiles))
+    small, big = _decode_program(lengths, 16).simulate(), _decode_program(lengths, 64).simulate()
+    assert small.dram_bytes_read == read
+    assert small.dram_bytes_written == 2 * 2 * 64
+    assert big.total_cycles == small.total_cycles  # 4x the allocated cache, same time
+    longer = _decode_program([128, 128], 64)
+    result = longer.simulate()
+    assert result.dram_bytes_read == 4 * (96 + 32 * 8 + 2 * 128 * 64 + 256 * 2)
+    cycles = [_decode_program([n, n], 64).simulate().total_cycles for n in (64, 128, 256)]
+    assert cycles[0] < cycles[1] < cycles[2], cycles
+    # descriptors per program: q, its length; per tile 4 block-table reads, one K and one
+    # V run per page (each sequence's pages are every other page), the offsets constant
+    loads = sum(type(c.op).__name__ == "Load" for c in longer.program.commands)
+    assert loads == 4 * (2 + 2 * (4 + 4 + 4 + 1))
