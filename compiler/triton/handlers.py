@@ -13,6 +13,7 @@ from compiler.ir.operands import Scalar, SramRef
 from compiler.ir.ops import (Binary, BinaryKind, Cast, Load, MatMul, Reduce, ReduceKind,
                              Select, Store, Transpose, Unary, UnaryKind, VCopy)
 from compiler.triton.addressing import Access, Gather
+from compiler.triton.record import PLAIN
 from compiler.triton.trace import Const, TraceOp
 
 if TYPE_CHECKING:
@@ -77,22 +78,14 @@ def _parts(access: Access | Gather) -> tuple[Access, ...]:
     return access.parts if isinstance(access, Gather) else (access,)
 
 
-PLAIN = {"sdiv": "integer division (// or tl.cdiv)", "udiv": "integer division (// or "
-         "tl.cdiv)", "srem": "a remainder (%)", "urem": "a remainder (%)", "frem":
-         "a remainder (%)", "shl": "a bit shift", "lshr": "a bit shift", "ashr":
-         "a bit shift", "xor": "a bitwise xor", "umulhi": "a high-half multiply"}
-"""Triton builder operations, in the words of the kernel source."""
-
-
 def opaque(p: P, index: int, op: TraceOp) -> None:
     """An operation with no vector lowering whose result a store needs: its value was
     resolved at launch (the trace ran on the data), so the program carries it as a
-    constant; without data it is refused."""
+    constant (a shape-only trace stops before, :meth:`Recorder.finish`)."""
     value = op.attrs["value"]
     name = op.attrs["op"]
     if value is None or op.dtype is None:
-        what = PLAIN.get(name, f"the Triton operation `{name}`")
-        p.refuse(f"{what} on loaded values, feeding a stored result,")
+        p.refuse(f"{PLAIN.get(name, f'the Triton operation `{name}`')} of loaded values")
     p.fill_const(Const(np.asarray(value), op.dtype), p.new(op.out, op.shape, op.dtype))
 
 

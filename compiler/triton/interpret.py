@@ -127,6 +127,7 @@ def trace(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
         try:
             with np.errstate(all="ignore"):
                 executor(*args, **kwargs)
+            recorder.finish()
         except itp.InterpreterError as exc:
             cause = exc.__cause__
             while cause is not None and not isinstance(cause, TritonError) and \

@@ -31,7 +31,7 @@ def plan_program(program: ProgramTrace) -> ProgramPlan:
             if not isinstance(arg, Const):
                 uses.setdefault(arg, []).append(i)
     plan = ProgramPlan()
-    plan.skip |= _dead(ops)
+    plan.skip |= dead_ops(ops)
     for i, op in enumerate(ops):
         if op.kind == "dot":
             _fold_add(plan, ops, i, defined, uses)
@@ -43,7 +43,7 @@ def plan_program(program: ProgramTrace) -> ProgramPlan:
     return plan
 
 
-def _dead(ops: list) -> set[int]:
+def dead_ops(ops: list) -> set[int]:
     """Operations no store depends on: index arithmetic on loaded values (a block
     number times a stride, a sequence length's block count) that only decided addresses
     or control flow, which the trace already resolved. Loads stay: the device reads an

@@ -56,6 +56,13 @@ REFUSED_BEFORE_CALL = {
 REDUCTIONS = {"_sum_combine": "sum", "_elementwise_max": "max", "_elementwise_min": "min"}
 
 
+PLAIN = {"sdiv": "integer division (// or tl.cdiv)", "udiv": "integer division (// or "
+         "tl.cdiv)", "srem": "a remainder (%)", "urem": "a remainder (%)", "frem":
+         "a remainder (%)", "shl": "a bit shift", "lshr": "a bit shift", "ashr":
+         "a bit shift", "xor": "a bitwise xor", "umulhi": "a high-half multiply"}
+"""Triton builder operations with no vector lowering, in the words of kernel source."""
+
+
 class NeedsData(TritonError):
     """A shape-only trace met data used as control flow or an address: the launch must
     be traced again with its tensors' contents (``arguments`` names the ones needed)."""
@@ -255,13 +262,10 @@ class Recorder:
         elif name.startswith("create_atomic"):
             self.refuse("an atomic operation")
         elif result is not None and hasattr(result, "data") and hasattr(result, "dtype"):
-            value = None
-            if self.memory is not None:
-                value = np.array(result.data, copy=True)
-                for handle in data:
-                    self.consult(handle, "a value computed on the scalar unit")
+            value = None if self.memory is None else np.array(result.data, copy=True)
             self._emit("opaque", result, tuple(self._operand(h) for h in handles), sources,
-                       op=name.removeprefix("create_"), value=value)
+                       op=name.removeprefix("create_"), value=value,
+                       loaded_from=tuple(sorted(sources)))
         else:
             self.refuse(f"tl operation {name.removeprefix('create_')} on loaded values")
 
@@ -308,6 +312,29 @@ class Recorder:
                                              ir_dtype(value.dtype.scalar),
                                              {"access": access}, self.line(),
                                              self.where()))
+
+    def finish(self) -> None:
+        """After the launch: operations with no vector lowering that a store needs take
+        the value they had at launch (their inputs are consulted); shape-only, there is
+        none (:class:`NeedsData`)."""
+        from compiler.triton.plan import dead_ops
+
+        for program in self.programs:
+            dead = dead_ops(program.ops)
+            for i, op in enumerate(program.ops):
+                if op.kind != "opaque" or i in dead:
+                    continue
+                what = PLAIN.get(op.attrs["op"], f"the Triton operation `{op.attrs['op']}`")
+                names = op.attrs["loaded_from"]
+                if self.memory is None:
+                    listed = ", ".join(names) or "memory"
+                    raise NeedsData(
+                        f"{op.where}: {what} of values loaded from {listed}, feeding a "
+                        f"stored result, is computed from the values read when the kernel "
+                        f"runs; a performance-only launch (meta tensors) has no values: "
+                        f"launch it on npu tensors that hold the data", names)
+                for name in names:
+                    self.consulted.setdefault(name, set()).add(f"{what} computed at launch")
 
     # -- the launch's data (a copy: stores land here, later loads see them) ------------
     def _elements(self, addresses: np.ndarray, mask: np.ndarray, itemsize: int

@@ -164,3 +164,47 @@ def test_a_load_one_element_past_the_tensor_is_refused():
     assert str(error.value) == (
         f"kernel shifted_kernel ({__file__}:{line}): a load or store whose block is not a "
         f"box: the block reaches outside x_ptr (16 elements) cannot be lowered to the NPU")
+
+
+@triton.jit
+def _atomic_helper(ptr, value):
+    tl.atomic_add(ptr, value)
+
+
+@triton.jit
+def helper_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    _atomic_helper(out_ptr + offs, tl.load(x_ptr + offs))
+
+
+@triton.jit
+def divide_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) // 3)
+
+
+def test_an_error_in_a_helper_names_the_helpers_line():
+    with pytest.raises(TritonError) as error:
+        _compile(helper_kernel, (torch.randn(16), torch.zeros(16)))
+    line = _line(_atomic_helper, "tl.atomic_add")
+    assert str(error.value) == (
+        f"kernel helper_kernel ({__file__}:{line}, in _atomic_helper): an atomic "
+        f"operation cannot be lowered to the NPU")
+
+
+def test_integer_division_of_loaded_values_is_named_in_plain_words():
+    """On meta tensors there is no value to compute at launch; with data it runs."""
+    args = (torch.empty(16, dtype=torch.int32, device="meta"),
+            torch.empty(16, dtype=torch.int32, device="meta"))
+    with pytest.raises(TritonError) as error:
+        _compile(divide_kernel, args)
+    line = _line(divide_kernel, "// 3")
+    assert str(error.value) == (
+        f"kernel divide_kernel ({__file__}:{line}): integer division (// or tl.cdiv) of "
+        f"values loaded from x_ptr, feeding a stored result, is computed from the values "
+        f"read when the kernel runs; a performance-only launch (meta tensors) has no "
+        f"values: launch it on npu tensors that hold the data")
+    x = torch.arange(-8, 8, dtype=torch.int32)
+    sim, _, _ = simulate(divide_kernel, (x, torch.empty(16, dtype=torch.int32)),
+                         {"BLOCK": 16}, (1,))
+    assert torch.equal(sim["out_ptr"], torch.div(x, 3, rounding_mode="trunc"))
