@@ -54,17 +54,47 @@ def _data(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     return {n: storage.cpu_view(t) if _is_npu(t) else t for n, t in tensors.items()}
 
 
-def warmup(jit_fn: Any, *args: Any, grid: Any, **kwargs: Any) -> Any:
-    """Trace, lower and verify a launch without running it (cached); returns the
-    :class:`compiler.triton.KernelProgram`. Tensors may be npu, CPU or meta."""
+def warmup(jit_fn: Any, *args: Any, grid: Any, **kwargs: Any) -> Warmed:
+    """Trace, lower and verify a launch without running it (cached); returns a
+    :class:`Warmed` kernel: the :class:`compiler.triton.KernelProgram` (its attributes
+    read through), launchable as Triton's compiled kernels are,
+    ``warmed[grid](*runtime_args)``. Tensors may be npu, CPU or meta."""
+    return Warmed(jit_fn, _compile(jit_fn, args, kwargs, grid), kwargs)
+
+
+def _compile(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Any:
     from compiler.triton import compile_launch
 
     program = compile_launch(jit_fn, args, kwargs, grid, runtime.get_config(),
                              data=_data(jit_fn, args, kwargs))
     if program.note and id(program) not in _noted:
         _noted.add(id(program))
-        warnings.warn(program.note, stacklevel=3)
+        warnings.warn(program.note, stacklevel=4)
     return program
+
+
+class Warmed:
+    """What ``kernel.warmup(...)`` returns on the npu: the lowered program, and, like
+    Triton's ``CompiledKernel``, ``warmed[grid](*args)`` launches it with the kernel's
+    non-constexpr arguments in order (the constexprs are the warmup's)."""
+
+    def __init__(self, jit_fn: Any, program: Any, kwargs: dict[str, Any]) -> None:
+        self.jit_fn = jit_fn
+        self.program = program
+        self.kernel = program
+        params = getattr(jit_fn, "params", ())
+        self.runtime_names = [p.name for p in params if not p.is_constexpr]
+        constexprs = {p.name for p in params if p.is_constexpr}
+        self.constants = {k: v for k, v in kwargs.items() if k in constexprs}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["kernel"], name)
+
+    def __getitem__(self, grid: Any) -> Any:
+        def runner(*args: Any, stream: Any = None) -> None:
+            named = dict(zip(self.runtime_names, args))
+            launch(self.jit_fn, grid, (), {**named, **self.constants})
+        return runner
 
 
 def launch(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -72,7 +102,7 @@ def launch(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     numbers the schedule computed."""
     from compiler.torch_types import to_numpy, to_torch
 
-    kernel = warmup(jit_fn, *args, grid=grid, **kwargs)
+    kernel = _compile(jit_fn, args, kwargs, grid)
     tensors = _named_tensors(jit_fn, args, kwargs)
     arrays = {name: to_numpy(storage.cpu_view(tensors[name])) for name in kernel.arguments}
     outputs, result = kernel.run(arrays, verify=id(kernel) not in _verified)
@@ -124,6 +154,9 @@ def install() -> None:
         return launch(self, grid, args, kwargs)
 
     JITFunction.run = run
+    from torch_bridge import triton_driver
+
+    triton_driver.install()
     # torch.compile asks Triton's GPU driver which tensors a kernel mutates; with no
     # driver it logs a traceback and assumes all of them, which is what we do too.
     logging.getLogger("torch._dynamo").addFilter(_NoDriverNoise())
