@@ -117,7 +117,7 @@ def install() -> None:
 
     if drivers._active is None:
         try:
-            drivers.default  # a GPU driver, if the machine has one
+            drivers.set_active(drivers.default)  # a GPU driver, if the machine has one
         except RuntimeError:
             drivers.set_active(_driver_class()())
     if knobs.autotuning.listener is None:
