@@ -26,7 +26,7 @@ from archsim.app.catalog import BUILTINS, Sizes, build_workload
 from archsim.app.progress import SILENT, Progress
 from archsim.app.workload import Kind, Workload
 from archsim.config import NpuConfig, load_config
-from archsim.app.numerics import check_numerics
+from archsim.app.numerics import check_numerics, split_outputs
 from archsim.errors import ArchsimError
 
 if TYPE_CHECKING:
@@ -270,7 +270,8 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
             return whole_stack(compiled.simulate(), stack)
     with s.progress.step(steps + " (functional)"):
         outputs, result = compiled.run(*tensors)
-    check_numerics(module, tensors, outputs, s.progress)
+    own, mutated = split_outputs(exported, outputs)
+    check_numerics(module, tensors, own, s.progress, mutated)
     return result
 
 

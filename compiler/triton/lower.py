@@ -55,12 +55,16 @@ class Lowering:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     read: set[str] = field(default_factory=set)
     written: set[str] = field(default_factory=set)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Argument name -> shape of its DRAM tensor, when that is not the argument's own
+    (a graph stores a ``[2, 8, 64]`` value as the ``[16, 64]`` matmul it views; the
+    kernel addresses elements, so any shape of the same storage will do)."""
 
     def run(self) -> None:
         cores = self.config.cores
         pads = [NextFit(self.config.core.scratchpad.size_bytes,
                         f"kernel {self.trace.name} on core {c}") for c in range(cores)]
-        shapes = {p.name: p.shape for p in self.trace.pointers}
+        shapes = {p.name: self.shapes.get(p.name, p.shape) for p in self.trace.pointers}
         load = [0] * cores
         for program in self.trace.programs:
             core = min(range(cores), key=lambda c: (load[c], c))
