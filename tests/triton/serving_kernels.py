@@ -68,6 +68,85 @@ def paged_decode_reference(q, k_cache, v_cache, block_table, seq_lens, scale):
 
 
 @triton.jit
+def split_decode_kernel(q_ptr, k_cache, v_cache, block_table, seq_lens, partial_ptr, scale,
+                        max_pages, q_heads: tl.constexpr, group: tl.constexpr,
+                        HEADS: tl.constexpr, VALID: tl.constexpr, SPLITS: tl.constexpr,
+                        PAGE: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """Stage 1 of a split-KV paged decode: program (sequence, head block, split) attends
+    HEADS query heads of one kv head (a ``tl.dot``) over its share of the sequence and
+    writes the partial output and its log-sum-exp (at column D) of partial [B, Hq,
+    SPLITS, D + 1]; an empty share writes nothing. VALID = min(HEADS, group) rows of
+    the HEADS are real heads."""
+    seq = tl.program_id(0)
+    head_block = tl.program_id(1)
+    split = tl.program_id(2)
+    kv_heads: tl.constexpr = q_heads // group
+    kv_head = head_block // tl.cdiv(group, HEADS)
+    heads = head_block * VALID + tl.arange(0, HEADS)
+    head_ok = (heads < (head_block + 1) * VALID) & (heads < q_heads)
+    offs_d = tl.arange(0, D)
+    seq_len = tl.load(seq_lens + seq)
+    q = tl.load(q_ptr + (seq * q_heads + heads[:, None]) * D + offs_d[None, :],
+                mask=head_ok[:, None], other=0.0)
+    share = tl.cdiv(seq_len, SPLITS)
+    lo = share * split
+    hi = tl.minimum(lo + share, seq_len)
+    m = tl.zeros([HEADS], dtype=tl.float32) - float("inf")
+    total = tl.zeros([HEADS], dtype=tl.float32)
+    acc = tl.zeros([HEADS, D], dtype=tl.float32)
+    if hi > lo:
+        for start in range(lo, hi, BLOCK_N):
+            offs_n = start + tl.arange(0, BLOCK_N)
+            page = tl.load(block_table + seq * max_pages + offs_n // PAGE, mask=offs_n < hi,
+                           other=0)
+            slot = page * PAGE + offs_n % PAGE
+            k = tl.load(k_cache + (slot[None, :] * kv_heads + kv_head) * D + offs_d[:, None],
+                        mask=offs_n[None, :] < hi, other=0.0)
+            qk = tl.dot(q, k) * scale
+            qk = tl.where(head_ok[:, None] & (offs_n[None, :] < hi), qk, float("-inf"))
+            v = tl.load(v_cache + (slot[:, None] * kv_heads + kv_head) * D + offs_d[None, :],
+                        mask=offs_n[:, None] < hi, other=0.0)
+            m_new = tl.maximum(tl.max(qk, 1), m)
+            rescale = tl.exp(m - m_new)
+            p = tl.exp(qk - m_new[:, None])
+            acc = acc * rescale[:, None] + tl.dot(p, v)
+            total = total * rescale + tl.sum(p, 1)
+            m = m_new
+        row = (seq * q_heads + heads) * SPLITS + split
+        tl.store(partial_ptr + row[:, None] * (D + 1) + offs_d[None, :], acc / total[:, None],
+                 mask=head_ok[:, None])
+        tl.store(partial_ptr + row * (D + 1) + D, m + tl.log(total), mask=head_ok)
+
+
+@triton.jit
+def split_reduce_kernel(partial_ptr, seq_lens, out_ptr, q_heads: tl.constexpr,
+                        SPLITS: tl.constexpr, D: tl.constexpr):
+    """Stage 2: merge the non-empty splits of one (sequence, head) by their lse."""
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    seq_len = tl.load(seq_lens + seq)
+    offs_d = tl.arange(0, D)
+    m = -float("inf")
+    total = 0.0
+    acc = tl.zeros([D], dtype=tl.float32)
+    for split in range(0, SPLITS):
+        share = tl.cdiv(seq_len, SPLITS)
+        lo = share * split
+        hi = tl.minimum(lo + share, seq_len)
+        if hi > lo:
+            row = ((seq * q_heads + head) * SPLITS + split) * (D + 1)
+            part = tl.load(partial_ptr + row + offs_d)
+            lse = tl.load(partial_ptr + row + D)
+            m_new = tl.maximum(lse, m)
+            rescale = tl.exp(m - m_new)
+            weight = tl.exp(lse - m_new)
+            acc = acc * rescale + weight * part
+            total = total * rescale + weight
+            m = m_new
+    tl.store(out_ptr + (seq * q_heads + head) * D + offs_d, acc / total)
+
+
+@triton.jit
 def _find_sequence(query_start_loc, num_seqs, q_block, BLOCK_Q: tl.constexpr):
     """The sequence whose query blocks hold global block ``q_block`` (binary search)."""
     left = 0
@@ -158,12 +237,21 @@ def varlen_reference(q, k_cache, v_cache, block_table, seq_lens, query_start_loc
 
 
 @triton.jit
+def _zeros_to_rows(c_ptr, offs_token, token_mask, offs_n, N, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    c = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    tl.store(c_ptr + (offs_token[:, None] * N + offs_n[None, :]).to(tl.int64), c,
+             mask=token_mask[:, None] & (offs_n[None, :] < N))
+
+
+@triton.jit
 def fused_moe_kernel(a_ptr, b_ptr, c_ptr, topk_weights, sorted_token_ids, expert_ids,
                      num_tokens_post_padded, N, K, num_valid_tokens,
                      top_k: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr):
     """C[token, slot] = (A[token // top_k] @ B[expert]) * weight for the token-slots
-    sorted by expert in blocks of BLOCK_M (padding ids are >= num_valid_tokens)."""
+    sorted by expert in blocks of BLOCK_M (padding ids are >= num_valid_tokens); a block
+    of expert -1 (an expert on another rank) writes zeros."""
     pid = tl.program_id(0)
     n_blocks = tl.cdiv(N, BLOCK_N)
     pid_m = pid // n_blocks
@@ -172,8 +260,12 @@ def fused_moe_kernel(a_ptr, b_ptr, c_ptr, topk_weights, sorted_token_ids, expert
         return
     offs_token = tl.load(sorted_token_ids + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
     token_mask = offs_token < num_valid_tokens
-    expert = tl.load(expert_ids + pid_m)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n = tl.max_contiguous(tl.multiple_of(pid_n * BLOCK_N + tl.arange(0, BLOCK_N),
+                                              BLOCK_N), BLOCK_N)
+    expert = tl.load(expert_ids + pid_m).to(tl.int64)
+    if expert == -1:
+        _zeros_to_rows(c_ptr, offs_token, token_mask, offs_n, N, BLOCK_M, BLOCK_N)
+        return
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + (offs_token[:, None] // top_k) * K + offs_k[None, :]
     b_ptrs = b_ptr + expert * K * N + offs_k[:, None] * N + offs_n[None, :]
@@ -208,12 +300,15 @@ def moe_align(topk_ids: torch.Tensor, experts: int, block_m: int
             torch.tensor([len(ids)], dtype=torch.int32))
 
 
-def fused_moe_reference(a, w, topk_weights, topk_ids):
+def fused_moe_reference(a, w, topk_weights, topk_ids, local=None):
+    """``local``: the experts on this rank (the others give zeros)."""
     top_k = topk_ids.shape[1]
     out = torch.zeros(a.shape[0], top_k, w.shape[2])
     for t in range(a.shape[0]):
         for j in range(top_k):
-            out[t, j] = (a[t] @ w[topk_ids[t, j]]) * topk_weights[t, j]
+            e = int(topk_ids[t, j])
+            if local is None or e in local:
+                out[t, j] = (a[t] @ w[e]) * topk_weights[t, j]
     return out
 
 

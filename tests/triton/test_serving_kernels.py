@@ -11,6 +11,7 @@ import torch_bridge  # noqa: F401  (the npu device)
 from archsim.config import load_config
 from compiler.triton import compile_launch
 from serving_kernels import (fused_moe_kernel, fused_moe_reference, merge_states_kernel,
+                             split_decode_kernel, split_reduce_kernel,
                              merge_states_reference, moe_align, paged_decode_kernel,
                              paged_decode_reference, varlen_attention_kernel, varlen_grid,
                              varlen_reference)
@@ -56,6 +57,32 @@ def test_paged_decode_attention_matches_torch(q_heads, kv_heads):
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("q_heads,kv_heads", [(2, 2), (8, 2)], ids=["mha", "gqa"])
+def test_split_kv_paged_decode_in_two_stages_matches_torch(q_heads, kv_heads):
+    """4 splits: the 5-token sequence leaves its fourth split empty (2+2+1+0), which
+    writes nothing and is skipped by the reduction."""
+    seq_lens = [5, 70, 33]
+    k_cache, v_cache = _cache(24, kv_heads, 11)
+    table = _block_table(seq_lens, 5, 24, 12)
+    q = torch.randn(len(seq_lens), q_heads, D)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    group = q_heads // kv_heads
+    heads = 4
+    partial = torch.empty(len(seq_lens), q_heads, 4, D + 1, device="npu")
+    out = torch.empty(len(seq_lens), q_heads, D, device="npu")
+    scale = 1 / math.sqrt(D)
+    q_n, k_n, v_n, table_n, lens_n = _npu(q, k_cache, v_cache, table, lens)
+    grid = (len(seq_lens), -(-q_heads // min(heads, group)), 4)
+    split_decode_kernel[grid](q_n, k_n, v_n, table_n, lens_n, partial, scale, 5,
+                              q_heads=q_heads, group=group, HEADS=heads,
+                              VALID=min(heads, group), SPLITS=4,
+                              PAGE=PAGE, BLOCK_N=16, D=D)
+    split_reduce_kernel[(len(seq_lens), q_heads)](partial, lens_n, out, q_heads=q_heads,
+                                                  SPLITS=4, D=D)
+    expected = paged_decode_reference(q, k_cache, v_cache, table, lens, scale)
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_varlen_attention_finds_each_sequence_by_binary_search():
     """Three sequences of 3, 9 and 1 new tokens after 20, 0 and 30 cached ones."""
     new, context = [3, 9, 1], [20, 0, 30]
@@ -76,6 +103,7 @@ def test_varlen_attention_finds_each_sequence_by_binary_search():
 
 
 def test_fused_moe_gathers_sorted_tokens_and_skips_padding_blocks():
+    """Blocks past num_tokens_post_padded return at once; expert 3's block writes zeros."""
     torch.manual_seed(7)
     tokens, experts, top_k, K, N, block_m = 6, 4, 2, 24, 20, 4
     a = torch.randn(tokens, K)
@@ -83,6 +111,7 @@ def test_fused_moe_gathers_sorted_tokens_and_skips_padding_blocks():
     topk_ids = torch.tensor([[0, 2], [2, 3], [0, 1], [2, 0], [3, 2], [1, 2]])
     topk_weights = torch.rand(tokens, top_k)
     sorted_ids, expert_ids, post_padded = moe_align(topk_ids, experts, block_m)
+    expert_ids[expert_ids == 3] = -1  # expert 3 lives on another rank
     # two spare blocks past num_tokens_post_padded, as a launch sized for the worst case has
     sorted_ids = torch.cat([sorted_ids, torch.full((2 * block_m,), tokens * top_k,
                                                    dtype=torch.int32)])
@@ -93,7 +122,7 @@ def test_fused_moe_gathers_sorted_tokens_and_skips_padding_blocks():
                                                  post_padded),
                            N, K, tokens * top_k, top_k=top_k, BLOCK_M=block_m, BLOCK_N=16,
                            BLOCK_K=16)
-    expected = fused_moe_reference(a, w, topk_weights, topk_ids)
+    expected = fused_moe_reference(a, w, topk_weights, topk_ids, local={0, 1, 2})
     torch.testing.assert_close(c.cpu(), expected, rtol=1e-4, atol=1e-4)
 
 
