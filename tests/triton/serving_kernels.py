@@ -11,60 +11,7 @@ import math
 import torch
 import triton
 import triton.language as tl
-
-
-@triton.jit
-def paged_decode_kernel(q_ptr, k_cache, v_cache, block_table, seq_lens, out_ptr, scale,
-                        max_pages, q_heads: tl.constexpr, kv_heads: tl.constexpr,
-                        PAGE: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
-    """One query token per sequence; program (sequence, query head). K/V caches are
-    [pages, PAGE, kv_heads, D]; a query head reads kv head ``head // (q_heads //
-    kv_heads)`` (GQA)."""
-    seq = tl.program_id(0)
-    head = tl.program_id(1)
-    kv_head = head // (q_heads // kv_heads)
-    seq_len = tl.load(seq_lens + seq)
-    offs_d = tl.arange(0, D)
-    q = tl.load(q_ptr + (seq * q_heads + head) * D + offs_d)
-    m = -float("inf")
-    total = 0.0
-    acc = tl.zeros([D], dtype=tl.float32)
-    for start in range(0, tl.cdiv(seq_len, BLOCK_N)):
-        offs_n = start * BLOCK_N + tl.arange(0, BLOCK_N)
-        valid = offs_n < seq_len
-        page = tl.load(block_table + seq * max_pages + offs_n // PAGE, mask=valid, other=0)
-        slot = page * PAGE + offs_n % PAGE
-        k = tl.load(k_cache + slot[None, :] * (kv_heads * D) + kv_head * D + offs_d[:, None],
-                    mask=valid[None, :], other=0.0)
-        qk = tl.sum(q[:, None] * k, 0) * scale
-        qk = tl.where(valid, qk, -float("inf"))
-        m_new = tl.maximum(tl.max(qk, 0), m)
-        rescale = tl.exp(m - m_new)
-        p = tl.exp(qk - m_new)
-        v = tl.load(v_cache + slot[:, None] * (kv_heads * D) + kv_head * D + offs_d[None, :],
-                    mask=valid[:, None], other=0.0)
-        acc = acc * rescale + tl.sum(p[:, None] * v, 0)
-        total = total * rescale + tl.sum(p, 0)
-        m = m_new
-    tl.store(out_ptr + (seq * q_heads + head) * D + offs_d, acc / total)
-
-
-def paged_decode_reference(q, k_cache, v_cache, block_table, seq_lens, scale):
-    """q [B, Hq, D]; caches [pages, PAGE, Hkv, D]."""
-    batch, q_heads, _ = q.shape
-    page = k_cache.shape[1]
-    group = q_heads // k_cache.shape[2]
-    out = torch.empty_like(q)
-    for b in range(batch):
-        n = int(seq_lens[b])
-        tokens = torch.arange(n)
-        slots = block_table[b, tokens // page].long() * page + tokens % page
-        k = k_cache.reshape(-1, *k_cache.shape[2:])[slots]
-        v = v_cache.reshape(-1, *v_cache.shape[2:])[slots]
-        for h in range(q_heads):
-            weights = torch.softmax(k[:, h // group] @ q[b, h] * scale, 0)
-            out[b, h] = weights @ v[:, h // group]
-    return out
+from paged_attention import paged_decode_kernel, paged_decode_reference  # noqa: F401
 
 
 @triton.jit
