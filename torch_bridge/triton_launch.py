@@ -112,7 +112,7 @@ def launch(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
         dtype = kernel.program.tensor(name).dtype
         storage.cpu_view(target).copy_(to_torch(outputs[name], dtype).reshape(target.shape))
     runtime.record_device(kernel.name, result.total_cycles, result.dram_bytes,
-                          flops=result.flops, result=result)
+                          flops=result.flops, note=kernel.note, result=result)
 
 
 @contextmanager
