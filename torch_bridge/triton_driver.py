@@ -25,6 +25,11 @@ log = logging.getLogger("archsim.triton")
 WARP = 1
 """Lanes per Triton program as the npu runs them: a program is one core's work."""
 
+REGISTERS = 65536
+"""``max_num_regs``: not a register file (the npu has none to share), a budget that
+warmed kernels divide by their ``num_warps`` so occupancy comes out as one program per
+core (``Warmed.n_regs``)."""
+
 
 def simulated_milliseconds(fn: Callable[[], Any]) -> float:
     """The simulated device time of ``fn()`` in ms (its launches are deterministic, so
@@ -51,7 +56,7 @@ class _Utils:
         return {
             "multiprocessor_count": config.cores,
             "max_shared_mem": config.core.scratchpad.size_bytes,
-            "max_num_regs": 0,
+            "max_num_regs": REGISTERS,
             "warpSize": WARP,
             "sm_clock_rate": config.clock_hz // 1000,
             "mem_clock_rate": config.clock_hz // 1000,

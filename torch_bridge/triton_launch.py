@@ -74,26 +74,45 @@ def _compile(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: A
 
 
 class Warmed:
-    """What ``kernel.warmup(...)`` returns on the npu: the lowered program, and, like
-    Triton's ``CompiledKernel``, ``warmed[grid](*args)`` launches it with the kernel's
-    non-constexpr arguments in order (the constexprs are the warmup's)."""
+    """What ``kernel.warmup(...)`` returns on the npu: the lowered program (its
+    attributes read through) and, like Triton's ``CompiledKernel``, a kernel launchable
+    as ``warmed[grid](*args)`` with every argument in order or only the
+    non-constexpr ones (the constexprs are then the warmup's). Occupancy queries
+    (``n_regs``, ``metadata.shared``) say one program per core at a time: with the
+    driver's ``max_num_regs`` and ``max_shared_mem``, tutorial-style sizing launches
+    one program per core."""
 
     def __init__(self, jit_fn: Any, program: Any, kwargs: dict[str, Any]) -> None:
+        from types import SimpleNamespace
+
+        from torch_bridge.triton_driver import REGISTERS
+
         self.jit_fn = jit_fn
         self.program = program
         self.kernel = program
         params = getattr(jit_fn, "params", ())
+        self.names = [p.name for p in params]
         self.runtime_names = [p.name for p in params if not p.is_constexpr]
         constexprs = {p.name for p in params if p.is_constexpr}
         self.constants = {k: v for k, v in kwargs.items() if k in constexprs}
+        self.n_regs = REGISTERS // max(1, int(kwargs.get("num_warps", 4)))
+        self.n_spills = 0
+        self.metadata = SimpleNamespace(
+            shared=runtime.get_config().core.scratchpad.size_bytes,
+            num_warps=int(kwargs.get("num_warps", 4)),
+            num_stages=int(kwargs.get("num_stages", 1)), name=program.name)
+
+    def _init_handles(self) -> None:
+        """Nothing to load: the program is already lowered."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["kernel"], name)
 
     def __getitem__(self, grid: Any) -> Any:
         def runner(*args: Any, stream: Any = None) -> None:
-            named = dict(zip(self.runtime_names, args))
-            launch(self.jit_fn, grid, (), {**named, **self.constants})
+            names = self.names if len(args) == len(self.names) else self.runtime_names
+            named = dict(zip(names, args))
+            launch(self.jit_fn, grid, (), {**self.constants, **named})
         return runner
 
 

@@ -75,3 +75,32 @@ def test_warmup_returns_a_kernel_launchable_like_tritons():
     assert warmed.programs == 2
     warmed[(2,)](x.to("npu"), out, 100)
     torch.testing.assert_close(out.cpu(), x * 2.0)
+
+
+@triton.jit
+def persistent_softmax_kernel(out_ptr, in_ptr, in_stride, out_stride, rows, cols,
+                              BLOCK: tl.constexpr, STAGES: tl.constexpr):
+    """Each program walks rows program_id, program_id + num_programs, ..."""
+    for row in tl.range(tl.program_id(0), rows, tl.num_programs(0), num_stages=STAGES):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(in_ptr + row * in_stride + offs, mask=offs < cols, other=-float("inf"))
+        e = tl.exp(x - tl.max(x, axis=0))
+        tl.store(out_ptr + row * out_stride + offs, e / tl.sum(e, axis=0), mask=offs < cols)
+
+
+def test_tutorial_style_occupancy_sizing_launches_one_program_per_core():
+    """Triton tutorial 02's host code: warm up, ask the compiled kernel for registers
+    and shared memory, size the grid by occupancy, launch with every argument."""
+    props = triton.runtime.driver.active.utils.get_device_properties(0)
+    x = torch.randn(100, 81)
+    xn, y = x.to("npu"), torch.empty(100, 81, device="npu")
+    warps = 8
+    kernel = persistent_softmax_kernel.warmup(y, xn, 81, 81, 100, 81, BLOCK=128, STAGES=2,
+                                              num_warps=warps, grid=(1,))
+    kernel._init_handles()
+    occupancy = min(props["max_num_regs"] // (kernel.n_regs * props["warpSize"] * warps),
+                    props["max_shared_mem"] // kernel.metadata.shared)
+    programs = min(props["multiprocessor_count"] * occupancy, 100)
+    assert programs == runtime.get_config().cores
+    kernel[(programs, 1, 1)](y, xn, 81, 81, 100, 81, 128, 2)
+    torch.testing.assert_close(y.cpu(), torch.softmax(x, 1))
