@@ -56,7 +56,8 @@ REFUSED_BEFORE_CALL = {
 REDUCTIONS = {"_sum_combine": "sum", "_elementwise_max": "max", "_elementwise_min": "min"}
 
 
-PLAIN = {"sdiv": "integer division (// or tl.cdiv)", "udiv": "integer division (// or "
+PLAIN = {"and": "a bitwise and (&) of integers", "or": "a bitwise or (|) of integers",
+         "sdiv": "integer division (// or tl.cdiv)", "udiv": "integer division (// or "
          "tl.cdiv)", "srem": "a remainder (%)", "urem": "a remainder (%)", "frem":
          "a remainder (%)", "shl": "a bit shift", "lshr": "a bit shift", "ashr":
          "a bit shift", "xor": "a bitwise xor", "umulhi": "a high-half multiply"}
@@ -174,9 +175,6 @@ class Recorder:
     def refuse(self, construct: str) -> None:
         raise TritonError(f"{self.where()}: {construct} cannot be lowered to the NPU")
 
-    def refuse_data(self, handle: Any, construct: str) -> None:
-        if self.is_data(handle):
-            self.refuse(construct)
 
     # -- wrappers --------------------------------------------------------------------
     def wrap(self, name: str, method: Callable[..., Any], itp: Any) -> Callable[..., Any]:
@@ -233,7 +231,9 @@ class Recorder:
         if not data:
             return
         sources = frozenset().union(*(self.sources(h) for h in data))
-        if name in BINARY:
+        if name in ("create_and", "create_or") and result.data.dtype != np.bool_:
+            self._opaque(name, handles, result, data, sources)  # bitwise on integers
+        elif name in BINARY:
             self._emit("binary", result, tuple(self._operand(h) for h in args[:2]), sources,
                        op=BINARY[name])
         elif name in UNARY:
@@ -262,12 +262,17 @@ class Recorder:
         elif name.startswith("create_atomic"):
             self.refuse("an atomic operation")
         elif result is not None and hasattr(result, "data") and hasattr(result, "dtype"):
-            value = None if self.memory is None else np.array(result.data, copy=True)
-            self._emit("opaque", result, tuple(self._operand(h) for h in handles), sources,
-                       op=name.removeprefix("create_"), value=value,
-                       loaded_from=tuple(sorted(sources)))
+            self._opaque(name, handles, result, data, sources)
         else:
             self.refuse(f"tl operation {name.removeprefix('create_')} on loaded values")
+
+    def _opaque(self, name: str, handles: list[Any], result: Any, data: list[Any],
+                sources: frozenset[str]) -> None:
+        """An operation with no vector lowering: its value when the trace has data."""
+        value = None if self.memory is None else np.array(result.data, copy=True)
+        self._emit("opaque", result, tuple(self._operand(h) for h in handles), sources,
+                   op=name.removeprefix("create_"), value=value,
+                   loaded_from=tuple(sorted(sources)))
 
     def _load(self, itp: Any, ptrs: Any, mask: Any, other: Any) -> Any:
         mask_data = mask if isinstance(mask, np.ndarray) else mask.data
