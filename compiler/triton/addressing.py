@@ -211,6 +211,36 @@ def _box(addresses: np.ndarray, mask: np.ndarray, itemsize: int,
     return Access(pointer.name, tuple(addresses.shape), box, origin, tuple(strides))
 
 
+def padding(access: Access | Gather) -> list[Box] | None:
+    """The part of the block a load does not read (to fill with ``other``) as boxes
+    of the block, disjoint from what it reads; None when that takes more than the slabs
+    around one box (the caller fills the whole tile first)."""
+    parts = access.parts if isinstance(access, Gather) else (access,)
+    covered = np.zeros(access.block, dtype=bool)
+    for part in parts:
+        covered[tuple(slice(lo, hi) for lo, hi in part.box)] = True
+    if covered.all():
+        return []
+    try:
+        box = rectangle(~covered)
+    except NotABox:
+        box = None
+    if box is not None:
+        return [box]
+    if len(parts) != 1:
+        return None
+    inner, shape, slabs = parts[0].box, access.block, []
+    for axis, n in enumerate(shape):
+        before = list(inner[:axis])
+        after = [(0, m) for m in shape[axis + 1:]]
+        lo, hi = inner[axis]
+        if lo > 0:
+            slabs.append(tuple(before + [(0, lo)] + after))
+        if hi < n:
+            slabs.append(tuple(before + [(hi, n)] + after))
+    return slabs
+
+
 def boxes(access: Access, shape: tuple[int, ...]) -> list[tuple[tuple[Slice, ...],
                                                                  tuple[int, ...], Box]]:
     """DRAM boxes of a tensor of ``shape`` covering ``access``: per piece, the slices

@@ -12,7 +12,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import Scalar, SramRef
 from compiler.ir.ops import (Binary, BinaryKind, Cast, Load, MatMul, Reduce, ReduceKind,
                              Select, Store, Transpose, Unary, UnaryKind, VCopy)
-from compiler.triton.addressing import Access, Gather
+from compiler.triton.addressing import Access, Gather, padding
 from compiler.triton.record import PLAIN
 from compiler.triton.trace import Const, TraceOp
 
@@ -36,8 +36,10 @@ def load(p: P, index: int, op: TraceOp) -> None:
     shape = op.shape if perm is None else tuple(op.shape[a] for a in perm)
     tile = p.new(out, shape, op.dtype)
     access = op.attrs["access"]
-    if access is None or not access.full:
-        p.emit(p.vpu, Binary(BinaryKind.add, Scalar(op.attrs["fill"]), Scalar(0.0), tile))
+    fill = Scalar(op.attrs["fill"])
+    pads = None if access is None else padding(access)
+    if pads is None:  # the whole tile, before the loads overwrite what they read
+        p.emit(p.vpu, Binary(BinaryKind.add, fill, Scalar(0.0), tile))
     if access is None:
         return
     p.o.read.add(access.pointer)
@@ -47,6 +49,8 @@ def load(p: P, index: int, op: TraceOp) -> None:
             continue
         for dram, view in p.dram_pieces(part, tile, perm):
             p.emit(p.o.em.dma(p.core, "load"), Load(dram, view))
+    for box in pads or ():  # only the unread part: the loads need not wait for it
+        p.emit(p.vpu, Binary(BinaryKind.add, fill, Scalar(0.0), p.sub_view(tile, box, perm)))
 
 
 def _repeated(p: P, part: Access, tile: SramRef) -> None:

@@ -193,17 +193,31 @@ class _ProgramLowering:
             self.release(vid)
 
     # -- memory ---------------------------------------------------------------------------
+    def sub_view(self, tile: SramRef, box: tuple[tuple[int, int], ...],
+                 perm: tuple[int, ...] | None) -> SramRef:
+        """The part ``box`` (block axes) of ``tile`` (which holds the block transposed by
+        ``perm``) as a view in block-axis order."""
+        strides = self._axis_strides(tile, perm)
+        first = sum(lo * s for (lo, _), s in zip(box, strides))
+        shape = tuple(hi - lo for lo, hi in box)
+        view = SramRef(tile.space, tile.offset + first * tile.dtype.itemsize, shape,
+                       tile.dtype, strides)
+        return SramRef(view.space, view.offset, shape, tile.dtype) if _is_dense(view) else view
+
+    @staticmethod
+    def _axis_strides(tile: SramRef, perm: tuple[int, ...] | None) -> tuple[int, ...]:
+        tile_strides = dense_strides(tile.shape)
+        if perm is None:
+            return tile_strides
+        return tuple(tile_strides[perm.index(j)] for j in range(len(perm)))
+
     def dram_pieces(self, access: Access, tile: SramRef, perm: tuple[int, ...] | None
                     ) -> list[tuple[DramRef, SramRef]]:
         """(DRAM box, SRAM view) pairs moving ``access`` to/from ``tile``; with ``perm``
         the tile holds the block transposed."""
         name = self.o.tensors[access.pointer]
         shape = self.shapes[access.pointer]
-        tile_strides = dense_strides(tile.shape)
-        if perm is None:
-            axis_strides = tile_strides
-        else:
-            axis_strides = tuple(tile_strides[perm.index(j)] for j in range(len(perm)))
+        axis_strides = self._axis_strides(tile, perm)
         out = []
         for slices, axes, sub in boxes(access, shape):
             first = sum((access.box[j][0] + sub[j][0]) * axis_strides[j]
