@@ -6,7 +6,8 @@ number of elements) under a *rectangular* mask (the clipped edge of a tile) is o
 :class:`Access`. Any other block is a :class:`Gather`: cut along the block axis that
 gives the fewest pieces into runs of slices that are each a box (a page of a paged KV
 cache, the rows of a wrapped ``offs % M`` tile, one token picked by ``sorted_token_ids``),
-one DMA descriptor per run, each paying its own fixed cost. :func:`boxes` turns an
+a slice that is no box being cut again along another axis (an x-packed K cache), one
+DMA descriptor per run, each paying its own fixed cost. :func:`boxes` turns an
 access into DRAM boxes over the tensor's own dimensions, one per piece when a block
 axis runs across a dimension's end.
 """
@@ -140,7 +141,15 @@ def _runs(addresses: np.ndarray, mask: np.ndarray, itemsize: int,
     for r in range(addresses.shape[axis]):
         cut = tuple(slice(r, r + 1) if a == axis else slice(None)
                     for a in range(addresses.ndim))
-        one = _box(addresses[cut], mask[cut], itemsize, pointers)
+        try:
+            one = _box(addresses[cut], mask[cut], itemsize, pointers)
+        except NotABox:  # the slice is itself a gather (a page table over an x-packed
+            inner = _gather(addresses[cut], mask[cut], itemsize, pointers)  # K layout)
+            if inner is None:
+                raise
+            runs.extend(_shifted(part, axis, r, addresses.shape) for part in inner.parts)
+            count = 0
+            continue
         if one is None:
             count = 0
             continue
@@ -159,6 +168,12 @@ def _runs(addresses: np.ndarray, mask: np.ndarray, itemsize: int,
             runs.append(part)
             count = 1
     return runs
+
+
+def _shifted(part: Access, axis: int, r: int, block: tuple[int, ...]) -> Access:
+    """A part of slice ``r`` along ``axis`` as a part of the whole block."""
+    box = tuple((lo + r, hi + r) if a == axis else (lo, hi) for a, (lo, hi) in enumerate(part.box))
+    return Access(part.pointer, tuple(block), box, part.origin, part.strides)
 
 
 def _extends(run: Access, part: Access, axis: int, count: int) -> bool:

@@ -83,3 +83,43 @@ def test_a_wrapped_tile_is_two_runs_and_a_clamped_one_reads_row_zero_per_row():
                                   "CLAMP": clamp}, (64,), load_config("atom"))
         counts.append(sum(type(cmd.op).__name__ == "Load" for cmd in program.program.commands))
     assert counts == [64 * 10 * 2 + 8 * 10 * 1, 64 * 10 * 2 + 8 * 10 * 12]
+
+
+@triton.jit
+def packed_keys_kernel(k_cache, table, out, n, heads: tl.constexpr, PAGE: tl.constexpr,
+                       X: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """K^T of n tokens (a [D, BLOCK_N] tile) from a cache packed as [blocks, heads,
+    D // X, PAGE, X] (prefix_prefill's layout), pages from a block table."""
+    head = tl.program_id(0)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    block = tl.load(table + offs_n // PAGE, mask=offs_n < n, other=0)
+    off = (block[None, :] * (heads * D * PAGE) + head * (D * PAGE)
+           + (offs_d[:, None] // X) * (PAGE * X) + (offs_n[None, :] % PAGE) * X
+           + offs_d[:, None] % X)
+    k = tl.load(k_cache + off, mask=offs_n[None, :] < n, other=0.0)
+    tl.store(out + (head * D + offs_d[:, None]) * BLOCK_N + offs_n[None, :], k)
+
+
+def test_an_x_packed_key_cache_is_gathered_row_by_row_of_pages():
+    """No slice of the tile is a box along either axis (a column walks D // X groups
+    of X, a row walks pages): each of the D rows is cut into its pages. 50 tokens on 4
+    pages: per head 4 block-table reads and 32 x 4 K runs."""
+    from triton_helpers import simulate
+
+    heads, page, x, dim = 2, 16, 8, 32
+    torch.manual_seed(5)
+    cache = torch.randn(6, heads, dim // x, page, x)
+    table = torch.tensor([4, 1, 5, 0], dtype=torch.int32)
+    sim, _, program = simulate(packed_keys_kernel, (cache, table, torch.empty(heads, dim, 64),
+                                                    50),
+                               {"heads": heads, "PAGE": page, "X": x, "D": dim,
+                                "BLOCK_N": 64}, (heads,))
+    tokens = torch.arange(50)
+    expected = torch.zeros(heads, dim, 64)
+    for h in range(heads):
+        keys = cache[table[tokens // page].long(), h, :, tokens % page, :].reshape(50, dim)
+        expected[h, :, :50] = keys.T
+    torch.testing.assert_close(sim["out"], expected, rtol=0, atol=0)
+    loads = sum(type(c.op).__name__ == "Load" for c in program.program.commands)
+    assert loads == heads * (4 + dim * 4)
