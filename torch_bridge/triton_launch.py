@@ -7,8 +7,14 @@ timeline like any compiled op; launches on other devices go to Triton unchanged.
 npu tensors eagerly with no host work, and ``kernel.warmup(..., grid=...)`` (or
 :func:`warmup`) compiles ahead of time, as vLLM-RBLN does.
 
-Nothing is patched process-wide except ``JITFunction.run``, and only npu launches take
-the new path; Triton's interpreter is entered inside a scope per trace.
+Nothing is patched process-wide except ``JITFunction.run`` (only npu launches take the
+new path), Triton's active driver when it has none, ``triton.testing.do_bench``
+(simulated while that driver is active) and an unset autotuning listener
+(:mod:`torch_bridge.triton_driver`), and the interpreter's rewrite of ``x if c else y``
+(:mod:`compiler.triton.interpret`);
+Triton's interpreter is entered inside a scope per trace. A kernel whose control flow
+or addresses depend on its tensors' values is built for the values at launch (a
+warning says which arguments decided what).
 """
 
 from __future__ import annotations

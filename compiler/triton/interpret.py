@@ -12,7 +12,9 @@ addresses or control flow depend on data stops with
 (stores write a copy) and such a kernel is traced for the values of this launch.
 
 ``x if c else y`` on a loaded ``c`` is a select (both sides computed, as a compiled
-Triton kernel does), not a branch: the interpreter's AST rewrite is extended so.
+Triton kernel does), not a branch: the interpreter's AST rewrite is extended so, once
+and process-wide (rewritten functions are cached process-wide); outside archsim's
+traces the rewritten expression behaves exactly as Python's.
 
 Tested against Triton 3.8.0 (the version the ``triton`` extra pins): the interpreter's
 classes are internal and change between releases.
