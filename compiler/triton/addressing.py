@@ -220,6 +220,8 @@ def _box(addresses: np.ndarray, mask: np.ndarray, itemsize: int,
         raise NotABox("the block's addresses are not affine in its indices")
     if any(s == 0 and n > 1 for s, n in zip(strides, elements.shape)):
         raise NotABox("the block reads the same element along an axis")
+    if any(s < 0 for s in strides):
+        raise NotABox("the block walks a tensor backwards")
     if elements.min() < 0 or elements.max() >= pointer.numel:
         raise AddressError(f"the block reaches outside {pointer.name} "
                            f"({pointer.numel} elements)")

@@ -208,3 +208,17 @@ def test_integer_division_of_loaded_values_is_named_in_plain_words():
     sim, _, _ = simulate(divide_kernel, (x, torch.empty(16, dtype=torch.int32)),
                          {"BLOCK": 16}, (1,))
     assert torch.equal(sim["out_ptr"], torch.div(x, 3, rounding_mode="trunc"))
+
+
+@triton.jit
+def reversed_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + BLOCK - 1 - offs))
+
+
+def test_a_block_that_walks_backwards_is_read_element_by_element():
+    """DMA boxes walk forward: x[15], x[14], ... is 16 one-element descriptors."""
+    x = torch.randn(16)
+    sim, _, program = simulate(reversed_kernel, (x, torch.empty(16)), {"BLOCK": 16}, (1,))
+    torch.testing.assert_close(sim["out_ptr"], x.flip(0), rtol=0, atol=0)
+    assert sum(type(c.op).__name__ == "Load" for c in program.program.commands) == 16
