@@ -48,7 +48,10 @@ def fold_dims(m: int, k: int, n: int, dataflow: str) -> tuple[int, int, int]:
 
 def matmul_cycles(m: int, k: int, n: int, matrix: MatrixConfig,
                   operand_dtype: DType = DType.f32) -> int:
-    """Compute cycles of one tile on one array (SCALE-Sim's closed form)."""
+    """Compute cycles of one tile on one array (SCALE-Sim's closed form). Narrow inputs
+    the array has a mode for pack ``matrix.rates`` K elements into each PE, so K
+    shrinks by that factor whichever dimension the dataflow puts it on."""
+    k = ceil_div(k, matrix.rates.of(operand_dtype.value))
     rows, cols = matrix.rows, matrix.cols
     t = fold_dims(m, k, n, matrix.dataflow)[2]
     folds = fold_count(m, k, n, matrix)

@@ -164,6 +164,17 @@ class SimResult:
     """Set when a large matmul was compiled and simulated in part and the totals cover
     all of it (:func:`archsim.repeated.extend_tiles`); the trace is that of the simulated
     panels."""
+    kernels: int = 0
+    """Kernels the compiler made of the workload, over all of it (layers and panels not
+    simulated included); 0 when unknown (a hand-written program)."""
+
+    @property
+    def runtime_overhead_cycles(self) -> int:
+        """What the config's runtime (``NpuConfig.runtime``) adds before the run when it
+        is called once: one dispatch and a launch per kernel. Not in ``total_cycles``,
+        the hardware's time; 0 when the runtime costs nothing or the kernels are
+        unknown."""
+        return self.config.launch_cycles(self.kernels, 1) if self.kernels else 0
 
     @property
     def sram_peak_bytes(self) -> Mapping[str, int]:
@@ -236,10 +247,29 @@ class SimResult:
         """Matrix-engine FLOP/s achieved over the whole run."""
         return self.matmul_flops / self.seconds if self.total_cycles else 0.0
 
+    @cached_property
+    def matrix_peak_flops(self) -> float:
+        """The arrays' peak for this run's matmuls: the config's peak where they take the
+        native dtype, times the arrays' rate for narrow inputs (``core.matrix.rates``:
+        int8 on ATOM is 4x), weighted by each dtype's share of the matmul FLOPs (the
+        time they would take at their peaks adds up)."""
+        from compiler.ir.ops import MatMul
+
+        rates = self.config.core.matrix.rates
+        flops: dict[int, float] = {}
+        for command, done in zip(self.program.commands, self.command_flops.tolist()):
+            if isinstance(command.op, MatMul) and done:
+                rate = rates.of(command.op.a.dtype.value)
+                flops[rate] = flops.get(rate, 0.0) + done
+        total = sum(flops.values())
+        if not total or set(flops) == {1}:
+            return self.config.peak_flops
+        return self.config.peak_flops * total / sum(f / rate for rate, f in flops.items())
+
     @property
     def matrix_utilization(self) -> float:
-        """Achieved matrix FLOP/s as a fraction of the config's peak."""
-        return self.achieved_flops / self.config.peak_flops
+        """Achieved matrix FLOP/s as a fraction of the peak of this run's matmuls."""
+        return self.achieved_flops / self.matrix_peak_flops
 
     # -- trace ----------------------------------------------------------------------
     @cached_property

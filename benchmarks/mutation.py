@@ -38,6 +38,24 @@ MODULES: dict[str, list[str]] = {
         "tests/archsim/test_flow_network.py",
         "tests/archsim/test_timing.py",
     ],
+    "archsim/timing.py": [
+        "tests/archsim/test_cost_key_fields.py",
+        "tests/compiler/test_cost_keys.py",  # equal keys cost the same, over real programs
+        "tests/archsim/test_timing.py",
+        "tests/archsim/test_precision_and_vector_bandwidth.py",
+        "tests/archsim/test_weight_buffers.py",
+        "tests/archsim/test_simulator.py",
+    ],
+    "archsim/simulator.py": [
+        "tests/archsim/test_simulator.py",
+        "tests/archsim/test_timing.py",
+        "tests/archsim/test_functional.py",
+    ],
+    "archsim/plan.py": [
+        "tests/archsim/test_simulator.py",
+        "tests/archsim/test_timing.py",
+        "tests/archsim/test_functional.py",
+    ],
     "reports/critical_path.py": [
         "tests/reports/test_reports_critical_path.py",
         "tests/reports/test_reports_extended.py",  # the path through extended spans

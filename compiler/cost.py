@@ -116,13 +116,15 @@ def load_bandwidth(config: NpuConfig) -> float:
 @functools.lru_cache(maxsize=4096)
 def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, dtype: DType,
                          out_dtype: DType, cores: int, arrays: int,
-                         op_sets: int, epilogue_bytes: int, capacity: int) -> MatmulTiling:
+                         op_sets: int, epilogue_bytes: int, capacity: int,
+                         b_dtype: DType | None = None) -> MatmulTiling:
     """The tiling with the lowest estimated time that fits the scratchpad.
 
     ``epilogue_bytes`` is SRAM per output element the epilogue needs besides the
-    accumulator."""
+    accumulator; ``b_dtype``: B's dtype when it differs (weight-only int8 weights)."""
     matrix = config.core.matrix
     item = dtype.itemsize
+    b_item = (b_dtype or dtype).itemsize
     acc_item = 4
     dma_bw = config.core.dma.bandwidth_bytes_per_cycle
     setup = config.core.dma.setup_latency_cycles + config.dram.latency_cycles + \
@@ -133,7 +135,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     for mt, kt, nt in itertools.product(tile_sizes(m, matrix.rows), tile_sizes(k, matrix.rows),
                                         split_sizes(per_array_n, matrix.cols, cores)):
         used = min(arrays, -(-n // nt))
-        a_bytes, b_bytes = mt * kt * item, kt * nt * item
+        a_bytes, b_bytes = mt * kt * item, kt * nt * b_item
         steps = -(-k // kt)
         n_tiles = -(-n // (nt * used))
         for sets, acc_sets, resident in itertools.product(

@@ -185,16 +185,29 @@ class GraphBuilder:
         shape = x.shape[:dim] + (length,) + x.shape[dim + 1:]
         return self.add(g.Slice(dim, start, stop, step), (x,), shape, x.dtype, "slice")
 
-    def matmul(self, a: Value, b: Value, trans_b: bool = False) -> Value:
-        dtype = promote((a, b))
-        a, b = self.cast(a, dtype), self.cast(b, dtype)
+    def matmul(self, a: Value, b: Value, trans_b: bool = False,
+               out_dtype: DType | None = None, weight_only: bool = False) -> Value:
+        """``a @ b`` in the operands' promoted dtype, or ``out_dtype`` (an int8 matmul's
+        int32 result: the accumulator's dtype, nothing rounded). ``weight_only``: ``b``
+        (int8 weights) stays as stored, read at its size and widened to ``a``'s dtype
+        in the arrays' input path; the result is in ``a``'s dtype."""
+        if weight_only:
+            if not a.dtype.is_float or b.dtype is not DType.i8:
+                raise LoweringError(f"{self.source}: a weight-only matmul takes float "
+                                    f"activations and int8 weights, got {a.dtype.value} "
+                                    f"and {b.dtype.value}")
+            dtype = a.dtype
+        else:
+            dtype = promote((a, b))
+            a, b = self.cast(a, dtype), self.cast(b, dtype)
         m, k = a.shape[-2:]
         n, kb = (b.shape[-2], b.shape[-1]) if trans_b else (b.shape[-1], b.shape[-2])
         if k != kb:
             raise LoweringError(f"{self.source}: matmul inner dims differ: {list(a.shape)} @ "
                                 f"{list(b.shape)}{' (b transposed)' if trans_b else ''}")
         batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], where=self.source)
-        return self.add(g.MatMul(trans_b), (a, b), (*batch, m, n), dtype, "matmul")
+        return self.add(g.MatMul(trans_b), (a, b), (*batch, m, n), out_dtype or dtype,
+                        "matmul")
 
     def splat(self, value: float, shape: Shape, dtype: DType) -> Value:
         return self.add(g.Splat(float(value)), (), tuple(shape), dtype, "full")

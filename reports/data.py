@@ -139,7 +139,8 @@ class ReportData:
     total_cycles: int
     functional: bool
     peak_flops: float
-    """Matrix-engine peak of the chip, FLOP/s."""
+    """Matrix-engine peak of the chip for this run's matmuls, FLOP/s (op/s): the
+    native peak, times the arrays' rate for narrow inputs (``SimResult.matrix_peak_flops``)."""
     vector_peak_flops: float
     """Vector-engine peak of the chip (one FLOP per lane per cycle), FLOP/s."""
     dram_bandwidth_bytes_per_s: float
@@ -172,6 +173,11 @@ class ReportData:
     timeline order after the trace."""
     dram_efficiency: float = 1.0
     """The share of ``dram_bandwidth_bytes_per_s`` (the pins' peak) DRAM sustains."""
+    kernels: int = 0
+    """Kernels the compiler made of the workload (0: unknown)."""
+    runtime_overhead_cycles: int = 0
+    """The config's runtime cost of one call of the run (a dispatch and a launch per
+    kernel, ``SimResult.runtime_overhead_cycles``); not in ``total_cycles``."""
 
     # -- time -----------------------------------------------------------------------
     @property
@@ -300,10 +306,12 @@ def from_sim_result(result: SimResult) -> ReportData:
         cores=config.cores,
         total_cycles=result.total_cycles,
         functional=result.functional,
-        peak_flops=config.peak_flops,
+        peak_flops=result.matrix_peak_flops,
         vector_peak_flops=float(config.cores * config.core.vector.lanes * config.clock_hz),
         dram_bandwidth_bytes_per_s=config.dram_bandwidth_bytes_per_s,
         dram_efficiency=config.dram.efficiency,
+        kernels=result.kernels,
+        runtime_overhead_cycles=result.runtime_overhead_cycles,
         host_link_bandwidth_bytes_per_s=config.host_link.bandwidth_gb_per_s * 1e9,
         matmul_flops=result.matmul_flops,
         flops=result.flops,

@@ -42,6 +42,7 @@ def to_json(result: ResultLike) -> dict[str, Any]:
                                                   "tiles", "dram_efficiency")}
     run.update(seconds=data.seconds, achieved_flops=data.achieved_flops,
                dram_bandwidth_used_bytes_per_s=data.dram_bandwidth_used_bytes_per_s)
+    run.update(kernels=data.kernels, runtime_overhead_cycles=data.runtime_overhead_cycles)
     busy = data.engine_busy_cycles
     util = data.utilization
     path = critical_path(data)
@@ -108,6 +109,8 @@ def from_json(document: Mapping[str, Any]) -> ReportData:
         fields["layers"] = run.get("layers", "")
         fields["tiles"] = run.get("tiles", "")
         fields["dram_efficiency"] = run.get("dram_efficiency", 1.0)
+        fields["kernels"] = run.get("kernels", 0)
+        fields["runtime_overhead_cycles"] = run.get("runtime_overhead_cycles", 0)
         engines = document["engines"]
         if "busy_cycles" in engines:  # the result's, over the whole run when extended
             fields["run_busy_cycles"] = MappingProxyType(

@@ -27,7 +27,7 @@ def llm_table(result: Any) -> str:
         split += f" (tp {par.tp}, pp {par.pp}, {par.micro_batches} micro-batches)"
     lines = [
         f"{spec.name} on {cfg.name} x {split}: batch {req.batch}, prefill {req.prefill}, "
-        f"decode {req.decode}, {req.dtype} (KV cache {req.kv_dtype})",
+        f"decode {req.decode}, {req.precision}",
         "",
         f"  {'':24}{'simulated':>14}{'roofline':>14}{'ratio':>8}",
         _row("TTFT (prefill)", result.ttft_s, roof.prefill_s),
@@ -97,7 +97,7 @@ def llm_json(result: Any) -> dict[str, Any]:
     return {
         "model": spec.name, "config": cfg.name,
         "batch": req.batch, "prefill": req.prefill, "decode": req.decode,
-        "dtype": req.dtype, "kv_dtype": req.kv_dtype,
+        "dtype": req.dtype, "kv_dtype": req.kv_dtype, "weights": req.weights or req.dtype,
         "chips": par.chips, "tp": par.tp, "pp": par.pp, "micro_batches": par.micro_batches,
         "ttft_s": result.ttft_s, "tpot_s": result.tpot_s,
         "tokens_per_s": result.tokens_per_s, "e2e_s": result.e2e_s,

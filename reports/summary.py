@@ -39,6 +39,7 @@ def _headline(data: ReportData) -> str:
         *([_kv("tiles", data.tiles)] if data.tiles else []),
         _kv("latency", f"{format_cycles(data.total_cycles)} cycles = {format_us(seconds)}"
                        + (f"  ({1 / seconds:,.0f} runs/s)" if seconds else "")),
+        *([_runtime(data)] if data.runtime_overhead_cycles else []),
         _kv("matrix FLOP/s", f"{format_si(data.achieved_flops, 'FLOP/s')} of "
                              f"{format_si(data.peak_flops, 'FLOP/s')} peak "
                              f"({percent(data.achieved_flops, data.peak_flops)}); "
@@ -65,6 +66,15 @@ def _headline(data: ReportData) -> str:
                                       f"{format_si(used, 'B/s')} of "
                                       f"{format_si(data.host_link_bandwidth_bytes_per_s, 'B/s')}"))
     return "\n".join(lines)
+
+
+def _runtime(data: ReportData) -> str:
+    """The config's runtime cost of calling the run once, apart from the hardware's."""
+    overhead = data.runtime_overhead_cycles
+    with_it = data.total_cycles + overhead
+    return _kv("runtime", f"+{format_us(overhead / data.clock_hz)} for {data.kernels} kernel "
+                          f"launch{'es' if data.kernels != 1 else ''} + a dispatch = {format_us(with_it / data.clock_hz)} "
+                          f"a call ({percent(overhead, with_it)} runtime)")
 
 
 def _kv(key: str, value: str) -> str:

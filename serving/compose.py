@@ -35,7 +35,6 @@ from archsim.cluster import (ClusterResult, Collective, Compute, Host, Send, Tas
 from archsim.collectives import choose_algorithm
 from archsim.config.model import NpuConfig
 from serving.plan import Parallelism, Request
-from serving.runtime import launch_cycles
 from serving.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -175,11 +174,11 @@ class Composer:
         flops = sum(p[1].matmul_flops for p in parts) * len(group)
         dram = sum(p[1].dram_bytes for p in parts) * len(group)
         kernels = sum(p[1].kernels for p in parts)
-        launches = launch_cycles(kernels, self.config)
+        launches = self.config.launch_cycles(kernels)
         if len(group) == 1:
             timeline, now = [], 0
             for name, block, _, _ in parts:
-                launch = launch_cycles(block.kernels, self.config)
+                launch = self.config.launch_cycles(block.kernels)
                 if launch:
                     timeline.append((_launch_name(block.kernels), now, now + launch, False))
                 timeline.append((name, now + launch, now + launch + block.cycles, False))
@@ -190,7 +189,7 @@ class Composer:
         after: dict[int, tuple[int, ...]] = {c: () for c in group}
         """What each chip's next compute waits for."""
         for name, block, op, nbytes in parts:
-            launch = launch_cycles(block.kernels, self.config)
+            launch = self.config.launch_cycles(block.kernels)
             if launch:  # the chip's stream launches the block's kernels, then runs them
                 tasks += [Compute(_launch_name(block.kernels), c, launch, after[c])
                           for c in group]
@@ -234,7 +233,7 @@ class Composer:
             name = "+".join((["embed"] if embed else [])
                             + [f"layers {first}-{first + count - 1}"]
                             + (["head"] if head else []))
-            launch = launch_cycles(block.kernels, self.config)
+            launch = self.config.launch_cycles(block.kernels)
             parts = ((_launch_name(block.kernels), 0, launch, False),) if launch else ()
             found = Segment(launch + block.cycles, 0, block.matmul_flops, block.dram_bytes,
                             0, parts + ((name, launch, launch + block.cycles, False),),

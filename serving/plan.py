@@ -20,6 +20,8 @@ from archsim.errors import DeviceMemoryError, ModelConfigError
 from serving.spec import ModelSpec
 
 DTYPE_BYTES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2}
+WEIGHT_BYTES: dict[str, float] = {"int8": 1.0}
+"""Bytes per matmul weight of each weight-only format (``--weights``)."""
 
 
 @dataclass(frozen=True)
@@ -32,10 +34,24 @@ class Request:
     decode: int = 16
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
+    weights: str = ""
+    """Weight-only format of the matmul weights (``int8``: one byte each, a scale per
+    output channel in ``dtype``); empty: in ``dtype``."""
 
     @property
     def item(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def weight_item(self) -> float:
+        """Bytes per matmul weight."""
+        return WEIGHT_BYTES[self.weights] if self.weights else self.item
+
+    @property
+    def precision(self) -> str:
+        """``int8 weights, bf16 activations, bf16 KV cache``."""
+        return (f"{self.weights or self.dtype} weights, {self.dtype} activations, "
+                f"{self.kv_dtype} KV cache")
 
     @property
     def kv_item(self) -> int:
@@ -85,6 +101,10 @@ def check(spec: ModelSpec, request: Request, par: Parallelism) -> Shard:
     for name, dtype in (("dtype", request.dtype), ("kv-dtype", request.kv_dtype)):
         if dtype not in DTYPE_BYTES:
             problems.append(f"{name} {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    if request.weights and request.weights not in WEIGHT_BYTES:
+        problems.append(f"weights {request.weights!r} is not one of {', '.join(WEIGHT_BYTES)}")
+    if request.weights and request.dtype == "f32":
+        problems.append("weight-only int8 takes 16-bit activations: --dtype bf16 or f16")
     if problems:
         raise ModelConfigError("; ".join(problems))
     if spec.heads % par.tp:
@@ -126,9 +146,14 @@ def memory_per_chip(spec: ModelSpec, request: Request, par: Parallelism,
     hd, h = spec.head_dim, spec.hidden
     q, kv = shard.heads * hd, shard.kv_heads * hd
     mlp = (3 if spec.gated else 2) * h * shard.intermediate
-    layer = h * (2 * q + 2 * kv) + mlp + (spec.layer_parameters - spec.layer_matmul_weights)
-    embed = (shard.vocab + spec.position_rows) * h
-    head = (0 if spec.tied_embeddings else shard.vocab * h) + spec.norm_parameters
+    # bytes, weights at their format's size (a per-channel scale each output row)
+    outputs = q + 2 * kv + h + (2 if spec.gated else 1) * shard.intermediate + h
+    layer = (h * (2 * q + 2 * kv) + mlp) * request.weight_item \
+        + (spec.layer_parameters - spec.layer_matmul_weights) * request.item \
+        + (outputs * request.item if request.weights else 0)
+    embed = (shard.vocab + spec.position_rows) * h * request.item
+    head = (0 if spec.tied_embeddings else shard.vocab * h * request.weight_item) \
+        + spec.norm_parameters * request.item
     tokens = request.prefill + request.decode
     kv_token = request.batch * 2 * kv * request.kv_item  # one cached token of one layer
     mb_tokens = request.batch // par.micro_batches * request.prefill
@@ -142,8 +167,9 @@ def memory_per_chip(spec: ModelSpec, request: Request, par: Parallelism,
         if stage == 0:
             params += embed
         if stage == par.pp - 1:
-            params += head + (shard.vocab * h if spec.tied_embeddings and par.pp > 1 else 0)
-        mem = Memory(params * request.item, cached * kv_token, act)
+            params += head + (shard.vocab * h * request.item
+                              if spec.tied_embeddings and par.pp > 1 else 0)
+        mem = Memory(math.ceil(params), cached * kv_token, act)
         worst = max(worst, mem, key=lambda m: m.total)
     return worst
 

@@ -54,7 +54,15 @@ def weight_bytes(spec: ModelSpec, request: Request) -> float:
     """Weights a decode step reads: every layer and the head (the embedding only for
     the batch's rows, counted as nothing)."""
     head = spec.head_parameters if not spec.tied_embeddings else spec.vocab * spec.hidden
-    return (spec.layers * spec.layer_parameters + head) * request.item
+    if not request.weights:
+        return (spec.layers * spec.layer_parameters + head) * request.item
+    # weight-only: matmul weights (the untied head's too) at their format's size; norms,
+    # a tied head and one scale per matmul output row in ``dtype`` (scales ignored: a
+    # bound may only be lower)
+    matmul = spec.layers * spec.layer_matmul_weights \
+        + (spec.vocab * spec.hidden if not spec.tied_embeddings else 0)
+    rest = spec.layers * spec.layer_parameters + head - matmul
+    return matmul * request.weight_item + rest * request.item
 
 
 def roofline(spec: ModelSpec, request: Request, config: NpuConfig, chips: int = 1) -> Roofline:

@@ -49,9 +49,4 @@ def stacked_kernel_count(names: tuple[str, ...], path: str, total: int) -> int:
     return len(names) + middle * max(total - kept, 0)
 
 
-def launch_cycles(kernels: int, config: NpuConfig) -> int:
-    """Cycles ``kernels`` launches occupy a chip (nothing overlaps them)."""
-    return kernels * config.us_to_cycles(config.runtime.kernel_launch_us)
-
-
-__all__ = ["kernel_count", "launch_cycles", "stacked_kernel_count"]
+__all__ = ["kernel_count", "stacked_kernel_count"]

@@ -82,9 +82,15 @@ class Timer:
 
     def _estimate(self, module: torch.nn.Module, inputs: tuple,
                   all_layers: bool = False) -> BlockTime:
-        """The one place blocks are compiled and simulated."""
+        """The one place blocks are compiled and simulated (their linear layers in the
+        request's weight-only format, if any)."""
         from archsim.app.pipeline import run
         from archsim.app.workload import Workload
+
+        if self.request.weights:
+            from serving.quant import quantize_weights
+
+            module = quantize_weights(module, self.request.weights, self.dtype)
 
         result = run(Workload.of_module(module, inputs), self.config, mode="performance",
                      all_layers=all_layers)

@@ -155,6 +155,7 @@ class GraphRunner:
             return self._run_eagerly(inputs)
         self._verified = True
         note = f"{len(program.fallbacks)} ops on the host" if program.fallbacks else ""
+        runtime.record_launch(self.label, len(program.kernels))
         runtime.record_device(self.label, result.total_cycles, result.dram_bytes,
                               flops=result.flops, note=note, result=result,
                               sources=self.sources)

@@ -208,6 +208,7 @@ class CompiledOpKernel:
         if entry.copy_bytes:
             runtime.record_device_memory_op(self.name, entry.copy_bytes, entry.copy_bytes)
         else:
+            runtime.record_launch(self.name, len(entry.program.kernels))
             runtime.record_device(self.name, result.total_cycles, result.dram_bytes,
                                   flops=result.flops, result=result)
         if self.in_place:

@@ -46,6 +46,8 @@ def summary_text(session: ProfileResult) -> str:
         f"{percent(session.transfer_cycles, total):>6}  ({len(copies)} host<->device copies, "
         f"{format_bytes(sum(e.bytes for e in copies))})",
     ]
+    if session.runtime_cycles:
+        lines.append(_runtime_line(session))
     device_s = config.cycles_to_seconds(sum(r.total_cycles for r in session.runs))
     if device_s:
         achieved = session.matmul_flops / device_s
@@ -72,21 +74,33 @@ def summary_text(session: ProfileResult) -> str:
     return "\n".join(lines)
 
 
+def _runtime_line(session: ProfileResult) -> str:
+    """The runtime's launches and dispatches: their share and what they are made of."""
+    runtime, total = session.config.runtime, session.total_cycles
+    launches = sum(1 for e in session.events if e.event.kind == "runtime")
+    return (f"  runtime   {format_cycles(session.runtime_cycles):>14} cycles "
+            f"{percent(session.runtime_cycles, total):>6}  (runtime overhead: {launches} "
+            f"calls at {runtime.op_dispatch_us:g} us dispatch + {runtime.kernel_launch_us:g} "
+            f"us a kernel launch, config {session.config.name!r})")
+
+
 def table_text(session: ProfileResult, sort: str = "time", top: int | None = None) -> str:
     """The per-op table (see :meth:`torch_bridge.profile.table`)."""
     records = sorted_records(session, sort, top)
     total = session.total_cycles
     us = 1e6 / session.config.clock_hz
+    runtime = bool(session.runtime_cycles)  # a column only when the config has a runtime
     cells = [(
         _clip(r.name, 40), str(r.calls), f"{r.device_cycles * us:.2f}",
         f"{r.host_cycles * us:.2f}", f"{r.transfer_cycles * us:.2f}",
+        *((f"{r.runtime_cycles * us:.2f}",) if runtime else ()),
         percent(r.total_cycles, total), format_count(r.flops), format_bytes(r.bytes),
     ) for r in records]
-    headers = ("op", "calls", "device us", "host us", "transfer us", "of total", "FLOPs",
-               "bytes")
+    headers = ("op", "calls", "device us", "host us", "transfer us",
+               *(("runtime us",) if runtime else ()), "of total", "FLOPs", "bytes")
     title = (f"Ops by {sort} ({len(records)} of {len(session.ops)}); session "
              f"{format_cycles(total)} cycles = {format_us(session.seconds)}")
-    return f"{title}\n" + format_table(headers, cells, align="lrrrrrrr")
+    return f"{title}\n" + format_table(headers, cells, align="l" + "r" * (len(headers) - 1))
 
 
 def sorted_records(session: ProfileResult, sort: str = "time",
@@ -115,10 +129,12 @@ def perfetto_trace(session: ProfileResult) -> dict[str, Any]:
         {"name": "process_sort_index", "ph": "M", "pid": _STREAM_PID, "tid": 0,
          "args": {"sort_index": -1}},
     ]
-    tracks = {"device": 1, "host": 2, "transfer": 3}
+    tracks = {"device": 1, "host": 2, "transfer": 3, "runtime": 4}  # runtime: overhead
     for kind, tid in tracks.items():
+        if kind == "runtime" and not session.runtime_cycles:
+            continue
         events.append({"name": "thread_name", "ph": "M", "pid": _STREAM_PID, "tid": tid,
-                       "args": {"name": kind}})
+                       "args": {"name": "runtime overhead" if kind == "runtime" else kind}})
     threads: dict[tuple[int, str], int] = {}
     named: set[tuple[int, int]] = set()
     flow_base = 0

@@ -63,10 +63,13 @@ class OpRecord:
     """DRAM bytes for device work, host-link bytes for host work and copies."""
     notes: tuple[str, ...] = ()
     """Why calls ran on the host, when they had a lowering (distinct reasons)."""
+    runtime_cycles: int = 0
+    """The runtime's launch and dispatch cost before the calls (``NpuConfig.runtime``)."""
 
     @property
     def total_cycles(self) -> int:
-        return self.device_cycles + self.host_cycles + self.transfer_cycles
+        return self.device_cycles + self.host_cycles + self.transfer_cycles \
+            + self.runtime_cycles
 
     def __add__(self, other: OpRecord) -> OpRecord:
         notes = self.notes + tuple(n for n in other.notes if n not in self.notes)
@@ -74,7 +77,8 @@ class OpRecord:
                         self.device_cycles + other.device_cycles,
                         self.host_cycles + other.host_cycles,
                         self.transfer_cycles + other.transfer_cycles,
-                        self.flops + other.flops, self.bytes + other.bytes, notes)
+                        self.flops + other.flops, self.bytes + other.bytes, notes,
+                        self.runtime_cycles + other.runtime_cycles)
 
 
 SORT_KEYS: Mapping[str, Any] = MappingProxyType({
@@ -82,6 +86,7 @@ SORT_KEYS: Mapping[str, Any] = MappingProxyType({
     "device": lambda r: -r.device_cycles,
     "host": lambda r: -r.host_cycles,
     "transfer": lambda r: -r.transfer_cycles,
+    "runtime": lambda r: -r.runtime_cycles,
     "calls": lambda r: -r.calls,
     "flops": lambda r: -r.flops,
     "bytes": lambda r: -r.bytes,
@@ -105,7 +110,8 @@ class ProfileResult:
         return tuple(e.run.result for e in self.events if e.run is not None)
 
     def cycles(self, kind: str) -> int:
-        """Cycles of the events of one kind (``device``, ``host`` or ``transfer``)."""
+        """Cycles of the events of one kind (``device``, ``host``, ``transfer`` or
+        ``runtime``)."""
         return sum(e.event.cycles for e in self.events if e.event.kind == kind)
 
     @property
@@ -131,6 +137,11 @@ class ProfileResult:
     @property
     def transfer_cycles(self) -> int:
         return self.cycles("transfer")
+
+    @property
+    def runtime_cycles(self) -> int:
+        """The runtime's launches and dispatches (``NpuConfig.runtime``; zero: none)."""
+        return self.cycles("runtime")
 
     @property
     def seconds(self) -> float:
@@ -208,6 +219,8 @@ def _records(item: ProfiledEvent) -> list[OpRecord]:
                          bytes=event.bytes, notes=notes)]
     if event.kind == "transfer":
         return [OpRecord(event.op, 1, transfer_cycles=event.cycles, bytes=event.bytes)]
+    if event.kind == "runtime":  # the call it precedes counts the call
+        return [OpRecord(event.op, 0, runtime_cycles=event.cycles)]
     if run is None or not run.sources:  # an eager op: the run is the op
         return [OpRecord(event.op, 1, device_cycles=event.cycles, flops=event.flops,
                          bytes=event.bytes)]

@@ -32,8 +32,10 @@ from archsim.config import DEFAULT_PRESET, NpuConfig, load_config
 if TYPE_CHECKING:
     from archsim.result import SimResult
 
-EventKind = Literal["device", "host", "transfer"]
-EVENT_KINDS: tuple[str, ...] = ("device", "host", "transfer")
+EventKind = Literal["device", "host", "transfer", "runtime"]
+EVENT_KINDS: tuple[str, ...] = ("device", "host", "transfer", "runtime")
+"""``runtime``: the software's launch and dispatch cost before a device call
+(:func:`record_launch`), its own kind so reports show it apart from the hardware."""
 
 
 @dataclass(frozen=True)
@@ -243,7 +245,9 @@ def record_host_op(op: str, flops: float, bytes_to_host: int, bytes_to_device: i
 
 def record_device_memory_op(op: str, nbytes_read: int, nbytes_written: int) -> Event:
     """Record a memory-bound op done on the device (memset, on-device copy), timed at the
-    DRAM bandwidth. An estimate until the compiler lowers these ops."""
+    DRAM bandwidth, after its launch (one kernel). An estimate until the compiler lowers
+    these ops."""
+    record_launch(op, 1)
     costs = _costs()
     cycles = math.ceil((nbytes_read + nbytes_written) / costs.dram_bytes_per_cycle)
     return _record(op, "device", cycles, nbytes_read + nbytes_written)
@@ -259,6 +263,17 @@ def record_device(op: str, cycles: int, nbytes: int = 0, *, flops: int = 0, note
     return _record(op, "device", cycles, nbytes, flops, note, run)
 
 
+def record_launch(op: str, kernels: int) -> Event | None:
+    """Record the runtime's cost of one call issued from Python (an eager op, a compiled
+    graph, a Triton launch) that runs ``kernels`` kernels: one dispatch and their launches
+    (``NpuConfig.runtime``); nothing is recorded when the config's runtime costs none."""
+    cycles = get_config().launch_cycles(kernels, dispatches=1)
+    if not cycles:
+        return None
+    return _record(op, "runtime", cycles, 0,
+                   note=f"{kernels} kernel launch{'es' if kernels != 1 else ''} + dispatch")
+
+
 def memory_in_use() -> int:
     """Bytes currently allocated on the device (see :mod:`torch_bridge.storage`)."""
     from torch_bridge import storage
@@ -269,6 +284,7 @@ def memory_in_use() -> int:
 __all__ = [
     "EVENT_KINDS", "Event", "EventKind", "Listener", "Run", "Timeline", "add_listener",
     "get_config", "host_op_cycles", "memory_in_use", "record_device",
-    "record_device_memory_op", "record_host_op", "record_transfer", "remove_listener",
+    "record_device_memory_op", "record_host_op", "record_launch", "record_transfer",
+    "remove_listener",
     "reset_timeline", "set_config", "timeline", "transfer_cycles", "use_config",
 ]

@@ -136,6 +136,7 @@ def launch(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
         target = tensors[name]
         dtype = kernel.program.tensor(name).dtype
         storage.cpu_view(target).copy_(to_torch(outputs[name], dtype).reshape(target.shape))
+    runtime.record_launch(kernel.name, 1)
     runtime.record_device(kernel.name, result.total_cycles, result.dram_bytes,
                           flops=result.flops, note=kernel.note, result=result)
 

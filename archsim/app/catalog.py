@@ -61,6 +61,8 @@ class Builtin:
     is the same single node."""
     performance_only: bool = False
     """Always shapes only (a 7B model's weights would not fit a host)."""
+    int8_op: str = ""
+    """The aten op the workload is in int8 (``_int_mm``), if it takes ``--dtype i8``."""
 
     @property
     def description(self) -> str:
@@ -115,6 +117,11 @@ def _gemm(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
     from archsim.app.models import Gemm
 
     n = sizes.seq
+    if dtype == torch.int8:  # int8 x int8 -> int32 (torch._int_mm)
+        from archsim.app.models import IntGemm
+
+        return IntGemm(), tuple(torch.randint(-128, 128, (n, n), dtype=torch.int8)
+                                for _ in range(2))
     return Gemm(), (torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype))
 
 
@@ -153,8 +160,8 @@ BUILTINS: dict[str, Builtin] = {
                          Sizes(), ("batch",)),
     "resnet-50": Builtin("ResNet-50 on 224x224 images", _resnet((3, 4, 6, 3), True),
                          Sizes(), ("batch",)),
-    "gemm": Builtin("square GEMM, --seq gives the size", _gemm, Sizes(seq=1024), ("seq",),
-                    op="mm"),
+    "gemm": Builtin("square GEMM, --seq gives the size; --dtype i8: int8 x int8 -> int32",
+                    _gemm, Sizes(seq=1024), ("seq",), op="mm", int8_op="_int_mm"),
     "conv": Builtin("3x3 conv, 64->64 channels on 56x56", _conv, Sizes(), ("batch",)),
     "attention": Builtin("causal scaled-dot-product attention, 12 heads x 64", _attention,
                          Sizes(), ("batch", "seq")),

@@ -287,6 +287,13 @@ class Gemm(nn.Module):
         return a @ b
 
 
+class IntGemm(nn.Module):
+    """int8 x int8 -> int32, as quantized stacks call it (``torch._int_mm``)."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch._int_mm(a, b)
+
+
 class Conv(nn.Module):
     def __init__(self, cin: int, cout: int, kernel: int) -> None:
         super().__init__()

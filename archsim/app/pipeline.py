@@ -109,7 +109,8 @@ def _run_builtin(workload: Workload, config: NpuConfig, s: Settings) -> SimResul
     dtype_name = workload.dtype or (native_dtype(config) if perf_only else "f32")
     dtype = torch_dtype(dtype_name)
     if perf_only:  # shapes only: the meta module in the run's dtype (every build ends
-        module = module.to(dtype)  # in .to(dtype) and makes float inputs in it)
+        if dtype.is_floating_point:  # in .to(dtype); integer builds make their inputs)
+            module = module.to(dtype)
         inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
                        else t for t in meta_inputs)
         s.progress.note(f"{name}: {parameters / 1e6:.1f}M parameters, {dtype_name}, "
@@ -127,7 +128,8 @@ def _run_builtin(workload: Workload, config: NpuConfig, s: Settings) -> SimResul
     if "layers" in entry.takes:
         layers = f"{sizes.layers}" + (f" of {entry.model_layers}" if entry.model_layers else "")
     if perf_only and entry.op:
-        return _run_op(label, entry.op, inputs, config, s)
+        return _run_op(label, entry.int8_op if dtype_name == "i8" else entry.op, inputs,
+                       config, s)
     return _run_module(label, module.eval(), inputs, {}, perf_only, config, s, layers)
 
 
@@ -243,6 +245,7 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     from torch_bridge.shapes import estimate_options, export_shapes, whole_stack
     from torch_bridge.layer_stack import KEEP_LAYERS
     from torch_bridge.model_outputs import bind_arguments
+    from serving.runtime import stacked_kernel_count
 
     stack = None
     with s.progress.step("exporting with torch.export"):
@@ -265,14 +268,17 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
         compiled = dataclasses.replace(
             compiled, program=dataclasses.replace(compiled.program, name=name))
     steps = f"simulating {len(compiled.program.commands)} commands"
+    kernels = len(compiled.kernels) if stack is None else \
+        stacked_kernel_count(compiled.kernels, stack.path, stack.total)
     if perf_only:
         with s.progress.step(steps + " (performance-only)"):
-            return whole_stack(compiled.simulate(), stack)
+            result = whole_stack(compiled.simulate(), stack)
+        return dataclasses.replace(result, kernels=kernels)
     with s.progress.step(steps + " (functional)"):
         outputs, result = compiled.run(*tensors)
     own, mutated = split_outputs(exported, outputs)
     check_numerics(module, tensors, own, s.progress, mutated)
-    return result
+    return dataclasses.replace(result, kernels=kernels)
 
 
 def _run_op(name: str, op: str, inputs: tuple[Any, ...], config: NpuConfig,
@@ -292,7 +298,7 @@ def _run_op(name: str, op: str, inputs: tuple[Any, ...], config: NpuConfig,
                                                                          name=name))
     with s.progress.step(f"simulating {len(compiled.program.commands)} commands "
                          f"(performance-only)"):
-        return compiled.simulate()
+        return dataclasses.replace(compiled.simulate(), kernels=len(compiled.kernels))
 
 
 # ---------------------------------------------------------------- dtypes and meta

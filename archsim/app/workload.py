@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 DTYPES = ("f32", "f16", "bf16")
 """Model dtypes a workload can be built or converted in."""
+INTEGER_DTYPES = ("i8",)
+"""Operand dtypes of integer workloads (``gemm --dtype i8``: ``torch._int_mm``)."""
 
 
 class Kind(enum.Enum):
@@ -72,9 +74,14 @@ class Workload:
                 layers: int | None = None, dtype: str | None = None) -> Workload:
         """A built-in model (:data:`~archsim.app.catalog.BUILTINS`) or a sized workload
         (``gemm_512x512x512``); sizes that the model does not take are refused."""
-        _check_dtype(dtype)
+        _check_dtype(dtype, integer=True)
         given = {"batch": batch, "seq": seq, "layers": layers}
         entry = BUILTINS.get(name)
+        if dtype in INTEGER_DTYPES and (entry is None or not entry.int8_op):
+            takes = [n for n, e in BUILTINS.items() if e.int8_op]
+            raise ArchsimError(f"--dtype {dtype} runs integer matmuls: built-in "
+                               f"{', '.join(takes)} only, not {name!r} (a model's dtype "
+                               f"is one of {', '.join(DTYPES)})")
         if entry is not None:
             _refuse(name, [s for s in SIZES if given[s] is not None and s not in entry.takes],
                     f"it takes {_flags(entry.takes)}")
@@ -212,9 +219,10 @@ def _refuse(model: str, options: list[str], why: str) -> None:
         raise ArchsimError(f"{_flags(options)} cannot apply to {model!r}: {why}")
 
 
-def _check_dtype(dtype: str | None) -> None:
-    if dtype is not None and dtype not in DTYPES:
-        raise ArchsimError(f"unknown dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+def _check_dtype(dtype: str | None, integer: bool = False) -> None:
+    known = DTYPES + INTEGER_DTYPES if integer else DTYPES
+    if dtype is not None and dtype not in known:
+        raise ArchsimError(f"unknown dtype {dtype!r}: expected one of {', '.join(known)}")
 
 
 def _from_python_file(path: Path) -> tuple[Any, tuple[Any, ...]]:

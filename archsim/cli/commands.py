@@ -167,15 +167,26 @@ def configs(args: argparse.Namespace) -> int:
             f"{c.core.matrix.dataflow} {c.core.matrix.input_dtype}",
             f"{c.clock_hz / 1e9:g} GHz",
             f"{c.peak_flops / 1e12:.2f}",
+            _narrow_peaks(c),
             f"{c.dram_bandwidth_bytes_per_s / 1e9:g} {c.dram.kind}",
             format_bytes(c.core.scratchpad.size_bytes),
             format_bytes(c.shared_sram.size_bytes) if c.shared_sram.size_bytes else "-",
             _links(c),
         ])
     print(format_table(["preset", "cores", "matrix per core", "clock", "peak TFLOP/s",
-                        "DRAM GB/s", "SRAM/core", "shared", "chip links"], rows))
+                        "i8/i4/fp8 TOPS", "DRAM GB/s", "SRAM/core", "shared", "chip links"], rows))
+    print("\ni8/i4/fp8 TOPS: the arrays' peak on narrow inputs (core.matrix.rates); '-': no "
+          "such mode,\nthe compiler widens those inputs and they run at the native rate.")
     print("\nOverride any field with --set PATH=VALUE; a YAML file works as --config too.")
     return 0
+
+
+def _narrow_peaks(config: Any) -> str:
+    from archsim.config.model import NARROW_DTYPES
+
+    rates = config.core.matrix.rates
+    return "/".join(f"{config.peak_ops(d) / 1e12:.3g}" if getattr(rates, d) else "-"
+                    for d in NARROW_DTYPES)
 
 
 def _links(config: Any) -> str:

@@ -14,6 +14,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``llm`` on the subparsers of ``archsim``."""
     from archsim.cli.main import output_file
     from archsim.config import DEFAULT_PRESET
+    from serving.plan import WEIGHT_BYTES
     from serving.spec import bundled_models
 
     p = sub.add_parser(
@@ -42,6 +43,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                                                      "(default bf16)")
     p.add_argument("--kv-dtype", choices=_DTYPES, default=None,
                    help="KV cache (default: --dtype)")
+    p.add_argument("--weights", choices=tuple(WEIGHT_BYTES), default="",
+                   help="weight-only quantized matmul weights: int8 (one byte each, a "
+                        "scale per output channel, widened in the arrays' input path); "
+                        "default: --dtype")
     p.add_argument("--chips", type=int, default=None,
                    help="chips in all (default tp x pp); sets whichever of --tp/--pp is "
                         "missing (alone: --tp)")
@@ -86,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = resolve_config(args.config, args.overrides)
     request = Request(args.batch, args.prefill, args.decode, args.dtype,
-                      args.kv_dtype or args.dtype)
+                      args.kv_dtype or args.dtype, args.weights)
     result = serve(args.model, config, request, parallelism(args), args.collectives)
     print(llm_table(result))
     if args.json:

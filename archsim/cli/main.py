@@ -82,11 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--layers", type=positive, default=None,
                        help="number of layers (built-in transformer models, transformers "
                             "configs; refused elsewhere)")
-        p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
+        p.add_argument("--dtype", choices=("f32", "f16", "bf16", "i8"), default=None,
                        help="model dtype: built-in models are built in it, a model file's "
                             "weights and inputs are converted to it (default: f32 for "
                             "functional runs, the matrix engine's native dtype for "
-                            "performance-only; a model file as it is)")
+                            "performance-only; a model file as it is); i8: gemm as "
+                            "int8 x int8 -> int32, at the arrays' int8 rate")
         p.add_argument("--perf-only", action="store_true",
                        help="performance-only: shapes only, no data (automatic for large "
                             "models)")

@@ -49,6 +49,8 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("links_per_chip", 1, 1024, "up to 1,024 links"),
     Bound("efficiency", 0.05, 1.0, "a fraction of the peak, 5% to 100%"),
     Bound("us", 0, 1e6, "a software cost of 0 to 1 s"),
+    *(Bound(f"rates.{dtype}", 0, 64, f"0 (no {dtype} mode) to 64 MACs per PE per cycle")
+      for dtype in ("i8", "i4", "fp8")),
 )
 DEFAULT = Bound("*", 0, 2 ** 40, "up to 2**40")
 """Any other number (vector op costs, ...)."""

@@ -175,7 +175,8 @@ def _float_or_none(text: str) -> float | None:
 
 
 def _check_number(value: int | float, path: str, problems: list[str]) -> int | float | None:
-    may_be_zero = path.endswith(_MAY_BE_ZERO_SUFFIXES) or path.startswith("runtime.")
+    may_be_zero = path.endswith(_MAY_BE_ZERO_SUFFIXES) or path.startswith("runtime.") \
+        or ".matrix.rates." in path  # 0: the array has no mode for that dtype
     if value < 0 or (value == 0 and not may_be_zero):
         bound = ">= 0" if may_be_zero else "> 0"
         problems.append(f"{path}: must be {bound}, got {value!r}")

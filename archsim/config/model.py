@@ -6,7 +6,7 @@ bytes per cycle) are properties, so there is one source of truth per number.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from archsim.config.names import (HDMA, HOST, SHARED, TDMA, dma_engine, mxu_engine,
@@ -48,6 +48,29 @@ class DmaConfig:
 
 
 @dataclass(frozen=True)
+class NarrowRatesConfig:
+    """MACs one PE does per cycle on inputs narrower than the array's native dtype, by
+    the IR's name of the dtype: the array packs that many K elements into each PE
+    (Ascend's cube is 16x16x16 for f16 and 16x32x16 for int8). 0: the array has no
+    such mode; the compiler widens those inputs to the native dtype on the way in and
+    they run at the native rate (1)."""
+
+    i8: int = 0
+    i4: int = 0
+    """Packed two per byte (weights), activations in int8 or wider."""
+    fp8: int = 0
+    """e4m3 and e5m2 alike."""
+
+    def of(self, dtype: str) -> int:
+        """The rate of inputs of IR dtype ``dtype``: 1 for the native and float types,
+        and for a narrow type the array has no mode for."""
+        return (getattr(self, dtype) or 1) if dtype in NARROW_DTYPES else 1
+
+
+NARROW_DTYPES: tuple[str, ...] = tuple(f.name for f in fields(NarrowRatesConfig))
+
+
+@dataclass(frozen=True)
 class MatrixConfig:
     """Systolic arrays of one core; each array is its own engine (``coreN.mxuM``)."""
 
@@ -67,6 +90,12 @@ class MatrixConfig:
     (one bf16 pass, what XLA does on TPUs unless a program asks for more), ``high``
     (bf16x3) or ``highest`` (bf16x6); see :data:`F32_PASSES`. Timing only: functional
     runs compute in f32. Ignored when the array's input_dtype is f32."""
+    rates: NarrowRatesConfig = field(default_factory=NarrowRatesConfig)
+    """Per narrow input dtype (i8, i4, fp8), MACs per PE per cycle (0: no such mode)."""
+
+    def peak_macs_per_cycle(self, dtype: str) -> int:
+        """MACs all arrays of a core do per cycle on inputs of IR dtype ``dtype``."""
+        return self.macs_per_cycle * self.rates.of(dtype)
 
     @property
     def f32_passes(self) -> int:
@@ -188,15 +217,21 @@ class RuntimeConfig:
     ``collective_latency_us``: per collective, once, on top of its transfers (the
     communication library's launch, the ranks' handshake and the completion
     notification). ``host_step_us``: per model step (prefill or decode), the host's
-    work between steps: sampling, scheduling, preparing the next inputs."""
+    work between steps: sampling, scheduling, preparing the next inputs.
+    ``op_dispatch_us``: per call issued from Python one at a time (an eager op, a
+    compiled graph's call, a Triton launch), the host framework's dispatch of it
+    (argument checks, allocation, the launch call); a captured graph's kernels skip it,
+    so eager mode pays it per op and graph mode once per step."""
 
     kernel_launch_us: float = 0.0
     collective_latency_us: float = 0.0
     host_step_us: float = 0.0
+    op_dispatch_us: float = 0.0
 
     @property
     def is_zero(self) -> bool:
-        return not (self.kernel_launch_us or self.collective_latency_us or self.host_step_us)
+        return not (self.kernel_launch_us or self.collective_latency_us or self.host_step_us
+                    or self.op_dispatch_us)
 
 
 @dataclass(frozen=True)
@@ -229,6 +264,11 @@ class NpuConfig:
     def peak_flops(self) -> float:
         """Matrix-engine peak, FLOP/s (a MAC counts as two FLOPs)."""
         return 2.0 * self.cores * self.core.matrix.macs_per_cycle * self.clock_hz
+
+    def peak_ops(self, dtype: str) -> float:
+        """Matrix-engine peak on inputs of IR dtype ``dtype`` (``i8``, ``fp8``...), op/s:
+        :attr:`peak_flops` times the arrays' rate for it (``core.matrix.rates``)."""
+        return self.peak_flops * self.core.matrix.rates.of(dtype)
 
     @property
     def dram_bandwidth_bytes_per_s(self) -> float:
@@ -283,6 +323,13 @@ class NpuConfig:
     def us_to_cycles(self, microseconds: float) -> int:
         """A software cost in chip cycles (rounded to the nearest)."""
         return round(microseconds * 1e-6 * self.clock_hz)
+
+    def launch_cycles(self, kernels: int, dispatches: int = 0) -> int:
+        """Cycles the runtime adds before ``kernels`` kernels issued by ``dispatches``
+        host calls (:class:`RuntimeConfig`): each kernel's launch, each call's dispatch.
+        Nothing overlaps them: the next kernel starts after the previous one ended."""
+        return (kernels * self.us_to_cycles(self.runtime.kernel_launch_us)
+                + dispatches * self.us_to_cycles(self.runtime.op_dispatch_us))
 
     def with_overrides(self, overrides: dict[str, Any]) -> "NpuConfig":
         """A copy with fields replaced by dotted path, validated like a loaded file.

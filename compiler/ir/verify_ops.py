@@ -207,26 +207,29 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                f"which are its rows), got {_typed(ref)}")
     if flat:
         return
-    yield from _same_dtype("b", op.b, "a", op.a.dtype)
+    if not (op.a.dtype.is_float and op.b.dtype is DType.i8):  # weight-only int8: b is
+        yield from _same_dtype("b", op.b, "a", op.a.dtype)  # widened on the way in
     yield from _matmul_dtype_problems(op.a.dtype, machine)
     (m, k), (k_b, n) = (math.prod(op.a.shape[:-1]), op.a.shape[-1]), op.b.shape
     if k_b != k:
         yield f"field b: shape {_typed(op.b)} does not match a's k={k}"
     if op.out.shape != (m, n):
         yield f"field out: shape {_typed(op.out)} does not match [m,n]=[{m},{n}]"
-    if op.out.dtype.value != machine.accumulator:
+    if op.a.dtype is DType.i8:
+        if op.out.dtype is not DType.i32:
+            yield f"field out: dtype {op.out.dtype} is not i32, the accumulator of i8 inputs"
+    elif op.out.dtype.value != machine.accumulator:
         yield (f"field out: dtype {op.out.dtype} is not the matrix array's accumulator "
                f"dtype {machine.accumulator}")
 
 
 def _matmul_dtype_problems(dtype: DType, machine: Machine) -> Iterator[str]:
-    integer_array = machine.matrix_input == "i8"
+    """Float arrays take i8 inputs too: in their int8 mode (``core.matrix.rates``) or,
+    without one, widened on the way in (exact) at the native rate."""
     if not dtype.is_float and dtype != DType.i8:
         yield f"field a: matmul inputs must be floating point or i8, got {dtype}"
-    elif dtype.is_float and integer_array:
+    elif dtype.is_float and machine.matrix_input == "i8":
         yield f"field a: float matmul ({dtype}) on an i8 matrix array"
-    elif dtype == DType.i8 and not integer_array:
-        yield f"field a: integer matmul (i8) on a {machine.matrix_input} matrix array"
 
 
 def _same_shape(field: str, ref: SramRef, other: str, shape: Shape) -> Iterator[str]:

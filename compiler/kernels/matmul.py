@@ -57,7 +57,8 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
     order = pass_order(group, out, cast_needed) if group else None  # the epilogue's pass
     tiling = choose_matmul_tiling(ctx.config, batch, m, k, n, a.dtype, out.dtype,
-                                  ctx.cores, arrays, ctx.sets, max(0, epi_bytes), ctx.capacity)
+                                  ctx.cores, arrays, ctx.sets, max(0, epi_bytes), ctx.capacity,
+                                  b.dtype)
     mt, kt, nt, used = tiling.mt, tiling.kt, tiling.nt, tiling.arrays
     n_tile = nt * used
     tiles = [(bi, m0, n0) for bi in range(batch) for m0 in range(0, m, mt)
@@ -71,8 +72,8 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each
     cores = min(ctx.cores, len(tiles))
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
-    bufs = [_allocate(ctx, c, tiling, a.dtype, acc_dtype, out, cast_needed, trans_b, group,
-                      rank) for c in range(cores)]
+    bufs = [_allocate(ctx, c, tiling, (a.dtype, b.dtype), acc_dtype, out, cast_needed,
+                      trans_b, group, rank) for c in range(cores)]
     step_count = [0] * cores
     holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
     ranges: list[tuple[int, int, int]] = []  # (first, end command, panel) when in part
@@ -136,15 +137,18 @@ class _Buffers:
         self.epilogue: list[list[tuple[dict[int, SramRef], dict[int, SramRef]]]] = []
 
 
-def _allocate(ctx: Context, core: int, tiling, dtype: DType, acc_dtype: DType, out: Value,
-              cast_needed: bool, trans_b: bool, group, rank: int) -> _Buffers:
+def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
+              acc_dtype: DType, out: Value, cast_needed: bool, trans_b: bool, group,
+              rank: int) -> _Buffers:
+    """SRAM of one core: A and B tiles in their operands' dtypes (``dtypes``; weight-only
+    int8 B tiles stay int8), accumulators, outputs and the epilogue's buffers."""
     arena = Arena(sram_space(core), ctx.capacity)
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
     bufs = _Buffers()
     a_tiles = tiling.op_sets * (tiling.k_steps if tiling.a_resident else 1)
-    bufs.a = [arena.alloc((mt, kt), dtype, "matmul A tile") for _ in range(a_tiles)]
+    bufs.a = [arena.alloc((mt, kt), dtypes[0], "matmul A tile") for _ in range(a_tiles)]
     for _ in range(tiling.op_sets):
-        bufs.b.append([arena.alloc((kt, nt), dtype, "matmul B tile")
+        bufs.b.append([arena.alloc((kt, nt), dtypes[1], "matmul B tile")
                        for _ in range(tiling.arrays)])
     epi_tile = (1,) * (rank - 2) + (mt, nt)
     for _ in range(tiling.acc_sets):

@@ -10,6 +10,7 @@ import torch
 from compiler import graph as g
 from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
+from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind
 from compiler.lowerings.registry import lowering
 
@@ -24,11 +25,11 @@ def _transposed_source(b: Value) -> Value | None:
     return None
 
 
-def _mm(b: GraphBuilder, x: Value, w: Value) -> Value:
+def _mm(b: GraphBuilder, x: Value, w: Value, out_dtype: DType | None = None) -> Value:
     source = _transposed_source(w)
     if source is not None:
-        return b.matmul(x, source, trans_b=True)
-    return b.matmul(x, w)
+        return b.matmul(x, source, trans_b=True, out_dtype=out_dtype)
+    return b.matmul(x, w, out_dtype=out_dtype)
 
 
 def _scaled(b: GraphBuilder, x: Value, alpha: float) -> Value:
@@ -79,6 +80,24 @@ def lower_matmul(b: GraphBuilder, x: Value, w: Value) -> Value:
         out = b.matmul(b.view(x, (-1, x.shape[-1])), w)
         return b.view(out, (*lead, w.shape[-1]))
     return b.matmul(x, w)
+
+
+@lowering(aten._int_mm.default)
+def lower_int_mm(b: GraphBuilder, x: Value, w: Value) -> Value:
+    """int8 x int8 -> int32 (``torch._int_mm``): the arrays' int8 mode where the preset
+    has one (``core.matrix.rates.i8``), exact either way."""
+    return _mm(b, x, w, DType.i32)  # torch checks the operands are int8
+
+
+@lowering(aten._weight_int8pack_mm.default)
+def lower_weight_int8pack_mm(b: GraphBuilder, x: Value, w: Value, scales: Value) -> Value:
+    """Weight-only int8 (``torch._weight_int8pack_mm``): ``x [M, K] @ w [N, K].T`` with
+    the int8 weights read at one byte each and widened in the arrays' input path, then
+    scaled per output channel (``scales [N]``) in f32 and rounded once, as torch does
+    (a fused epilogue)."""
+    wide = b.cast(scales, DType.f32)  # first: the matmul's epilogue then takes the rest
+    out = b.matmul(x, w, trans_b=True, out_dtype=DType.f32, weight_only=True)
+    return b.cast(b.binary(BinaryKind.mul, out, wide), x.dtype)
 
 
 @lowering(aten.mv.default, aten.dot.default, aten.vdot.default)
