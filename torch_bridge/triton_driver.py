@@ -157,7 +157,10 @@ def _report_choice(fn: Any, key: Any, best_config: Any, configs_timings: dict[An
     def ms(timing: Any) -> float:
         return float(timing[0] if isinstance(timing, (list, tuple)) else timing)
 
-    times = ", ".join(f"{config}: {ms(t) * 1e3:.2f} us" for config, t in
+    def short(config: Any) -> str:
+        return ", ".join(f"{k}={v}" for k, v in config.kwargs.items())
+
+    times = "; ".join(f"{short(config)}: {ms(t) * 1e3:.2f} us" for config, t in
                       sorted(configs_timings.items(), key=lambda item: ms(item[1])))
-    log.warning("autotune %s: chose %s by simulated time (%s)", fn.__name__, best_config,
-                times)
+    log.warning("autotune %s: chose %s by simulated time (%s)", fn.__name__,
+                short(best_config), times)

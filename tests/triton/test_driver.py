@@ -64,7 +64,7 @@ def test_autotune_picks_the_config_with_the_lowest_simulated_time(caplog):
     with caplog.at_level(logging.WARNING, logger="archsim.triton"):
         tuned_copy_kernel[lambda meta: (triton.cdiv(8192, meta["BLOCK"]),)](xn, out, 8192)
     assert tuned_copy_kernel.best_config.kwargs == {"BLOCK": 1024}
-    assert "autotune tuned_copy_kernel: chose BLOCK: 1024" in caplog.text
+    assert "autotune tuned_copy_kernel: chose BLOCK=1024 by simulated time" in caplog.text
     torch.testing.assert_close(out.cpu(), x * 2.0)
 
 
