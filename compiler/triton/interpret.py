@@ -146,8 +146,12 @@ def trace(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
 
 
 def _bytes(array: np.ndarray) -> np.ndarray:
-    """A private byte copy of an argument's contents (stores land in it)."""
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).copy()
+    """An argument's contents as bytes, read-only (a store copies it first:
+    :meth:`Recorder._write`), so tracing a decode step does not copy the KV cache."""
+    view = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    view = view.view()
+    view.flags.writeable = False
+    return view
 
 
 def _select_on_data(itp: Any) -> None:

@@ -85,7 +85,8 @@ class Recorder:
         self._next = 0
         self._depth = 0
         self.memory: dict[str, np.ndarray] | None = None
-        """Per tensor argument, a byte copy of its contents (None: shape-only)."""
+        """Per tensor argument, its contents as bytes (None: shape-only); read-only until
+        the kernel stores to it (then a private copy)."""
         self.consulted: dict[str, set[str]] = {}
         """Argument -> what its values decided (loop bounds, branches, addresses...)."""
         self.helpers: set[Any] = set()
@@ -341,7 +342,7 @@ class Recorder:
                 for name in names:
                     self.consulted.setdefault(name, set()).add(f"{what} computed at launch")
 
-    # -- the launch's data (a copy: stores land here, later loads see them) ------------
+    # -- the launch's data (stores land in a copy, later loads see them) ---------------
     def _elements(self, addresses: np.ndarray, mask: np.ndarray, itemsize: int
                   ) -> list[tuple[str, np.ndarray, np.ndarray]]:
         """Per tensor argument touched: (name, positions in the block, element index)."""
@@ -364,6 +365,8 @@ class Recorder:
         assert self.memory is not None
         flat = values.reshape(-1)
         for name, where, index in self._elements(addresses, mask, values.itemsize):
+            if not self.memory[name].flags.writeable:  # the launch's own tensor: copy
+                self.memory[name] = self.memory[name].copy()
             self.memory[name].view(values.dtype)[index] = flat[where]
 
     def _access(self, ptrs: Any, mask: np.ndarray, dtype_tt: Any) -> Any:

@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import torch_bridge  # noqa: F401  (the npu device)
 from archsim.config import load_config
@@ -185,3 +187,18 @@ def test_paged_decode_time_follows_the_sequence_lengths_not_the_cache_size():
     # V run per page (each sequence's pages are every other page), the offsets constant
     loads = sum(type(c.op).__name__ == "Load" for c in longer.program.commands)
     assert loads == 4 * (2 + 2 * (4 + 4 + 4 + 1))
+
+
+@triton.jit
+def bump_kernel(x_ptr, count_ptr, BLOCK: tl.constexpr):
+    """x[:count] += 1 in place, count read from memory (a data-dependent mask)."""
+    offs = tl.arange(0, BLOCK)
+    keep = offs < tl.load(count_ptr)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=keep) + 1.0, mask=keep)
+
+
+def test_tracing_on_the_launchs_data_leaves_its_tensors_alone():
+    """The trace's stores go to a copy: an in-place kernel adds 1 once, not twice."""
+    x = torch.zeros(16, device="npu")
+    bump_kernel[(1,)](x, torch.tensor([5], dtype=torch.int32, device="npu"), BLOCK=16)
+    assert torch.equal(x.cpu(), torch.tensor([1.0] * 5 + [0.0] * 11))
