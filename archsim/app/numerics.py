@@ -30,6 +30,28 @@ def split_outputs(exported: Any, outputs: tuple[Any, ...]
     return tuple(own), tuple(mutated)
 
 
+def input_values(exported: Any, tensors: tuple[Any, ...]) -> dict[str, Any]:
+    """A functional run's graph inputs by placeholder name (user inputs, then the
+    parameters and buffers torch.export lifted): Triton kernels whose control flow or
+    addresses depend on them are built for these values."""
+    from torch.export.graph_signature import InputKind
+
+    signature = getattr(exported, "graph_signature", None)
+    if signature is None:
+        return {}
+    state = {**getattr(exported, "state_dict", {}), **getattr(exported, "constants", {})}
+    users = iter(tensors)
+    out = {}
+    for spec in signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            value = next(users, None)
+        else:
+            value = state.get(spec.target)
+        if hasattr(spec.arg, "name") and value is not None:
+            out[spec.arg.name] = value
+    return out
+
+
 def check_numerics(module: Any, tensors: tuple[Any, ...], outputs: tuple[Any, ...],
                    progress: Progress, mutated: tuple[tuple[int, Any], ...] = ()) -> float:
     """The largest difference between the schedule's outputs and the model run by torch
@@ -98,4 +120,4 @@ def _triton_on_cpu() -> Any:
     return interpreted_on_cpu()
 
 
-__all__ = ["check_numerics", "split_outputs"]
+__all__ = ["check_numerics", "input_values", "split_outputs"]

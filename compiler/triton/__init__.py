@@ -87,7 +87,8 @@ _DEPENDS: dict[tuple[Any, ...], tuple[str, ...]] = {}
 """Launch key -> arguments whose values its trace depends on (data-dependent kernels)."""
 
 Data = Mapping[str, Any]
-"""Argument name -> its contents (a CPU torch tensor or a numpy array)."""
+"""Argument name -> its contents (a CPU torch tensor or a numpy array, None where
+unknown: a trace that consults it stops naming it)."""
 
 
 def trace_launch(jit_fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
@@ -138,10 +139,13 @@ def _cpu_data(jit_fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     return tensors
 
 
-def _numpy(data: Data) -> dict[str, np.ndarray]:
-    """Contents as byte arrays (bf16 keeps its bits)."""
+def _numpy(data: Data) -> dict[str, np.ndarray | None]:
+    """Contents as byte arrays (bf16 keeps its bits); None stays unknown."""
     out = {}
     for name, value in data.items():
+        if value is None:  # unknown (a value computed in a graph): never consulted
+            out[name] = None
+            continue
         if hasattr(value, "numpy"):
             import torch
 

@@ -115,7 +115,8 @@ def trace(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     recorder = Recorder(fn.__name__, fn.__code__.co_filename)
     recorder.pointers = tuple(pointers)
     if memory is not None:
-        recorder.memory = {p.name: _bytes(memory[p.name]) for p in pointers}
+        recorder.memory = {p.name: None if memory.get(p.name) is None else
+                           _bytes(memory[p.name]) for p in pointers}
 
     class _ShapeOnly(itp.GridExecutor):
         def _init_args_hst(self, args_dev: Any, kwargs: Any) -> Any:

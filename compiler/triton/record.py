@@ -84,7 +84,7 @@ class Recorder:
         self._alive: list[Any] = []
         self._next = 0
         self._depth = 0
-        self.memory: dict[str, np.ndarray] | None = None
+        self.memory: dict[str, np.ndarray | None] | None = None
         """Per tensor argument, its contents as bytes (None: shape-only); read-only until
         the kernel stores to it (then a private copy)."""
         self.consulted: dict[str, set[str]] = {}
@@ -120,7 +120,7 @@ class Recorder:
         if not self.is_data(handle):
             return
         names = tuple(sorted(self.sources(handle)))
-        if self.memory is None:
+        if self.memory is None or any(self.memory.get(n) is None for n in names):
             listed = ", ".join(names) or "a loaded value"
             raise NeedsData(
                 f"{self.where()}: {construct} depends on the values of {listed}, read from "
@@ -332,7 +332,7 @@ class Recorder:
                     continue
                 what = PLAIN.get(op.attrs["op"], f"the Triton operation `{op.attrs['op']}`")
                 names = op.attrs["loaded_from"]
-                if self.memory is None:
+                if self.memory is None or any(self.memory.get(n) is None for n in names):
                     listed = ", ".join(names) or "memory"
                     raise NeedsData(
                         f"{op.where}: {what} of values loaded from {listed}, feeding a "
@@ -359,12 +359,15 @@ class Recorder:
         assert self.memory is not None
         flat = out.reshape(-1)
         for name, where, index in self._elements(addresses, mask, out.itemsize):
-            flat[where] = self.memory[name].view(out.dtype)[index]
+            if self.memory[name] is not None:  # unknown contents read as zeros
+                flat[where] = self.memory[name].view(out.dtype)[index]
 
     def _write(self, addresses: np.ndarray, mask: np.ndarray, values: np.ndarray) -> None:
         assert self.memory is not None
         flat = values.reshape(-1)
         for name, where, index in self._elements(addresses, mask, values.itemsize):
+            if self.memory[name] is None:
+                continue
             if not self.memory[name].flags.writeable:  # the launch's own tensor: copy
                 self.memory[name] = self.memory[name].copy()
             self.memory[name].view(values.dtype)[index] = flat[where]
