@@ -97,6 +97,30 @@ class SweepPoint:
         return point_label(self.overrides)
 
 
+DVFS_AXIS = "dvfs"
+"""A grid axis of operating points, each ``CLOCK_HZ:VOLTAGE_V`` (``1.2e9:0.85``): it sets
+``clock_hz`` and ``energy.voltage_v`` together, as DVFS tables pair them (a cartesian
+product of the two would include points no chip runs at)."""
+
+
+def expand_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The point's overrides as config paths: a :data:`DVFS_AXIS` value becomes its clock
+    and voltage; a malformed one is a ConfigError naming what is accepted."""
+    expanded = {path: value for path, value in overrides.items() if path != DVFS_AXIS}
+    if DVFS_AXIS in overrides:
+        point = str(overrides[DVFS_AXIS])
+        clock, colon, voltage = point.partition(":")
+        try:
+            expanded["clock_hz"] = int(float(clock))
+            expanded["energy.voltage_v"] = float(voltage)
+        except ValueError:
+            colon = ""
+        if not colon:
+            raise ConfigError([f"dvfs: {point!r} is not CLOCK_HZ:VOLTAGE_V "
+                               f"(e.g. 1.2e9:0.85)"], source="sweep grid")
+    return expanded
+
+
 def point_label(overrides: Mapping[str, Any]) -> str:
     short = [path.rpartition(".")[2] for path in overrides]
     names = [s if short.count(s) == 1 else path for s, path in zip(short, overrides)]
@@ -135,7 +159,7 @@ def run_point(task: PointTask) -> SweepPoint:
 
     start = time.perf_counter()
     try:
-        config = task.base.with_overrides(dict(task.overrides))
+        config = task.base.with_overrides(expand_overrides(task.overrides))
         with paused():  # the collector walks the point's objects once, when it is done
             result = run(task.workload, config, mode=task.mode)
     except ArchsimError as exc:

@@ -63,6 +63,19 @@ _FORWARDED: dict[type[Op], tuple[str, str]] = {
 """Per op class that can be chained: the fields that stay in registers when it is."""
 
 
+def elements(op: Op) -> int:
+    """Elements a vector op processes: the larger of what it reads and writes."""
+    return max(numel(ref.shape) for _, ref in sram_operands(op))
+
+
+def streamed_bytes(op: Op) -> int:
+    """Scratchpad bytes a vector op reads and writes (a chained op's forwarded operands
+    stay in registers)."""
+    forwarded = _FORWARDED.get(type(op))
+    skip = forwarded if forwarded and op.chained else ()
+    return sum(ref.nbytes for name, ref in sram_operands(op) if name not in skip)
+
+
 class VectorEngine:
     """The vector unit of a core (engine ``coreN.vpu``)."""
 
@@ -71,21 +84,17 @@ class VectorEngine:
         self.config = config
 
     def timing(self, op: Op) -> CommandTiming:
-        operands = sram_operands(op)
-        elements = max(numel(ref.shape) for _, ref in operands)
+        count = elements(op)
         cls = op_class(op)
         cost = getattr(self.config.costs, cls)
-        compute = ceil_div(elements, self.config.lanes) * cost
+        compute = ceil_div(count, self.config.lanes) * cost
         if isinstance(op, Reduce):
             length = op.src.shape[op.axis]
             compute += math.ceil(math.log2(length)) if length > 1 else 0
         bandwidth = self.config.sram_bandwidth_bytes_per_cycle
         if bandwidth:
-            forwarded = _FORWARDED.get(type(op))
-            skip = forwarded if forwarded and op.chained else ()
-            moved = sum(ref.nbytes for name, ref in operands if name not in skip)
-            compute = max(compute, ceil_div(moved, bandwidth))
+            compute = max(compute, ceil_div(streamed_bytes(op), bandwidth))
         cycles = self.config.pipeline_latency_cycles + compute
         flops = 0 if cls in ("cast", "copy") or (isinstance(op, Binary) and op.kind in COMPARISON) \
-            else elements
+            else count
         return CommandTiming(fixed_cycles=cycles, flops=flops)

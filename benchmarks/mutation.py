@@ -56,6 +56,25 @@ MODULES: dict[str, list[str]] = {
         "tests/archsim/test_timing.py",
         "tests/archsim/test_functional.py",
     ],
+    "compiler/kernels/matmul.py": [
+        "tests/compiler/test_matmul_tiling.py",
+        "tests/compiler/test_matmul_panels.py",
+        "tests/quant/test_quantized.py",
+    ],
+    "torch_bridge/eager.py": [
+        "tests/torch_bridge/test_eager_accounting.py",
+        "tests/torch_bridge/test_eager_compiled.py",
+        "tests/torch_bridge/test_runtime_overhead.py",
+    ],
+    "serving/plan.py": [
+        "tests/serving/test_serving_plan.py",
+        "tests/quant/test_llm_weights.py",
+    ],
+    "serving/roofline.py": [
+        "tests/serving/test_serving_plan.py",
+        "tests/serving/test_serving_run.py",
+        "tests/quant/test_llm_weights.py",
+    ],
     "reports/critical_path.py": [
         "tests/reports/test_reports_critical_path.py",
         "tests/reports/test_reports_extended.py",  # the path through extended spans

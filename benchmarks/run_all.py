@@ -14,6 +14,7 @@ BENCHMARKS = [
     ["sim_throughput.py", "--config", "atom"],
     ["sim_throughput.py", "--config", "tiny"],
     ["sim_throughput.py", "--config", "atom", "--workload", "llama"],
+    ["energy_overhead.py", "--config", "atom"],
     ["compiler_bench.py"],
     ["bridge_bench.py"],
     ["validation.py", "--out", "-"],

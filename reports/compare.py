@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from reports.critical_path import critical_path
 from reports.data import ReportData, ResultLike, report_data
+from reports.energy import format_joules
 from reports.text import format_bytes, format_cycles, format_si, format_table, format_us, percent
 
 
@@ -51,6 +52,9 @@ _METRICS: tuple[tuple[str, Callable[[ReportData], str]], ...] = (
     ("crit path top", _path_leader),
     ("SRAM peak/core", lambda d: format_bytes(max(
         (v for k, v in d.sram_peak_bytes.items() if k != "shared"), default=0))),
+    ("energy", lambda d: format_joules(d.energy.energy_j) if d.energy else "-"),
+    ("average power", lambda d: f"{d.energy.average_power_w:.3g} W" if d.energy else "-"),
+    ("area (est.)", lambda d: f"{d.energy.area_total_mm2:.0f} mm²" if d.energy else "-"),
 )
 
 

@@ -20,6 +20,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Union
 
 from archsim.result import uncontended_cycles
+from archsim.energy import run_energy
+from reports.energy import EnergySummary, energy_summary
 from reports.extended import ExtendedSpan, extended_spans
 from compiler.ir.ops import engine_core, engine_kind
 
@@ -89,6 +91,8 @@ class CommandRecord:
     """Duration had the command been alone on the chip (equal to its duration for
     compute; for transfers: fixed cycles + bytes at the slowest of its engine cap
     and its links' capacities)."""
+    energy_j: float = 0.0
+    """Dynamic energy the command charged (:mod:`archsim.energy`), joules."""
     description: Description = field(default_factory=lambda: Description(), compare=False,
                                      repr=False)
     """Operand text and SRAM regions, derived from the op when first read."""
@@ -173,6 +177,9 @@ class ReportData:
     timeline order after the trace."""
     dram_efficiency: float = 1.0
     """The share of ``dram_bandwidth_bytes_per_s`` (the pins' peak) DRAM sustains."""
+    energy: EnergySummary | None = None
+    """Energy and power of the run (:mod:`reports.energy`); None: not known (a report
+    saved before energy was modelled)."""
     kernels: int = 0
     """Kernels the compiler made of the workload (0: unknown)."""
     runtime_overhead_cycles: int = 0
@@ -282,13 +289,15 @@ def from_sim_result(result: SimResult) -> ReportData:
     config = result.config
     program = result.program
     costs = result.command_costs
+    energy = energy_summary(result)
+    command_j = run_energy(result).command_j.tolist()
     records = []
     # Programs may repeat one op object: describe it once, and only if asked.
     described: dict[int, Description] = {}
-    for command, start, end, nbytes, flops, dram, alone in zip(
+    for command, start, end, nbytes, flops, dram, alone, joules in zip(
             program.commands, result.starts.tolist(), result.ends.tolist(),
             result.command_bytes.tolist(), result.command_flops.tolist(),
-            costs.dram_bytes.tolist(), costs.uncontended_cycles.tolist()):
+            costs.dram_bytes.tolist(), costs.uncontended_cycles.tolist(), command_j):
         description = described.get(id(command.op))
         if description is None:
             description = described[id(command.op)] = Description(command.op)
@@ -296,7 +305,7 @@ def from_sim_result(result: SimResult) -> ReportData:
             id=command.id, engine=command.engine, op=command.op.mnemonic,
             source=command.source, deps=tuple(command.deps), start=start, end=end,
             bytes=nbytes, flops=flops, dram_bytes=dram, uncontended_cycles=alone,
-            description=description,
+            energy_j=joules, description=description,
         ))
     capacity = config.sram_capacities
     return ReportData(
@@ -327,6 +336,7 @@ def from_sim_result(result: SimResult) -> ReportData:
         run_busy_cycles=MappingProxyType(dict.fromkeys(config.engines, 0) | {
             e: int(b) for e, b in result.engine_busy_cycles.items()}),
         extended=extended_spans(result.extensions),
+        energy=energy,
         commands=tuple(records),
     )
 

@@ -25,6 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from reports.energy import EnergySummary, power_figure
 from reports.data import ReportData, ResultLike, report_data
 from reports.roofline_figure import roofline_figure
 from reports.perfetto import track_name
@@ -247,8 +248,19 @@ COST_METRICS: dict[str, tuple[str, Callable[[ReportData], float]]] = {
                    lambda d: sum(d.sram_capacity_bytes.values()) / (1 << 20)),
     "dram_bandwidth": ("DRAM bandwidth (GB/s)", lambda d: d.dram_bandwidth_bytes_per_s / 1e9),
     "cores": ("cores", lambda d: float(d.cores)),
+    "energy": ("energy per run (mJ)", lambda d: _energy(d).energy_j * 1e3),
+    "power": ("average power (W)", lambda d: _energy(d).average_power_w),
+    "area": ("area, estimated (mm²)", lambda d: _energy(d).area_total_mm2),
+    "edp": ("energy-delay product (mJ·ms)", lambda d: _energy(d).edp_js * 1e6),
 }
 """Cost axes of :func:`pareto_figure`: name -> (axis label, metric)."""
+
+
+def _energy(data: ReportData) -> EnergySummary:
+    if data.energy is None:
+        raise ValueError(f"{data.program_name} on {data.config_name}: no energy in this "
+                         f"report (saved before energy was modelled)")
+    return data.energy
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
@@ -322,6 +334,10 @@ def save_figures(result: ResultLike, directory: str | os.PathLike[str],
     for name, make in FIGURES.items():
         path = out / f"{name}.png"
         make(data).savefig(path, dpi=dpi)
+        paths.append(path)
+    if data.energy is not None:
+        path = out / "power.png"
+        power_figure(data.energy).savefig(path, dpi=dpi)
         paths.append(path)
     return tuple(paths)
 

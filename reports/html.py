@@ -8,6 +8,7 @@ import html
 import io
 import os
 
+from reports.energy import power_figure
 from reports.critical_path import critical_path_text, idle_text
 from reports.data import ResultLike, report_data
 from reports.figures import FIGURES
@@ -57,9 +58,12 @@ def html_report(result: ResultLike) -> str:
         if sid in texts:
             body.append(f"<pre>{html.escape(texts[sid])}</pre>")
         else:
-            for figure_name, make in FIGURES.items():
+            figures = {name: make(data) for name, make in FIGURES.items()}
+            if data.energy is not None:
+                figures["power"] = power_figure(data.energy)
+            for figure_name, figure in figures.items():
                 body.append(f'<figure id="figure-{figure_name}"><img alt="{figure_name}" '
-                            f'src="data:image/png;base64,{_png_base64(make(data))}">'
+                            f'src="data:image/png;base64,{_png_base64(figure)}">'
                             f"<figcaption>{figure_name.replace('_', ' ')}</figcaption></figure>")
         body.append("</section>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -4,10 +4,11 @@ them without re-simulating (``archsim report result.json``).
 ``to_json(result)`` returns a dict of plain JSON types. Sections: ``run`` (totals and
 peaks), ``engines`` (busy cycles and utilization per engine of the config), ``sram``,
 ``extended`` (the layers or matmul panels counted but not simulated, placed after
-the trace), ``sram``, ``ops`` (the per-op table), ``critical_path``, ``engine_time``
+the trace), ``energy`` (:mod:`reports.energy`: joules per component and engine, power
+over time; its headline figures are also in ``run``), ``sram``, ``ops`` (the per-op table), ``critical_path``, ``engine_time``
 (idle reasons) and ``trace`` (one array per field, one entry per command in program
-order). Only ``run``, ``engines`` (names, busy cycles), ``extended``, ``sram`` and
-``trace`` are read back by :func:`from_json`; the other sections are derived and exist
+order). Only ``run``, ``engines`` (names, busy cycles), ``extended``, ``energy``, ``sram``
+and ``trace`` are read back by :func:`from_json`; the other sections are derived and exist
 for consumers that do not run Python.
 """
 
@@ -21,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from reports.critical_path import critical_path, engine_times
+from reports.energy import EnergySummary
 from reports.data import CommandRecord, Description, Region, ReportData, ResultLike, report_data
 from reports.extended import ExtendedSpan
 from reports.ops import op_rows
@@ -42,6 +44,11 @@ def to_json(result: ResultLike) -> dict[str, Any]:
                                                   "tiles", "dram_efficiency")}
     run.update(seconds=data.seconds, achieved_flops=data.achieved_flops,
                dram_bandwidth_used_bytes_per_s=data.dram_bandwidth_used_bytes_per_s)
+    energy = data.energy
+    if energy is not None:  # the headline figures; the whole summary under "energy"
+        run.update(energy_j=energy.energy_j, average_power_w=energy.average_power_w,
+                   idle_power_w=energy.idle_power_w, peak_power_w=energy.peak_power_w,
+                   energy_per_inference_j=energy.energy_per_inference_j)
     run.update(kernels=data.kernels, runtime_overhead_cycles=data.runtime_overhead_cycles)
     busy = data.engine_busy_cycles
     util = data.utilization
@@ -61,7 +68,9 @@ def to_json(result: ResultLike) -> dict[str, Any]:
                           "commands": [s.command for s in path.steps],
                           "via": [s.via for s in path.steps]},
         "engine_time": [_fields(t) for t in engine_times(data)],
-        "trace": _trace_columns(data.commands),
+        "energy": energy.to_json() if energy is not None else None,
+        "trace": _trace_columns(data.commands) | {
+            "energy_j": [c.energy_j for c in data.commands]},
     }
 
 
@@ -117,6 +126,9 @@ def from_json(document: Mapping[str, Any]) -> ReportData:
                 dict(zip(engines["names"], engines["busy_cycles"])))
         fields["extended"] = tuple(ExtendedSpan.from_json(item)
                                    for item in document.get("extended", ()))
+        if document.get("energy") is not None:
+            fields["energy"] = EnergySummary.from_json(document["energy"])
+        command_j = trace.get("energy_j") or [0.0] * len(trace["id"])
         lengths = {len(trace[name]) for name in (*_TRACE_FIELDS, "reads", "writes")}
         if len(lengths) > 1:
             raise ValueError(f"trace columns have different lengths: {sorted(lengths)}")
@@ -125,6 +137,7 @@ def from_json(document: Mapping[str, Any]) -> ReportData:
                 **{name: trace[name][i] for name in _TRACE_FIELDS
                    if name not in ("deps", "operands")},
                 deps=tuple(trace["deps"][i]),
+                energy_j=command_j[i],
                 description=Description(
                     operands=trace["operands"][i],
                     reads=tuple(Region(*r) for r in trace["reads"][i]),

@@ -44,6 +44,7 @@ def llm_table(result: Any) -> str:
         f"  HBM bandwidth     {util['hbm_prefill']:.1%} used in prefill, "
         f"{util['hbm_decode']:.1%} in decode",
     ]
+    lines += _energy_lines(result)
     if par.chips > 1:
         lines.append(f"  collectives       {util['collectives']:.1%} of chip time; "
                      f"{_gib(result.link_bytes)} over chip-to-chip links")
@@ -82,6 +83,17 @@ def _runtime_lines(result: Any) -> list[str]:
     return lines
 
 
+def _energy_lines(result: Any) -> list[str]:
+    """Energy per token and average power per chip of each phase."""
+    lines = []
+    for phase in ("prefill", "decode"):
+        energy = result.energy(phase)
+        label = f"energy, {phase}"
+        lines.append(f"  {label:18}{energy['energy_per_token_j'] * 1e3:.3f} mJ per token, "
+                     f"{energy['average_power_w']:.1f} W per chip on average")
+    return lines
+
+
 def _share(parts: dict[str, float], *names: str) -> float:
     return sum(parts.get(n, 0.0) for n in names) / parts["step"] if parts else 0.0
 
@@ -108,6 +120,7 @@ def llm_json(result: Any) -> dict[str, Any]:
         "roofline": {"ttft_s": result.roofline.prefill_s, "tpot_s": result.roofline.tpot_s,
                      "prefill_flops": result.roofline.prefill_flops},
         "utilization": result.utilization(),
+        "energy": {phase: result.energy(phase) for phase in ("prefill", "decode")},
         "link_bytes": result.link_bytes,
         "runtime": _runtime_json(result),
         "simulated_blocks": [list(k) for k in result.simulated],

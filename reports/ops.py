@@ -16,6 +16,10 @@ DMA, host DMA) or ``host`` (host CPU).
 matrix FLOPs vs the matrix peak, vector FLOPs vs the vector peak (one FLOP per lane per
 cycle), DRAM bytes vs DRAM bandwidth, host-link bytes vs host-link bandwidth. It is
 ``None`` where no peak applies (host CPU work, SRAM-to-SRAM copies only).
+
+**Energy** is the dynamic energy of the op's commands (:mod:`archsim.energy`: MACs,
+vector element-ops and bytes at each level); static power belongs to the run, not to
+an op.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from reports.critical_path import critical_path
+from reports.energy import format_joules
 from reports.data import CommandRecord, ReportData, ResultLike, report_data
 from reports.text import (
     distinct_labels,
@@ -74,6 +79,8 @@ class OpRow:
     peak_name: str
     """What efficiency is measured against (``MXU peak``, ``DRAM bw``...)."""
     span_us: float
+    energy_j: float = 0.0
+    """Dynamic energy of the op's commands (:mod:`archsim.energy`), joules."""
 
     @property
     def span_cycles(self) -> int:
@@ -99,6 +106,7 @@ SORT_KEYS: Mapping[str, Callable[[OpRow], float | str]] = MappingProxyType({
     "span": lambda r: -r.span_cycles,
     "flops": lambda r: -r.flops,
     "bytes": lambda r: -r.bytes,
+    "energy": lambda r: -r.energy_j,
     "name": lambda r: r.source,
 })
 """Sort orders of :func:`op_rows` (all but ``name`` largest first)."""
@@ -151,6 +159,7 @@ def _row(source: str, commands: list[CommandRecord], critical_cycles: int,
                                dram_bytes, host_bytes, data),
         peak_name=_PEAK_NAME.get(dominant, "-"),
         span_us=span_s * 1e6,
+        energy_j=sum(c.energy_j for c in commands),
     )
 
 
@@ -192,11 +201,12 @@ def op_table(result: ResultLike, sort: str = "time", top: int | None = None) -> 
     for r in rows:
         efficiency = "-" if r.efficiency is None else f"{100 * r.efficiency:.1f}%"
         cells.append((
-            names[r.source], str(r.commands), f"{r.span_us:.2f}", percent(r.span_cycles, total),
+            names[r.source], f"{r.span_us:.2f}", percent(r.span_cycles, total),
             percent(r.critical_cycles, total), format_count(r.flops),
-            format_bytes(r.bytes), r.bound, efficiency, r.peak_name))
-    headers = ("op (source)", "cmds", "span us", "of run", "crit path", "FLOPs", "bytes",
-               "bound", "eff", "vs")
+            format_bytes(r.bytes), format_joules(r.energy_j), r.bound, efficiency,
+            r.peak_name))
+    headers = ("op (source)", "span us", "of run", "crit path", "FLOPs", "bytes",
+               "energy", "bound", "eff", "vs")
     all_rows = len(op_rows(data)) if top is not None else len(rows)
     title = (f"Ops by {sort} ({len(rows)} of {all_rows}); run "
              f"{format_cycles(total)} cycles")

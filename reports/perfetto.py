@@ -14,6 +14,9 @@ An extended run (layers or matmul panels counted but not simulated,
 track per extension and one slice per unit not simulated (``layers.5 (extended)``),
 after the simulated trace, so the trace spans the run's whole latency; each slice's
 ``args`` say what it stands for and the busy cycles per engine it adds.
+
+Power over time (:mod:`reports.energy`) is a counter track (``ph: C``) in its own
+process, ``power``; each command's ``args`` carry its dynamic energy (``energy_j``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from compiler.ir.ops import engine_core, engine_kind
 from reports.data import ReportData, ResultLike, report_data
+from reports.energy import power_counter_events
 
 _CHIP_THREADS = {"tdma": "task DMA", "hdma": "host DMA", "host": "host"}
 
@@ -65,7 +69,7 @@ def perfetto_trace(result: ResultLike) -> dict[str, Any]:
             "ts": c.start * us, "dur": c.cycles * us, "pid": pid, "tid": tid,
             "args": {"command": c.id, "op": c.op, "source": c.source, "engine": c.engine,
                      "operands": c.operands, "bytes": c.bytes, "flops": c.flops,
-                     "cycles": c.cycles, "deps": list(c.deps)},
+                     "cycles": c.cycles, "deps": list(c.deps), "energy_j": c.energy_j},
         })
         for d in c.deps:
             producer = by_id[d]
@@ -78,6 +82,8 @@ def perfetto_trace(result: ResultLike) -> dict[str, Any]:
             events.append({"name": "dependency", "cat": "dependency", "ph": "f", "bp": "e",
                            "id": flow_id, "ts": c.start * us, "pid": pid, "tid": tid})
     events.extend(_extended_events(data))
+    if data.energy is not None:  # a counter track of power over time, its own process
+        events.extend(power_counter_events(data.energy, pid=data.cores + 3))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",

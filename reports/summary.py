@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from reports.energy import format_energy
 from reports.data import ReportData, ResultLike, report_data
 from reports.text import (
     format_bytes,
@@ -25,6 +26,8 @@ def summary(result: ResultLike) -> str:
     """A plain-text summary that fits an 80-column terminal."""
     data = report_data(result)
     sections = [_headline(data), _utilization(data), _sram(data), _host_work(data)]
+    if data.energy is not None:
+        sections.append(format_energy(data.energy))
     return "\n\n".join(sections)
 
 

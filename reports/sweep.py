@@ -12,13 +12,15 @@ the points that ran; the cost is a key of :data:`reports.figures.COST_METRICS`
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reports.data import ReportData
+from reports.energy import EnergySummary, energy_summary, format_joules
 from reports.text import format_bytes, format_cycles, format_si, format_table, format_us
 
 if TYPE_CHECKING:
@@ -56,8 +58,18 @@ def run_totals(result: SimResult) -> ReportData:
         engines=config.engines,
         sram_peak_bytes=dict(result.sram_peak_bytes),
         sram_capacity_bytes=capacity,
+        energy=_plain_energy(energy_summary(result)),
         commands=(),
     )
+
+
+def _plain_energy(summary: EnergySummary) -> EnergySummary:
+    """``summary`` with plain dicts (a MappingProxyType does not pickle) and without
+    its power curve (a sweep keeps totals)."""
+    return dataclasses.replace(
+        summary, dynamic_j=dict(summary.dynamic_j), static_j=dict(summary.static_j),
+        engine_j=dict(summary.engine_j), area_mm2=dict(summary.area_mm2),
+        power_edges_s=(), power_w=(), power_by_component={})
 
 
 @dataclass(frozen=True)
@@ -92,12 +104,30 @@ METRICS: dict[str, Metric] = {
 }
 """Per-point metrics by their CSV/JSON name, in table order."""
 
+ENERGY_METRICS: dict[str, Metric] = {
+    "energy_j": Metric("energy", lambda d: d.energy.energy_j, format_joules),
+    "average_power_w": Metric("power", lambda d: d.energy.average_power_w,
+                              lambda v: f"{v:.3g} W"),
+    "area_mm2": Metric("area", lambda d: d.energy.area_total_mm2, lambda v: f"{v:.1f} mm²"),
+}
+"""Metrics of points whose reports carry energy (:mod:`reports.energy`), after
+:data:`METRICS`."""
 
-def point_metrics(point: SweepPoint) -> dict[str, float] | None:
-    """The point's :data:`METRICS` (None unless it ran)."""
+
+def metrics_for(points: Sequence[SweepPoint]) -> dict[str, Metric]:
+    """:data:`METRICS`, and :data:`ENERGY_METRICS` when the points that ran have energy."""
+    ran = [p.report for p in points if p.report is not None]
+    if ran and all(r.energy is not None for r in ran):
+        return METRICS | ENERGY_METRICS
+    return METRICS
+
+
+def point_metrics(point: SweepPoint, metrics: Mapping[str, Metric] = METRICS
+                  ) -> dict[str, float] | None:
+    """The point's ``metrics`` (None unless it ran)."""
     if point.report is None:
         return None
-    return {name: metric.value(point.report) for name, metric in METRICS.items()}
+    return {name: metric.value(point.report) for name, metric in metrics.items()}
 
 
 def pareto_points(points: Sequence[SweepPoint], cost: str = "peak_flops") -> set[int]:
@@ -130,16 +160,17 @@ def sweep_table(points: Sequence[SweepPoint], cost: str = "peak_flops") -> str:
     under ``pareto`` for Pareto-optimal points, and the status (with the error text)."""
     paths = _paths(points)
     front = pareto_points(points, cost)
+    chosen = metrics_for(points)
     rows = []
     for point in by_latency(points):
         values = [str(point.overrides.get(path, "")) for path in paths]
-        metrics = point_metrics(point)
-        cells = ([m.text(metrics[name]) for name, m in METRICS.items()] if metrics
-                 else ["-"] * len(METRICS))
+        metrics = point_metrics(point, chosen)
+        cells = ([m.text(metrics[name]) for name, m in chosen.items()] if metrics
+                 else ["-"] * len(chosen))
         status = point.status + (f": {point.error}" if point.error else "")
         rows.append([*values, *cells, "*" if point.index in front else "", status])
-    headers = [*_short_names(paths), *(m.header for m in METRICS.values()), "pareto", "status"]
-    align = "r" * (len(paths) + len(METRICS)) + "ll"
+    headers = [*_short_names(paths), *(m.header for m in chosen.values()), "pareto", "status"]
+    align = "r" * (len(paths) + len(chosen)) + "ll"
     from reports.figures import COST_METRICS
 
     legend = (f"\n  pareto: * = no other point is both as cheap ({COST_METRICS[cost][0]}) "
@@ -172,9 +203,10 @@ def sweep_to_json(points: Sequence[SweepPoint], cost: str = "peak_flops",
 
     front = pareto_points(points, cost)
     measure = _cost(cost)
+    chosen = metrics_for(points)
     entries = []
     for point in sorted(points, key=lambda p: p.index):
-        metrics = point_metrics(point)
+        metrics = point_metrics(point, chosen)
         if metrics is not None:
             metrics["cost"] = measure(point.report)
         entries.append({"index": point.index, "overrides": dict(point.overrides),
@@ -198,11 +230,12 @@ def write_sweep_csv(points: Sequence[SweepPoint], path: str | os.PathLike[str],
     front = pareto_points(points, cost)
     with open(path, "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow([*paths, *METRICS, "pareto", "status", "error"])
+        chosen = metrics_for(points)
+        writer.writerow([*paths, *chosen, "pareto", "status", "error"])
         for point in by_latency(points):
-            metrics = point_metrics(point)
+            metrics = point_metrics(point, chosen)
             writer.writerow([*(point.overrides.get(p, "") for p in paths),
-                             *(metrics.values() if metrics else [""] * len(METRICS)),
+                             *(metrics.values() if metrics else [""] * len(chosen)),
                              int(point.index in front), point.status, point.error])
 
 
@@ -217,6 +250,6 @@ def sweep_pareto_figure(points: Sequence[SweepPoint], cost: str = "peak_flops") 
     return pareto_figure([p.report for p in ran], cost=cost, labels=[p.label for p in ran])
 
 
-__all__ = ["FORMAT", "METRICS", "Metric", "VERSION", "by_latency", "pareto_points",
+__all__ = ["ENERGY_METRICS", "FORMAT", "METRICS", "Metric", "metrics_for", "VERSION", "by_latency", "pareto_points",
            "point_metrics", "run_totals", "sweep_pareto_figure", "sweep_table",
            "sweep_to_json", "write_sweep_csv", "write_sweep_json"]

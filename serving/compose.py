@@ -54,6 +54,8 @@ class BlockTime:
     kernels: int = 0
     """Kernels the compiler made of it (counted when ``runtime.kernel_launch_us`` is
     set; each is launched before it runs)."""
+    energy_j: float = 0.0
+    """Dynamic energy of its simulation (:func:`archsim.energy.run_energy`)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ class Segment:
     kernels: int = 0
     """Kernels one chip of the group runs."""
     collectives: int = 0
+    energy_j: float = 0.0
+    """Dynamic energy of the group's chips' compute (summed over the group)."""
 
     def __add__(self, other: Segment) -> Segment:
         return Segment(self.cycles + other.cycles,
@@ -86,7 +90,7 @@ class Segment:
                        self.parts + _shift(other.parts, self.cycles, ""),
                        self.launch_cycles + other.launch_cycles,
                        self.fixed_cycles + other.fixed_cycles, self.kernels + other.kernels,
-                       self.collectives + other.collectives)
+                       self.collectives + other.collectives, self.energy_j + other.energy_j)
 
     def times(self, n: int, first_layer: int = 0) -> Segment:
         """``n`` of these back to back (layers ``first_layer``... in the parts)."""
@@ -95,7 +99,7 @@ class Segment:
         return Segment(self.cycles * n, self.collective_cycles * n,
                        self.matmul_flops * n, self.dram_bytes * n, self.link_bytes * n, parts,
                        self.launch_cycles * n, self.fixed_cycles * n, self.kernels * n,
-                       self.collectives * n)
+                       self.collectives * n, self.energy_j * n)
 
 
 Part = tuple[str, int, int, bool]
@@ -122,7 +126,8 @@ def interpolate(a: Segment, b: Segment, weight: float) -> Segment:
                    mix(a.matmul_flops, b.matmul_flops), mix(a.dram_bytes, b.dram_bytes),
                    mix(a.link_bytes, b.link_bytes), parts,
                    mix(a.launch_cycles, b.launch_cycles), mix(a.fixed_cycles, b.fixed_cycles),
-                   mix(a.kernels, b.kernels), mix(a.collectives, b.collectives))
+                   mix(a.kernels, b.kernels), mix(a.collectives, b.collectives),
+                   a.energy_j + (b.energy_j - a.energy_j) * weight)
 
 
 @dataclass
@@ -173,6 +178,7 @@ class Composer:
                   parts: list[tuple[str, BlockTime, str, int]]) -> Segment:
         flops = sum(p[1].matmul_flops for p in parts) * len(group)
         dram = sum(p[1].dram_bytes for p in parts) * len(group)
+        energy = sum(p[1].energy_j for p in parts) * len(group)
         kernels = sum(p[1].kernels for p in parts)
         launches = self.config.launch_cycles(kernels)
         if len(group) == 1:
@@ -183,7 +189,8 @@ class Composer:
                     timeline.append((_launch_name(block.kernels), now, now + launch, False))
                 timeline.append((name, now + launch, now + launch + block.cycles, False))
                 now += launch + block.cycles
-            return Segment(now, 0, flops, dram, 0, tuple(timeline), launches, 0, kernels)
+            return Segment(now, 0, flops, dram, 0, tuple(timeline), launches, 0, kernels,
+                           energy_j=energy)
         tasks: list[Task] = []
         collectives = []
         after: dict[int, tuple[int, ...]] = {c: () for c in group}
@@ -219,7 +226,7 @@ class Composer:
         fixed = self.config.us_to_cycles(self.config.runtime.collective_latency_us)
         return Segment(result.total_cycles, in_collectives, flops, dram, result.link_bytes,
                        timeline, launches, fixed * len(collectives), kernels,
-                       len(collectives))
+                       len(collectives), energy)
 
     def _whole_stage(self, stage: int, tokens: int, context: int) -> Segment:
         """A stage on one chip as one program (no collective splits it)."""
@@ -237,7 +244,7 @@ class Composer:
             parts = ((_launch_name(block.kernels), 0, launch, False),) if launch else ()
             found = Segment(launch + block.cycles, 0, block.matmul_flops, block.dram_bytes,
                             0, parts + ((name, launch, launch + block.cycles, False),),
-                            launch, 0, block.kernels)
+                            launch, 0, block.kernels, energy_j=block.energy_j)
             self._segments[key] = found
         return found
 

@@ -90,6 +90,30 @@ class ServeResult:
             "collectives": (pc + dc) / total_cycles if total_cycles else 0.0,
         }
 
+    # -- energy ---------------------------------------------------------------------------
+    def energy(self, phase: str) -> dict[str, float]:
+        """Energy of a phase (``prefill`` or ``decode``) over all chips: the dynamic
+        energy of its simulated blocks (:mod:`archsim.energy`), the bytes its
+        collectives moved over chip-to-chip links, and every chip's static power over
+        the phase's time; per generated token and as average power per chip."""
+        from archsim.area import static_power_w
+        from archsim.config.energy_reference import energy_table
+
+        dynamic = link = 0.0
+        for label, segment in self.pipeline.segments.values():
+            if label[0] == phase:  # each segment once per chip of its group
+                dynamic += segment.energy_j / self.par.tp
+                link += segment.link_bytes / self.par.tp
+        link_j = link * energy_table(self.config).interconnect_pj_per_byte * 1e-12
+        seconds = self.ttft_s if phase == "prefill" else self.decode_s
+        static = sum(static_power_w(self.config).values()) * self.par.chips * seconds
+        total = dynamic + link_j + static
+        tokens = self.request.batch * (self.request.prefill if phase == "prefill"
+                                       else self.request.decode)
+        return {"energy_j": total, "dynamic_j": dynamic + link_j, "static_j": static,
+                "energy_per_token_j": total / tokens if tokens else 0.0,
+                "average_power_w": total / seconds / self.par.chips if seconds else 0.0}
+
     # -- where the time goes ------------------------------------------------------------
     def breakdown(self, phase: str = "decode") -> dict[str, float]:
         """Seconds per category of a mean ``phase`` step (:mod:`serving.breakdown`)."""

@@ -17,6 +17,7 @@ import torch
 
 from archsim.app.pipeline import torch_dtype
 from archsim.config.model import NpuConfig
+from archsim.energy import run_energy
 from serving.compose import BlockTime
 from serving.layers import AttentionBlock, Embed, Head, MlpBlock, Stage, meta_block
 from serving.plan import Request, Shard
@@ -98,7 +99,7 @@ class Timer:
         if self.config.runtime.kernel_launch_us:  # only counted when launches cost
             kernels = kernel_count(module, inputs, self.config, all_layers)
         return BlockTime(result.total_cycles, result.matmul_flops, result.dram_bytes,
-                         kernels)
+                         kernels, run_energy(result).dynamic_total_j)
 
     def _positions(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Positions of the new tokens and the rotary tables (cos, sin) for them."""

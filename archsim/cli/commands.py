@@ -149,12 +149,16 @@ def _one_line(result) -> str:
 
 
 def configs(args: argparse.Namespace) -> int:
+    from archsim.area import area_mm2
     from reports.text import format_bytes, format_table
 
     if getattr(args, "explain", False):
         from archsim.config.bounds import explain
 
         print(explain())
+        return 0
+    if getattr(args, "energy", None):
+        print(_energy_sheet(load_config(args.energy)))
         return 0
 
     rows = []
@@ -172,13 +176,42 @@ def configs(args: argparse.Namespace) -> int:
             format_bytes(c.core.scratchpad.size_bytes),
             format_bytes(c.shared_sram.size_bytes) if c.shared_sram.size_bytes else "-",
             _links(c),
+            f"{c.energy.node_nm:g} nm",
+            f"{sum(area_mm2(c).values()):.0f}",
+            f"{c.power.tdp_w:g}" if c.power.tdp_w else "-",
         ])
     print(format_table(["preset", "cores", "matrix per core", "clock", "peak TFLOP/s",
-                        "i8/i4/fp8 TOPS", "DRAM GB/s", "SRAM/core", "shared", "chip links"], rows))
+                        "i8/i4/fp8 TOPS", "DRAM GB/s", "SRAM/core", "shared", "chip links",
+                        "node", "mm²", "TDP W"], rows))
     print("\ni8/i4/fp8 TOPS: the arrays' peak on narrow inputs (core.matrix.rates); '-': no "
           "such mode,\nthe compiler widens those inputs and they run at the native rate.")
     print("\nOverride any field with --set PATH=VALUE; a YAML file works as --config too.")
+    print("Area (mm², estimated) and energy per component: archsim configs --energy PRESET.")
     return 0
+
+
+def _energy_sheet(config: Any) -> str:
+    """Area and static power per component and the per-operation energies of a config
+    (:mod:`archsim.area`, :mod:`archsim.config.energy_reference`)."""
+    from archsim.area import COMPONENTS, area_mm2, static_power_w
+    from archsim.config.energy_reference import energy_table, table_rows
+    from reports.text import format_table
+
+    areas, static = area_mm2(config), static_power_w(config)
+    rows = [[name, f"{areas[name]:.2f}", f"{static[name]:.2f}"] for name in COMPONENTS]
+    rows.append(["total", f"{sum(areas.values()):.2f}", f"{sum(static.values()):.2f}"])
+    energy = config.energy
+    head = (f"{config.name}: {energy.node_nm:g} nm, {energy.voltage_v:g} V, "
+            f"{config.clock_hz / 1e9:g} GHz; TDP "
+            + (f"{config.power.tdp_w:g} W" if config.power.tdp_w else "not set")
+            + f"; power gating: {config.power.gating}")
+    ops = [[name, f"{pj:.4g}"] for name, pj in table_rows(energy_table(config))]
+    return "\n\n".join([
+        head,
+        format_table(["component", "area mm² (est.)", "static W"], rows),
+        format_table(["dynamic energy", "pJ"], ops),
+        "Derived from the 45 nm reference table unless set in the config's energy section "
+        "(DESIGN.md, 'Energy and power')."])
 
 
 def _narrow_peaks(config: Any) -> str:

@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     configs = sub.add_parser("configs", help="list hardware presets with their peak numbers")
     configs.add_argument("--explain", action="store_true",
                          help="print the accepted range of every config field instead")
+    configs.add_argument("--energy", metavar="PRESET",
+                         help="print one preset's (or YAML file's) area and static power "
+                              "per component and its per-operation energies instead")
     configs.set_defaults(handler=commands.configs)
 
     workloads = sub.add_parser("workloads", help="list the built-in workloads")

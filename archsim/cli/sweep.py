@@ -36,7 +36,7 @@ def grid_axis(text: str) -> tuple[str, tuple[Any, ...]]:
                                          f"valid YAML)") from None
 
 
-COSTS = ("peak_flops", "sram_bytes", "dram_bandwidth", "cores")
+COSTS = ("peak_flops", "sram_bytes", "dram_bandwidth", "cores", "energy", "power", "area", "edp")
 """The keys of ``reports.figures.COST_METRICS``, named here so that building the
 parser does not import matplotlib (a test keeps the two equal)."""
 
@@ -64,10 +64,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "transformers config.json")
     p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
                    help=f"base preset name or YAML file (default: {DEFAULT_PRESET})")
-    p.add_argument("--grid", "-g", action="append", required=True, type=grid_axis,
+    p.add_argument("--grid", "-g", action="append", default=[], type=grid_axis,
                    metavar="PATH=V1,V2,...",
                    help="a swept config field and its values, e.g. core.matrix.rows=64,128 "
                         "(repeat for more axes; the sweep is their cartesian product)")
+    p.add_argument("--dvfs", metavar="HZ:V,HZ:V,...",
+                   help="a grid axis of DVFS operating points, each a clock and the core "
+                        "voltage it runs at (e.g. 0.7e9:0.7,1e9:0.8,1.2e9:0.9): dynamic "
+                        "energy scales with V², static power with V")
     p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                    dest="overrides",
                    help="a fixed override applied to every point, e.g. dram.channels=16 "
@@ -80,7 +84,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "on a new local Ray with --workers CPUs); needs pip install "
                         "'archsim[ray]'")
     p.add_argument("--cost", choices=COSTS, default="peak_flops",
-                   help="hardware cost for the Pareto front (default: peak_flops)")
+                   help="cost for the Pareto front (default: peak_flops): a hardware "
+                        "figure, the run's energy or average power, the chip's estimated "
+                        "area, or the energy-delay product; --out also draws latency vs "
+                        "energy and latency vs area")
     p.add_argument("--out", metavar="DIR",
                    help="write sweep.csv, sweep.json and pareto.png to DIR")
     p.add_argument("--batch", type=positive, default=None, help="batch size (built-in models)")
@@ -105,7 +112,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from archsim.cli.commands import output_dir, resolve_config
-    from archsim.sweep import sweep
+    from archsim.sweep import DVFS_AXIS, sweep
 
     import reports
 
@@ -115,6 +122,14 @@ def run(args: argparse.Namespace) -> int:
             return _usage(f"argument --grid: {path} is given twice; list all its values "
                           f"in one --grid")
         grid[path] = values
+    if args.dvfs:
+        grid[DVFS_AXIS] = tuple(item.strip() for item in args.dvfs.split(","))
+    if not grid:
+        return _usage("give at least one --grid PATH=V1,V2,... or --dvfs HZ:V,...")
+    dvfs_paths = {"clock_hz", "energy.voltage_v"} & set(grid)
+    if args.dvfs and dvfs_paths:
+        return _usage(f"argument --dvfs: {sorted(dvfs_paths)[0]} is also swept by --grid; "
+                      f"drop one")
     fixed = [item for item in args.overrides if item.partition("=")[0].strip() in grid]
     if fixed:
         return _usage(f"argument --set: {fixed[0].partition('=')[0].strip()} is also swept "
@@ -156,6 +171,11 @@ def _write(points: Sequence[SweepPoint], args: argparse.Namespace, grid: dict[st
         figure = reports.sweep_pareto_figure(points, cost=args.cost)
         figure.savefig(out / "pareto.png", dpi=110, bbox_inches="tight")
         written += ", pareto.png"
+        for cost in ("energy", "area"):  # the design's other two axes, always drawn
+            if cost != args.cost:
+                figure = reports.sweep_pareto_figure(points, cost=cost)
+                figure.savefig(out / f"pareto_{cost}.png", dpi=110, bbox_inches="tight")
+                written += f", pareto_{cost}.png"
     print(f"\nwrote {out}/: {written}")
 
 

@@ -48,7 +48,18 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("access_granularity_bytes", 1, 2 ** 30, "up to 1 GiB"),
     Bound("links_per_chip", 1, 1024, "up to 1,024 links"),
     Bound("efficiency", 0.05, 1.0, "a fraction of the peak, 5% to 100%"),
+    Bound("window_us", 0.001, 1e9, "1 ns to 1000 s"),
     Bound("us", 0, 1e6, "a software cost of 0 to 1 s"),
+    Bound("node_nm", 1, 500, "a CMOS node of 1 to 500 nm"),
+    Bound("voltage_v", 0.3, 2.0, "a core supply of 0.3 to 2 V"),
+    Bound("pj", 1e-6, 1e6, "1 aJ to 1 µJ per operation"),
+    Bound("pj_per_byte", 1e-6, 1e6, "1 aJ to 1 µJ per byte"),
+    Bound("pj_per_byte_hop", 1e-6, 1e6, "1 aJ to 1 µJ per byte and hop"),
+    Bound("pj_per_bit", 1e-6, 1e5, "1 aJ to 100 nJ per bit"),
+    Bound("tdp_w", 1e-3, 1e6, "1 mW to 1 MW"),
+    Bound("w_per_mm2", 1e-6, 10, "up to 10 W per mm²"),
+    Bound("gated_fraction", 1e-6, 1.0, "a share of static power, up to 100%"),
+    Bound("fraction", 1e-6, 10, "a positive fraction (up to 10x)"),
     *(Bound(f"rates.{dtype}", 0, 64, f"0 (no {dtype} mode) to 64 MACs per PE per cycle")
       for dtype in ("i8", "i4", "fp8")),
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from archsim.config.energy import EnergyConfig, PowerConfig
 from archsim.config.names import (HDMA, HOST, SHARED, TDMA, dma_engine, mxu_engine,
                                    sram_space, vpu_engine)
 
@@ -250,6 +251,11 @@ class NpuConfig:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     """Software overheads (kernel launches, collective latency, host work per step);
     all zero: the hardware alone."""
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
+    """Node, voltage and per-operation energies (derived from the reference table
+    unless set); see :mod:`archsim.config.energy_reference`."""
+    power: PowerConfig = field(default_factory=PowerConfig)
+    """Power budget, power gating and static power density."""
 
     def __hash__(self) -> int:
         """Cached: configs key the simulator's plan cache on every run."""

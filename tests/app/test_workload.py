@@ -75,7 +75,7 @@ class TestParse:
                                                r"workload \(gpt2, "):
             Workload.parse("gpt5")
         with pytest.raises(ArchsimError, match=r"^unknown dtype 'f8': expected one of f32, "
-                                               r"f16, bf16$"):
+                                               r"f16, bf16, i8$"):  # i8: built-in gemm
             Workload.parse("gpt2", dtype="f8")
         with pytest.raises(ArchsimError, match=r"^--kwarg applies to a model file \(.py\), "
                                                r"not to 'gpt2'$"):

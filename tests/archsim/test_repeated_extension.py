@@ -102,3 +102,16 @@ def test_command_costs_are_per_command(stack_result):
     assert (costs.uncontended_cycles[~compute] <= cycles[~compute]).all()
     plan = plan_for(stack_result.program, stack_result.config, verify=False)
     assert int(costs.dram_bytes.sum()) == plan.dram_read + plan.dram_written
+
+
+def test_the_missing_layers_add_their_share_of_energy(stack_result):
+    """Six Linear(32, 32) layers on 16 rows, three simulated: the arrays' energy is six
+    layers' MACs at tiny's f32 MAC (4.6 pJ of arithmetic x 8, the 45 nm reference)."""
+    from archsim.energy import run_energy
+
+    energy = run_energy(stack_result)
+    assert energy.dynamic_j["arrays"] == pytest.approx(6 * 16 * 32 * 32 * 4.6 * 8 * 1e-12,
+                                                       rel=1e-9)
+    assert energy.extension_j == pytest.approx(energy.dynamic_total_j
+                                               - float(energy.command_j.sum()), rel=1e-9)
+    assert energy.energy_until([energy.seconds])[0] == pytest.approx(energy.energy_j, rel=1e-9)

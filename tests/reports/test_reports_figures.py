@@ -46,7 +46,7 @@ def test_timeline_has_one_row_per_used_engine(mm_result):
 
 def test_save_figures_writes_pngs(tmp_path, mm_result):
     paths = save_figures(mm_result, tmp_path / "figs")
-    assert sorted(p.stem for p in paths) == sorted(FIGURES)
+    assert sorted(p.stem for p in paths) == sorted([*FIGURES, "power"])  # + power over time
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -33,7 +33,7 @@ def test_html_has_every_section(page):
 def test_html_embeds_every_figure_as_png(page):
     images = re.findall(r'<figure id="figure-(\w+)"><img alt="\w+" '
                         r'src="data:image/png;base64,([^"]+)"', page)
-    assert sorted(name for name, _ in images) == sorted(FIGURES)
+    assert sorted(name for name, _ in images) == sorted([*FIGURES, "power"])
     for _, data in images:
         assert base64.b64decode(data)[:4] == b"\x89PNG"
     assert "http://" not in page and "https://" not in page  # single file, no assets

@@ -13,7 +13,7 @@ _ID = {"type": "integer", "minimum": 0}
 _TS = {"type": "number", "minimum": 0}
 
 # The subset of the trace-event format (Chrome "Trace Event Format" document) we
-# write: metadata, complete events and flow start/finish.
+# write: metadata, complete events, flow start/finish and counters.
 TRACE_SCHEMA = {
     "type": "object",
     "required": ["traceEvents"],
@@ -41,6 +41,13 @@ TRACE_SCHEMA = {
                  "name": {"type": "string"}, "cat": {"type": "string"},
                  "ph": {"enum": ["s", "f"]}, "bp": {"const": "e"}, "id": _ID, "ts": _TS,
                  "pid": _ID, "tid": _ID}},
+            {"type": "object", "additionalProperties": False,  # the power counter tracks
+             "required": ["name", "ph", "ts", "pid", "tid", "args"],
+             "properties": {
+                 "name": {"enum": ["power (W)", "power by component (W)"]},
+                 "ph": {"const": "C"}, "ts": _TS, "pid": _ID, "tid": _ID,
+                 "args": {"type": "object", "minProperties": 1,
+                          "additionalProperties": {"type": "number", "minimum": 0}}}},
         ]}},
         "displayTimeUnit": {"enum": ["ms", "ns"]},
         "otherData": {"type": "object"},
@@ -76,7 +83,7 @@ def test_tracks_are_named_like_a_profiler(mm_result):
     trace = perfetto_trace(mm_result)
     meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
     processes = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
-    assert sorted(processes.values()) == ["chip", "core 0", "core 1"]
+    assert sorted(processes.values()) == ["chip", "core 0", "core 1", "power"]
     threads = {(processes[e["pid"]], e["args"]["name"]) for e in meta if e["name"] == "thread_name"}
     assert {("core 0", "neural DMA 0"), ("core 0", "neural DMA 1"),
             ("core 1", "neural engine mxu0"), ("core 1", "neural engine vector"),
