@@ -80,8 +80,39 @@ def serve_table(result: Any, probes: list | None = None) -> str:
     return "\n".join(lines)
 
 
+def cheapest_table(found: Any, tried: list, cost: str, unit: str) -> str:
+    """``archsim serve --cheapest``: every candidate in cost order, what it achieved at
+    the SLOs' percentile, and the cheapest that meets them."""
+    slo = next((c.result.slo for c in tried if c.result is not None), None)
+    pct = f"p{slo.percentile:g}" if slo else "p?"
+    lines = [f"Cheapest hardware meeting the SLOs at {pct} (cost: {cost}, each candidate a "
+             f"full simulation of the same arrivals, cheapest first)",
+             f"  {'config':<16}{'chips':>6}{'cost ' + unit:>14}{f'TTFT {pct} ms':>16}"
+             f"{f'TPOT {pct} ms':>16}  outcome"]
+    for c in tried:
+        ttft = f"{_pct(c, 'ttft'):.3g}" if c.result is not None else "-"
+        tpot = f"{_pct(c, 'tpot'):.3g}" if c.result is not None else "-"
+        lines.append(f"  {c.config.name:<16}{c.chips:>6}{c.cost:>14,.1f}{ttft:>16}{tpot:>16}"
+                     f"  {c.status}")
+    lines.append("")
+    lines.append(f"cheapest: {found.config.name} x {found.chips} ({found.cost:,.1f} {unit})"
+                 if found else "no candidate meets the SLOs")
+    return "\n".join(lines)
+
+
+def cheapest_json(found: Any, tried: list, cost: str, unit: str) -> dict[str, Any]:
+    def one(c: Any) -> dict[str, Any]:
+        row: dict[str, Any] = {"config": c.config.name, "chips": c.chips, "cost": c.cost,
+                               "status": c.status}
+        if c.result is not None:
+            row.update(ttft_ms=_pct(c, "ttft"), tpot_ms=_pct(c, "tpot"))
+        return row
+    return {"cost": cost, "unit": unit, "candidates": [one(c) for c in tried],
+            "cheapest": one(found) if found else None}
+
+
 def _pct(probe: Any, key: str) -> float:
-    """A probe's latency at the SLO's percentile, in ms."""
+    """A probe's (or a candidate's) latency at the SLO's percentile, in ms."""
     import numpy as np
 
     recs = probe.result.engine.records
@@ -165,5 +196,5 @@ def write_serve_trace(result: Any, path: str | os.PathLike[str]) -> None:
         json.dump(serve_trace(result), f)
 
 
-__all__ = ["serve_json", "serve_table", "serve_trace", "write_serve_json",
+__all__ = ["cheapest_json", "cheapest_table", "serve_json", "serve_table", "serve_trace", "write_serve_json",
            "write_serve_trace"]

@@ -1,11 +1,14 @@
 """``archsim serve``: request-level serving -- requests arriving over time, continuous
 batching with a paged KV cache, latency percentiles, throughput and goodput under SLOs,
-and the highest request rate meeting them. See :mod:`serving.traffic`."""
+the highest request rate meeting them, and the cheapest hardware that does. See
+:mod:`serving.traffic` and :mod:`serving.capacity`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 _DTYPES = ("bf16", "f16", "f32")
@@ -91,6 +94,17 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     o.add_argument("--find-max-rate", action="store_true",
                    help="bisect the synthetic --rate for the highest rate meeting the SLOs "
                         "at --slo-percentile (each probe a full simulation)")
+    o.add_argument("--cheapest", action="store_true",
+                   help="find the cheapest hardware meeting the SLOs on this workload: "
+                        "every --search-configs preset at every --search-chips count "
+                        "(tensor-parallel), tried from the cheapest by --cost")
+    o.add_argument("--search-configs", type=_names, default=None, metavar="A,B,...",
+                   help="presets or YAML files for --cheapest (default: --config)")
+    o.add_argument("--search-chips", type=_counts, default=(1, 2, 4, 8), metavar="N,N,...",
+                   help="chip counts for --cheapest (default 1,2,4,8)")
+    o.add_argument("--cost", choices=("chips", "area", "tdp"), default="chips",
+                   help="what --cheapest minimizes: chips, silicon area (mm2) or power "
+                        "budget (TDP W), times the chip count (default chips)")
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", type=output_file,
                      help="also write results and per-request records as JSON")
@@ -100,6 +114,44 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                      help="also write latency CDFs and over-time figures (PNG) to DIR")
     p.set_defaults(handler=run)
     return p
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected presets as A,B,..., got {text!r}")
+    return names
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(n) for n in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected chip counts as N,N,... (each >= 1), "
+                                         f"got {text!r}")
+    return counts
+
+
+def _cheapest(args: argparse.Namespace, options: Any, slo: Any, workload: Any) -> int:
+    from archsim.cli.commands import resolve_config
+    from reports.serve import cheapest_json, cheapest_table
+    from serving.capacity import COSTS, cheapest
+    from serving.workload import read_trace
+
+    configs = [resolve_config(name, args.overrides)
+               for name in (args.search_configs or (args.config,))]
+    arrivals = read_trace(args.trace) if args.trace else workload(args.rate)
+    found, tried = cheapest(args.model, configs, args.search_chips, arrivals, slo, options,
+                            args.cost)
+    unit = COSTS[args.cost][0]
+    print(cheapest_table(found, tried, args.cost, unit))
+    if args.json:
+        Path(args.json).write_text(json.dumps(cheapest_json(found, tried, args.cost, unit),
+                                              indent=1) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0 if found else 1
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
         return synthetic(rate, args.requests, args.prompt_tokens, args.output_tokens,
                          args.seed)
 
+    if args.cheapest:
+        return _cheapest(args, options, slo, workload)
     probes, max_rate = None, None
     if args.find_max_rate:
         if args.trace:
