@@ -95,16 +95,27 @@ class Limits:
     max_num_batched_tokens: int = 2048
 
 
-class Continuous:
-    """vLLM-like continuous batching (see the module docstring)."""
+class Scheduler:
+    """What both schedulers hold: the limits, the KV-cache block pool, the waiting queue
+    and the running sequences."""
 
-    name = "continuous"
+    name = ""
 
     def __init__(self, limits: Limits, pool: BlockPool) -> None:
         self.limits, self.pool = limits, pool
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+
+class Continuous(Scheduler):
+    """vLLM-like continuous batching (see the module docstring)."""
+
+    name = "continuous"
 
     def schedule(self) -> Batch:
         budget = self.limits.max_num_batched_tokens
@@ -161,21 +172,11 @@ class Continuous:
         self.pool.give_back(seq.blocks)
         seq.blocks = 0
 
-    @property
-    def idle(self) -> bool:
-        return not self.running and not self.waiting
 
-
-class Static:
+class Static(Scheduler):
     """Static batching (see the module docstring)."""
 
     name = "static"
-
-    def __init__(self, limits: Limits, pool: BlockPool) -> None:
-        self.limits, self.pool = limits, pool
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
-        self.preemptions = 0
 
     def schedule(self) -> Batch:
         if not self.running:
@@ -209,11 +210,7 @@ class Static:
                 s.blocks = 0
             self.running.clear()
 
-    @property
-    def idle(self) -> bool:
-        return not self.running and not self.waiting
-
 
 SCHEDULERS = {"continuous": Continuous, "static": Static}
 
-__all__ = ["Batch", "Continuous", "Limits", "SCHEDULERS", "Sequence", "Static", "Work"]
+__all__ = ["Batch", "Continuous", "Limits", "SCHEDULERS", "Scheduler", "Sequence", "Static", "Work"]
