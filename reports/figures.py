@@ -17,9 +17,10 @@ is usually well below the highest address it touches (the summary's "SRAM peak")
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -324,26 +325,31 @@ FIGURES: dict[str, Callable[[ResultLike], Figure]] = {
 """The single-run figures, by file stem."""
 
 
+def write_figures(makers: Mapping[str, Callable[[Any], Figure]], subject: Any,
+                  directory: str | os.PathLike[str], dpi: int = 110) -> tuple[Path, ...]:
+    """``makers[name](subject)`` written as ``<directory>/<name>.png``, each; the paths."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, make in makers.items():
+        path = out / f"{name}.png"
+        make(subject).savefig(path, dpi=dpi)
+        paths.append(path)
+    return tuple(paths)
+
+
 def save_figures(result: ResultLike, directory: str | os.PathLike[str],
                  dpi: int = 110) -> tuple[Path, ...]:
     """Write every single-run figure as ``<directory>/<name>.png``; returns the paths."""
     data = report_data(result)
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, make in FIGURES.items():
-        path = out / f"{name}.png"
-        make(data).savefig(path, dpi=dpi)
-        paths.append(path)
+    paths = write_figures(FIGURES, data, directory, dpi)
     if data.energy is not None:
-        path = out / "power.png"
-        power_figure(data.energy).savefig(path, dpi=dpi)
-        paths.append(path)
-    return tuple(paths)
+        paths += write_figures({"power": power_figure}, data.energy, directory, dpi)
+    return paths
 
 
 __all__ = [
     "COST_METRICS", "FIGURES", "Occupancy", "pareto_figure", "pareto_front",
     "roofline_figure", "save_figures", "sram_occupancy", "sram_occupancy_figure",
-    "timeline_figure", "utilization_figure",
+    "timeline_figure", "utilization_figure", "write_figures",
 ]

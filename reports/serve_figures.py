@@ -73,14 +73,9 @@ FIGURES = {"serve_latency_cdf": latency_cdf_figure, "serve_over_time": over_time
 
 def save_serve_figures(result: Any, directory: str | os.PathLike[str],
                        dpi: int = 110) -> tuple[Path, ...]:
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, make in FIGURES.items():
-        path = out / f"{name}.png"
-        make(result).savefig(path, dpi=dpi)
-        paths.append(path)
-    return tuple(paths)
+    from reports.figures import write_figures
+
+    return write_figures(FIGURES, result, directory, dpi)
 
 
 __all__ = ["FIGURES", "latency_cdf_figure", "over_time_figure", "save_serve_figures"]
