@@ -71,21 +71,35 @@ def packed_sram_bytes(window: int, pix: int, ot: int, cg: int, ntaps: int, taps:
     return sets * (packed + weights + acc + 16 * 64 * 8) + 8192
 
 
-def padded_taps(kernel: tuple[int, int], stride: tuple[int, int],
-                dilation: tuple[int, int], padding: tuple[int, int],
-                in_size: tuple[int, int], out_size: tuple[int, int]) -> int:
-    """Taps whose window reaches into the padding somewhere (their buffer is
-    zero-filled first)."""
-    def edge(t: int, axis: int) -> bool:
-        first = t * dilation[axis] - padding[axis]
-        last = first + (out_size[axis] - 1) * stride[axis]
-        return first < 0 or last >= in_size[axis]
-    return sum(1 for i in range(kernel[0]) for j in range(kernel[1])
-               if edge(i, 0) or edge(j, 1))
+def padding_fills(kernel: tuple[int, int], stride: tuple[int, int],
+                  dilation: tuple[int, int], padding: tuple[int, int],
+                  in_size: tuple[int, int], out_size: tuple[int, int]) -> tuple[int, int]:
+    """``(taps, elements)``: the taps whose window reaches into the padding somewhere,
+    and the elements per channel their border strips hold over the whole output (what
+    the vector unit zero-fills)."""
+    span = row_span(out_size[1], stride[1])
+    taps = elements = 0
+    for i in range(kernel[0]):
+        valid_rows = _inside(i, 0, stride, dilation, padding, in_size, out_size[0])
+        for j in range(kernel[1]):
+            first = j * dilation[1] - padding[1]
+            valid_cols = max(0, min(span, in_size[1] - first) - max(0, -first))
+            strips = (out_size[0] - valid_rows) * span + valid_rows * (span - valid_cols)
+            taps += strips > 0
+            elements += strips
+    return taps, elements
+
+
+def _inside(t: int, axis: int, stride: tuple[int, int], dilation: tuple[int, int],
+            padding: tuple[int, int], in_size: tuple[int, int], count: int) -> int:
+    """Output positions along ``axis`` whose tap-``t`` input lies inside the input."""
+    first = t * dilation[axis] - padding[axis]
+    return sum(1 for p in range(count) if 0 <= first + p * stride[axis] < in_size[axis])
 
 
 def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[int, int],
-                         stride: tuple[int, int], fills: int, batch: int, groups: int,
+                         stride: tuple[int, int], fills: tuple[int, int], batch: int,
+                         groups: int,
                          cg: int, og: int,
                          dtype: DType, out_item: int, cast: bool, epi: int, epi_ops: int,
                          arrays: int, capacity: int | None = None) -> PackedTiling | None:
@@ -135,11 +149,12 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
         # the accumulator's transpose to NCHW, the cast, the fused epilogue's passes
         tail = (pixels_major + cast + epi_ops) * (vlat + pix * ot / vector_rate(config, 4))
         # weight rearrangement, zero fills of the taps reaching into the padding
-        vpu = tail + 2 * vlat + weights / item / lanes + fills * (vlat + cg * pix / lanes)
+        npacks = ceil_div(ntaps, tp)
+        vpu = tail + (npacks + 1) * vlat + weights / item / lanes + 4 * fills[0] * vlat + \
+            fills[1] * cg / ceil_div(oh, ty) / lanes
         # a pipeline of steps (one pack each): the longer stage repeats, the shorter
         # one shows once (the first step's loads and weight rearrangement, or the last
         # step's matmul)
-        npacks = ceil_div(ntaps, tp)
         first_load = (dma_cycles / per_core + vlat + weights / item / lanes) / npacks
         exposed = min(first_load, mxu / npacks)
         cost = Cost(mxu_cycles=per_core * mxu / min(arrays, per_core),
@@ -290,11 +305,20 @@ def _load_rows(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tup
     row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
     ya, yb = valid_range(rows[0], rows[1], row0, sh, height)
     ua, ub = max(0, -col0), min(span, width - col0)
-    if (ya, yb, ua, ub) != (rows[0], rows[1], 0, span):
+    if yb <= ya or ub <= ua:  # the tap reads only padding here
         ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0), dst),
                     source)
-    if yb <= ya or ub <= ua:
         return
+    top, bottom = ya - rows[0], rows[1] - yb
+    inner = nrows - top - bottom
+    strides = (nrows * span, span, 1)
+    for first, shape in ((0, (nc, top, span)), ((nrows - bottom) * span, (nc, bottom, span)),
+                         (top * span, (nc, inner, ua)), (top * span + ub, (nc, inner, span - ub))):
+        if 0 not in shape:  # zero the border strips the DMA does not write
+            strip = SramRef(dst.space, dst.offset + first * dst.dtype.itemsize, shape,
+                            dst.dtype, strides)
+            ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
+                                                 strip), source)
     r = row0 + ya * sh
     ref = DramRef(ctx.view(x).tensor, (Slice(n, n + 1), Slice(*chans),
                                        Slice(r, r + (yb - ya - 1) * sh + 1, sh),
@@ -312,7 +336,7 @@ def packed_inputs(ctx: Context, kernel: Kernel) -> dict:
     cout, cg, kh, kw = w.shape
     acc_dtype = accumulator_dtype(x.dtype)
     spec = node.spec
-    fills = padded_taps((kh, kw), tuple(spec.stride), tuple(spec.dilation),
+    fills = padding_fills((kh, kw), tuple(spec.stride), tuple(spec.dilation),
                         tuple(spec.padding), tuple(x.shape[2:]), tuple(out.shape[2:]))
     return dict(geo_out=tuple(out.shape[2:]), kernel=(kh, kw), stride=tuple(spec.stride),
                 fills=fills, batch=x.shape[0], groups=node.spec.groups, cg=cg,
