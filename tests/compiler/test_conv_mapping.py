@@ -133,3 +133,24 @@ def test_packed_taps_match_torch(monkeypatch, shape, preset):
     compiled = _compile("packed", monkeypatch, x, w, stride, padding, dilation, groups,
                         cfg=config(preset))
     _run(compiled, x, w, stride, padding, dilation, groups)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_packed_taps_with_fused_epilogue_match_torch(monkeypatch, dtype):
+    # conv + bias + batch norm + ReLU (the epilogue fused into the conv's tiles); f16
+    # accumulates in f32 and casts on the way out. Functional runs check the outputs
+    # against torch's (a NumericsError otherwise).
+    from archsim.app.pipeline import run
+    from archsim.app.workload import Workload
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 7, stride=2, padding=3),
+                                torch.nn.BatchNorm2d(16), torch.nn.ReLU()).eval().to(dtype)
+    x = torch.randn(2, 3, 32, 32, dtype=dtype)
+    monkeypatch.setattr(conv, "choose_conv_tiling", lambda *a, **k: None)
+    clear_cache()
+    result = run(Workload.of_module(model, (x,)), "edge", mode="functional")
+    clear_cache()
+    assert result.functional
+    matmuls = [c.op for c in result.program.commands if isinstance(c.op, MatMul)]
+    assert all(len(op.a.shape) == 3 and op.a.shape[-1] % 3 == 0 for op in matmuls)
