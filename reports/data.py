@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Union
 
 from archsim.result import uncontended_cycles
 from archsim.energy import run_energy
+from reports.compulsory import compulsory_bytes
 from reports.energy import EnergySummary, energy_summary
 from reports.extended import ExtendedSpan, extended_spans
 from compiler.ir.ops import engine_core, engine_kind
@@ -180,6 +181,9 @@ class ReportData:
     energy: EnergySummary | None = None
     """Energy and power of the run (:mod:`reports.energy`); None: not known (a report
     saved before energy was modelled)."""
+    compulsory_dram_bytes: Mapping[str, int] | None = None
+    """Per attributed source, the DRAM bytes its commands must move at least
+    (:mod:`reports.compulsory`); None: not known (a report saved before it was)."""
     kernels: int = 0
     """Kernels the compiler made of the workload (0: unknown)."""
     runtime_overhead_cycles: int = 0
@@ -337,6 +341,8 @@ def from_sim_result(result: SimResult) -> ReportData:
             e: int(b) for e, b in result.engine_busy_cycles.items()}),
         extended=extended_spans(result.extensions),
         energy=energy,
+        compulsory_dram_bytes=MappingProxyType({
+            source or UNATTRIBUTED: n for source, n in compulsory_bytes(program).items()}),
         commands=tuple(records),
     )
 

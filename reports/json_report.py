@@ -63,7 +63,9 @@ def to_json(result: ResultLike) -> dict[str, Any]:
         "extended": [span.to_json() for span in data.extended],
         "sram": {"peak_bytes": dict(data.sram_peak_bytes),
                  "capacity_bytes": dict(data.sram_capacity_bytes)},
-        "ops": [_fields(row) | {"span_cycles": row.span_cycles} for row in op_rows(data)],
+        "ops": [_fields(row) | {"span_cycles": row.span_cycles,
+                                "dram_over_compulsory": row.dram_over_compulsory}
+                for row in op_rows(data)],
         "critical_path": {"length_cycles": path.length_cycles,
                           "commands": [s.command for s in path.steps],
                           "via": [s.via for s in path.steps]},
@@ -128,6 +130,9 @@ def from_json(document: Mapping[str, Any]) -> ReportData:
                                    for item in document.get("extended", ()))
         if document.get("energy") is not None:
             fields["energy"] = EnergySummary.from_json(document["energy"])
+        if document.get("ops") and document["ops"][0].get("compulsory_bytes") is not None:
+            fields["compulsory_dram_bytes"] = MappingProxyType({
+                row["source"]: row["compulsory_bytes"] for row in document["ops"]})
         command_j = trace.get("energy_j") or [0.0] * len(trace["id"])
         lengths = {len(trace[name]) for name in (*_TRACE_FIELDS, "reads", "writes")}
         if len(lengths) > 1:

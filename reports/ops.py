@@ -17,6 +17,11 @@ matrix FLOPs vs the matrix peak, vector FLOPs vs the vector peak (one FLOP per l
 cycle), DRAM bytes vs DRAM bandwidth, host-link bytes vs host-link bandwidth. It is
 ``None`` where no peak applies (host CPU work, SRAM-to-SRAM copies only).
 
+**DRAM/min** is the DRAM bytes the op's commands charged over its compulsory bytes
+(:mod:`reports.compulsory`: each distinct element of the DRAM boxes it reads read once,
+each it writes written once): 1.00x moves nothing twice; a tiling that re-reads
+operands, or DRAM bursts wider than the data, shows above 1.
+
 **Energy** is the dynamic energy of the op's commands (:mod:`archsim.energy`: MACs,
 vector element-ops and bytes at each level); static power belongs to the run, not to
 an op.
@@ -28,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from reports.compulsory import ratio
 from reports.critical_path import critical_path
 from reports.energy import format_joules
 from reports.data import CommandRecord, ReportData, ResultLike, report_data
@@ -81,6 +87,15 @@ class OpRow:
     span_us: float
     energy_j: float = 0.0
     """Dynamic energy of the op's commands (:mod:`archsim.energy`), joules."""
+    compulsory_bytes: int | None = None
+    """DRAM bytes the op must move at least: each distinct box element it reads read
+    once, each it writes written once (:mod:`reports.compulsory`); None: not known."""
+
+    @property
+    def dram_over_compulsory(self) -> float | None:
+        """DRAM bytes charged over compulsory bytes (1.0: nothing moved twice); None
+        when the op must move nothing or the figure is not known."""
+        return ratio(self.dram_bytes, self.compulsory_bytes or 0)
 
     @property
     def span_cycles(self) -> int:
@@ -160,6 +175,8 @@ def _row(source: str, commands: list[CommandRecord], critical_cycles: int,
         peak_name=_PEAK_NAME.get(dominant, "-"),
         span_us=span_s * 1e6,
         energy_j=sum(c.energy_j for c in commands),
+        compulsory_bytes=(None if data.compulsory_dram_bytes is None
+                          else data.compulsory_dram_bytes.get(source, 0)),
     )
 
 
@@ -200,12 +217,15 @@ def op_table(result: ResultLike, sort: str = "time", top: int | None = None) -> 
     cells = []
     for r in rows:
         efficiency = "-" if r.efficiency is None else f"{100 * r.efficiency:.1f}%"
+        reuse = r.dram_over_compulsory
         cells.append((
-            names[r.source], f"{r.span_us:.2f}", percent(r.span_cycles, total),
-            percent(r.critical_cycles, total), format_count(r.flops),
-            format_bytes(r.bytes), format_joules(r.energy_j), r.bound, efficiency,
-            r.peak_name))
-    headers = ("op (source)", "span us", "of run", "crit path", "FLOPs", "bytes",
+            names[r.source], f"{r.span_us:.2f}", percent(r.critical_cycles, total),
+            format_count(r.flops), format_bytes(r.bytes),
+            "-" if reuse is None else f"{reuse:.2f}x", format_joules(r.energy_j), r.bound,
+            efficiency, r.peak_name))
+    # The span's share of the run is left out (span us says it) to keep the table
+    # within 100 characters.
+    headers = ("op (source)", "span us", "critical", "FLOPs", "bytes", "DRAM/min",
                "energy", "bound", "eff", "vs")
     all_rows = len(op_rows(data)) if top is not None else len(rows)
     title = (f"Ops by {sort} ({len(rows)} of {all_rows}); run "

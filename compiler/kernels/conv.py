@@ -28,6 +28,7 @@ from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import Geometry, epilogue_bytes, finisher
+from compiler.kernels.conv_packed import choose_packed_tiling, lower_conv_packed, packed_inputs
 from compiler.kernels.conv_per_tap import lower_conv_per_tap
 from compiler.kernels.conv_tiling import ConvTiling, choose_conv_tiling, packed_groups
 from compiler.kernels.matmul import accumulator_dtype
@@ -118,10 +119,15 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     # The SRAM estimate of a tiling is close, not exact (alignment, epilogue layouts): if
     # the buffers of the chosen tiling do not fit, choose again under a smaller budget.
     budget = ctx.capacity
+    packed = choose_packed_tiling(ctx, **packed_inputs(ctx, kernel))
     while True:
         tiling = choose_conv_tiling(ctx, geo, batch, spec.groups, cg, cout // spec.groups,
                                     x.dtype, out.dtype.itemsize, cast,
                                     epilogue_bytes(ctx, kernel, out), epi_ops, arrays, budget)
+        if packed is not None and (tiling is None or packed.cost.estimate(ctx.config) <
+                                   tiling.cost.estimate(ctx.config)):
+            lower_conv_packed(ctx, kernel, packed)
+            return
         if tiling is None:
             lower_conv_per_tap(ctx, kernel)
             return

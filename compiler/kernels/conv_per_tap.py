@@ -109,7 +109,7 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
                     ctx.em.emit(vpu_engine(core), Transpose(
                         raw, sub(b["w"][q], (kh, kw, no, nc)), (2, 3, 0, 1)), source)
                 chans = (gi * cin // groups + cc[0], gi * cin // groups + cc[1])
-                _load_tap(ctx, x, nb, chans, rows, (i, j), spec, ow, core,
+                load_tap(ctx, x, nb, chans, rows, (i, j), spec, ow, core,
                           sub(b["x"][xs], (nc, pix)), source)
 
             def compute(core=core, b=b, xs=xs, i=i, j=j, q=q, ws=ws, no=no, nc=nc, pix=pix,
@@ -126,7 +126,7 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
     pipeline(per_core, sets - 1)
 
 
-def _valid(lo: int, hi: int, start: int, step: int, size: int) -> tuple[int, int]:
+def valid_range(lo: int, hi: int, start: int, step: int, size: int) -> tuple[int, int]:
     """Output positions ``[a, b)`` within ``[lo, hi)`` whose input ``start + p * step``
     lies inside ``[0, size)``."""
     a = max(lo, -(start // step))
@@ -134,7 +134,7 @@ def _valid(lo: int, hi: int, start: int, step: int, size: int) -> tuple[int, int
     return a, max(a, b)
 
 
-def _load_tap(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple[int, int],
+def load_tap(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple[int, int],
               tap: tuple[int, int], spec: g.Conv2d, ow: int, core: int, dst: SramRef,
               source: str) -> None:
     """``dst`` [c, rows x ow] := tap ``(i, j)``'s input pixels, zero in the padding."""
@@ -145,8 +145,8 @@ def _load_tap(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tupl
     (i, j), (sh, sw), (dh, dw), (ph, pw) = tap, spec.stride, spec.dilation, spec.padding
     height, width = x.shape[-2:]
     row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
-    ya, yb = _valid(rows[0], rows[1], row0, sh, height)
-    xa, xb = _valid(0, ow, col0, sw, width)
+    ya, yb = valid_range(rows[0], rows[1], row0, sh, height)
+    xa, xb = valid_range(0, ow, col0, sw, width)
     nc, pix = dst.shape
     if (ya, yb, xa, xb) != (rows[0], rows[1], 0, ow):
         ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0), dst),

@@ -116,8 +116,8 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
             # phase split, border fills, weight rearrangement
             vpu = chunks * (6 * vlat + 2 * ni * rows * geo.cols * ct / lanes) + \
                 weight_share / per_core / item / lanes
-            if g > 1:
-                vpu += chunks * packed_groups(ntaps, g) * (g + 1) * (vlat + g * m * ct / lanes)
+            if g > 1:  # per packed matmul: g tap copies, one transpose of all g
+                vpu += chunks * packed_groups(ntaps, g) * ((g + 1) * vlat + 2 * g * m * ct / lanes)
             tail = (3 + epi_ops) * (vlat + m * ot / vector_rate(config, 4))
             vpu += tail
             share = min(arrays, per_core)

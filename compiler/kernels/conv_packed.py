@@ -1,0 +1,346 @@
+"""Convolution with its taps packed into K by DMA (im2col in the scratchpad).
+
+For few input channels per group the implicit GEMM (:mod:`compiler.kernels.conv`)
+multiplies K = channels per tap: a 3-channel stem fills 3 of a 128-row array. Here
+each tap's input window ``[c, pixels]`` (strided, zero where it falls in the padding)
+is loaded by DMA straight into its rows of one packed operand ``X [taps x c, pixels]``,
+so one matmul has K = taps x c, as an im2col lowering has (SCALE-Sim lowers every
+convolution so). The expansion is paid in DMA (each input element is loaded once per
+tap that reads it, strided runs charged whole DRAM granules) and SRAM (the packed
+buffer), not in vector work.
+
+The matmul runs in whichever orientation the array prefers
+(:func:`~archsim.matrix.matmul_cycles`): pixels as the streamed rows
+(``X^T [pixels, K] @ W [K, o]``, transposed back to NCHW once per tile) or output
+channels as the streamed rows (``W [o, K] @ X [K, pixels]``, NCHW directly). Taps
+are packed ``taps`` at a time (one matmul per pack, accumulated). The tiling and the
+orientation are chosen by the cost model (:func:`choose_packed_tiling`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from archsim.config.model import ceil_div
+from archsim.config.names import mxu_engine, sram_space, vpu_engine
+from archsim.matrix import matmul_cycles
+from compiler import graph as g
+from compiler.graph import Value
+from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost, load_bandwidth, \
+    tile_sizes, vector_rate
+from compiler.emit import Arena
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
+from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
+from compiler.kernels.common import Context, TileSteps, pipeline
+from compiler.kernels.conv_geometry import epilogue_bytes, finisher
+from compiler.kernels.conv_per_tap import valid_range
+from compiler.kernels.matmul import accumulator_dtype
+from compiler.kernels.vector import layout, sub
+from compiler.plan import Kernel
+
+
+@dataclass(frozen=True)
+class PackedTiling:
+    """A tile is ``out_rows`` output rows x ``out_channels`` output channels of one
+    image and group; each matmul covers ``taps`` kernel taps of every input channel of
+    the group (K = taps x channels). ``pixels_major``: pixels are the matmul's rows."""
+
+    out_rows: int
+    out_channels: int
+    taps: int
+    pixels_major: bool
+    cost: Cost
+
+
+def row_span(ow: int, sw: int) -> int:
+    """Input columns one output row of a tap reads (loaded contiguously: one DRAM run;
+    the matmul's operand view skips the columns between strided pixels)."""
+    return (ow - 1) * sw + 1
+
+
+def packed_sram_bytes(window: int, pix: int, ot: int, cg: int, ntaps: int, taps: int,
+                      pixels_major: bool, item: int, out_item: int, cast: bool, epi: int,
+                      sets: int) -> int:
+    """Scratchpad one core needs for a tile of ``pix`` output pixels whose tap windows
+    are ``window`` elements per channel."""
+    packed = taps * cg * window * item
+    weights = 2 * ot * cg * ntaps * item  # as loaded, and rearranged
+    acc = ot * pix * (4 * (1 + pixels_major) + (out_item if cast else 0) + epi)
+    return sets * (packed + weights + acc + 16 * 64 * 8) + 8192
+
+
+def padding_fills(kernel: tuple[int, int], stride: tuple[int, int],
+                  dilation: tuple[int, int], padding: tuple[int, int],
+                  in_size: tuple[int, int], out_size: tuple[int, int]) -> tuple[int, int]:
+    """``(taps, elements)``: the taps whose window reaches into the padding somewhere,
+    and the elements per channel their border strips hold over the whole output (what
+    the vector unit zero-fills)."""
+    span = row_span(out_size[1], stride[1])
+    taps = elements = 0
+    for i in range(kernel[0]):
+        valid_rows = _inside(i, 0, stride, dilation, padding, in_size, out_size[0])
+        for j in range(kernel[1]):
+            first = j * dilation[1] - padding[1]
+            valid_cols = max(0, min(span, in_size[1] - first) - max(0, -first))
+            strips = (out_size[0] - valid_rows) * span + valid_rows * (span - valid_cols)
+            taps += strips > 0
+            elements += strips
+    return taps, elements
+
+
+def _inside(t: int, axis: int, stride: tuple[int, int], dilation: tuple[int, int],
+            padding: tuple[int, int], in_size: tuple[int, int], count: int) -> int:
+    """Output positions along ``axis`` whose tap-``t`` input lies inside the input."""
+    first = t * dilation[axis] - padding[axis]
+    return sum(1 for p in range(count) if 0 <= first + p * stride[axis] < in_size[axis])
+
+
+def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[int, int],
+                         stride: tuple[int, int], fills: tuple[int, int], batch: int,
+                         groups: int,
+                         cg: int, og: int,
+                         dtype: DType, out_item: int, cast: bool, epi: int, epi_ops: int,
+                         arrays: int, capacity: int | None = None) -> PackedTiling | None:
+    """The packed-taps tiling with the lowest estimated time (``compiler.cost``) that fits
+    the scratchpad; None when none fits. ``cg``/``og`` are per group."""
+    config = ctx.config
+    capacity = ctx.capacity if capacity is None else capacity
+    matrix, dma = config.core.matrix, config.core.dma
+    oh, ow = geo_out
+    ntaps = kernel[0] * kernel[1]
+    item = dtype.itemsize
+    setup = dma.setup_latency_cycles + config.dram.latency_cycles + config.noc.latency_cycles
+    granule = config.dram.access_granularity_bytes
+    vlat = config.core.vector.pipeline_latency_cycles
+    lanes = vector_rate(config, item)
+    span = row_span(ow, stride[1])
+    run_bytes = ceil_div(span * item, granule) * granule  # one DRAM run per window row
+    heights = sorted({ceil_div(oh, k) for k in range(1, oh + 1)})
+    fill_rows = max(1, min(ntaps, matrix.rows // cg))  # taps filling the array's rows
+    packs = sorted({ntaps, fill_rows, min(ntaps, 2 * fill_rows), ceil_div(ntaps, 2),
+                    ceil_div(ntaps, 4)})
+    options = []
+    majors = (True, False) if stride[1] == 1 else (True,)
+    for ty, ot, tp, pixels_major in itertools.product(heights, tile_sizes(og, matrix.cols),
+                                                      packs, majors):
+        pix = ty * ow
+        need = packed_sram_bytes(ty * span, pix, ot, cg, ntaps, tp, pixels_major, item,
+                                 out_item, cast, epi, ctx.sets)
+        if need > capacity:
+            continue
+        tiles = batch * groups * ceil_div(og, ot) * ceil_div(oh, ty)
+        cores = min(ctx.cores, tiles)
+        per_core = ceil_div(tiles, cores)
+        load_bw = min(load_bandwidth(config),
+                      config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY / cores)
+        mxu = 0
+        for t in range(0, ntaps, tp):
+            k = min(tp, ntaps - t) * cg
+            mxu += matmul_cycles(pix, k, ot, matrix, dtype) if pixels_major else \
+                matmul_cycles(ot, k, pix, matrix, dtype)
+        taps_bytes = ntaps * cg * ty * run_bytes
+        weights = ot * cg * ntaps * item
+        out_bytes = pix * ot * (out_item + epi)
+        dma_cycles = per_core * ((taps_bytes + weights) / load_bw +
+                                 (ntaps + 1) * setup / max(1, dma.engines - 1) +
+                                 out_bytes / dma.bandwidth_bytes_per_cycle)
+        # the accumulator's transpose to NCHW, the cast, the fused epilogue's passes
+        tail = (pixels_major + cast + epi_ops) * (vlat + pix * ot / vector_rate(config, 4))
+        # weight rearrangement, zero fills of the taps reaching into the padding
+        npacks = ceil_div(ntaps, tp)
+        vpu = tail + (npacks + 1) * vlat + weights / item / lanes + 4 * fills[0] * vlat + \
+            fills[1] * cg / ceil_div(oh, ty) / lanes
+        # a pipeline of steps (one pack each): the longer stage repeats, the shorter
+        # one shows once (the first step's loads and weight rearrangement, or the last
+        # step's matmul)
+        first_load = (dma_cycles / per_core + vlat + weights / item / lanes) / npacks
+        exposed = min(first_load, mxu / npacks)
+        cost = Cost(mxu_cycles=per_core * mxu / min(arrays, per_core),
+                    vpu_cycles=per_core * vpu, dma_cycles=dma_cycles,
+                    dram_bytes=tiles * (taps_bytes + weights + out_bytes),
+                    serial_cycles=exposed + tail + setup + out_bytes /
+                    dma.bandwidth_bytes_per_cycle)
+        commands = tiles * (ntaps * 2 + ceil_div(ntaps, tp) + 6)
+        options.append((cost.estimate(config), commands,
+                        PackedTiling(ty, ot, tp, pixels_major, cost)))
+    if not options:
+        return None
+    fastest = min(o[0] for o in options)
+    near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]
+    return min(near, key=lambda o: (o[1], o[0]))[2]
+
+
+def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> None:
+    """Emit the convolution of ``kernel`` with ``tiling`` (taps packed into K by DMA)."""
+    node = kernel.anchor
+    spec: g.Conv2d = node.spec
+    (x, w), out = node.inputs, node.out
+    batch, cin = x.shape[:2]
+    cout, cg, kh, kw = w.shape
+    _, _, oh, ow = out.shape
+    groups = spec.groups
+    og, ntaps = cout // groups, kh * kw
+    ty, ot, tp, pixels_major = (tiling.out_rows, tiling.out_channels, tiling.taps,
+                                tiling.pixels_major)
+    acc_dtype = accumulator_dtype(x.dtype)
+    cast = out.dtype is not acc_dtype
+    sets, source = ctx.sets, node.source
+    arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
+    sw = spec.stride[1]
+    span = row_span(ow, sw)
+    tiles = [(nb, gi, o0, y0) for nb in range(batch) for gi in range(groups)
+             for o0 in range(0, og, ot) for y0 in range(0, oh, ty)]
+    cores = min(ctx.cores, len(tiles))
+    bufs = []
+    for c in range(cores):
+        arena = Arena(sram_space(c), ctx.capacity)
+        alloc = arena.alloc
+        bufs.append({
+            "x": [alloc((tp * cg, ty * span), x.dtype, "conv packed taps")
+                  for _ in range(sets)],
+            "wraw": [alloc((ot, cg, kh, kw), x.dtype, "conv weight tile")
+                     for _ in range(sets)],
+            "w": [alloc((ntaps * cg, ot), x.dtype, "conv weight taps") for _ in range(sets)],
+            "acc": [alloc((ot, ty * ow), acc_dtype, "conv accumulator") for _ in range(sets)],
+            "nchw": [alloc((ot, ty * ow), acc_dtype, "conv output tile")
+                     for _ in range(sets)] if pixels_major else None,
+            "out": [alloc((ot, ty * ow), out.dtype, "conv output") if cast else None
+                    for _ in range(sets)],
+            "epi": [layout(ctx, kernel.group, (1, ot, ty, ow), arena, 1, {out.id})
+                    if kernel.group else None for _ in range(sets)],
+        })
+    per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
+    counts, step_counts = [0] * cores, [0] * cores
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    packs = [taps[t:t + tp] for t in range(0, ntaps, tp)]
+    for t, (nb, gi, o0, y0) in enumerate(tiles):
+        core = t % cores
+        q = counts[core] % sets
+        counts[core] += 1
+        b = bufs[core]
+        mxu = mxu_engine(core, (counts[core] - 1) % arrays)
+        oo = (gi * og + o0, gi * og + min(o0 + ot, og))
+        rows = (y0, min(y0 + ty, oh))
+        pix, no = (rows[1] - rows[0]) * ow, oo[1] - oo[0]
+        chans = (gi * cg, gi * cg + cg)
+        for s, pack in enumerate(packs):
+            xs = step_counts[core] % sets
+            step_counts[core] += 1
+            first = s * tp  # the pack's first tap
+
+            def load(core=core, b=b, xs=xs, q=q, pack=pack, s=s, nb=nb, rows=rows, oo=oo,
+                     no=no, pix=pix, chans=chans, first=first) -> None:
+                raw = sub(b["wraw"][q], (no, cg, kh, kw))
+                if s == 0:  # the tile's weights
+                    wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(0, cg),
+                                                        Slice(0, kh), Slice(0, kw)))
+                    ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, raw), source)
+                # the pack's taps of them as [taps x c, o] in (tap, c) order (one
+                # rearrangement per pack, so the next pack's overlaps this one's matmul)
+                ntp = len(pack)
+                taps_view = SramRef(raw.space, raw.offset + first * raw.dtype.itemsize,
+                                    (no, cg, ntp), raw.dtype, (cg * ntaps, ntaps, 1))
+                ctx.em.emit(vpu_engine(core), Transpose(
+                    taps_view, sub(b["w"][q], (ntp, cg, no), first * cg * no), (2, 1, 0)),
+                    source)
+                nrows = rows[1] - rows[0]
+                for u, tap in enumerate(pack):
+                    _load_rows(ctx, x, nb, chans, rows, tap, spec, core,
+                               sub(b["x"][xs], (cg, nrows, span), u * cg * nrows * span),
+                               source)
+
+            def compute(core=core, b=b, xs=xs, q=q, pack=pack, first=first, s=s, no=no,
+                        pix=pix, mxu=mxu) -> None:
+                k, nrows = len(pack) * cg, pix // ow
+                packed = b["x"][xs]
+                weights = sub(b["w"][q], (k, no), first * cg * no)
+                if pixels_major:  # X^T [pix, k] @ W [k, o]: every sw-th loaded column
+                    xt = SramRef(packed.space, packed.offset, (nrows, ow, k), packed.dtype,
+                                 (span, sw, nrows * span))
+                    op = MatMul(xt, weights, sub(b["acc"][q], (pix, no)), s > 0)
+                else:  # W^T [o, k] @ X [k, pix]
+                    wt = SramRef(weights.space, weights.offset, (no, k), weights.dtype,
+                                 (1, no))
+                    op = MatMul(wt, sub(packed, (k, pix)), sub(b["acc"][q], (no, pix)),
+                                s > 0)
+                ctx.em.emit(mxu, op, source)
+
+            store = (lambda: None)
+            if s == len(packs) - 1:
+                box = ((nb, nb + 1), oo, rows, (0, ow))
+                store = _finish(ctx, kernel, core, b, q, box, (no, pix), cast, pixels_major)
+            per_core[core].append(TileSteps(load, compute, store))
+    pipeline(per_core, sets - 1)
+
+
+def _finish(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
+            box: tuple[tuple[int, int], ...], shape: tuple[int, int], cast: bool,
+            pixels_major: bool):
+    """The tile's store: a pixels-major accumulator ``[pix, o]`` is transposed to NCHW
+    ``[o, pix]`` first."""
+    if not pixels_major:
+        return finisher(ctx, kernel, core, b, q, box, shape, cast)
+    finish = finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box, shape, cast)
+    no, pix = shape
+
+    def store() -> None:
+        ctx.em.emit(vpu_engine(core), Transpose(sub(b["acc"][q], (pix, no)),
+                                                sub(b["nchw"][q], (no, pix)), (1, 0)),
+                    kernel.anchor.source)
+        finish()
+    return store
+
+
+def _load_rows(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple[int, int],
+               tap: tuple[int, int], spec: g.Conv2d, core: int, dst: SramRef,
+               source: str) -> None:
+    """``dst`` [c, rows, span] := the input columns tap ``(i, j)`` reads for each output
+    row (contiguous from its first pixel's column to its last's), zero in the padding:
+    one strided DMA with one DRAM run per row."""
+    (i, j), (sh, _), (dh, dw), (ph, pw) = tap, spec.stride, spec.dilation, spec.padding
+    height, width = x.shape[-2:]
+    nc, nrows, span = dst.shape
+    row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
+    ya, yb = valid_range(rows[0], rows[1], row0, sh, height)
+    ua, ub = max(0, -col0), min(span, width - col0)
+    if yb <= ya or ub <= ua:  # the tap reads only padding here
+        ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0), dst),
+                    source)
+        return
+    top, bottom = ya - rows[0], rows[1] - yb
+    inner = nrows - top - bottom
+    strides = (nrows * span, span, 1)
+    for first, shape in ((0, (nc, top, span)), ((nrows - bottom) * span, (nc, bottom, span)),
+                         (top * span, (nc, inner, ua)), (top * span + ub, (nc, inner, span - ub))):
+        if 0 not in shape:  # zero the border strips the DMA does not write
+            strip = SramRef(dst.space, dst.offset + first * dst.dtype.itemsize, shape,
+                            dst.dtype, strides)
+            ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
+                                                 strip), source)
+    r = row0 + ya * sh
+    ref = DramRef(ctx.view(x).tensor, (Slice(n, n + 1), Slice(*chans),
+                                       Slice(r, r + (yb - ya - 1) * sh + 1, sh),
+                                       Slice(col0 + ua, col0 + ub)))
+    offset = ((ya - rows[0]) * span + ua) * dst.dtype.itemsize
+    inside = SramRef(dst.space, dst.offset + offset, (1, nc, yb - ya, ub - ua), dst.dtype,
+                     (nc * nrows * span, nrows * span, span, 1))
+    ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, inside), source)
+
+
+def packed_inputs(ctx: Context, kernel: Kernel) -> dict:
+    """The arguments of :func:`choose_packed_tiling` for ``kernel``'s convolution."""
+    node = kernel.anchor
+    (x, w), out = node.inputs, node.out
+    cout, cg, kh, kw = w.shape
+    acc_dtype = accumulator_dtype(x.dtype)
+    spec = node.spec
+    fills = padding_fills((kh, kw), tuple(spec.stride), tuple(spec.dilation),
+                        tuple(spec.padding), tuple(x.shape[2:]), tuple(out.shape[2:]))
+    return dict(geo_out=tuple(out.shape[2:]), kernel=(kh, kw), stride=tuple(spec.stride),
+                fills=fills, batch=x.shape[0], groups=node.spec.groups, cg=cg,
+                og=cout // node.spec.groups, dtype=x.dtype, out_item=out.dtype.itemsize,
+                cast=out.dtype is not acc_dtype, epi=epilogue_bytes(ctx, kernel, out),
+                epi_ops=len(kernel.group.nodes) if kernel.group else 0,
+                arrays=ctx.config.core.matrix.arrays if ctx.options.multi_array else 1)
