@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from archsim.errors import LoweringError
 from compiler import graph as g
 from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
@@ -108,3 +109,16 @@ def lower_mv(b: GraphBuilder, x: Value, v: Value) -> Value:
 
 
 lower_addmv = lowering(aten.addmv.default)(_plus_product(lower_matmul))
+
+
+@lowering(torch.ops.higher_order.out_dtype)
+def lower_out_dtype(b: GraphBuilder, op: object, output_dtype: object, x: Value,
+                    w: Value) -> Value:
+    """``out_dtype(aten.mm, torch.int32, int8, int8)``, the higher-order op torchao's
+    dynamically quantized linear layers trace to under ``torch.compile``: ``_int_mm``.
+    Other ``out_dtype`` uses have no lowering (they run on the host)."""
+    if (op is not aten.mm.default or output_dtype != torch.int32
+            or x.dtype is not DType.i8 or w.dtype is not DType.i8):
+        raise LoweringError(f"out_dtype({op}, {output_dtype}) on {x.dtype} x {w.dtype}: "
+                            f"only mm of i8 x i8 -> torch.int32 (torch._int_mm) lowers")
+    return _mm(b, x, w, DType.i32)
