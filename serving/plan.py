@@ -22,6 +22,9 @@ from serving.spec import ModelSpec
 DTYPE_BYTES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2}
 WEIGHT_BYTES: dict[str, float] = {"int8": 1.0}
 """Bytes per matmul weight of each weight-only format (``--weights``)."""
+KV_BYTES: dict[str, int] = {**DTYPE_BYTES, "int8": 1}
+"""Bytes per cached K/V element of each ``--kv-dtype``; int8 adds one scale per token
+and key/value head, in the activations' dtype (:attr:`Request.kv_scale_item`)."""
 
 
 @dataclass(frozen=True)
@@ -50,12 +53,19 @@ class Request:
     @property
     def precision(self) -> str:
         """``int8 weights, bf16 activations, bf16 KV cache``."""
+        scales = f" ({self.dtype} scale per token and head)" if self.kv_scale_item else ""
         return (f"{self.weights or self.dtype} weights, {self.dtype} activations, "
-                f"{self.kv_dtype} KV cache")
+                f"{self.kv_dtype} KV cache{scales}")
 
     @property
     def kv_item(self) -> int:
-        return DTYPE_BYTES[self.kv_dtype]
+        return KV_BYTES[self.kv_dtype]
+
+    @property
+    def kv_scale_item(self) -> int:
+        """Bytes of the scale of each cached token's K (or V) head: an int8 cache keeps
+        one per token and head in ``dtype``; a float cache none."""
+        return self.item if self.kv_dtype == "int8" else 0
 
     def contexts(self) -> tuple[int, ...]:
         """Cache length each decode step attends to (the new token included)."""
@@ -98,9 +108,10 @@ def check(spec: ModelSpec, request: Request, par: Parallelism) -> Shard:
                         ("micro-batches", par.micro_batches)):
         if value < (0 if name == "decode" else 1):
             problems.append(f"{name} must be >= {0 if name == 'decode' else 1}, got {value}")
-    for name, dtype in (("dtype", request.dtype), ("kv-dtype", request.kv_dtype)):
-        if dtype not in DTYPE_BYTES:
-            problems.append(f"{name} {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    for name, dtype, known in (("dtype", request.dtype, DTYPE_BYTES),
+                               ("kv-dtype", request.kv_dtype, KV_BYTES)):
+        if dtype not in known:
+            problems.append(f"{name} {dtype!r} is not one of {', '.join(known)}")
     if request.weights and request.weights not in WEIGHT_BYTES:
         problems.append(f"weights {request.weights!r} is not one of {', '.join(WEIGHT_BYTES)}")
     if request.weights and request.dtype == "f32":
@@ -155,7 +166,8 @@ def memory_per_chip(spec: ModelSpec, request: Request, par: Parallelism,
     head = (0 if spec.tied_embeddings else shard.vocab * h * request.weight_item) \
         + spec.norm_parameters * request.item
     tokens = request.prefill + request.decode
-    kv_token = request.batch * 2 * kv * request.kv_item  # one cached token of one layer
+    kv_token = request.batch * 2 * (kv * request.kv_item  # one cached token of one layer
+                                    + shard.kv_heads * request.kv_scale_item)
     mb_tokens = request.batch // par.micro_batches * request.prefill
     act = 2 * mb_tokens * (2 * h + q + 2 * kv + 2 * shard.intermediate) * request.item
     worst = Memory(0, 0, 0)
@@ -213,5 +225,5 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.1f} GiB"
 
 
-__all__ = ["DTYPE_BYTES", "Memory", "Parallelism", "Request", "Shard", "check",
+__all__ = ["DTYPE_BYTES", "KV_BYTES", "WEIGHT_BYTES", "Memory", "Parallelism", "Request", "Shard", "check",
            "check_memory", "gib", "memory_per_chip", "suggest_split"]

@@ -9,7 +9,9 @@ row max ``m``, row sum ``l`` and accumulator ``acc`` (online softmax):
     m' = max(m, rowmax(S));  P = exp(S - m');  c = exp(m - m')
     l = l * c + rowsum(P);   acc = acc * c + P @ V
 
-then store ``acc / l``. Only ``[Tq, Tk]`` score tiles live in SRAM. Each matmul is
+then store ``acc / l``. An int8 KV cache (``kv_scales``) is loaded as int8 with each
+key's scale and dequantized on the vector engine (cast, times the row's scale) before
+the tile is used: one byte an element moves from DRAM. Only ``[Tq, Tk]`` score tiles live in SRAM. Each matmul is
 split by query rows over the core's systolic arrays, and the next key tile's
 ``Q @ K^T`` is issued before this one's ``P @ V``, so it runs while the vector engine
 does this tile's softmax.
@@ -69,8 +71,11 @@ class CausalBias:
         return np.where(j > i + self.offset, -np.inf, 0.0).astype(np.float32)
 
 
-def _tile_bytes(tq: int, tk: int, d: int, dv: int, item: int, sets: int, masked: bool) -> int:
+def _tile_bytes(tq: int, tk: int, d: int, dv: int, item: int, sets: int, masked: bool,
+               int8_kv: bool = False) -> int:
     per_step = tk * d * item * 2 + tk * dv * item + (tq * tk * 4 if masked else 0)
+    if int8_kv:  # the int8 tiles and their per-key scales, before dequantization
+        per_step += tk * (d + dv) + 2 * tk * item
     scores = tq * tk * 4 * 2 + tq * tk * item + tq * dv * 4
     per_tile = tq * d * item + tq * dv * 4 + tq * dv * item + 6 * tq * 4
     return sets * (per_step + scores + per_tile) + 64 * 40
@@ -81,7 +86,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     spec: g.Attention = node.spec
     q_shape, k_shape, v_shape = (logical_shape(x, stored) for x, stored in
                                  zip(node.inputs[:3], spec.heads_after_seq))
-    mask: Value | None = node.inputs[3] if len(node.inputs) > 3 else None
+    mask: Value | None = g.attention_mask(node)
     q = node.inputs[0]
     out = node.out
     sq, d = q_shape[-2:]
@@ -92,7 +97,8 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     masked = spec.causal or mask is not None
     sizes = (512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
     fitting = [(min(a, sq), min(b, sk)) for a in sizes for b in sizes
-               if _tile_bytes(min(a, sq), min(b, sk), d, dv, item, sets, masked) <= ctx.capacity]
+               if _tile_bytes(min(a, sq), min(b, sk), d, dv, item, sets, masked,
+                              spec.kv_scales) <= ctx.capacity]
     if not fitting:
         raise CapacityError(f"{node.source}: no attention tile fits {ctx.capacity} B")
     tq, tk = max(fitting, key=lambda t: (t[0] * t[1], t[0]))
@@ -105,7 +111,8 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     batch = math.prod(batch_shape)
     tiles = [(bi, q0) for bi in range(batch) for q0 in range(0, sq, tq)]
     cores = min(ctx.cores, len(tiles))
-    bufs = [_allocate(ctx, c, tq, tk, d, dv, q.dtype, sets, masked) for c in range(cores)]
+    bufs = [_allocate(ctx, c, tq, tk, d, dv, q.dtype, sets, masked, spec.kv_scales)
+            for c in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts, step_counts = [0] * cores, [0] * cores
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
@@ -157,7 +164,7 @@ def _kv_index(index: tuple[int, ...], q_shape: tuple[int, ...],
 
 
 def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype: DType,
-              sets: int, masked: bool) -> dict[str, list[SramRef]]:
+              sets: int, masked: bool, int8_kv: bool) -> dict[str, list[SramRef]]:
     arena = Arena(sram_space(core), ctx.capacity)
     shapes: dict[str, tuple[tuple[int, ...], DType]] = {
         "q": ((tq, d), dtype), "k": ((tk, d), dtype), "kt": ((d, tk), dtype),
@@ -169,6 +176,9 @@ def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype:
     }
     if masked:
         shapes["mask"] = ((tq, tk), F32)
+    if int8_kv:
+        shapes.update(ki=((tk, d), DType.i8), vi=((tk, dv), DType.i8), ks=((tk, 1), dtype),
+                      vs=((tk, 1), dtype))
     return {name: [arena.alloc(shape, dt, f"attention {name}") for _ in range(sets)]
             for name, (shape, dt) in shapes.items()}
 
@@ -215,7 +225,9 @@ class _Step:
             self.vec(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
         kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
         kt = self.buf("kt", (d, self.nk))
-        if stored[1]:  # heads inside rows: load, then transpose on the vector engine
+        if node.spec.kv_scales:
+            self._load_int8_kv(kv_box)
+        elif stored[1]:  # heads inside rows: load, then transpose on the vector engine
             kbuf = self.buf("k", (self.nk, d))
             load_box(ctx, k, _stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
                      "load")
@@ -223,8 +235,9 @@ class _Step:
         else:  # the DMA writes K^T directly
             load_transposed(ctx, k, kv_box, kt, self.core, self.source)
         v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
-        load_box(ctx, v, _stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
-                 self.core, self.source, "load")
+        if not node.spec.kv_scales:
+            load_box(ctx, v, _stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
+                     self.core, self.source, "load")
         if not self.needs_mask:
             return
         mbuf = self.bufs["mask"][self.ss]
@@ -244,6 +257,25 @@ class _Step:
         own = box[len(box) - len(mask.shape):]
         target = SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
         load_box(ctx, mask, own, target, self.core, self.source, "load")
+
+    def _load_int8_kv(self, k_box: tuple[tuple[int, int], ...]) -> None:
+        """K and V tiles from an int8 cache: int8 rows and their scales loaded, then
+        widened and scaled on the vector engine (K then transposed there)."""
+        node, nk = self.node, self.nk
+        stored = node.spec.heads_after_seq
+        d, dv = node.inputs[0].shape[-1], node.inputs[2].shape[-1]
+        rows = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, 1))
+        for which, width, scale in ((1, d, node.inputs[-2]), (2, dv, node.inputs[-1])):
+            name = "k" if which == 1 else "v"
+            box = k_box[:-1] + ((0, width),)
+            raw, scales = self.buf(f"{name}i", (nk, width)), self.buf(f"{name}s", (nk, 1))
+            load_box(self.ctx, node.inputs[which], _stored_box(box, stored[which]), raw,
+                     self.core, self.source, "load")
+            load_box(self.ctx, scale, rows, scales, self.core, self.source, "load")
+            wide = self.buf(name, (nk, width))
+            self.vec(Cast(raw, wide))
+            self.vec(Binary(BinaryKind.mul, wide, scales, wide))
+        self.vec(Transpose(self.buf("k", (nk, d)), self.buf("kt", (d, nk)), (1, 0)))
 
     def _mask_ref(self) -> SramRef:
         if self.bias is not None:
