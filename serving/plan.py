@@ -20,7 +20,7 @@ from archsim.errors import DeviceMemoryError, ModelConfigError
 from serving.spec import ModelSpec
 
 DTYPE_BYTES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2}
-WEIGHT_BYTES: dict[str, float] = {"int8": 1.0}
+WEIGHT_BYTES: dict[str, float] = {"int8": 1.0, "fp8": 1.0}
 """Bytes per matmul weight of each weight-only format (``--weights``)."""
 KV_BYTES: dict[str, int] = {**DTYPE_BYTES, "int8": 1}
 """Bytes per cached K/V element of each ``--kv-dtype``; int8 adds one scale per token
@@ -38,8 +38,10 @@ class Request:
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
     weights: str = ""
-    """Weight-only format of the matmul weights (``int8``: one byte each, a scale per
-    output channel in ``dtype``); empty: in ``dtype``."""
+    """Format of the matmul weights: ``int8`` weight-only (one byte each, a scale per
+    output channel in ``dtype``), ``fp8`` (e4m3, one byte each, an f32 scale per output
+    channel; the activations are quantized to e4m3 per token for the matmuls); empty:
+    in ``dtype``."""
 
     @property
     def item(self) -> int:
@@ -51,10 +53,18 @@ class Request:
         return WEIGHT_BYTES[self.weights] if self.weights else self.item
 
     @property
+    def weight_scale_item(self) -> int:
+        """Bytes of each output channel's weight scale (f32 for fp8, else ``dtype``)."""
+        return 4 if self.weights == "fp8" else self.item
+
+    @property
     def precision(self) -> str:
         """``int8 weights, bf16 activations, bf16 KV cache``."""
         scales = f" ({self.dtype} scale per token and head)" if self.kv_scale_item else ""
-        return (f"{self.weights or self.dtype} weights, {self.dtype} activations, "
+        weights, into = self.weights or self.dtype, ""
+        if self.weights == "fp8":
+            weights, into = "fp8 (e4m3)", " (e4m3 per token into the matmuls)"
+        return (f"{weights} weights, {self.dtype} activations{into}, "
                 f"{self.kv_dtype} KV cache{scales}")
 
     @property
@@ -115,7 +125,8 @@ def check(spec: ModelSpec, request: Request, par: Parallelism) -> Shard:
     if request.weights and request.weights not in WEIGHT_BYTES:
         problems.append(f"weights {request.weights!r} is not one of {', '.join(WEIGHT_BYTES)}")
     if request.weights and request.dtype == "f32":
-        problems.append("weight-only int8 takes 16-bit activations: --dtype bf16 or f16")
+        problems.append(f"{request.weights} weights take 16-bit activations: --dtype bf16 "
+                        f"or f16")
     if problems:
         raise ModelConfigError("; ".join(problems))
     if spec.heads % par.tp:
@@ -161,7 +172,7 @@ def memory_per_chip(spec: ModelSpec, request: Request, par: Parallelism,
     outputs = q + 2 * kv + h + (2 if spec.gated else 1) * shard.intermediate + h
     layer = (h * (2 * q + 2 * kv) + mlp) * request.weight_item \
         + (spec.layer_parameters - spec.layer_matmul_weights) * request.item \
-        + (outputs * request.item if request.weights else 0)
+        + (outputs * request.weight_scale_item if request.weights else 0)
     embed = (shard.vocab + spec.position_rows) * h * request.item
     head = (0 if spec.tied_embeddings else shard.vocab * h * request.weight_item) \
         + spec.norm_parameters * request.item
