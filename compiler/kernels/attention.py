@@ -9,9 +9,11 @@ row max ``m``, row sum ``l`` and accumulator ``acc`` (online softmax):
     m' = max(m, rowmax(S));  P = exp(S - m');  c = exp(m - m')
     l = l * c + rowsum(P);   acc = acc * c + P @ V
 
-then store ``acc / l``. An int8 KV cache (``kv_scales``) is loaded as int8 with each
-key's scale and dequantized on the vector engine (cast, times the row's scale) before
-the tile is used: one byte an element moves from DRAM. Only ``[Tq, Tk]`` score tiles live in SRAM. Each matmul is
+then store ``acc / l``. An int8 KV cache (``kv_scales``) moves at one byte an element:
+its K^T and V tiles go to the arrays as int8 (widened in their input path, as weight-only
+int8 weights are) and the per-key scales are applied to the score columns instead,
+``S = (Q @ K_int^T) * k_scale`` and ``P @ V = (P * v_scale) @ V_int``: a [Tq, Tk] pass
+each on the vector engine rather than dequantizing [Tk, D] tiles. Only ``[Tq, Tk]`` score tiles live in SRAM. Each matmul is
 split by query rows over the core's systolic arrays, and the next key tile's
 ``Q @ K^T`` is issued before this one's ``P @ V``, so it runs while the vector engine
 does this tile's softmax.
@@ -74,8 +76,8 @@ class CausalBias:
 def _tile_bytes(tq: int, tk: int, d: int, dv: int, item: int, sets: int, masked: bool,
                int8_kv: bool = False) -> int:
     per_step = tk * d * item * 2 + tk * dv * item + (tq * tk * 4 if masked else 0)
-    if int8_kv:  # the int8 tiles and their per-key scales, before dequantization
-        per_step += tk * (d + dv) + 2 * tk * item
+    if int8_kv:  # int8 K (as loaded and transposed), V, the scales and their f32 rows
+        per_step += tk * (2 * d + dv) + 2 * tk * (item + 4)
     scores = tq * tk * 4 * 2 + tq * tk * item + tq * dv * 4
     per_tile = tq * d * item + tq * dv * 4 + tq * dv * item + 6 * tq * 4
     return sets * (per_step + scores + per_tile) + 64 * 40
@@ -177,8 +179,9 @@ def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype:
     if masked:
         shapes["mask"] = ((tq, tk), F32)
     if int8_kv:
-        shapes.update(ki=((tk, d), DType.i8), vi=((tk, dv), DType.i8), ks=((tk, 1), dtype),
-                      vs=((tk, 1), dtype))
+        shapes.update(ki=((tk, d), DType.i8), kti=((d, tk), DType.i8),
+                      vi=((tk, dv), DType.i8), ks=((tk, 1), dtype), vs=((tk, 1), dtype),
+                      ksf=((1, tk), F32), vsf=((1, tk), F32))
     return {name: [arena.alloc(shape, dt, f"attention {name}") for _ in range(sets)]
             for name, (shape, dt) in shapes.items()}
 
@@ -259,23 +262,32 @@ class _Step:
         load_box(ctx, mask, own, target, self.core, self.source, "load")
 
     def _load_int8_kv(self, k_box: tuple[tuple[int, int], ...]) -> None:
-        """K and V tiles from an int8 cache: int8 rows and their scales loaded, then
-        widened and scaled on the vector engine (K then transposed there)."""
-        node, nk = self.node, self.nk
+        """An int8 cache's tiles: K^T (by the DMA, or loaded and transposed on the
+        vector engine when heads sit inside rows) and V as int8, and each key's K and V
+        scale widened to an f32 row [1, Tk] for the score columns."""
+        ctx, node, nk = self.ctx, self.node, self.nk
         stored = node.spec.heads_after_seq
         d, dv = node.inputs[0].shape[-1], node.inputs[2].shape[-1]
+        kt = self.buf("kti", (d, nk))
+        if stored[1]:
+            raw = self.buf("ki", (nk, d))
+            load_box(ctx, node.inputs[1], _stored_box(k_box, stored[1]), raw, self.core,
+                     self.source, "load")
+            self.vec(Transpose(raw, kt, (1, 0)))
+        else:
+            load_transposed(ctx, node.inputs[1], k_box, kt, self.core, self.source)
+        v_box = k_box[:-1] + ((0, dv),)
+        load_box(ctx, node.inputs[2], _stored_box(v_box, stored[2]), self.buf("vi", (nk, dv)),
+                 self.core, self.source, "load")
         rows = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, 1))
-        for which, width, scale in ((1, d, node.inputs[-2]), (2, dv, node.inputs[-1])):
-            name = "k" if which == 1 else "v"
-            box = k_box[:-1] + ((0, width),)
-            raw, scales = self.buf(f"{name}i", (nk, width)), self.buf(f"{name}s", (nk, 1))
-            load_box(self.ctx, node.inputs[which], _stored_box(box, stored[which]), raw,
-                     self.core, self.source, "load")
-            load_box(self.ctx, scale, rows, scales, self.core, self.source, "load")
-            wide = self.buf(name, (nk, width))
-            self.vec(Cast(raw, wide))
-            self.vec(Binary(BinaryKind.mul, wide, scales, wide))
-        self.vec(Transpose(self.buf("k", (nk, d)), self.buf("kt", (d, nk)), (1, 0)))
+        for name, scale in (("k", node.inputs[-2]), ("v", node.inputs[-1])):
+            column = self.buf(f"{name}s", (nk, 1))
+            load_box(ctx, scale, rows, column, self.core, self.source, "load")
+            self.vec(Cast(column, self.buf(f"{name}sf", (nk, 1))))
+
+    def _scale_row(self, name: str) -> SramRef:
+        """Per-key scales (f32) as a [1, Tk] row, broadcast over the query rows."""
+        return self.buf(f"{name}sf", (1, self.nk))
 
     def _mask_ref(self) -> SramRef:
         if self.bias is not None:
@@ -293,6 +305,8 @@ class _Step:
         nq, nk = self.nq, self.nk
         s = self.buf("s", (nq, nk))
         self.issue_qk()
+        if self.node.spec.kv_scales:  # S = (Q @ K_int^T) * k_scale, column by column
+            self.vec(Binary(BinaryKind.mul, s, self._scale_row("k"), s))
         if self.needs_mask:
             mask = self._mask_ref()
             if mask.dtype is DType.bool:
@@ -335,19 +349,25 @@ class _Step:
             return
         self.qk_issued = True
         d, nq, nk = self.node.inputs[0].shape[-1], self.nq, self.nk
-        q, kt, s = self.buf("q", (nq, d), True), self.buf("kt", (d, nk)), self.buf("s", (nq, nk))
+        kt = self.buf("kti" if self.node.spec.kv_scales else "kt", (d, nk))
+        q, s = self.buf("q", (nq, d), True), self.buf("s", (nq, nk))
         for mxu, r0, r1 in self.parts:
             self.ctx.em.emit(mxu, MatMul(sub(q, (r1 - r0, d), r0 * d), kt,
                                          sub(s, (r1 - r0, nk), r0 * nk)), self.source)
 
     def _pv(self, p: SramRef, dst: SramRef, nq: int, nk: int, dv: int, dtype: DType) -> None:
         lhs = p
+        if self.node.spec.kv_scales:  # (P * v_scale) @ V_int, into the spent score tile
+            lhs = self.buf("s", (nq, nk))
+            self.vec(Binary(BinaryKind.mul, p, self._scale_row("v"), lhs))
+            dtype = self.node.inputs[0].dtype  # V_int is widened to the query's dtype
         if dtype is not F32:
-            lhs = self.buf("pc", (nq, nk))
-            self.vec(Cast(p, lhs))
+            cast = self.buf("pc", (nq, nk))
+            self.vec(Cast(lhs, cast))
+            lhs = cast
         if self.next is not None:  # the next tile's scores run during this softmax
             self.next.issue_qk()
-        v = self.buf("v", (nk, dv))
+        v = self.buf("vi" if self.node.spec.kv_scales else "v", (nk, dv))
         for mxu, r0, r1 in self.parts:
             self.ctx.em.emit(mxu, MatMul(sub(lhs, (r1 - r0, nk), r0 * nk), v,
                                          sub(dst, (r1 - r0, dv), r0 * dv)), self.source)
