@@ -91,3 +91,14 @@ class _FakeValue:
     """A stand-in graph value: only its dtype is read before the refusal."""
 
     dtype = DType.bf16
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_estimate_of_an_npu_resident_model_runs_the_int8_matmuls_on_the_arrays(
+        config: str) -> None:
+    import archsim
+
+    model = _model(config, torch.bfloat16).to("npu")
+    result = archsim.estimate(model, torch.randn(M, K, dtype=torch.bfloat16).to("npu"))
+    assert result.host_cycles == 0
+    assert result.matmul_flops == 2 * M * (K * H + H * N)
