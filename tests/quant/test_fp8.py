@@ -94,3 +94,21 @@ def test_scaled_mm_on_npu_matches_cpu(rowwise: bool, out_dtype: torch.dtype) -> 
         torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-4)
     assert prof.result.host_cycles == 0
     assert prof.result.matmul_flops == 2 * m * k * n
+
+
+def test_compiled_scaled_mm_matches_cpu_with_no_host_work() -> None:
+    torch.manual_seed(3)
+    a = (torch.randn(64, 128) * 3).to(torch.float8_e4m3fn)
+    w = (torch.randn(96, 128) * 3).to(torch.float8_e4m3fn)
+    scales = (torch.rand(64, 1), torch.rand(1, 96))
+
+    def linear(a, w, scale_a, scale_b):
+        return torch._scaled_mm(a, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
+
+    expected = linear(a, w, *scales)
+    torch._dynamo.reset()
+    compiled = torch.compile(linear, backend="archsim")
+    with torch_bridge.profile() as prof:
+        out = compiled(*(t.to("npu") for t in (a, w, *scales)))
+    assert torch.equal(out.cpu(), expected)
+    assert prof.result.host_cycles == 0 and prof.result.matmul_flops == 2 * 64 * 128 * 96
