@@ -20,8 +20,9 @@ byte is read once per step; with a KV cache in another dtype the query is cast t
 (the cache is read as stored). The new token's own K/V enter the attention through its
 cache slot (same bytes moved as writing it there first).
 
-An int8 KV cache (``kv_dtype=torch.int8``) holds each token's K and V per head as int8
-with one scale (absmax / 127, in the activations' dtype): the block quantizes its new
+An int8 or fp8 KV cache (``kv_dtype`` ``torch.int8`` or ``torch.float8_e4m3fn``) holds
+each token's K and V per head as int8 (or e4m3) with one scale (absmax / 127, or / 448,
+in the activations' dtype): the block quantizes its new
 K/V on write and returns ``(int8, scale)`` pairs; in decode it takes the cache as such
 pairs and dequantizes on read (``int8.to(dtype) * scale`` right before the attention,
 which the compiler reads as the int8 cache: its kernel dequantizes each tile on load).
@@ -79,11 +80,20 @@ KvEntry = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 """A layer's cached K (or V): a tensor, or for an int8 cache (int8 values, scales)."""
 
 
-def quantize_kv(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x [..., D]`` as int8 with one scale per row (symmetric, absmax / 127, in
-    ``x``'s dtype): ``(round(x / scale) clamped to [-128, 127], scale [..., 1])``."""
-    scale = (x.abs().amax(dim=-1, keepdim=True) / 127).clamp(min=1e-8)
-    return torch.round(x / scale).clamp(-128, 127).to(torch.int8), scale
+QUANTIZED_KV: dict[torch.dtype, float] = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0}
+"""Cache dtypes stored with a scale per token and head: the value each row's absmax
+maps to (int8's largest, e4m3's largest finite)."""
+
+
+def quantize_kv(x: torch.Tensor, dtype: torch.dtype = torch.int8
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x [..., D]`` in ``dtype`` (int8 or float8_e4m3fn) with one scale per row
+    (symmetric, absmax / the dtype's largest value, in ``x``'s dtype): int8 rounds and
+    clamps ``x / scale`` to [-128, 127], e4m3 rounds it to nearest even."""
+    scale = (x.abs().amax(dim=-1, keepdim=True) / QUANTIZED_KV[dtype]).clamp(min=1e-8)
+    if dtype == torch.int8:
+        return torch.round(x / scale).clamp(-128, 127).to(torch.int8), scale
+    return (x / scale).to(dtype), scale
 
 
 def dequantize_kv(entry: KvEntry) -> torch.Tensor:
@@ -166,7 +176,8 @@ class AttentionBlock(nn.Module):
         if self.post_norm:
             out = self.out_norm(out)
         kv: tuple[KvEntry, KvEntry] = (
-            (quantize_kv(k), quantize_kv(v)) if self.kv_dtype == torch.int8
+            (quantize_kv(k, self.kv_dtype), quantize_kv(v, self.kv_dtype))
+            if self.kv_dtype in QUANTIZED_KV
             else (k.to(self.kv_dtype), v.to(self.kv_dtype)))
         if self.parallel:
             return x + out, *kv, (y if self.parallel == "shared_norm" else x)
@@ -305,5 +316,5 @@ def meta_block(module: nn.Module, dtype: torch.dtype) -> nn.Module:
 
 
 __all__ = ["ACTIVATIONS", "AttentionBlock", "Embed", "GemmaRMSNorm", "Head", "KvEntry",
-           "Layer", "MlpBlock", "NORMS", "Stage", "dequantize_kv", "meta_block",
+           "Layer", "MlpBlock", "NORMS", "QUANTIZED_KV", "Stage", "dequantize_kv", "meta_block",
            "quantize_kv"]

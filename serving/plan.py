@@ -22,9 +22,10 @@ from serving.spec import ModelSpec
 DTYPE_BYTES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2}
 WEIGHT_BYTES: dict[str, float] = {"int8": 1.0, "fp8": 1.0}
 """Bytes per matmul weight of each weight-only format (``--weights``)."""
-KV_BYTES: dict[str, int] = {**DTYPE_BYTES, "int8": 1}
-"""Bytes per cached K/V element of each ``--kv-dtype``; int8 adds one scale per token
-and key/value head, in the activations' dtype (:attr:`Request.kv_scale_item`)."""
+KV_BYTES: dict[str, int] = {**DTYPE_BYTES, "int8": 1, "fp8": 1}
+"""Bytes per cached K/V element of each ``--kv-dtype``; int8 and fp8 (e4m3) add one
+scale per token and key/value head, in the activations' dtype
+(:attr:`Request.kv_scale_item`)."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,12 @@ class Request:
     def precision(self) -> str:
         """``int8 weights, bf16 activations, bf16 KV cache``."""
         scales = f" ({self.dtype} scale per token and head)" if self.kv_scale_item else ""
+        kv = "fp8 (e4m3)" if self.kv_dtype == "fp8" else self.kv_dtype
         weights, into = self.weights or self.dtype, ""
         if self.weights == "fp8":
             weights, into = "fp8 (e4m3)", " (e4m3 per token into the matmuls)"
         return (f"{weights} weights, {self.dtype} activations{into}, "
-                f"{self.kv_dtype} KV cache{scales}")
+                f"{kv} KV cache{scales}")
 
     @property
     def kv_item(self) -> int:
@@ -73,9 +75,9 @@ class Request:
 
     @property
     def kv_scale_item(self) -> int:
-        """Bytes of the scale of each cached token's K (or V) head: an int8 cache keeps
-        one per token and head in ``dtype``; a float cache none."""
-        return self.item if self.kv_dtype == "int8" else 0
+        """Bytes of the scale of each cached token's K (or V) head: an int8 or fp8
+        cache keeps one per token and head in ``dtype``; a 16/32-bit cache none."""
+        return self.item if self.kv_dtype in ("int8", "fp8") else 0
 
     def contexts(self) -> tuple[int, ...]:
         """Cache length each decode step attends to (the new token included)."""

@@ -41,9 +41,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="generated tokens per sequence, one decode step each (default 16)")
     p.add_argument("--dtype", choices=_DTYPES, default="bf16", help="weights and activations "
                                                                      "(default bf16)")
-    p.add_argument("--kv-dtype", choices=(*_DTYPES, "int8"), default=None,
-                   help="KV cache (default: --dtype); int8: quantized on write with a "
-                        "scale per token and head, dequantized as attention loads it")
+    p.add_argument("--kv-dtype", choices=(*_DTYPES, "int8", "fp8"), default=None,
+                   help="KV cache (default: --dtype); int8 or fp8 (e4m3): quantized on "
+                        "write with a scale per token and head, read as stored by the "
+                        "attention kernel")
     p.add_argument("--weights", choices=tuple(WEIGHT_BYTES), default="",
                    help="quantized matmul weights: int8 (weight-only: one byte each, a "
                         "scale per output channel, widened in the arrays' input path); "

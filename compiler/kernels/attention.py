@@ -9,9 +9,9 @@ row max ``m``, row sum ``l`` and accumulator ``acc`` (online softmax):
     m' = max(m, rowmax(S));  P = exp(S - m');  c = exp(m - m')
     l = l * c + rowsum(P);   acc = acc * c + P @ V
 
-then store ``acc / l``. An int8 KV cache (``kv_scales``) moves at one byte an element:
-its K^T and V tiles go to the arrays as int8 (widened in their input path, as weight-only
-int8 weights are) and the per-key scales are applied to the score columns instead,
+then store ``acc / l``. An int8 or fp8 KV cache (``kv_scales``) moves at one byte an
+element: its K^T and V tiles go to the arrays as stored (widened in their input path, as
+weight-only int8 weights are) and the per-key scales are applied to the score columns instead,
 ``S = (Q @ K_int^T) * k_scale`` and ``P @ V = (P * v_scale) @ V_int``: a [Tq, Tk] pass
 each on the vector engine rather than dequantizing [Tk, D] tiles. Only ``[Tq, Tk]`` score tiles live in SRAM. Each matmul is
 split by query rows over the core's systolic arrays, and the next key tile's
@@ -113,7 +113,8 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     batch = math.prod(batch_shape)
     tiles = [(bi, q0) for bi in range(batch) for q0 in range(0, sq, tq)]
     cores = min(ctx.cores, len(tiles))
-    bufs = [_allocate(ctx, c, tq, tk, d, dv, q.dtype, sets, masked, spec.kv_scales)
+    kv_dtype = node.inputs[1].dtype if spec.kv_scales else None
+    bufs = [_allocate(ctx, c, tq, tk, d, dv, q.dtype, sets, masked, kv_dtype)
             for c in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts, step_counts = [0] * cores, [0] * cores
@@ -166,7 +167,10 @@ def _kv_index(index: tuple[int, ...], q_shape: tuple[int, ...],
 
 
 def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype: DType,
-              sets: int, masked: bool, int8_kv: bool) -> dict[str, list[SramRef]]:
+              sets: int, masked: bool, kv_dtype: DType | None
+              ) -> dict[str, list[SramRef]]:
+    """Per-core buffers; ``kv_dtype``: the stored dtype of a quantized cache (int8,
+    fp8) whose raw tiles get their own buffers."""
     arena = Arena(sram_space(core), ctx.capacity)
     shapes: dict[str, tuple[tuple[int, ...], DType]] = {
         "q": ((tq, d), dtype), "k": ((tk, d), dtype), "kt": ((d, tk), dtype),
@@ -178,9 +182,9 @@ def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype:
     }
     if masked:
         shapes["mask"] = ((tq, tk), F32)
-    if int8_kv:
-        shapes.update(ki=((tk, d), DType.i8), kti=((d, tk), DType.i8),
-                      vi=((tk, dv), DType.i8), ks=((tk, 1), dtype), vs=((tk, 1), dtype),
+    if kv_dtype is not None:
+        shapes.update(ki=((tk, d), kv_dtype), kti=((d, tk), kv_dtype),
+                      vi=((tk, dv), kv_dtype), ks=((tk, 1), dtype), vs=((tk, 1), dtype),
                       ksf=((1, tk), F32), vsf=((1, tk), F32))
     return {name: [arena.alloc(shape, dt, f"attention {name}") for _ in range(sets)]
             for name, (shape, dt) in shapes.items()}

@@ -3,9 +3,9 @@
 torch.export's default decompositions split SDPA into bmm + softmax + bmm; export with
 :func:`compiler.export_decompositions` to keep it whole and get the tiled kernel.
 
-Keys and values dequantized from an int8 cache right before the attention
+Keys and values dequantized from an int8 or fp8 cache right before the attention
 (``k_int8.to(dtype) * k_scale`` with one scale per key row, ``[..., Sk, 1]``) are read
-as the int8 cache and its scales: the kernel dequantizes each tile as it loads it, so
+as the cache and its scales: the kernel dequantizes each tile as it loads it, so
 the cache moves at one byte an element and no dequantized copy is written.
 """
 
@@ -50,9 +50,13 @@ def lower_sdpa(b: GraphBuilder, q: Value, k: Value, v: Value, attn_mask: Value |
                  "attention")
 
 
+QUANTIZED_KV = (DType.i8, DType.e4m3, DType.e5m2)
+"""Cache dtypes the attention kernel reads as stored, with a scale per key."""
+
+
 def _int8_rows(x: Value, dtype: DType) -> tuple[Value, Value] | None:
-    """(int8 tensor, per-row scale) when ``x`` is ``int8.to(dtype) * scale`` with the
-    scale ``[..., S, 1]`` in ``dtype``, else None."""
+    """(int8 or fp8 tensor, per-row scale) when ``x`` is ``values.to(dtype) * scale``
+    with the scale ``[..., S, 1]`` in ``dtype``, else None."""
     node = x.producer
     if node is None or x.dtype is not dtype or not isinstance(node.spec, g.Binary) \
             or node.spec.kind is not BinaryKind.mul:
@@ -61,7 +65,7 @@ def _int8_rows(x: Value, dtype: DType) -> tuple[Value, Value] | None:
     for wide, scale in (node.inputs, node.inputs[::-1]):
         cast = wide.producer if isinstance(wide, Value) else None
         if cast is not None and isinstance(cast.spec, g.Cast) and wide.shape == x.shape \
-                and cast.inputs[0].dtype is DType.i8 and isinstance(scale, Value) \
+                and cast.inputs[0].dtype in QUANTIZED_KV and isinstance(scale, Value) \
                 and scale.shape == rows and scale.dtype is dtype:
             return cast.inputs[0], scale
     return None

@@ -1,6 +1,7 @@
-"""int8 KV cache (issue 30, ``archsim llm --kv-dtype int8``): quantized per token and
-head on write, dequantized inside the attention kernel's tile loads on read, so a decode
-step reads one byte a cached element plus a scale per token and head."""
+"""int8 and fp8 KV caches (issue 30, ``archsim llm --kv-dtype int8|fp8``): quantized
+per token and head on write, read as stored by the attention kernel (the arrays widen
+the tiles, the scales multiply the score columns), so a decode step reads one byte a
+cached element plus a scale per token and head."""
 
 from __future__ import annotations
 
@@ -41,7 +42,17 @@ def test_quantize_kv_is_absmax_per_row_rounded_half_to_even() -> None:
     assert (error <= scale.float() * 0.5 + x.float().abs() * 2 ** -7).all()
 
 
-def test_attention_reads_the_int8_cache_and_dequantizes_in_its_tile_loads() -> None:
+def test_fp8_kv_is_absmax_per_row_over_448_rounded_to_e4m3() -> None:
+    x = torch.tensor([[1.0, -2.0, 0.3]])
+    values, scale = quantize_kv(x, torch.float8_e4m3fn)
+    assert scale.item() == pytest.approx(2 / 448)
+    assert values.dtype == torch.float8_e4m3fn
+    assert values.float().tolist() == (x / scale).to(torch.float8_e4m3fn).float().tolist()
+    assert values.float().tolist()[0][:2] == [224.0, -448.0]
+
+
+@pytest.mark.parametrize("cache", [torch.int8, torch.float8_e4m3fn])
+def test_attention_reads_the_cache_as_stored(cache: torch.dtype) -> None:
     from compiler import compile_graph, export_model
 
     class Decode(torch.nn.Module):
@@ -52,8 +63,8 @@ def test_attention_reads_the_int8_cache_and_dequantizes_in_its_tile_loads() -> N
     torch.manual_seed(0)
     b, h, s, d = 1, 2, 64, 32
     q = torch.randn(b, h, 4, d, dtype=torch.bfloat16)
-    k, k_scale = quantize_kv(torch.randn(b, h, s, d, dtype=torch.bfloat16))
-    v, v_scale = quantize_kv(torch.randn(b, h, s, d, dtype=torch.bfloat16))
+    k, k_scale = quantize_kv(torch.randn(b, h, s, d, dtype=torch.bfloat16), cache)
+    v, v_scale = quantize_kv(torch.randn(b, h, s, d, dtype=torch.bfloat16), cache)
     inputs = (q, k, v, k_scale, v_scale)
     compiled = compile_graph(export_model(Decode(), inputs), load_config("atom"))
     (out,), result = compiled.run(*inputs)
@@ -67,17 +78,17 @@ def test_attention_reads_the_int8_cache_and_dequantizes_in_its_tile_loads() -> N
 
 def test_a_decode_step_reads_half_the_cache_bytes_plus_the_scales() -> None:
     """Layer 0's attention block at two contexts: each extra cached token costs its K
-    and V per key/value head, 2 bytes an element in bf16, 1 in int8 plus a 2-byte
-    scale per head."""
+    and V per key/value head, 2 bytes an element in bf16, 1 in int8 or fp8 plus a
+    2-byte scale per head."""
     extra = 256 - 64
     per_token = {}
-    for kv in ("bf16", "int8"):
+    for kv in ("bf16", "int8", "fp8"):
         request = _request(kv)
         timer = Timer(SMALL, check(SMALL, request, Parallelism()), request, 1, TINY)
         per_token[kv] = (timer.block("attention", 1, 256).dram_bytes
                          - timer.block("attention", 1, 64).dram_bytes) / extra
     assert per_token["bf16"] == 2 * KV_HEADS * HEAD_DIM * 2
-    assert per_token["int8"] == 2 * KV_HEADS * (HEAD_DIM * 1 + 2)
+    assert per_token["int8"] == per_token["fp8"] == 2 * KV_HEADS * (HEAD_DIM * 1 + 2)
 
 
 def test_memory_and_roofline_at_the_packed_size() -> None:
@@ -98,5 +109,5 @@ def test_memory_and_roofline_at_the_packed_size() -> None:
 
 def test_an_unknown_kv_dtype_is_refused() -> None:
     with pytest.raises(ModelConfigError, match=r"kv-dtype 'int4' is not one of f32, f16, "
-                                               r"bf16, int8"):
+                                               r"bf16, int8, fp8"):
         check(SMALL, _request("int4"), Parallelism())
