@@ -50,10 +50,6 @@ class CommandTiming(NamedTuple):
     host_bytes: int = 0
 
 
-def compute(cycles: int, flops: int = 0) -> CommandTiming:
-    return CommandTiming(fixed_cycles=cycles, flops=flops)
-
-
 def _box(cls: type[Op], extra: Hashable, ref: DramRef) -> tuple[Any, ...]:
     """The key of a DRAM transfer: its op class and ``extra`` (the op's other fields),
     then the box without its position (the tensor, then length and step per dim). One

@@ -19,6 +19,7 @@ BENCHMARKS = [
     ["bridge_bench.py"],
     ["validation.py", "--out", "-"],
     ["llm_bench.py"],
+    ["serve_bench.py"],
     ["wall_bench.py"],
     ["triton_bench.py"],
     ["opinfo_coverage.py"],  # needs the opinfo extra (expecttest)

@@ -295,7 +295,7 @@ class Composer:
         par, mb_count = self.par, self.par.micro_batches
         prefill = [self.stage(s, self.request.prefill, 0) for s in range(par.pp)]
         decode = self.decode_stages()
-        build = _PipelineBuilder(self)
+        build = PipelineBuilder(self)
         for mb in range(mb_count):
             build.pass_(("prefill", mb), mb, prefill, self.request.prefill, None)
         for step, stages in enumerate(decode):
@@ -316,9 +316,10 @@ class Pipeline:
     decode: list[list[Segment]]
 
 
-class _PipelineBuilder:
+class PipelineBuilder:
     """The task list of a pipeline, one pass (a micro-batch through every stage) at a
-    time."""
+    time (``archsim serve`` builds one pass of an iteration with it, as ``archsim llm``
+    builds its passes)."""
 
     def __init__(self, composer: Composer) -> None:
         self.c = composer
@@ -364,4 +365,5 @@ class _PipelineBuilder:
             self.prefill_ends += computes
 
 
-__all__ = ["BlockTime", "Composer", "Pipeline", "Segment", "TOKEN_BYTES", "interpolate"]
+__all__ = ["BlockTime", "Composer", "Pipeline", "PipelineBuilder", "Segment", "TOKEN_BYTES",
+           "interpolate"]

@@ -7,8 +7,14 @@ timeline like any compiled op; launches on other devices go to Triton unchanged.
 npu tensors eagerly with no host work, and ``kernel.warmup(..., grid=...)`` (or
 :func:`warmup`) compiles ahead of time, as vLLM-RBLN does.
 
-Nothing is patched process-wide except ``JITFunction.run``, and only npu launches take
-the new path; Triton's interpreter is entered inside a scope per trace.
+Nothing is patched process-wide except ``JITFunction.run`` (only npu launches take the
+new path), Triton's active driver when it has none, ``triton.testing.do_bench``
+(simulated while that driver is active) and an unset autotuning listener
+(:mod:`torch_bridge.triton_driver`), and the interpreter's rewrite of ``x if c else y``
+(:mod:`compiler.triton.interpret`);
+Triton's interpreter is entered inside a scope per trace. A kernel whose control flow
+or addresses depend on its tensors' values is built for the values at launch (a
+warning says which arguments decided what).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import importlib.abc
 import inspect
 import logging
 import sys
+import warnings
 from contextlib import contextmanager
 from typing import Any
 from collections.abc import Iterator
@@ -27,6 +34,7 @@ from torch_bridge import runtime, storage
 
 _installed = False
 _verified: set[int] = set()
+_noted: set[int] = set()
 _cpu_interpreted = False
 
 
@@ -41,12 +49,77 @@ def _named_tensors(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     return {n: v for n, v in pairs if isinstance(v, torch.Tensor)}
 
 
-def warmup(jit_fn: Any, *args: Any, grid: Any, **kwargs: Any) -> Any:
-    """Trace, lower and verify a launch without running it (cached); returns the
-    :class:`compiler.triton.KernelProgram`. Tensors may be npu, CPU or meta."""
+def _data(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+          ) -> dict[str, torch.Tensor] | None:
+    """The launch's tensor contents (npu tensors' host buffers), None when some tensor
+    has no data (meta): a kernel whose control flow or addresses depend on values is
+    built for these."""
+    tensors = _named_tensors(jit_fn, args, kwargs)
+    if any(t.device.type not in ("npu", "cpu") for t in tensors.values()):
+        return None
+    return {n: storage.cpu_view(t) if _is_npu(t) else t for n, t in tensors.items()}
+
+
+def warmup(jit_fn: Any, *args: Any, grid: Any, **kwargs: Any) -> Warmed:
+    """Trace, lower and verify a launch without running it (cached); returns a
+    :class:`Warmed` kernel: the :class:`compiler.triton.KernelProgram` (its attributes
+    read through), launchable as Triton's compiled kernels are,
+    ``warmed[grid](*runtime_args)``. Tensors may be npu, CPU or meta."""
+    return Warmed(jit_fn, _compile(jit_fn, args, kwargs, grid), kwargs)
+
+
+def _compile(jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Any:
     from compiler.triton import compile_launch
 
-    return compile_launch(jit_fn, args, kwargs, grid, runtime.get_config())
+    program = compile_launch(jit_fn, args, kwargs, grid, runtime.get_config(),
+                             data=_data(jit_fn, args, kwargs))
+    if program.note and id(program) not in _noted:
+        _noted.add(id(program))
+        warnings.warn(program.note, stacklevel=4)
+    return program
+
+
+class Warmed:
+    """What ``kernel.warmup(...)`` returns on the npu: the lowered program (its
+    attributes read through) and, like Triton's ``CompiledKernel``, a kernel launchable
+    as ``warmed[grid](*args)`` with every argument in order or only the
+    non-constexpr ones (the constexprs are then the warmup's). Occupancy queries
+    (``n_regs``, ``metadata.shared``) say one program per core at a time: with the
+    driver's ``max_num_regs`` and ``max_shared_mem``, tutorial-style sizing launches
+    one program per core."""
+
+    def __init__(self, jit_fn: Any, program: Any, kwargs: dict[str, Any]) -> None:
+        from types import SimpleNamespace
+
+        from torch_bridge.triton_driver import REGISTERS
+
+        self.jit_fn = jit_fn
+        self.program = program
+        self.kernel = program
+        params = getattr(jit_fn, "params", ())
+        self.names = [p.name for p in params]
+        self.runtime_names = [p.name for p in params if not p.is_constexpr]
+        constexprs = {p.name for p in params if p.is_constexpr}
+        self.constants = {k: v for k, v in kwargs.items() if k in constexprs}
+        self.n_regs = REGISTERS // max(1, int(kwargs.get("num_warps", 4)))
+        self.n_spills = 0
+        self.metadata = SimpleNamespace(
+            shared=runtime.get_config().core.scratchpad.size_bytes,
+            num_warps=int(kwargs.get("num_warps", 4)),
+            num_stages=int(kwargs.get("num_stages", 1)), name=program.name)
+
+    def _init_handles(self) -> None:
+        """Nothing to load: the program is already lowered."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["kernel"], name)
+
+    def __getitem__(self, grid: Any) -> Any:
+        def runner(*args: Any, stream: Any = None) -> None:
+            names = self.names if len(args) == len(self.names) else self.runtime_names
+            named = dict(zip(names, args))
+            launch(self.jit_fn, grid, (), {**self.constants, **named})
+        return runner
 
 
 def launch(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -54,7 +127,7 @@ def launch(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     numbers the schedule computed."""
     from compiler.torch_types import to_numpy, to_torch
 
-    kernel = warmup(jit_fn, *args, grid=grid, **kwargs)
+    kernel = _compile(jit_fn, args, kwargs, grid)
     tensors = _named_tensors(jit_fn, args, kwargs)
     arrays = {name: to_numpy(storage.cpu_view(tensors[name])) for name in kernel.arguments}
     outputs, result = kernel.run(arrays, verify=id(kernel) not in _verified)
@@ -65,7 +138,7 @@ def launch(jit_fn: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
         storage.cpu_view(target).copy_(to_torch(outputs[name], dtype).reshape(target.shape))
     runtime.record_launch(kernel.name, 1)
     runtime.record_device(kernel.name, result.total_cycles, result.dram_bytes,
-                          flops=result.flops, result=result)
+                          flops=result.flops, note=kernel.note, result=result)
 
 
 @contextmanager
@@ -107,6 +180,9 @@ def install() -> None:
         return launch(self, grid, args, kwargs)
 
     JITFunction.run = run
+    from torch_bridge import triton_driver
+
+    triton_driver.install()
     # torch.compile asks Triton's GPU driver which tensors a kernel mutates; with no
     # driver it logs a traceback and assumes all of them, which is what we do too.
     logging.getLogger("torch._dynamo").addFilter(_NoDriverNoise())

@@ -9,30 +9,86 @@ from archsim.app.progress import Progress
 from archsim.errors import NumericsError
 
 
+def split_outputs(exported: Any, outputs: tuple[Any, ...]
+                  ) -> tuple[tuple[Any, ...], tuple[tuple[int, Any], ...]]:
+    """A program's outputs as (the model's own outputs, (user input index, its new
+    contents) per input the graph mutates): a ``triton_op`` marks every tensor it passes
+    to a kernel as possibly written, so torch.export returns those inputs too."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    signature = getattr(exported, "graph_signature", None)
+    if signature is None or len(signature.output_specs) != len(outputs):
+        return outputs, ()
+    users = [spec.arg.name for spec in signature.input_specs
+             if spec.kind == InputKind.USER_INPUT]
+    own, mutated = [], []
+    for spec, value in zip(signature.output_specs, outputs):
+        if spec.kind == OutputKind.USER_OUTPUT:
+            own.append(value)
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION and spec.target in users:
+            mutated.append((users.index(spec.target), value))
+    return tuple(own), tuple(mutated)
+
+
+def input_values(exported: Any, tensors: tuple[Any, ...]) -> dict[str, Any]:
+    """A functional run's graph inputs by placeholder name (user inputs, then the
+    parameters and buffers torch.export lifted): Triton kernels whose control flow or
+    addresses depend on them are built for these values."""
+    from torch.export.graph_signature import InputKind
+
+    signature = getattr(exported, "graph_signature", None)
+    if signature is None:
+        return {}
+    state = {**getattr(exported, "state_dict", {}), **getattr(exported, "constants", {})}
+    users = iter(tensors)
+    out = {}
+    for spec in signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            value = next(users, None)
+        else:
+            value = state.get(spec.target)
+        if hasattr(spec.arg, "name") and value is not None:
+            out[spec.arg.name] = value
+    return out
+
+
 def check_numerics(module: Any, tensors: tuple[Any, ...], outputs: tuple[Any, ...],
-                   progress: Progress) -> float:
+                   progress: Progress, mutated: tuple[tuple[int, Any], ...] = ()) -> float:
     """The largest difference between the schedule's outputs and the model run by torch
     on CPU; a :class:`NumericsError` when an output is off by more than its dtype's
     tolerance (torch.testing's, with the absolute part scaled to the output's size:
-    a long chain of roundings in a model is not a wrong number)."""
+    a long chain of roundings in a model is not a wrong number). ``mutated`` inputs
+    (index, new contents) are checked against the inputs after the CPU run."""
     import torch
-
-    from torch_bridge.numerics import TOLERANCE
 
     with torch.no_grad(), _triton_on_cpu():
         expected = module(*tensors)
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    worst = _compare(outputs, tuple(expected), "output")
+    if mutated:
+        worst = max(worst, _compare(tuple(v for _, v in mutated),
+                                    tuple(tensors[i] for i, _ in mutated), "mutated input"))
+    progress.note(f"numerics: max |npu - torch cpu| = {worst:.3g} over {len(outputs)} "
+                  f"output(s)")
+    return worst
+
+
+def _compare(outputs: tuple[Any, ...], expected: tuple[Any, ...], what: str) -> float:
+    import torch
+
+    from torch_bridge.numerics import TOLERANCE
+
     if len(outputs) != len(expected):
         raise NumericsError(f"the schedule returned {len(outputs)} outputs, torch on CPU "
                             f"{len(expected)}")
     worst = 0.0
     for index, (got, want) in enumerate(zip(outputs, expected)):
         if got.shape != want.shape:
-            raise NumericsError(f"output {index}: shape {tuple(got.shape)}, torch on CPU "
+            raise NumericsError(f"{what} {index}: shape {tuple(got.shape)}, torch on CPU "
                                 f"{tuple(want.shape)}")
         if not want.is_floating_point():
             if not torch.equal(got.to(want.dtype), want):
-                raise NumericsError(f"output {index}: {want.dtype} values differ from "
+                raise NumericsError(f"{what} {index}: {want.dtype} values differ from "
                                     f"torch on CPU")
             continue
         if not got.numel():
@@ -40,18 +96,16 @@ def check_numerics(module: Any, tensors: tuple[Any, ...], outputs: tuple[Any, ..
         rtol, atol = TOLERANCE.get(want.dtype, TOLERANCE[torch.float32])
         got, want = got.double(), want.double()
         if not bool((got.isnan() == want.isnan()).all()):
-            raise NumericsError(f"output {index}: NaN where torch on CPU has none, or "
+            raise NumericsError(f"{what} {index}: NaN where torch on CPU has none, or "
                                 f"the reverse")
         diff = float((got - want).nan_to_num(nan=0.0).abs().max())
         allowed = max(atol, rtol * float(want.nan_to_num(nan=0.0, posinf=0.0,
                                                          neginf=0.0).abs().max()))
         if diff > allowed:
-            raise NumericsError(f"output {index}: max |npu - torch cpu| = {diff:.3g}, over "
+            raise NumericsError(f"{what} {index}: max |npu - torch cpu| = {diff:.3g}, over "
                                 f"the {expected[index].dtype} tolerance {allowed:.3g} "
                                 f"(rtol {rtol:g} of the largest |value|, at least {atol:g})")
         worst = max(worst, diff)
-    progress.note(f"numerics: max |npu - torch cpu| = {worst:.3g} over {len(outputs)} "
-                  f"output(s)")
     return worst
 
 
@@ -66,4 +120,4 @@ def _triton_on_cpu() -> Any:
     return interpreted_on_cpu()
 
 
-__all__ = ["check_numerics"]
+__all__ = ["check_numerics", "input_values", "split_outputs"]

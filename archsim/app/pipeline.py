@@ -16,6 +16,7 @@ for the host (:data:`FUNCTIONAL_PARAMETER_LIMIT`, :data:`FUNCTIONAL_BYTES_LIMIT`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from archsim.app.catalog import BUILTINS, Sizes, build_workload
 from archsim.app.progress import SILENT, Progress
 from archsim.app.workload import Kind, Workload
 from archsim.config import NpuConfig, load_config
-from archsim.app.numerics import check_numerics
+from archsim.app.numerics import check_numerics, input_values, split_outputs
 from archsim.errors import ArchsimError
 
 if TYPE_CHECKING:
@@ -246,6 +247,7 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     from torch_bridge.layer_stack import KEEP_LAYERS
     from torch_bridge.model_outputs import bind_arguments
     from serving.runtime import stacked_kernel_count
+    from compiler.triton.graph_call import example_inputs
 
     stack = None
     with s.progress.step("exporting with torch.export"):
@@ -262,7 +264,9 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     options = s.options
     if options is None and perf_only:
         options = estimate_options(s.all_layers)
-    with s.progress.step(f"compiling for {config.name}"):
+    examples = contextlib.nullcontext() if perf_only else \
+        example_inputs(input_values(exported, tensors))
+    with s.progress.step(f"compiling for {config.name}"), examples:
         compiled = compiler.compile_graph(exported, config, options)
     if name:
         compiled = dataclasses.replace(
@@ -276,7 +280,8 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
         return dataclasses.replace(result, kernels=kernels)
     with s.progress.step(steps + " (functional)"):
         outputs, result = compiled.run(*tensors)
-    check_numerics(module, tensors, outputs, s.progress)
+    own, mutated = split_outputs(exported, outputs)
+    check_numerics(module, tensors, own, s.progress, mutated)
     return dataclasses.replace(result, kernels=kernels)
 
 

@@ -126,11 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "results to DIR")
     compare.set_defaults(handler=commands.compare)
 
-    from archsim.cli import llm, sweep, validate
+    from archsim.cli import llm, serve, sweep, validate
 
     sweep.add_parser(sub)
     validate.add_parser(sub)
     llm.add_parser(sub)
+    serve.add_parser(sub)
 
     configs = sub.add_parser("configs", help="list hardware presets with their peak numbers")
     configs.add_argument("--explain", action="store_true",

@@ -18,7 +18,9 @@ from compiler.triton.lower import Lowering
 def lower_triton_kernel(ctx: Context, kernel: Kernel) -> None:
     node = kernel.anchor
     spec: g.TritonCall = node.spec
-    tensors = {name: ctx.view(value).tensor for name, value in zip(spec.pointers, node.inputs)}
+    views = {name: ctx.view(value) for name, value in zip(spec.pointers, node.inputs)}
+    tensors = {name: view.tensor for name, view in views.items()}
+    shapes = {name: tuple(view.base_shape) for name, view in views.items()}
     sources = dict(zip(spec.pointers, node.inputs))
     for name, out in zip(spec.written, node.outputs):
         if out.id not in ctx.tensors:  # nobody reads it: still written, to scratch
@@ -29,7 +31,8 @@ def lower_triton_kernel(ctx: Context, kernel: Kernel) -> None:
         if not (producer is not None and isinstance(producer.spec, g.Splat)):
             _copy(ctx, tensors[name], target, node.source)
         tensors[name] = target
-    lowering = Lowering(spec.trace, ctx.em, ctx.config, tensors, node.source)
+        shapes[name] = tuple(out.shape) or (1,)
+    lowering = Lowering(spec.trace, ctx.em, ctx.config, tensors, node.source, shapes=shapes)
     lowering.run()
     ctx.constants.update(lowering.constants)
 

@@ -6,6 +6,9 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -15,6 +18,22 @@ from compiler import graph as g
 from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
 from compiler.torch_types import torch_dtype
+
+
+_EXAMPLES: ContextVar[Mapping[str, Any] | None] = ContextVar("triton_examples", default=None)
+
+
+@contextmanager
+def example_inputs(tensors: Mapping[str, Any]) -> Iterator[None]:
+    """While compiling a graph for a functional run: its inputs' values by placeholder
+    name, so a kernel whose loop bounds, branches or addresses depend on an input (a
+    sequence length, a block table) is built for those values, as in an eager launch.
+    The program then holds for these inputs only."""
+    token = _EXAMPLES.set(dict(tensors))
+    try:
+        yield
+    finally:
+        _EXAMPLES.reset(token)
 
 
 def is_triton_call(target: Any) -> bool:
@@ -40,7 +59,12 @@ def lower_triton_call(b: GraphBuilder, node_name: str, kwargs: dict[str, Any]
     ordered = {n: call_kwargs[n] for n in names if n in call_kwargs}
     metas = {n: (torch.empty(v.shape, dtype=torch_dtype(v.dtype), device="meta")
                  if isinstance(v, Value) else v) for n, v in ordered.items()}
-    traced = trace_launch(kernel, (), metas, tuple(grids[0]))
+    examples = _EXAMPLES.get()
+    data = None
+    if examples is not None:  # inputs' values; anything computed in the graph is unknown
+        data = {n: examples.get(v.name) if v.producer is None else None
+                for n, v in ordered.items() if isinstance(v, Value)}
+    traced = trace_launch(kernel, (), metas, tuple(grids[0]), data)
     pointers = tuple(p.name for p in traced.pointers)
     written = traced.written()
     inputs = tuple(ordered[n] for n in pointers)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
+import numpy as np
 from typing import TYPE_CHECKING
 
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import Scalar, SramRef
 from compiler.ir.ops import (Binary, BinaryKind, Cast, Load, MatMul, Reduce, ReduceKind,
                              Select, Store, Transpose, Unary, UnaryKind, VCopy)
+from compiler.triton.addressing import Access, Gather, padding
+from compiler.triton.record import PLAIN
 from compiler.triton.trace import Const, TraceOp
 
 if TYPE_CHECKING:
@@ -32,13 +36,33 @@ def load(p: P, index: int, op: TraceOp) -> None:
     shape = op.shape if perm is None else tuple(op.shape[a] for a in perm)
     tile = p.new(out, shape, op.dtype)
     access = op.attrs["access"]
-    if access is None or not access.full:
-        p.emit(p.vpu, Binary(BinaryKind.add, Scalar(op.attrs["fill"]), Scalar(0.0), tile))
+    fill = Scalar(op.attrs["fill"])
+    pads = None if access is None else padding(access)
+    if pads is None:  # the whole tile, before the loads overwrite what they read
+        p.emit(p.vpu, Binary(BinaryKind.add, fill, Scalar(0.0), tile))
     if access is None:
         return
     p.o.read.add(access.pointer)
-    for dram, view in p.dram_pieces(access, tile, perm):
+    for part in _parts(access):
+        if len(part.box) == 1 and part.strides[0] == 0 and part.numel > 1:
+            _repeated(p, part, tile)
+            continue
+        for dram, view in p.dram_pieces(part, tile, perm):
+            p.emit(p.o.em.dma(p.core, "load"), Load(dram, view))
+    for box in pads or ():  # only the unread part: the loads need not wait for it
+        p.emit(p.vpu, Binary(BinaryKind.add, fill, Scalar(0.0), p.sub_view(tile, box, perm)))
+
+
+def _repeated(p: P, part: Access, tile: SramRef) -> None:
+    """One element read once and broadcast over a 1-D run (``table + offs // PAGE``)."""
+    lo, hi = part.box[0]
+    first = Access(part.pointer, part.block, ((lo, lo + 1),), part.origin, (0,))
+    for dram, view in p.dram_pieces(first, tile, None):
         p.emit(p.o.em.dma(p.core, "load"), Load(dram, view))
+    size = tile.dtype.itemsize
+    p.emit(p.vpu, VCopy(SramRef(tile.space, tile.offset + lo * size, (1,), tile.dtype),
+                        SramRef(tile.space, tile.offset + (lo + 1) * size, (hi - lo - 1,),
+                                tile.dtype)))
 
 
 def store(p: P, index: int, op: TraceOp) -> None:
@@ -48,8 +72,25 @@ def store(p: P, index: int, op: TraceOp) -> None:
     value = op.args[0]
     tile = p.dense(value, op.dtype)
     p.o.written.add(access.pointer)
-    for dram, view in p.dram_pieces(access, tile, None):
-        p.emit(p.o.em.dma(p.core, "store"), Store(view, dram))
+    for part in _parts(access):
+        for dram, view in p.dram_pieces(part, tile, None):
+            p.emit(p.o.em.dma(p.core, "store"), Store(view, dram))
+
+
+def _parts(access: Access | Gather) -> tuple[Access, ...]:
+    """The boxes of an access: one, or a gather's (one DMA descriptor per run)."""
+    return access.parts if isinstance(access, Gather) else (access,)
+
+
+def opaque(p: P, index: int, op: TraceOp) -> None:
+    """An operation with no vector lowering whose result a store needs: its value was
+    resolved at launch (the trace ran on the data), so the program carries it as a
+    constant (a shape-only trace stops before, :meth:`Recorder.finish`)."""
+    value = op.attrs["value"]
+    name = op.attrs["op"]
+    if value is None or op.dtype is None:
+        p.refuse(f"{PLAIN.get(name, f'the Triton operation `{name}`')} of loaded values")
+    p.fill_const(Const(np.asarray(value), op.dtype), p.new(op.out, op.shape, op.dtype))
 
 
 def dot(p: P, index: int, op: TraceOp) -> None:
@@ -216,5 +257,5 @@ def reduce(p: P, index: int, op: TraceOp) -> None:
 HANDLERS: dict[str, Callable[[P, int, TraceOp], None]] = {
     "load": load, "store": store, "dot": dot, "binary": binary, "unary": unary,
     "cast": cast, "reshape": reshape, "broadcast": broadcast, "trans": trans,
-    "select": select, "fma": fma, "clamp": clamp, "reduce": reduce,
+    "select": select, "fma": fma, "clamp": clamp, "reduce": reduce, "opaque": opaque,
 }

@@ -55,12 +55,16 @@ class Lowering:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     read: set[str] = field(default_factory=set)
     written: set[str] = field(default_factory=set)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Argument name -> shape of its DRAM tensor, when that is not the argument's own
+    (a graph stores a ``[2, 8, 64]`` value as the ``[16, 64]`` matmul it views; the
+    kernel addresses elements, so any shape of the same storage will do)."""
 
     def run(self) -> None:
         cores = self.config.cores
         pads = [NextFit(self.config.core.scratchpad.size_bytes,
                         f"kernel {self.trace.name} on core {c}") for c in range(cores)]
-        shapes = {p.name: p.shape for p in self.trace.pointers}
+        shapes = {p.name: self.shapes.get(p.name, p.shape) for p in self.trace.pointers}
         load = [0] * cores
         for program in self.trace.programs:
             core = min(range(cores), key=lambda c: (load[c], c))
@@ -87,8 +91,9 @@ class _ProgramLowering:
     # -- errors, engines ---------------------------------------------------------------
     def refuse(self, construct: str) -> None:
         line = self.op.line if self.op else 0
-        raise TritonError(f"kernel {self.o.trace.name} ({self.o.trace.filename}:{line}): "
-                          f"{construct} cannot be lowered to the NPU")
+        where = self.op.where if self.op and self.op.where else \
+            f"kernel {self.o.trace.name} ({self.o.trace.filename}:{line})"
+        raise TritonError(f"{where}: {construct} cannot be lowered to the NPU")
 
     def emit(self, engine: str, op: object) -> int:
         return self.o.em.emit(engine, op, self.o.source)
@@ -149,10 +154,16 @@ class _ProgramLowering:
         shape = tuple(const.array.shape) or (1,)
         ref, block = self.alloc(shape, dtype)
         self.pending_free.append(block)
+        return self.fill_const(const, ref)
+
+    def fill_const(self, const: Const, ref: SramRef) -> SramRef:
+        """Write ``const`` into ``ref``: a vector fill, or a DMA from a constant tensor."""
+        dtype, shape = ref.dtype, ref.shape
         if const.uniform:
             self.emit(self.vpu, Binary(BinaryKind.add, Scalar(const.value), Scalar(0.0), ref))
             return ref
-        array = const.array.astype(dtype.storage if dtype is not DType.bf16 else np.float32)
+        array = const.array.reshape(shape).astype(dtype.storage if dtype is not DType.bf16
+                                                  else np.float32)
         key = f"{self.o.trace.name}_const{len(self.o.constants)}"
         for name, existing in self.o.constants.items():
             if existing.shape == array.shape and existing.dtype == array.dtype and \
@@ -182,17 +193,31 @@ class _ProgramLowering:
             self.release(vid)
 
     # -- memory ---------------------------------------------------------------------------
+    def sub_view(self, tile: SramRef, box: tuple[tuple[int, int], ...],
+                 perm: tuple[int, ...] | None) -> SramRef:
+        """The part ``box`` (block axes) of ``tile`` (which holds the block transposed by
+        ``perm``) as a view in block-axis order."""
+        strides = self._axis_strides(tile, perm)
+        first = sum(lo * s for (lo, _), s in zip(box, strides))
+        shape = tuple(hi - lo for lo, hi in box)
+        view = SramRef(tile.space, tile.offset + first * tile.dtype.itemsize, shape,
+                       tile.dtype, strides)
+        return SramRef(view.space, view.offset, shape, tile.dtype) if _is_dense(view) else view
+
+    @staticmethod
+    def _axis_strides(tile: SramRef, perm: tuple[int, ...] | None) -> tuple[int, ...]:
+        tile_strides = dense_strides(tile.shape)
+        if perm is None:
+            return tile_strides
+        return tuple(tile_strides[perm.index(j)] for j in range(len(perm)))
+
     def dram_pieces(self, access: Access, tile: SramRef, perm: tuple[int, ...] | None
                     ) -> list[tuple[DramRef, SramRef]]:
         """(DRAM box, SRAM view) pairs moving ``access`` to/from ``tile``; with ``perm``
         the tile holds the block transposed."""
         name = self.o.tensors[access.pointer]
         shape = self.shapes[access.pointer]
-        tile_strides = dense_strides(tile.shape)
-        if perm is None:
-            axis_strides = tile_strides
-        else:
-            axis_strides = tuple(tile_strides[perm.index(j)] for j in range(len(perm)))
+        axis_strides = self._axis_strides(tile, perm)
         out = []
         for slices, axes, sub in boxes(access, shape):
             first = sum((access.box[j][0] + sub[j][0]) * axis_strides[j]

@@ -13,7 +13,7 @@ class ProgramPlan:
     dying: dict[int, list[int]] = field(default_factory=dict)
     """Op index -> values whose last use it is (or whose definition, if never used)."""
     skip: set[int] = field(default_factory=set)
-    """Ops done by an earlier one."""
+    """Ops done by an earlier one, or that no store needs."""
     accumulate: dict[int, tuple[int, int]] = field(default_factory=dict)
     """Dot index -> (accumulator value, value the folded add defines)."""
     transposed: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)
@@ -31,6 +31,7 @@ def plan_program(program: ProgramTrace) -> ProgramPlan:
             if not isinstance(arg, Const):
                 uses.setdefault(arg, []).append(i)
     plan = ProgramPlan()
+    plan.skip |= dead_ops(ops)
     for i, op in enumerate(ops):
         if op.kind == "dot":
             _fold_add(plan, ops, i, defined, uses)
@@ -40,6 +41,22 @@ def plan_program(program: ProgramTrace) -> ProgramPlan:
         last = max(uses.get(vid, [at]))
         plan.dying.setdefault(last, []).append(vid)
     return plan
+
+
+def dead_ops(ops: list) -> set[int]:
+    """Operations no store depends on: index arithmetic on loaded values (a block
+    number times a stride, a sequence length's block count) that only decided addresses
+    or control flow, which the trace already resolved. Loads stay: the device reads an
+    index before it can use it."""
+    live: set[int] = set()
+    defined = {op.out: i for i, op in enumerate(ops) if op.out is not None}
+    for i in range(len(ops) - 1, -1, -1):
+        op = ops[i]
+        if op.kind == "store" or i in live:
+            live.add(i)
+            live.update(defined[a] for a in op.args if not isinstance(a, Const)
+                        and a in defined)
+    return {i for i, op in enumerate(ops) if i not in live and op.kind != "load"}
 
 
 def _zero(arg: object) -> bool:

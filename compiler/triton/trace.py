@@ -59,6 +59,8 @@ class TraceOp:
     dtype: DType | None
     attrs: dict[str, Any]
     line: int
+    where: str = ""
+    """``kernel NAME (file:line[, in helper])`` of the construct, for errors."""
 
 
 @dataclass
@@ -97,6 +99,9 @@ class KernelTrace:
     pointers: tuple[Pointer, ...]
     grid: tuple[int, int, int]
     programs: list[ProgramTrace]
+    consulted: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Arguments whose values the trace was specialized to -> what they decided (loop
+    bounds, branches, addresses); empty for a trace that holds for any data."""
 
     def written(self) -> tuple[str, ...]:
         """Tensor arguments some program stores to, in argument order."""

@@ -14,7 +14,7 @@ from archsim.host_link import Host
 from archsim.timing import CommandTiming, cost_key
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Slice, SramRef
-from compiler.ir.ops import HostOp, Load, Store
+from compiler.ir.ops import HostOp, HostTransfer, Load, Store
 
 SRAM = SramRef("sram0", 0, (4, 8), DType.f32)
 
@@ -56,9 +56,21 @@ def test_every_length_and_step_is_in_the_key(kind: str, rank: int) -> None:
     assert cost_key(op(_ref(*moved))) == base
 
 
-def test_a_load_and_a_store_of_one_box_never_share_a_key() -> None:
-    ref = _ref(*BOXES[2])
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_a_load_and_a_store_of_one_box_never_share_a_key(rank: int) -> None:
+    ref = _ref(*BOXES[rank])
     assert cost_key(Load(ref, SRAM)) != cost_key(Store(SRAM, ref))
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_host_transfers_key_on_their_box_not_its_place(rank: int) -> None:
+    dims = BOXES[rank]
+    base = cost_key(HostTransfer(_ref(*dims), True))
+    for d, changed in _variants(dims):
+        assert cost_key(HostTransfer(_ref(*changed), True)) != base, f"dim {d}: {changed}"
+    moved = tuple((start + 3, stop + 3, step) for start, stop, step in dims)
+    assert cost_key(HostTransfer(_ref(*moved), True)) == base
+    assert cost_key(HostTransfer(_ref(*dims), False)) != base  # the other direction
 
 
 def test_a_host_op_costs_its_stated_cycles() -> None:

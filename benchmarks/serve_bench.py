@@ -1,0 +1,96 @@
+"""Request-level serving (``archsim serve``): wall time of 1,000 and 10,000 requests of
+the ShareGPT-like mix on Llama-2-7B (one chip), the iteration-time grid's error
+against direct simulation at off-grid shapes, and the highest request rate meeting a
+TTFT/TPOT SLO on several presets and chip counts.
+
+Run: ``python benchmarks/serve_bench.py`` (``--quick``: the 1,000-request run and the
+interpolation check only). Prints markdown tables; figures go into BENCHMARKS.md by
+hand with the machine and the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+
+from archsim.config import load_config
+from serving.metrics import Slo
+from serving.plan import Parallelism
+from serving.traffic import Server, find_max_rate
+from serving.workload import synthetic
+
+CAPACITY = [
+    # model, config, tp
+    ("llama-2-7b", "tpu-v4", 1),
+    ("llama-2-7b", "tpu-v4", 2),
+    ("llama-2-7b", "ascend-910b", 1),
+    ("llama-2-7b", "ascend-910b", 2),
+    ("llama-2-70b", "tpu-v4", 8),
+    ("llama-2-70b", "ascend-910b", 8),
+]
+SLO = Slo(ttft_ms=500.0, tpot_ms=50.0, percentile=90.0)
+OFF_GRID = [(80, 0, 0.0), (200, 0, 0.0), (700, 0, 0.0), (1200, 0, 0.0), (1800, 0, 0.0),
+            (0, 3, 300.0), (0, 12, 700.0), (0, 48, 200.0), (0, 24, 1500.0),
+            (300, 20, 500.0)]
+
+
+def speed(requests: int, rate: float) -> None:
+    start = time.perf_counter()
+    server = Server.build("llama-2-7b", load_config("tpu-v4"))
+    result = server.run(synthetic(rate, requests, "sharegpt", "sharegpt", 0))
+    wall = time.perf_counter() - start
+    s = result.summary
+    print(f"| {requests} | {rate:g} | {wall:.1f} | {result.simulated} | "
+          f"{len(result.engine.iterations)} | {s.throughput_tokens_per_s:.0f} | "
+          f"{s.latency_s['ttft']['p90'] * 1e3:.0f} | {s.latency_s['tpot']['p90'] * 1e3:.1f} |",
+          flush=True)
+
+
+def interpolation() -> None:
+    server = Server.build("llama-2-7b", load_config("tpu-v4"))
+    timer = server.timing
+    print("\n| prefill tokens | decode seqs | mean context | grid (ms) | direct (ms) | error |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for prefill, seqs, context in OFF_GRID:
+        grid, direct = timer(prefill, seqs, context), timer.direct_s(prefill, seqs, context)
+        print(f"| {prefill} | {seqs} | {context:g} | {grid * 1e3:.2f} | {direct * 1e3:.2f} | "
+              f"{(grid / direct - 1) * 100:+.2f}% |", flush=True)
+
+
+def capacity(requests: int) -> None:
+    print(f"\nSLO: TTFT <= {SLO.ttft_ms:g} ms and TPOT <= {SLO.tpot_ms:g} ms at "
+          f"p{SLO.percentile:g}; {requests} ShareGPT-like requests a probe\n")
+    print("| model | config | chips | max rate (req/s) | probes | wall (s) |")
+    print("|---|---|---:|---:|---:|---:|")
+    for model, config, tp in CAPACITY:
+        start = time.perf_counter()
+        server = Server.build(model, load_config(config), Parallelism(tp=tp))
+        rate, probes = find_max_rate(
+            server, lambda r: synthetic(r, requests, "sharegpt", "sharegpt", 0), SLO)
+        print(f"| {model} | {config} | {tp} | {rate:.2f} | {len(probes)} | "
+              f"{time.perf_counter() - start:.0f} |", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    warnings.filterwarnings("ignore")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--requests", type=int, default=300,
+                        help="requests per capacity probe (default 300)")
+    args = parser.parse_args(argv)
+    print("| requests | rate (req/s) | wall (s) | shapes simulated | iterations | "
+          "tokens/s | TTFT p90 (ms) | TPOT p90 (ms) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    speed(1000, 2.0)
+    if not args.quick:
+        speed(10_000, 2.0)
+    interpolation()
+    if not args.quick:
+        capacity(args.requests)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

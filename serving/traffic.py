@@ -1,0 +1,178 @@
+"""``archsim serve``: request-level serving of a model on one chip or many -- requests
+arriving over time, a vLLM-like scheduler with a paged KV cache, each iteration timed by
+the simulator -- and the capacity search over request rates.
+
+:class:`Server` holds what does not change between runs (the model's split, the KV
+cache's blocks, the iteration timer and its cache of simulated shapes), so the probes
+of :func:`find_max_rate` simulate each shape once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from archsim.config.model import NpuConfig
+from archsim.errors import ModelConfigError
+from serving.engine import EngineResult, IterationTime, run_engine
+from serving.iteration import IterationTimer
+from serving.kv_cache import CacheBudget, cache_budget
+from serving.metrics import Slo, Summary, summarize
+from serving.plan import Parallelism, Request, check
+from serving.scheduler import SCHEDULERS, Limits
+from serving.spec import ModelSpec, load_model
+from serving.workload import Arrival
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    block_size: int = 16
+    kv_blocks: int | None = None
+    """Override of the KV cache's size in blocks (None: what memory leaves)."""
+    gpu_memory_utilization: float = 0.9
+    """Share of a chip's DRAM for weights, activations and the KV cache (vLLM's
+    default 0.9)."""
+    scheduler: str = "continuous"
+    dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    algorithm: str = "auto"
+    weights: str = ""
+    """Weight-only format of the matmul weights (``int8``); empty: ``dtype``."""
+
+    def check(self) -> None:
+        problems = [f"--{name.replace('_', '-')} must be >= 1, got {value}"
+                    for name, value in (("max_num_seqs", self.max_num_seqs),
+                                        ("max_num_batched_tokens",
+                                         self.max_num_batched_tokens),
+                                        ("block_size", self.block_size),
+                                        ("kv_blocks", self.kv_blocks or 1)) if value < 1]
+        if not 0 < self.gpu_memory_utilization <= 1:
+            problems.append(f"--gpu-memory-utilization must be in (0, 1], got "
+                            f"{self.gpu_memory_utilization}")
+        if self.scheduler not in SCHEDULERS:
+            problems.append(f"--scheduler {self.scheduler!r} is not one of "
+                            f"{', '.join(SCHEDULERS)}")
+        if problems:
+            raise ModelConfigError("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class TrafficResult:
+    spec: ModelSpec
+    config: NpuConfig
+    par: Parallelism
+    options: ServeOptions
+    budget: CacheBudget
+    engine: EngineResult
+    summary: Summary
+    slo: Slo
+    simulated: int
+    """Distinct shapes simulated so far (by this server, all runs)."""
+
+
+@dataclass
+class Server:
+    spec: ModelSpec
+    config: NpuConfig
+    par: Parallelism
+    options: ServeOptions
+    budget: CacheBudget
+    timing: IterationTime
+    runs: int = field(default=0)
+
+    @classmethod
+    def build(cls, model: str | Path | ModelSpec, config: NpuConfig,
+              par: Parallelism | None = None, options: ServeOptions | None = None,
+              timing: IterationTime | None = None) -> Server:
+        """A server of ``model`` on ``par.chips`` chips of ``config``; ``timing``
+        replaces the simulator's iteration times (tests)."""
+        par, options = par or Parallelism(), options or ServeOptions()
+        options.check()
+        spec = model if isinstance(model, ModelSpec) else load_model(model)
+        request = Request(1, 1, 0, options.dtype, options.kv_dtype, options.weights)
+        shard = check(spec, request, par)
+        budget = cache_budget(spec, par, shard, config, options.dtype, options.kv_dtype,
+                              options.block_size, options.max_num_batched_tokens,
+                              options.gpu_memory_utilization, options.kv_blocks,
+                              options.weights)
+        if timing is None:
+            timing = IterationTimer(spec, config, par, options.dtype, options.kv_dtype,
+                                    options.algorithm, budget.tokens,
+                                    options.max_num_batched_tokens, options.weights)
+        return cls(spec, config, par, options, budget, timing)
+
+    def run(self, arrivals: Sequence[Arrival], slo: Slo | None = None) -> TrafficResult:
+        slo = slo or Slo()
+        for a in arrivals:
+            if a.prompt_tokens + a.output_tokens > self.spec.max_positions:
+                raise ModelConfigError(
+                    f"request {a.id}: {a.prompt_tokens} + {a.output_tokens} tokens exceed "
+                    f"{self.spec.name}'s {self.spec.max_positions} positions")
+        o = self.options
+        engine = run_engine(arrivals, self.timing,
+                            Limits(o.max_num_seqs, o.max_num_batched_tokens),
+                            self.budget.blocks, self.budget.block_size, o.scheduler)
+        self.runs += 1
+        simulated = len(getattr(self.timing, "simulated", ()))
+        return TrafficResult(self.spec, self.config, self.par, o, self.budget, engine,
+                             summarize(engine, slo), slo, simulated)
+
+
+@dataclass(frozen=True)
+class Probe:
+    rate: float
+    result: TrafficResult
+
+    @property
+    def met(self) -> bool:
+        return bool(self.result.summary.slo_attained)
+
+
+def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]],
+                  slo: Slo, start: float = 1.0, tolerance: float = 0.02,
+                  max_probes: int = 24) -> tuple[float, list[Probe]]:
+    """The highest request rate whose run meets ``slo`` at its percentile, by doubling
+    (or halving) from ``start`` until the SLO's outcome flips, then bisection to within
+    ``tolerance`` (relative); each probe a full simulation of ``workload(rate)``.
+    Returns (the rate, 0.0 when even the lowest probe fails; every probe)."""
+    if slo.ttft_ms is None and slo.tpot_ms is None:
+        raise ModelConfigError("--find-max-rate needs an SLO: --slo-ttft MS and/or "
+                               "--slo-tpot MS")
+    probes: list[Probe] = []
+
+    def probe(rate: float) -> bool:
+        p = Probe(rate, server.run(workload(rate), slo))
+        probes.append(p)
+        return p.met
+
+    lo, hi = 0.0, 0.0
+    rate = start
+    if probe(rate):
+        lo = rate
+        while len(probes) < max_probes:
+            rate *= 2
+            if not probe(rate):
+                hi = rate
+                break
+            lo = rate
+    else:
+        hi = rate
+        while len(probes) < max_probes:
+            rate /= 2
+            if probe(rate):
+                lo = rate
+                break
+            hi = rate
+    while lo and hi and (hi - lo) > tolerance * lo and len(probes) < max_probes:
+        mid = (lo + hi) / 2
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, probes
+
+
+__all__ = ["Probe", "ServeOptions", "Server", "TrafficResult", "find_max_rate"]

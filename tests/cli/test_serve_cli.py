@@ -1,0 +1,86 @@
+"""``archsim serve`` end to end on a small model and the tiny preset: a trace in, the
+table, JSON (per-request records consistent with the throughput), Perfetto trace and
+figures out; a capacity search; bad input as one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from archsim.cli import main
+
+SMALL = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+         "vocab_size": 100, "max_position_embeddings": 256}
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "small"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(SMALL))
+    return str(path)
+
+
+def test_trace_in_table_json_perfetto_and_figures_out(tmp_path, model, capsys) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,20,5\n0.0001,40,8\n"
+                     "0.0002,12,3\n")
+    out, perf, figs = tmp_path / "r.json", tmp_path / "p.json", tmp_path / "figs"
+    code = main(["serve", model, "--config", "tiny", "--trace", str(trace),
+                 "--max-num-batched-tokens", "64", "--slo-ttft", "10", "--slo-tpot", "10",
+                 "--json", str(out), "--perfetto", str(perf), "--figures", str(figs)])
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "small on tiny x 1 chip: 3 requests, continuous batching" in table
+    assert "TTFT" in table and "goodput" in table and "KV cache use" in table
+    data = json.loads(out.read_text())
+    recs = data["requests"]
+    assert [(r["prompt_tokens"], r["output_tokens"]) for r in recs] == [(20, 5), (40, 8),
+                                                                        (12, 3)]
+    span = max(r["finish_s"] for r in recs) - min(r["arrival_s"] for r in recs)
+    assert data["throughput_tokens_per_s"] == pytest.approx(16 / span)
+    assert all(r["arrival_s"] < r["first_token_s"] <= r["finish_s"] for r in recs)
+    assert {"mean", "p50", "p90", "p99"} <= set(data["ttft_s"])
+    # queue length, batch size and KV-cache use over time, one entry per iteration
+    steps = data["iterations"]
+    assert sum(steps["tokens_out"]) == 16
+    assert max(steps["kv_blocks"]) <= data["kv_blocks"]
+    assert len(steps["waiting"]) == len(steps["time_s"])
+    events = json.loads(perf.read_text())["traceEvents"]
+    iterations = [e for e in events if e["ph"] == "X"]
+    # 3 + 7 + 2 tokens after each first one: at least 7 decode iterations, plus prefill
+    assert len(iterations) >= 8
+    assert sum(e["args"]["tokens_out"] for e in iterations) == 16
+    assert sorted(p.name for p in figs.iterdir()) == ["serve_latency_cdf.png",
+                                                      "serve_over_time.png"]
+
+
+def test_find_max_rate_prints_probes_and_the_rate(tmp_path, model, capsys) -> None:
+    out = tmp_path / "r.json"
+    code = main(["serve", model, "--config", "tiny", "--requests", "30",
+                 "--prompt-tokens", "uniform:8:24", "--output-tokens", "4",
+                 "--slo-ttft", "0.5", "--find-max-rate", "--rate", "1000",
+                 "--json", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "capacity search" in text and "max rate meeting the SLOs at p90" in text
+    data = json.loads(out.read_text())
+    met = [p["rate"] for p in data["probes"] if p["met"]]
+    assert data["max_rate"] == max(met)
+    assert all(p["ttft_ms"] <= 0.5 for p in data["probes"] if p["met"])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--prompt-tokens", "zipf:1"], "length 'zipf:1' is not one of"),
+    (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1]"),
+    (["--find-max-rate"], "--find-max-rate needs an SLO"),
+    (["--prompt-tokens", "250", "--output-tokens", "10"],
+     "request 0: 250 + 10 tokens exceed small's 256 positions"),
+])
+def test_bad_input_is_one_line(model, capsys, extra, message) -> None:
+    code = main(["serve", model, "--config", "tiny", "--requests", "2", *extra])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
