@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from archsim.errors import SimulationError
-from compiler.ir import bf16
+from compiler.ir import bf16, fp8
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, DramTensor, SramRef
 from compiler.ir.ops import BinaryKind, HostOp, ReduceKind, UnaryKind
@@ -28,10 +28,18 @@ HostFunction = Callable[..., Any]
 # ---------------------------------------------------------------- value conversion
 
 
+FP8_FORMATS: dict[DType, fp8.Fp8Format] = {DType.e4m3: fp8.E4M3, DType.e5m2: fp8.E5M2}
+"""The 8-bit floats' formats (stored as raw bits, like bf16)."""
+RAW_BITS = (DType.bf16, *FP8_FORMATS)
+"""Float dtypes stored as raw bit patterns (numpy has no type for them)."""
+
+
 def to_values(stored: np.ndarray, dtype: DType) -> np.ndarray:
-    """Stored array -> values to compute on (16-bit floats widened to f32)."""
+    """Stored array -> values to compute on (16- and 8-bit floats widened to f32)."""
     if dtype is DType.bf16:
         return bf16.to_f32(stored)
+    if dtype in FP8_FORMATS:
+        return fp8.to_f32(stored, FP8_FORMATS[dtype])
     if dtype is DType.f16:
         return stored.astype(np.float32)
     return stored
@@ -42,6 +50,8 @@ def to_stored(values: np.ndarray | float, dtype: DType) -> np.ndarray:
     values = np.asarray(values)
     if dtype is DType.bf16:
         return bf16.from_f32(values.astype(np.float32))
+    if dtype in FP8_FORMATS:
+        return fp8.from_f32(values.astype(np.float32), FP8_FORMATS[dtype])
     if dtype is DType.bool:
         return values.astype(np.bool_)
     return values.astype(dtype.storage)
@@ -76,7 +86,7 @@ class Memory:
         if tuple(array.shape) != t.shape:
             raise SimulationError(f"input {t.name!r}: shape {list(array.shape)} does not match "
                                   f"the program's {list(t.shape)}")
-        if t.dtype is DType.bf16 and array.dtype == np.uint16:
+        if t.dtype in RAW_BITS and array.dtype == t.dtype.storage:
             return array.copy()
         return np.ascontiguousarray(to_stored(array, t.dtype))
 
@@ -105,10 +115,11 @@ class Memory:
         return tuple(slice(s.start, s.stop, s.step) for s in ref.slices)
 
     def output_values(self, copy: bool = True) -> dict[str, np.ndarray]:
-        """Final DRAM contents as values (bf16 as float32); ``copy=False`` hands out the
-        arrays themselves (for a caller that drops this memory's arrays afterwards)."""
-        return {name: (bf16.to_f32(a) if self.tensors[name].dtype is DType.bf16
-                       else a.copy() if copy else a)
+        """Final DRAM contents as values (bf16 and fp8 as float32); ``copy=False`` hands
+        out the arrays themselves (for a caller that drops this memory's arrays
+        afterwards)."""
+        return {name: (to_values(a, self.tensors[name].dtype)
+                       if self.tensors[name].dtype in RAW_BITS else a.copy() if copy else a)
                 for name, a in self.dram.items()}
 
 

@@ -28,7 +28,7 @@ from compiler.ir.ops import (Binary, Cast, Command, Copy, Gather, HostOp, HostTr
 Step = Callable[[], None]
 Binder = Callable[[Any, Memory], Step]
 
-_WIDENED = (DType.bf16, DType.f16)
+_WIDENED = (DType.bf16, DType.f16, DType.e4m3, DType.e5m2)
 
 
 def _reader(memory: Memory, x: SramRef | Scalar) -> Callable[[], Any]:

@@ -51,7 +51,7 @@ def matmul_cycles(m: int, k: int, n: int, matrix: MatrixConfig,
     """Compute cycles of one tile on one array (SCALE-Sim's closed form). Narrow inputs
     the array has a mode for pack ``matrix.rates`` K elements into each PE, so K
     shrinks by that factor whichever dimension the dataflow puts it on."""
-    k = ceil_div(k, matrix.rates.of(operand_dtype.value))
+    k = ceil_div(k, matrix.rates.of(operand_dtype.rate_name))
     rows, cols = matrix.rows, matrix.cols
     t = fold_dims(m, k, n, matrix.dataflow)[2]
     folds = fold_count(m, k, n, matrix)

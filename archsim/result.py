@@ -259,7 +259,7 @@ class SimResult:
         flops: dict[int, float] = {}
         for command, done in zip(self.program.commands, self.command_flops.tolist()):
             if isinstance(command.op, MatMul) and done:
-                rate = rates.of(command.op.a.dtype.value)
+                rate = rates.of(command.op.a.dtype.rate_name)
                 flops[rate] = flops.get(rate, 0.0) + done
         total = sum(flops.values())
         if not total or set(flops) == {1}:

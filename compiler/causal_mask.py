@@ -81,9 +81,11 @@ class CausalMaskPass:
     def apply(self, graph: Graph) -> Graph:
         for node in graph.nodes:
             spec = node.spec
-            if not isinstance(spec, g.Attention) or len(node.inputs) < 4 or spec.causal:
+            if not isinstance(spec, g.Attention) or spec.causal:
                 continue
-            mask = node.inputs[3]
+            mask = g.attention_mask(node)
+            if mask is None:
+                continue
             data = _folded(mask, graph) if isinstance(mask, Value) else None
             if data is None:
                 continue
@@ -93,7 +95,7 @@ class CausalMaskPass:
             offset = causal_offset(data.reshape(mask.shape), sq, sk)
             if offset is None:
                 continue
-            node.inputs = node.inputs[:3]
+            node.inputs = node.inputs[:3] + node.inputs[4:]  # K/V scales stay
             if offset < sk - 1:  # else every key is visible: no mask at all
                 node.spec = replace(spec, causal=True, causal_offset=offset)
         return graph

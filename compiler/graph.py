@@ -279,3 +279,13 @@ class Attention(Spec):
     heads_after_seq: tuple[bool, bool, bool] = (False, False, False)
     out_heads_after_seq: bool = False
     causal_offset: int = 0
+    kv_scales: bool = False
+    """k and v are int8 (a quantized KV cache) and two more inputs follow: ``k_scale``
+    and ``v_scale`` [..., Sk, 1], each key's scale; the kernel dequantizes each K/V tile
+    as it loads it (the cache is read at one byte an element)."""
+
+
+def attention_mask(node: Node) -> Value | None:
+    """An Attention node's mask input (after q, k, v; before any K/V scales)."""
+    count = len(node.inputs) - (2 if node.spec.kv_scales else 0)
+    return node.inputs[3] if count > 3 else None

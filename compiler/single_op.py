@@ -48,9 +48,10 @@ def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
         node.meta["val"] = torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
         return node
 
-    def to_meta(x: Any) -> Any:
+    def to_meta(x: Any) -> Any:  # strides kept: _scaled_mm checks its operands' layout
         if isinstance(x, torch.Tensor):
-            return torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
+            return torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype,
+                                       device="meta")
         return x
 
     fx_args = torch.utils._pytree.tree_map(placeholder, args)

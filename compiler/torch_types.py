@@ -10,6 +10,7 @@ from compiler.ir.dtypes import DType
 
 TORCH_TO_IR: dict[torch.dtype, DType] = {
     torch.float32: DType.f32, torch.float16: DType.f16, torch.bfloat16: DType.bf16,
+    torch.float8_e4m3fn: DType.e4m3, torch.float8_e5m2: DType.e5m2,
     torch.int8: DType.i8, torch.int32: DType.i32, torch.int64: DType.i64,
     torch.bool: DType.bool,
 }
@@ -34,8 +35,9 @@ def to_torch(array: np.ndarray, dtype: DType) -> torch.Tensor:
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A torch tensor -> numpy values the simulator accepts (bf16 widened to float32)."""
+    """A torch tensor -> numpy values the simulator accepts (bf16 and fp8 widened to
+    float32: exact)."""
     tensor = tensor.detach().cpu()
-    if tensor.dtype == torch.bfloat16:
+    if tensor.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
         tensor = tensor.float()
     return tensor.contiguous().numpy()

@@ -19,6 +19,13 @@ once; grouped-query heads fold into the query rows of their K/V head, so each ca
 byte is read once per step; with a KV cache in another dtype the query is cast to it
 (the cache is read as stored). The new token's own K/V enter the attention through its
 cache slot (same bytes moved as writing it there first).
+
+An int8 or fp8 KV cache (``kv_dtype`` ``torch.int8`` or ``torch.float8_e4m3fn``) holds
+each token's K and V per head as int8 (or e4m3) with one scale (absmax / 127, or / 448,
+in the activations' dtype): the block quantizes its new
+K/V on write and returns ``(int8, scale)`` pairs; in decode it takes the cache as such
+pairs and dequantizes on read (``int8.to(dtype) * scale`` right before the attention,
+which the compiler reads as the int8 cache: its kernel dequantizes each tile on load).
 """
 
 from __future__ import annotations
@@ -69,6 +76,34 @@ def _norm(spec: ModelSpec, size: int | None = None) -> nn.Module:
     return NORMS[spec.norm](size or spec.hidden)
 
 
+KvEntry = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+"""A layer's cached K (or V): a tensor, or for an int8 cache (int8 values, scales)."""
+
+
+QUANTIZED_KV: dict[torch.dtype, float] = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0}
+"""Cache dtypes stored with a scale per token and head: the value each row's absmax
+maps to (int8's largest, e4m3's largest finite)."""
+
+
+def quantize_kv(x: torch.Tensor, dtype: torch.dtype = torch.int8
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x [..., D]`` in ``dtype`` (int8 or float8_e4m3fn) with one scale per row
+    (symmetric, absmax / the dtype's largest value, in ``x``'s dtype): int8 rounds and
+    clamps ``x / scale`` to [-128, 127], e4m3 rounds it to nearest even."""
+    scale = (x.abs().amax(dim=-1, keepdim=True) / QUANTIZED_KV[dtype]).clamp(min=1e-8)
+    if dtype == torch.int8:
+        return torch.round(x / scale).clamp(-128, 127).to(torch.int8), scale
+    return (x / scale).to(dtype), scale
+
+
+def dequantize_kv(entry: KvEntry) -> torch.Tensor:
+    """A cache entry in its compute dtype: int8 values times their row's scale."""
+    if isinstance(entry, torch.Tensor):
+        return entry
+    values, scale = entry
+    return values.to(scale.dtype) * scale
+
+
 class AttentionBlock(nn.Module):
     def __init__(self, spec: ModelSpec, shard: Shard, kv_dtype: torch.dtype) -> None:
         super().__init__()
@@ -110,10 +145,11 @@ class AttentionBlock(nn.Module):
         return torch.cat((rotate(part, cos, sin), rest), dim=-1)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                k_cache: torch.Tensor | None = None, v_cache: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, ...]:
+                k_cache: KvEntry | None = None, v_cache: KvEntry | None = None
+                ) -> tuple[KvEntry, ...]:
         """(x + attention, new K, new V), and with attention and MLP side by side the
-        MLP's input: the shared norm's output, or the layer input for its own norm."""
+        MLP's input: the shared norm's output, or the layer input for its own norm. K
+        and V (new and cached) are ``(int8, scale)`` pairs with an int8 cache."""
         b, t, _ = x.shape
         y = self.norm(x)
         q, k, v = self._project(y)
@@ -131,6 +167,7 @@ class AttentionBlock(nn.Module):
                                                   enable_gqa=self.heads != self.kv_heads)
             attn = attn.transpose(1, 2).reshape(b, t, -1)
         else:  # one token: the query heads of each K/V head become its query rows
+            k_cache, v_cache = dequantize_kv(k_cache), dequantize_kv(v_cache)
             group = self.heads // self.kv_heads
             rows = q.reshape(b, self.kv_heads, group * t, self.head_dim).to(k_cache.dtype)
             attn = F.scaled_dot_product_attention(rows, k_cache, v_cache, scale=scale)
@@ -138,7 +175,10 @@ class AttentionBlock(nn.Module):
         out = self.o(attn)
         if self.post_norm:
             out = self.out_norm(out)
-        kv = (k.to(self.kv_dtype), v.to(self.kv_dtype))
+        kv: tuple[KvEntry, KvEntry] = (
+            (quantize_kv(k, self.kv_dtype), quantize_kv(v, self.kv_dtype))
+            if self.kv_dtype in QUANTIZED_KV
+            else (k.to(self.kv_dtype), v.to(self.kv_dtype)))
         if self.parallel:
             return x + out, *kv, (y if self.parallel == "shared_norm" else x)
         return x + out, *kv
@@ -224,8 +264,8 @@ class Layer(nn.Module):
         self.mlp = MlpBlock(spec, shard)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                k_cache: torch.Tensor | None = None, v_cache: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                k_cache: KvEntry | None = None, v_cache: KvEntry | None = None
+                ) -> tuple[torch.Tensor, KvEntry, KvEntry]:
         x, k, v, *mlp_in = self.attention(x, cos, sin, k_cache, v_cache)
         return self.mlp(x, *mlp_in), k, v
 
@@ -250,9 +290,9 @@ class Stage(nn.Module):
         self.head = Head(spec, shard) if head else None
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor,
-                k_caches: list[torch.Tensor] | None = None,
-                v_caches: list[torch.Tensor] | None = None
-                ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+                k_caches: list[KvEntry] | None = None,
+                v_caches: list[KvEntry] | None = None
+                ) -> tuple[torch.Tensor, list[KvEntry], list[KvEntry]]:
         if self.embed is not None:
             x = self.embed(x, positions)
         dtype = x.dtype
@@ -275,5 +315,6 @@ def meta_block(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     return module.to(device="meta", dtype=dtype).eval()
 
 
-__all__ = ["ACTIVATIONS", "AttentionBlock", "Embed", "GemmaRMSNorm", "Head", "Layer",
-           "MlpBlock", "NORMS", "Stage", "meta_block"]
+__all__ = ["ACTIVATIONS", "AttentionBlock", "Embed", "GemmaRMSNorm", "Head", "KvEntry",
+           "Layer", "MlpBlock", "NORMS", "QUANTIZED_KV", "Stage", "dequantize_kv", "meta_block",
+           "quantize_kv"]

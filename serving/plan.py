@@ -20,8 +20,12 @@ from archsim.errors import DeviceMemoryError, ModelConfigError
 from serving.spec import ModelSpec
 
 DTYPE_BYTES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2}
-WEIGHT_BYTES: dict[str, float] = {"int8": 1.0}
+WEIGHT_BYTES: dict[str, float] = {"int8": 1.0, "fp8": 1.0}
 """Bytes per matmul weight of each weight-only format (``--weights``)."""
+KV_BYTES: dict[str, int] = {**DTYPE_BYTES, "int8": 1, "fp8": 1}
+"""Bytes per cached K/V element of each ``--kv-dtype``; int8 and fp8 (e4m3) add one
+scale per token and key/value head, in the activations' dtype
+(:attr:`Request.kv_scale_item`)."""
 
 
 @dataclass(frozen=True)
@@ -35,8 +39,10 @@ class Request:
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
     weights: str = ""
-    """Weight-only format of the matmul weights (``int8``: one byte each, a scale per
-    output channel in ``dtype``); empty: in ``dtype``."""
+    """Format of the matmul weights: ``int8`` weight-only (one byte each, a scale per
+    output channel in ``dtype``), ``fp8`` (e4m3, one byte each, an f32 scale per output
+    channel; the activations are quantized to e4m3 per token for the matmuls); empty:
+    in ``dtype``."""
 
     @property
     def item(self) -> int:
@@ -48,14 +54,30 @@ class Request:
         return WEIGHT_BYTES[self.weights] if self.weights else self.item
 
     @property
+    def weight_scale_item(self) -> int:
+        """Bytes of each output channel's weight scale (f32 for fp8, else ``dtype``)."""
+        return 4 if self.weights == "fp8" else self.item
+
+    @property
     def precision(self) -> str:
         """``int8 weights, bf16 activations, bf16 KV cache``."""
-        return (f"{self.weights or self.dtype} weights, {self.dtype} activations, "
-                f"{self.kv_dtype} KV cache")
+        scales = f" ({self.dtype} scale per token and head)" if self.kv_scale_item else ""
+        kv = "fp8 (e4m3)" if self.kv_dtype == "fp8" else self.kv_dtype
+        weights, into = self.weights or self.dtype, ""
+        if self.weights == "fp8":
+            weights, into = "fp8 (e4m3)", " (e4m3 per token into the matmuls)"
+        return (f"{weights} weights, {self.dtype} activations{into}, "
+                f"{kv} KV cache{scales}")
 
     @property
     def kv_item(self) -> int:
-        return DTYPE_BYTES[self.kv_dtype]
+        return KV_BYTES[self.kv_dtype]
+
+    @property
+    def kv_scale_item(self) -> int:
+        """Bytes of the scale of each cached token's K (or V) head: an int8 or fp8
+        cache keeps one per token and head in ``dtype``; a 16/32-bit cache none."""
+        return self.item if self.kv_dtype in ("int8", "fp8") else 0
 
     def contexts(self) -> tuple[int, ...]:
         """Cache length each decode step attends to (the new token included)."""
@@ -98,13 +120,15 @@ def check(spec: ModelSpec, request: Request, par: Parallelism) -> Shard:
                         ("micro-batches", par.micro_batches)):
         if value < (0 if name == "decode" else 1):
             problems.append(f"{name} must be >= {0 if name == 'decode' else 1}, got {value}")
-    for name, dtype in (("dtype", request.dtype), ("kv-dtype", request.kv_dtype)):
-        if dtype not in DTYPE_BYTES:
-            problems.append(f"{name} {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    for name, dtype, known in (("dtype", request.dtype, DTYPE_BYTES),
+                               ("kv-dtype", request.kv_dtype, KV_BYTES)):
+        if dtype not in known:
+            problems.append(f"{name} {dtype!r} is not one of {', '.join(known)}")
     if request.weights and request.weights not in WEIGHT_BYTES:
         problems.append(f"weights {request.weights!r} is not one of {', '.join(WEIGHT_BYTES)}")
     if request.weights and request.dtype == "f32":
-        problems.append("weight-only int8 takes 16-bit activations: --dtype bf16 or f16")
+        problems.append(f"{request.weights} weights take 16-bit activations: --dtype bf16 "
+                        f"or f16")
     if problems:
         raise ModelConfigError("; ".join(problems))
     if spec.heads % par.tp:
@@ -150,12 +174,13 @@ def memory_per_chip(spec: ModelSpec, request: Request, par: Parallelism,
     outputs = q + 2 * kv + h + (2 if spec.gated else 1) * shard.intermediate + h
     layer = (h * (2 * q + 2 * kv) + mlp) * request.weight_item \
         + (spec.layer_parameters - spec.layer_matmul_weights) * request.item \
-        + (outputs * request.item if request.weights else 0)
+        + (outputs * request.weight_scale_item if request.weights else 0)
     embed = (shard.vocab + spec.position_rows) * h * request.item
     head = (0 if spec.tied_embeddings else shard.vocab * h * request.weight_item) \
         + spec.norm_parameters * request.item
     tokens = request.prefill + request.decode
-    kv_token = request.batch * 2 * kv * request.kv_item  # one cached token of one layer
+    kv_token = request.batch * 2 * (kv * request.kv_item  # one cached token of one layer
+                                    + shard.kv_heads * request.kv_scale_item)
     mb_tokens = request.batch // par.micro_batches * request.prefill
     act = 2 * mb_tokens * (2 * h + q + 2 * kv + 2 * shard.intermediate) * request.item
     worst = Memory(0, 0, 0)
@@ -213,5 +238,5 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.1f} GiB"
 
 
-__all__ = ["DTYPE_BYTES", "Memory", "Parallelism", "Request", "Shard", "check",
+__all__ = ["DTYPE_BYTES", "KV_BYTES", "WEIGHT_BYTES", "Memory", "Parallelism", "Request", "Shard", "check",
            "check_memory", "gib", "memory_per_chip", "suggest_split"]

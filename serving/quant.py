@@ -1,11 +1,16 @@
-"""Weight-only quantization of the blocks ``archsim llm`` times (``--weights int8``).
+"""Quantized weights of the blocks ``archsim llm`` times (``--weights int8|fp8``).
 
-Every ``nn.Linear`` of a block becomes :class:`Int8WeightOnlyLinear`: int8 weights with
-one scale per output channel, run as ``torch._weight_int8pack_mm`` (what torchao's
-``Int8WeightOnlyConfig`` and CPU stacks call). The compiler reads those weights at one
-byte each and widens them in the arrays' input path (``compiler.lowerings.matmul``), so
-a decode step streams half the bytes of bf16 weights; activations and the KV cache keep
-their dtypes.
+- ``int8``: every ``nn.Linear`` of a block becomes :class:`Int8WeightOnlyLinear`: int8
+  weights with one scale per output channel, run as ``torch._weight_int8pack_mm`` (what
+  torchao's ``Int8WeightOnlyConfig`` and CPU stacks call). The compiler reads those
+  weights at one byte each and widens them in the arrays' input path
+  (``compiler.lowerings.matmul``); activations and the KV cache keep their dtypes.
+- ``fp8``: :class:`Fp8Linear`, e4m3 weights with one f32 scale per output channel and
+  the activations quantized to e4m3 per token on the fly (absmax / 448, on the vector
+  unit), multiplied by ``torch._scaled_mm`` (f32 sums, both scales in the epilogue):
+  vLLM's dynamic fp8 scheme. The arrays run it at their fp8 rate where they have one.
+
+Either way a decode step streams half the weight bytes of bf16.
 """
 
 from __future__ import annotations
@@ -49,17 +54,62 @@ class Int8WeightOnlyLinear(nn.Module):
         return y + self.bias if self.bias is not None else y
 
 
+E4M3_MAX = 448.0
+"""The largest finite float8_e4m3fn value: absmax maps to it."""
+
+
+class Fp8Linear(nn.Module):
+    """``y = (x_fp8 @ w_fp8.T) * x_scale * w_scale + bias``: e4m3 weights with per-output-
+    channel f32 scales, activations quantized to e4m3 per token when called."""
+
+    def __init__(self, in_features: int, out_features: int, bias: nn.Parameter | None,
+                 dtype: torch.dtype, device: torch.device | str = "meta") -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("weight", torch.zeros(out_features, in_features,
+                                                   dtype=torch.float8_e4m3fn, device=device))
+        self.register_buffer("scales", torch.ones(1, out_features, dtype=torch.float32,
+                                                  device=device))
+        self.bias = bias
+
+    @classmethod
+    def of(cls, linear: nn.Linear, dtype: torch.dtype) -> Fp8Linear:
+        """``linear`` quantized per output channel (absmax / 448; on meta: shapes)."""
+        quantized = cls(linear.in_features, linear.out_features, linear.bias, dtype,
+                        linear.weight.device)
+        if linear.weight.device.type != "meta":
+            weight = linear.weight.detach().float()
+            scales = weight.abs().amax(dim=1).clamp(min=1e-12) / E4M3_MAX
+            quantized.weight.copy_((weight / scales[:, None]).to(torch.float8_e4m3fn))
+            quantized.scales.copy_(scales[None, :])
+        return quantized
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).float()
+        x_scale = flat.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / E4M3_MAX
+        x_fp8 = (flat / x_scale).to(torch.float8_e4m3fn)
+        y = torch._scaled_mm(x_fp8, self.weight.t(), x_scale, self.scales, out_dtype=x.dtype)
+        y = y.reshape(*x.shape[:-1], self.out_features)
+        return y + self.bias if self.bias is not None else y
+
+
+QUANTIZED_LINEAR: dict[str, type[Int8WeightOnlyLinear] | type[Fp8Linear]] = {
+    "int8": Int8WeightOnlyLinear, "fp8": Fp8Linear}
+"""The module each ``--weights`` format replaces ``nn.Linear`` with."""
+
+
 def quantize_weights(module: nn.Module, weights: str, dtype: torch.dtype) -> nn.Module:
-    """``module`` with every ``nn.Linear`` in weight-only ``weights`` format (in place)."""
-    if weights not in WEIGHT_BYTES:
+    """``module`` with every ``nn.Linear`` in ``weights`` format (in place)."""
+    if weights not in QUANTIZED_LINEAR:
         raise ArchsimError(f"unknown weight format {weights!r}: expected one of "
-                           f"{', '.join(WEIGHT_BYTES)}")
+                           f"{', '.join(QUANTIZED_LINEAR)}")
     for name, child in list(module.named_children()):
         if isinstance(child, nn.Linear):
-            setattr(module, name, Int8WeightOnlyLinear.of(child, dtype))
+            setattr(module, name, QUANTIZED_LINEAR[weights].of(child, dtype))
         else:
             quantize_weights(child, weights, dtype)
     return module
 
 
-__all__ = ["Int8WeightOnlyLinear", "WEIGHT_BYTES", "quantize_weights"]
+__all__ = ["E4M3_MAX", "Fp8Linear", "Int8WeightOnlyLinear", "QUANTIZED_LINEAR",
+           "WEIGHT_BYTES", "quantize_weights"]

@@ -19,7 +19,8 @@ from archsim.app.pipeline import torch_dtype
 from archsim.config.model import NpuConfig
 from archsim.energy import run_energy
 from serving.compose import BlockTime
-from serving.layers import AttentionBlock, Embed, Head, MlpBlock, Stage, meta_block
+from serving.layers import (QUANTIZED_KV, AttentionBlock, Embed, Head, KvEntry, MlpBlock,
+                            Stage, meta_block)
 from serving.plan import Request, Shard
 from serving.runtime import kernel_count
 from serving.spec import ModelSpec
@@ -32,7 +33,8 @@ class Timer:
         self.spec, self.shard, self.request, self.batch = spec, shard, request, batch
         self.config = config
         self.dtype = torch_dtype(request.dtype)
-        self.kv_dtype = torch_dtype(request.kv_dtype)
+        self.kv_dtype = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}.get(
+            request.kv_dtype) or torch_dtype(request.kv_dtype)
         self._cache: dict[tuple, BlockTime] = {}
         self.simulated: list[tuple[str, int, int]] = []
         """Every (kind, tokens, cached tokens read) simulated, in order (for the
@@ -107,9 +109,14 @@ class Timer:
                            dtype=self.dtype)
         return torch.empty(tokens, dtype=torch.int64), rope, rope
 
-    def _cache_input(self, seen: int) -> torch.Tensor:
-        return torch.empty(self.batch, self.shard.kv_heads, seen, self.spec.head_dim,
-                           dtype=self.kv_dtype)
+    def _cache_input(self, seen: int) -> KvEntry:
+        """A layer's cached K (or V) of ``seen`` tokens; int8 or fp8: (values, row
+        scales)."""
+        shape = (self.batch, self.shard.kv_heads, seen, self.spec.head_dim)
+        values = torch.empty(shape, dtype=self.kv_dtype)
+        if self.kv_dtype not in QUANTIZED_KV:
+            return values
+        return values, torch.empty(shape[:-1] + (1,), dtype=self.dtype)
 
     def _build(self, kind: str, tokens: int, seen: int
                ) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:

@@ -39,9 +39,10 @@ def register() -> None:
         kernels.install(aten_impl, global_impl)
         eager.install()  # ops the compiler lowers run on the simulator by default
         _done.add("kernels")
-    from torch_bridge import autocast, dynamo, triton_launch
+    from torch_bridge import autocast, dynamo, quantized, triton_launch
 
     autocast.install(aten_impl, global_impl)
+    quantized.install()  # out_dtype int8 mm and tensor printing, as torchao uses them
     triton_launch.install_when_imported()  # Triton kernels on npu tensors
     dynamo.install_when_imported()  # torch.compile(backend="npu"), the device interface
     _done.add("autocast")

@@ -41,12 +41,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="generated tokens per sequence, one decode step each (default 16)")
     p.add_argument("--dtype", choices=_DTYPES, default="bf16", help="weights and activations "
                                                                      "(default bf16)")
-    p.add_argument("--kv-dtype", choices=_DTYPES, default=None,
-                   help="KV cache (default: --dtype)")
+    p.add_argument("--kv-dtype", choices=(*_DTYPES, "int8", "fp8"), default=None,
+                   help="KV cache (default: --dtype); int8 or fp8 (e4m3): quantized on "
+                        "write with a scale per token and head, read as stored by the "
+                        "attention kernel")
     p.add_argument("--weights", choices=tuple(WEIGHT_BYTES), default="",
-                   help="weight-only quantized matmul weights: int8 (one byte each, a "
+                   help="quantized matmul weights: int8 (weight-only: one byte each, a "
                         "scale per output channel, widened in the arrays' input path); "
-                        "default: --dtype")
+                        "fp8 (e4m3 weights with a scale per output channel, activations "
+                        "quantized to e4m3 per token, torch._scaled_mm at the arrays' fp8 "
+                        "rate); default: --dtype")
     p.add_argument("--chips", type=int, default=None,
                    help="chips in all (default tp x pp); sets whichever of --tp/--pp is "
                         "missing (alone: --tp)")

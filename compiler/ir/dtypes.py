@@ -2,7 +2,8 @@
 
 A closed set. Each dtype knows its size and the numpy dtype that stores it; bf16 has
 no numpy type and is stored as its raw 16-bit pattern (``uint16``), converted by
-:mod:`compiler.ir.bf16` when computed on.
+:mod:`compiler.ir.bf16` when computed on; the 8-bit floats e4m3 (``float8_e4m3fn``) and
+e5m2 (``float8_e5m2``) likewise as ``uint8``, converted by :mod:`compiler.ir.fp8`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ class DType(enum.Enum):
     f32 = "f32"
     f16 = "f16"
     bf16 = "bf16"
+    e4m3 = "e4m3"
+    e5m2 = "e5m2"
     i8 = "i8"
     i32 = "i32"
     i64 = "i64"
@@ -34,7 +37,13 @@ class DType(enum.Enum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.f32, DType.f16, DType.bf16)
+        return self in (DType.f32, DType.f16, DType.bf16, DType.e4m3, DType.e5m2)
+
+    @property
+    def rate_name(self) -> str:
+        """The name of this dtype's matrix rate (``core.matrix.rates``): ``fp8`` for
+        both 8-bit floats, else the dtype's own name."""
+        return "fp8" if self in (DType.e4m3, DType.e5m2) else self.value
 
     @classmethod
     def parse(cls, text: str) -> "DType":
@@ -49,13 +58,14 @@ class DType(enum.Enum):
 
 
 _ITEMSIZE = {
-    DType.f32: 4, DType.f16: 2, DType.bf16: 2, DType.i8: 1,
+    DType.f32: 4, DType.f16: 2, DType.bf16: 2, DType.e4m3: 1, DType.e5m2: 1, DType.i8: 1,
     DType.i32: 4, DType.i64: 8, DType.bool: 1,
 }
 
 _STORAGE = {
     DType.f32: np.dtype(np.float32), DType.f16: np.dtype(np.float16),
-    DType.bf16: np.dtype(np.uint16), DType.i8: np.dtype(np.int8),
+    DType.bf16: np.dtype(np.uint16), DType.e4m3: np.dtype(np.uint8),
+    DType.e5m2: np.dtype(np.uint8), DType.i8: np.dtype(np.int8),
     DType.i32: np.dtype(np.int32), DType.i64: np.dtype(np.int64),
     DType.bool: np.dtype(np.bool_),
 }

@@ -195,6 +195,10 @@ def _check_gather(op: Gather, machine: Machine, tensors: dict[str, DramTensor]
                f"{tensor.dtype} (DMA does not convert; use a cast)")
 
 
+_WIDENED_B = (DType.i8, DType.e4m3, DType.e5m2)
+"""One-byte ``b`` operands a float matmul widens in the arrays' input path."""
+
+
 @_checks(MatMul)
 def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                   ) -> Iterator[str]:
@@ -207,8 +211,9 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                f"which are its rows), got {_typed(ref)}")
     if flat:
         return
-    if not (op.a.dtype.is_float and op.b.dtype is DType.i8):  # weight-only int8: b is
-        yield from _same_dtype("b", op.b, "a", op.a.dtype)  # widened on the way in
+    if not (op.a.dtype.is_float and op.b.dtype in _WIDENED_B):  # weight-only int8 (and
+        yield from _same_dtype("b", op.b, "a", op.a.dtype)  # an fp8 KV cache): b is
+        # widened on the way in
     yield from _matmul_dtype_problems(op.a.dtype, machine)
     (m, k), (k_b, n) = (math.prod(op.a.shape[:-1]), op.a.shape[-1]), op.b.shape
     if k_b != k:

@@ -9,7 +9,11 @@ row max ``m``, row sum ``l`` and accumulator ``acc`` (online softmax):
     m' = max(m, rowmax(S));  P = exp(S - m');  c = exp(m - m')
     l = l * c + rowsum(P);   acc = acc * c + P @ V
 
-then store ``acc / l``. Only ``[Tq, Tk]`` score tiles live in SRAM. Each matmul is
+then store ``acc / l``. An int8 or fp8 KV cache (``kv_scales``) moves at one byte an
+element: its K^T and V tiles go to the arrays as stored (widened in their input path, as
+weight-only int8 weights are) and the per-key scales are applied to the score columns instead,
+``S = (Q @ K_int^T) * k_scale`` and ``P @ V = (P * v_scale) @ V_int``: a [Tq, Tk] pass
+each on the vector engine rather than dequantizing [Tk, D] tiles. Only ``[Tq, Tk]`` score tiles live in SRAM. Each matmul is
 split by query rows over the core's systolic arrays, and the next key tile's
 ``Q @ K^T`` is issued before this one's ``P @ V``, so it runs while the vector engine
 does this tile's softmax.
@@ -69,8 +73,11 @@ class CausalBias:
         return np.where(j > i + self.offset, -np.inf, 0.0).astype(np.float32)
 
 
-def _tile_bytes(tq: int, tk: int, d: int, dv: int, item: int, sets: int, masked: bool) -> int:
+def _tile_bytes(tq: int, tk: int, d: int, dv: int, item: int, sets: int, masked: bool,
+               int8_kv: bool = False) -> int:
     per_step = tk * d * item * 2 + tk * dv * item + (tq * tk * 4 if masked else 0)
+    if int8_kv:  # int8 K (as loaded and transposed), V, the scales and their f32 rows
+        per_step += tk * (2 * d + dv) + 2 * tk * (item + 4)
     scores = tq * tk * 4 * 2 + tq * tk * item + tq * dv * 4
     per_tile = tq * d * item + tq * dv * 4 + tq * dv * item + 6 * tq * 4
     return sets * (per_step + scores + per_tile) + 64 * 40
@@ -81,7 +88,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     spec: g.Attention = node.spec
     q_shape, k_shape, v_shape = (logical_shape(x, stored) for x, stored in
                                  zip(node.inputs[:3], spec.heads_after_seq))
-    mask: Value | None = node.inputs[3] if len(node.inputs) > 3 else None
+    mask: Value | None = g.attention_mask(node)
     q = node.inputs[0]
     out = node.out
     sq, d = q_shape[-2:]
@@ -92,7 +99,8 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     masked = spec.causal or mask is not None
     sizes = (512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
     fitting = [(min(a, sq), min(b, sk)) for a in sizes for b in sizes
-               if _tile_bytes(min(a, sq), min(b, sk), d, dv, item, sets, masked) <= ctx.capacity]
+               if _tile_bytes(min(a, sq), min(b, sk), d, dv, item, sets, masked,
+                              spec.kv_scales) <= ctx.capacity]
     if not fitting:
         raise CapacityError(f"{node.source}: no attention tile fits {ctx.capacity} B")
     tq, tk = max(fitting, key=lambda t: (t[0] * t[1], t[0]))
@@ -105,7 +113,9 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     batch = math.prod(batch_shape)
     tiles = [(bi, q0) for bi in range(batch) for q0 in range(0, sq, tq)]
     cores = min(ctx.cores, len(tiles))
-    bufs = [_allocate(ctx, c, tq, tk, d, dv, q.dtype, sets, masked) for c in range(cores)]
+    kv_dtype = node.inputs[1].dtype if spec.kv_scales else None
+    bufs = [_allocate(ctx, c, tq, tk, d, dv, q.dtype, sets, masked, kv_dtype)
+            for c in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts, step_counts = [0] * cores, [0] * cores
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
@@ -157,7 +167,10 @@ def _kv_index(index: tuple[int, ...], q_shape: tuple[int, ...],
 
 
 def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype: DType,
-              sets: int, masked: bool) -> dict[str, list[SramRef]]:
+              sets: int, masked: bool, kv_dtype: DType | None
+              ) -> dict[str, list[SramRef]]:
+    """Per-core buffers; ``kv_dtype``: the stored dtype of a quantized cache (int8,
+    fp8) whose raw tiles get their own buffers."""
     arena = Arena(sram_space(core), ctx.capacity)
     shapes: dict[str, tuple[tuple[int, ...], DType]] = {
         "q": ((tq, d), dtype), "k": ((tk, d), dtype), "kt": ((d, tk), dtype),
@@ -169,6 +182,10 @@ def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype:
     }
     if masked:
         shapes["mask"] = ((tq, tk), F32)
+    if kv_dtype is not None:
+        shapes.update(ki=((tk, d), kv_dtype), kti=((d, tk), kv_dtype),
+                      vi=((tk, dv), kv_dtype), ks=((tk, 1), dtype), vs=((tk, 1), dtype),
+                      ksf=((1, tk), F32), vsf=((1, tk), F32))
     return {name: [arena.alloc(shape, dt, f"attention {name}") for _ in range(sets)]
             for name, (shape, dt) in shapes.items()}
 
@@ -215,7 +232,9 @@ class _Step:
             self.vec(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
         kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
         kt = self.buf("kt", (d, self.nk))
-        if stored[1]:  # heads inside rows: load, then transpose on the vector engine
+        if node.spec.kv_scales:
+            self._load_int8_kv(kv_box)
+        elif stored[1]:  # heads inside rows: load, then transpose on the vector engine
             kbuf = self.buf("k", (self.nk, d))
             load_box(ctx, k, _stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
                      "load")
@@ -223,8 +242,9 @@ class _Step:
         else:  # the DMA writes K^T directly
             load_transposed(ctx, k, kv_box, kt, self.core, self.source)
         v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
-        load_box(ctx, v, _stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
-                 self.core, self.source, "load")
+        if not node.spec.kv_scales:
+            load_box(ctx, v, _stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
+                     self.core, self.source, "load")
         if not self.needs_mask:
             return
         mbuf = self.bufs["mask"][self.ss]
@@ -245,6 +265,34 @@ class _Step:
         target = SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
         load_box(ctx, mask, own, target, self.core, self.source, "load")
 
+    def _load_int8_kv(self, k_box: tuple[tuple[int, int], ...]) -> None:
+        """An int8 cache's tiles: K^T (by the DMA, or loaded and transposed on the
+        vector engine when heads sit inside rows) and V as int8, and each key's K and V
+        scale widened to an f32 row [1, Tk] for the score columns."""
+        ctx, node, nk = self.ctx, self.node, self.nk
+        stored = node.spec.heads_after_seq
+        d, dv = node.inputs[0].shape[-1], node.inputs[2].shape[-1]
+        kt = self.buf("kti", (d, nk))
+        if stored[1]:
+            raw = self.buf("ki", (nk, d))
+            load_box(ctx, node.inputs[1], _stored_box(k_box, stored[1]), raw, self.core,
+                     self.source, "load")
+            self.vec(Transpose(raw, kt, (1, 0)))
+        else:
+            load_transposed(ctx, node.inputs[1], k_box, kt, self.core, self.source)
+        v_box = k_box[:-1] + ((0, dv),)
+        load_box(ctx, node.inputs[2], _stored_box(v_box, stored[2]), self.buf("vi", (nk, dv)),
+                 self.core, self.source, "load")
+        rows = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, 1))
+        for name, scale in (("k", node.inputs[-2]), ("v", node.inputs[-1])):
+            column = self.buf(f"{name}s", (nk, 1))
+            load_box(ctx, scale, rows, column, self.core, self.source, "load")
+            self.vec(Cast(column, self.buf(f"{name}sf", (nk, 1))))
+
+    def _scale_row(self, name: str) -> SramRef:
+        """Per-key scales (f32) as a [1, Tk] row, broadcast over the query rows."""
+        return self.buf(f"{name}sf", (1, self.nk))
+
     def _mask_ref(self) -> SramRef:
         if self.bias is not None:
             return self.buf("mask", (self.nq, self.nk))
@@ -261,6 +309,8 @@ class _Step:
         nq, nk = self.nq, self.nk
         s = self.buf("s", (nq, nk))
         self.issue_qk()
+        if self.node.spec.kv_scales:  # S = (Q @ K_int^T) * k_scale, column by column
+            self.vec(Binary(BinaryKind.mul, s, self._scale_row("k"), s))
         if self.needs_mask:
             mask = self._mask_ref()
             if mask.dtype is DType.bool:
@@ -303,19 +353,25 @@ class _Step:
             return
         self.qk_issued = True
         d, nq, nk = self.node.inputs[0].shape[-1], self.nq, self.nk
-        q, kt, s = self.buf("q", (nq, d), True), self.buf("kt", (d, nk)), self.buf("s", (nq, nk))
+        kt = self.buf("kti" if self.node.spec.kv_scales else "kt", (d, nk))
+        q, s = self.buf("q", (nq, d), True), self.buf("s", (nq, nk))
         for mxu, r0, r1 in self.parts:
             self.ctx.em.emit(mxu, MatMul(sub(q, (r1 - r0, d), r0 * d), kt,
                                          sub(s, (r1 - r0, nk), r0 * nk)), self.source)
 
     def _pv(self, p: SramRef, dst: SramRef, nq: int, nk: int, dv: int, dtype: DType) -> None:
         lhs = p
+        if self.node.spec.kv_scales:  # (P * v_scale) @ V_int, into the spent score tile
+            lhs = self.buf("s", (nq, nk))
+            self.vec(Binary(BinaryKind.mul, p, self._scale_row("v"), lhs))
+            dtype = self.node.inputs[0].dtype  # V_int is widened to the query's dtype
         if dtype is not F32:
-            lhs = self.buf("pc", (nq, nk))
-            self.vec(Cast(p, lhs))
+            cast = self.buf("pc", (nq, nk))
+            self.vec(Cast(lhs, cast))
+            lhs = cast
         if self.next is not None:  # the next tile's scores run during this softmax
             self.next.issue_qk()
-        v = self.buf("v", (nk, dv))
+        v = self.buf("vi" if self.node.spec.kv_scales else "v", (nk, dv))
         for mxu, r0, r1 in self.parts:
             self.ctx.em.emit(mxu, MatMul(sub(lhs, (r1 - r0, nk), r0 * nk), v,
                                          sub(dst, (r1 - r0, dv), r0 * dv)), self.source)

@@ -7,12 +7,14 @@ from collections.abc import Callable
 
 import torch
 
+from archsim.errors import LoweringError
 from compiler import graph as g
 from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind
 from compiler.lowerings.registry import lowering
+from compiler.torch_types import ir_dtype
 
 aten = torch.ops.aten
 
@@ -108,3 +110,37 @@ def lower_mv(b: GraphBuilder, x: Value, v: Value) -> Value:
 
 
 lower_addmv = lowering(aten.addmv.default)(_plus_product(lower_matmul))
+
+
+@lowering(torch.ops.higher_order.out_dtype)
+def lower_out_dtype(b: GraphBuilder, op: object, output_dtype: object, x: Value,
+                    w: Value) -> Value:
+    """``out_dtype(aten.mm, torch.int32, int8, int8)``, the higher-order op torchao's
+    dynamically quantized linear layers trace to under ``torch.compile``: ``_int_mm``.
+    Other ``out_dtype`` uses have no lowering (they run on the host)."""
+    if (op is not aten.mm.default or output_dtype != torch.int32
+            or x.dtype is not DType.i8 or w.dtype is not DType.i8):
+        raise LoweringError(f"out_dtype({op}, {output_dtype}) on {x.dtype} x {w.dtype}: "
+                            f"only mm of i8 x i8 -> torch.int32 (torch._int_mm) lowers")
+    return _mm(b, x, w, DType.i32)
+
+
+@lowering(aten._scaled_mm.default)
+def lower_scaled_mm(b: GraphBuilder, x: Value, w: Value, scale_a: Value, scale_b: Value,
+                    bias: Value | None = None, scale_result: Value | None = None,
+                    out_dtype: torch.dtype | None = None, use_fast_accum: bool = False
+                    ) -> Value:
+    """fp8 x fp8 (``torch._scaled_mm``): the arrays' fp8 mode where the preset has one
+    (``core.matrix.rates.fp8``), f32 sums, then in the epilogue (f32) times ``scale_a``
+    (a scalar or one per row) and ``scale_b`` (a scalar or one per column), plus the
+    bias, rounded once to ``out_dtype`` (default: the inputs' dtype), as torch does on
+    CPU."""
+    if scale_result is not None:
+        raise LoweringError(f"{b.source}: _scaled_mm with scale_result (fp8 outputs "
+                            f"scaled on the way out) is not lowered")
+    out = _mm(b, x, w, DType.f32)
+    for scale in (scale_a, scale_b):
+        out = b.binary(BinaryKind.mul, out, b.cast(scale, DType.f32))
+    if bias is not None:
+        out = b.binary(BinaryKind.add, out, b.cast(bias, DType.f32))
+    return b.cast(out, x.dtype if out_dtype is None else ir_dtype(out_dtype, b.source))

@@ -100,7 +100,7 @@ def test_cli_states_each_parts_precision(tmp_path, capsys) -> None:
 
 
 def test_weight_only_needs_16_bit_activations() -> None:
-    with pytest.raises(ModelConfigError, match="weight-only int8 takes 16-bit activations"):
+    with pytest.raises(ModelConfigError, match="int8 weights take 16-bit activations"):
         check(SMALL, Request(dtype="f32", kv_dtype="f32", weights="int8"), Parallelism())
 
 
