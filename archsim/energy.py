@@ -168,7 +168,7 @@ def mac_dtype(op: MatMul, matrix: MatrixConfig) -> str:
     """The dtype a matmul's MACs cost as: a narrow input the array has a mode for
     (``core.matrix.rates``) runs on the narrow datapath; anything else on the array's
     native one (wider inputs in passes, narrower ones widened on the way in)."""
-    dtype = op.a.dtype.value
+    dtype = op.a.dtype.rate_name  # e4m3 and e5m2 both run in the fp8 mode
     if dtype in NARROW_DTYPES and getattr(matrix.rates, dtype):
         return dtype
     return matrix.input_dtype

@@ -10,12 +10,42 @@ from typing import Any
 _DTYPES = ("bf16", "f16", "f32")
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
-    """Register ``llm`` on the subparsers of ``archsim``."""
-    from archsim.cli.main import output_file
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """What ``archsim llm`` and ``archsim serve`` share: MODEL, the hardware, how the
+    model is split over chips and the format of its weights."""
     from archsim.config import DEFAULT_PRESET
     from serving.plan import WEIGHT_BYTES
     from serving.spec import bundled_models
+
+    p.add_argument("model", metavar="MODEL",
+                   help=f"a bundled model ({', '.join(bundled_models())}), a transformers "
+                        f"config.json or a model directory holding one")
+    p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
+                   help=f"preset name or YAML file (default: {DEFAULT_PRESET})")
+    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                   dest="overrides", help="override a config field by dotted path, e.g. "
+                                          "interconnect.link_bandwidth_gb_per_s=100 (repeatable)")
+    p.add_argument("--chips", type=int, default=None,
+                   help="chips in all (default tp x pp); sets whichever of --tp/--pp is "
+                        "missing (alone: --tp)")
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel chips per stage")
+    p.add_argument("--pp", type=int, default=None, help="pipeline stages")
+    p.add_argument("--collectives", choices=("auto", "bidir_ring", "ring", "tree"),
+                   default="auto", help="all-reduce algorithm for --tp (default auto: per "
+                                        "collective the cheapest by its alpha-beta cost, "
+                                        "a tree for small messages, a bidirectional ring "
+                                        "for large ones)")
+    p.add_argument("--weights", choices=tuple(WEIGHT_BYTES), default="",
+                   help="quantized matmul weights: int8 (weight-only: one byte each, a "
+                        "scale per output channel, widened in the arrays' input path); "
+                        "fp8 (e4m3 weights with a scale per output channel, activations "
+                        "quantized to e4m3 per token, torch._scaled_mm at the arrays' fp8 "
+                        "rate); default: --dtype")
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``llm`` on the subparsers of ``archsim``."""
+    from archsim.cli.main import output_file
 
     p = sub.add_parser(
         "llm", help="LLM serving: prefill and decode with a KV cache, on one chip or many",
@@ -26,14 +56,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "one chip (weights are never allocated) and the identical layers are "
                     "composed; with --tp/--pp, collectives and stage-to-stage sends are "
                     "simulated on the chip-to-chip links.")
-    p.add_argument("model", metavar="MODEL",
-                   help=f"a bundled model ({', '.join(bundled_models())}), a transformers "
-                        f"config.json or a model directory holding one")
-    p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
-                   help=f"preset name or YAML file (default: {DEFAULT_PRESET})")
-    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
-                   dest="overrides", help="override a config field by dotted path, e.g. "
-                                          "interconnect.link_bandwidth_gb_per_s=100 (repeatable)")
+    add_model_arguments(p)
     p.add_argument("--batch", type=int, default=1, help="sequences served together (default 1)")
     p.add_argument("--prefill", type=int, default=128,
                    help="prompt tokens per sequence (default 128)")
@@ -45,24 +68,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="KV cache (default: --dtype); int8 or fp8 (e4m3): quantized on "
                         "write with a scale per token and head, read as stored by the "
                         "attention kernel")
-    p.add_argument("--weights", choices=tuple(WEIGHT_BYTES), default="",
-                   help="quantized matmul weights: int8 (weight-only: one byte each, a "
-                        "scale per output channel, widened in the arrays' input path); "
-                        "fp8 (e4m3 weights with a scale per output channel, activations "
-                        "quantized to e4m3 per token, torch._scaled_mm at the arrays' fp8 "
-                        "rate); default: --dtype")
-    p.add_argument("--chips", type=int, default=None,
-                   help="chips in all (default tp x pp); sets whichever of --tp/--pp is "
-                        "missing (alone: --tp)")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel chips per stage")
-    p.add_argument("--pp", type=int, default=None, help="pipeline stages")
     p.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches through the pipeline (default: min(batch, pp))")
-    p.add_argument("--collectives", choices=("auto", "bidir_ring", "ring", "tree"),
-                   default="auto", help="all-reduce algorithm for --tp (default auto: per "
-                                        "collective the cheapest by its alpha-beta cost, "
-                                        "a tree for small messages, a bidirectional ring "
-                                        "for large ones)")
     p.add_argument("--json", metavar="FILE", type=output_file, help="also write the results as JSON to FILE")
     p.add_argument("--trace", metavar="FILE", type=output_file,
                    help="also write a Perfetto trace (one track group per chip) to FILE")

@@ -16,10 +16,8 @@ _DTYPES = ("bf16", "f16", "f32")
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``serve`` on the subparsers of ``archsim``."""
+    from archsim.cli.llm import add_model_arguments
     from archsim.cli.main import output_file, positive
-    from archsim.config import DEFAULT_PRESET
-    from serving.plan import WEIGHT_BYTES
-    from serving.spec import bundled_models
     from serving.workload import DISTRIBUTIONS
 
     p = sub.add_parser(
@@ -33,26 +31,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "inter-token and end-to-end latency percentiles, throughput and "
                     "goodput. The workload is --trace FILE, or synthetic Poisson arrivals "
                     "(--rate, --requests, --prompt-tokens, --output-tokens, --seed).")
-    p.add_argument("model", metavar="MODEL",
-                   help=f"a bundled model ({', '.join(bundled_models())}), a transformers "
-                        f"config.json or a model directory holding one")
-    p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
-                   help=f"preset name or YAML file (default: {DEFAULT_PRESET})")
-    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
-                   dest="overrides", help="override a config field by dotted path "
-                                          "(repeatable)")
-    p.add_argument("--chips", type=int, default=None,
-                   help="chips in all (default tp x pp); sets whichever of --tp/--pp is "
-                        "missing (alone: --tp)")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel chips per stage")
-    p.add_argument("--pp", type=int, default=None, help="pipeline stages")
-    p.add_argument("--collectives", choices=("auto", "bidir_ring", "ring", "tree"),
-                   default="auto", help="all-reduce algorithm for --tp (default auto)")
+    add_model_arguments(p)
     p.add_argument("--dtype", choices=_DTYPES, default="bf16", help="default bf16")
     p.add_argument("--kv-dtype", choices=_DTYPES, default=None, help="default: --dtype")
-    p.add_argument("--weights", choices=tuple(WEIGHT_BYTES), default="",
-                   help="weight-only quantized matmul weights (as archsim llm); "
-                        "default: --dtype")
     w = p.add_argument_group("workload")
     w.add_argument("--trace", metavar="FILE",
                    help="CSV or JSONL with arrival_s, prompt_tokens, output_tokens per "
