@@ -22,78 +22,98 @@ from archsim.errors import ArchsimError
 from serving.plan import WEIGHT_BYTES
 
 
-class Int8WeightOnlyLinear(nn.Module):
-    """``y = x @ (w_int8 * scale).T + bias``, the weights stored int8 with per-output-
-    channel scales in the activations' dtype."""
+class QuantizedLinear(nn.Module):
+    """A linear layer whose weights are stored in a narrow type (``STORED``), quantized
+    symmetrically per output channel (absmax / ``QMAX``); subclasses say how the scales
+    are kept and how the layer runs."""
+
+    STORED: torch.dtype
+    QMAX: float
 
     def __init__(self, in_features: int, out_features: int, bias: nn.Parameter | None,
                  dtype: torch.dtype, device: torch.device | str = "meta") -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.register_buffer("weight", torch.zeros(out_features, in_features,
-                                                   dtype=torch.int8, device=device))
-        self.register_buffer("scales", torch.ones(out_features, dtype=dtype, device=device))
+                                                   dtype=self.STORED, device=device))
+        self.register_buffer("scales", self._scales(out_features, dtype, device))
         self.bias = bias
 
+    @staticmethod
+    def _scales(out_features: int, dtype: torch.dtype,
+                device: torch.device | str) -> torch.Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def _encode(scaled: torch.Tensor) -> torch.Tensor:
+        """Weights divided by their channel's scale, in the stored type."""
+        raise NotImplementedError
+
     @classmethod
-    def of(cls, linear: nn.Linear, dtype: torch.dtype) -> Int8WeightOnlyLinear:
-        """``linear`` quantized symmetrically per output channel (on meta: shapes)."""
+    def of(cls, linear: nn.Linear, dtype: torch.dtype) -> QuantizedLinear:
+        """``linear`` quantized per output channel (on meta: shapes only)."""
         quantized = cls(linear.in_features, linear.out_features, linear.bias, dtype,
                         linear.weight.device)
         if linear.weight.device.type != "meta":
             weight = linear.weight.detach().float()
-            scales = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
-            quantized.weight.copy_(torch.round(weight / scales[:, None]).clamp(-128, 127))
-            quantized.scales.copy_(scales.to(dtype))
+            scales = weight.abs().amax(dim=1).clamp(min=1e-12) / cls.QMAX
+            quantized.weight.copy_(cls._encode(weight / scales[:, None]))
+            quantized.scales.copy_(scales.reshape(quantized.scales.shape))
         return quantized
+
+    def _finish(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        y = y.reshape(*x.shape[:-1], self.out_features)
+        return y + self.bias if self.bias is not None else y
+
+
+class Int8WeightOnlyLinear(QuantizedLinear):
+    """``y = x @ (w_int8 * scale).T + bias``, the weights stored int8 with per-output-
+    channel scales in the activations' dtype."""
+
+    STORED, QMAX = torch.int8, 127.0
+
+    @staticmethod
+    def _scales(out_features: int, dtype: torch.dtype,
+                device: torch.device | str) -> torch.Tensor:
+        return torch.ones(out_features, dtype=dtype, device=device)
+
+    @staticmethod
+    def _encode(scaled: torch.Tensor) -> torch.Tensor:
+        return torch.round(scaled).clamp(-128, 127)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        y = torch._weight_int8pack_mm(flat, self.weight, self.scales)
-        y = y.reshape(*x.shape[:-1], self.out_features)
-        return y + self.bias if self.bias is not None else y
+        return self._finish(torch._weight_int8pack_mm(flat, self.weight, self.scales), x)
 
 
 E4M3_MAX = 448.0
 """The largest finite float8_e4m3fn value: absmax maps to it."""
 
 
-class Fp8Linear(nn.Module):
+class Fp8Linear(QuantizedLinear):
     """``y = (x_fp8 @ w_fp8.T) * x_scale * w_scale + bias``: e4m3 weights with per-output-
     channel f32 scales, activations quantized to e4m3 per token when called."""
 
-    def __init__(self, in_features: int, out_features: int, bias: nn.Parameter | None,
-                 dtype: torch.dtype, device: torch.device | str = "meta") -> None:
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        self.register_buffer("weight", torch.zeros(out_features, in_features,
-                                                   dtype=torch.float8_e4m3fn, device=device))
-        self.register_buffer("scales", torch.ones(1, out_features, dtype=torch.float32,
-                                                  device=device))
-        self.bias = bias
+    STORED, QMAX = torch.float8_e4m3fn, E4M3_MAX
 
-    @classmethod
-    def of(cls, linear: nn.Linear, dtype: torch.dtype) -> Fp8Linear:
-        """``linear`` quantized per output channel (absmax / 448; on meta: shapes)."""
-        quantized = cls(linear.in_features, linear.out_features, linear.bias, dtype,
-                        linear.weight.device)
-        if linear.weight.device.type != "meta":
-            weight = linear.weight.detach().float()
-            scales = weight.abs().amax(dim=1).clamp(min=1e-12) / E4M3_MAX
-            quantized.weight.copy_((weight / scales[:, None]).to(torch.float8_e4m3fn))
-            quantized.scales.copy_(scales[None, :])
-        return quantized
+    @staticmethod
+    def _scales(out_features: int, dtype: torch.dtype,
+                device: torch.device | str) -> torch.Tensor:
+        return torch.ones(1, out_features, dtype=torch.float32, device=device)
+
+    @staticmethod
+    def _encode(scaled: torch.Tensor) -> torch.Tensor:
+        return scaled.to(torch.float8_e4m3fn)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).float()
         x_scale = flat.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / E4M3_MAX
         x_fp8 = (flat / x_scale).to(torch.float8_e4m3fn)
         y = torch._scaled_mm(x_fp8, self.weight.t(), x_scale, self.scales, out_dtype=x.dtype)
-        y = y.reshape(*x.shape[:-1], self.out_features)
-        return y + self.bias if self.bias is not None else y
+        return self._finish(y, x)
 
 
-QUANTIZED_LINEAR: dict[str, type[Int8WeightOnlyLinear] | type[Fp8Linear]] = {
+QUANTIZED_LINEAR: dict[str, type[QuantizedLinear]] = {
     "int8": Int8WeightOnlyLinear, "fp8": Fp8Linear}
 """The module each ``--weights`` format replaces ``nn.Linear`` with."""
 
@@ -112,4 +132,4 @@ def quantize_weights(module: nn.Module, weights: str, dtype: torch.dtype) -> nn.
 
 
 __all__ = ["E4M3_MAX", "Fp8Linear", "Int8WeightOnlyLinear", "QUANTIZED_LINEAR",
-           "WEIGHT_BYTES", "quantize_weights"]
+           "QuantizedLinear", "WEIGHT_BYTES", "quantize_weights"]
