@@ -167,6 +167,9 @@ class SimResult:
     kernels: int = 0
     """Kernels the compiler made of the workload, over all of it (layers and panels not
     simulated included); 0 when unknown (a hand-written program)."""
+    choices: Mapping[str, str] = field(default_factory=dict)
+    """Source -> the mapping the compiler chose for it among several, and why (a
+    convolution's: taps packed into K or implicit GEMM, with both estimates)."""
 
     @property
     def runtime_overhead_cycles(self) -> int:

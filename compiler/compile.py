@@ -90,6 +90,8 @@ class CompiledProgram:
     """The FX GraphModule compiled (for ``run(simulate=False)``: torch on CPU)."""
     tile_panels: TilePanels | None = None
     """Set when the last kernel, a matmul, was compiled in part (performance-only)."""
+    choices: Mapping[str, str] = field(default_factory=dict)
+    """Kernel source -> the mapping it chose among several, and why."""
 
     @property
     def user_input_names(self) -> tuple[str, ...]:
@@ -250,7 +252,7 @@ def _materialize(graph: Graph, kernels: list[Kernel], scalars: dict[int, float])
 
 def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name: str
                   ) -> tuple[Program, dict[int, str], dict[str, Callable[..., Any]],
-                             dict[str, Any], list[Kernel], TilePanels | None]:
+                             dict[str, Any], list[Kernel], Context]:
     graph = DeadCodePass().apply(graph)
     if options.attention_fusion:
         graph = AttentionLayoutPass().apply(graph)
@@ -300,7 +302,7 @@ def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name
         if spec_type is g.HostCall:
             host_functions[fn_name] = kernel.anchor.spec.fn
     constants.update(ctx.constants)
-    return em.build(), ctx.tensors, host_functions, constants, kernels, ctx.tile_panels
+    return em.build(), ctx.tensors, host_functions, constants, kernels, ctx
 
 
 def _graph_key(program: Any) -> str:
@@ -375,7 +377,7 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
     with paused():  # millions of long-lived objects, no garbage: see compiler.ir.collector
         graph, input_specs, fallbacks = frontend.build(program, options)
         name = "graph_" + key[0][:8]
-        prog, tensors, host_functions, constants, kernels, panels = build_program(
+        prog, tensors, host_functions, constants, kernels, ctx = build_program(
             graph, config, options, name)
         check_dram_capacity(prog, config)
     outputs = tuple(OutputSpec(tensors[base_of(v).id], v.shape, v.dtype.value)
@@ -388,7 +390,8 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
         constants=MappingProxyType(constants), fallbacks=tuple(fallbacks),
         kernels=tuple(k.name for k in kernels),
         bound=MappingProxyType(_bound_weights(program, tuple(input_specs))),
-        reference=reference, tile_panels=panels)
+        reference=reference, tile_panels=ctx.tile_panels,
+        choices=MappingProxyType(dict(ctx.choices)))
     # the schedule only: the weights and the graph are the caller's
     _CACHE.put(key, dataclasses.replace(compiled, bound=MappingProxyType({}), reference=None))
     return compiled

@@ -189,6 +189,8 @@ class ReportData:
     runtime_overhead_cycles: int = 0
     """The config's runtime cost of one call of the run (a dispatch and a launch per
     kernel, ``SimResult.runtime_overhead_cycles``); not in ``total_cycles``."""
+    choices: Mapping[str, str] = field(default_factory=dict)
+    """Source -> the mapping the compiler chose for it and why (``SimResult.choices``)."""
 
     # -- time -----------------------------------------------------------------------
     @property
@@ -325,6 +327,7 @@ def from_sim_result(result: SimResult) -> ReportData:
         dram_efficiency=config.dram.efficiency,
         kernels=result.kernels,
         runtime_overhead_cycles=result.runtime_overhead_cycles,
+        choices=dict(result.choices),
         host_link_bandwidth_bytes_per_s=config.host_link.bandwidth_gb_per_s * 1e9,
         matmul_flops=result.matmul_flops,
         flops=result.flops,

@@ -49,7 +49,8 @@ def to_json(result: ResultLike) -> dict[str, Any]:
         run.update(energy_j=energy.energy_j, average_power_w=energy.average_power_w,
                    idle_power_w=energy.idle_power_w, peak_power_w=energy.peak_power_w,
                    energy_per_inference_j=energy.energy_per_inference_j)
-    run.update(kernels=data.kernels, runtime_overhead_cycles=data.runtime_overhead_cycles)
+    run.update(kernels=data.kernels, runtime_overhead_cycles=data.runtime_overhead_cycles,
+               choices=dict(data.choices))
     busy = data.engine_busy_cycles
     util = data.utilization
     path = critical_path(data)
@@ -122,6 +123,7 @@ def from_json(document: Mapping[str, Any]) -> ReportData:
         fields["dram_efficiency"] = run.get("dram_efficiency", 1.0)
         fields["kernels"] = run.get("kernels", 0)
         fields["runtime_overhead_cycles"] = run.get("runtime_overhead_cycles", 0)
+        fields["choices"] = dict(run.get("choices", {}))
         engines = document["engines"]
         if "busy_cycles" in engines:  # the result's, over the whole run when extended
             fields["run_busy_cycles"] = MappingProxyType(

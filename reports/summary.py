@@ -26,6 +26,8 @@ def summary(result: ResultLike) -> str:
     """A plain-text summary that fits an 80-column terminal."""
     data = report_data(result)
     sections = [_headline(data), _utilization(data), _sram(data), _host_work(data)]
+    if data.choices:
+        sections.append(_choices(data))
     if data.energy is not None:
         sections.append(format_energy(data.energy))
     return "\n\n".join(sections)
@@ -157,6 +159,17 @@ def _sram_row(space: str, data: ReportData) -> tuple[str, str, str, str]:
     peak = data.sram_peak_bytes.get(space, 0)
     capacity = data.sram_capacity_bytes[space]
     return space, format_bytes(peak), format_bytes(capacity), percent(peak, capacity)
+
+
+_MAX_CHOICES = 8
+
+
+def _choices(data: ReportData) -> str:
+    """The mappings the compiler chose among several (convolutions), with its estimates."""
+    rows = [f"  {source}: {why}" for source, why in list(data.choices.items())[:_MAX_CHOICES]]
+    more = len(data.choices) - _MAX_CHOICES
+    return "\n".join([f"Mapping choices ({len(data.choices)}, by the cost model)", *rows]
+                     + ([f"  ... {more} more (JSON: run.choices)"] if more > 0 else []))
 
 
 def _host_work(data: ReportData) -> str:

@@ -277,12 +277,12 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     if perf_only:
         with s.progress.step(steps + " (performance-only)"):
             result = whole_stack(compiled.simulate(), stack)
-        return dataclasses.replace(result, kernels=kernels)
+        return dataclasses.replace(result, kernels=kernels, choices=compiled.choices)
     with s.progress.step(steps + " (functional)"):
         outputs, result = compiled.run(*tensors)
     own, mutated = split_outputs(exported, outputs)
     check_numerics(module, tensors, own, s.progress, mutated)
-    return dataclasses.replace(result, kernels=kernels)
+    return dataclasses.replace(result, kernels=kernels, choices=compiled.choices)
 
 
 def _run_op(name: str, op: str, inputs: tuple[Any, ...], config: NpuConfig,
@@ -302,7 +302,8 @@ def _run_op(name: str, op: str, inputs: tuple[Any, ...], config: NpuConfig,
                                                                          name=name))
     with s.progress.step(f"simulating {len(compiled.program.commands)} commands "
                          f"(performance-only)"):
-        return dataclasses.replace(compiled.simulate(), kernels=len(compiled.kernels))
+        return dataclasses.replace(compiled.simulate(), kernels=len(compiled.kernels),
+                                   choices=compiled.choices)
 
 
 # ---------------------------------------------------------------- dtypes and meta

@@ -30,6 +30,9 @@ class Context:
     of output tiles (set for the program's last kernel; 0: whole)."""
     tile_panels: TilePanels | None = None
     """Set by a matmul kernel compiled in part."""
+    choices: dict[str, str] = field(default_factory=dict)
+    """Kernel source -> the mapping a kernel chose among several, and why (reports
+    show them: ``CompiledProgram.choices``)."""
 
     @property
     def cores(self) -> int:

@@ -124,8 +124,10 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         tiling = choose_conv_tiling(ctx, geo, batch, spec.groups, cg, cout // spec.groups,
                                     x.dtype, out.dtype.itemsize, cast,
                                     epilogue_bytes(ctx, kernel, out), epi_ops, arrays, budget)
-        if packed is not None and (tiling is None or packed.cost.estimate(ctx.config) <
-                                   tiling.cost.estimate(ctx.config)):
+        packed_cycles = packed.cost.estimate(ctx.config) if packed is not None else None
+        gemm_cycles = tiling.cost.estimate(ctx.config) if tiling is not None else None
+        ctx.choices[node.source] = _choice(packed_cycles, gemm_cycles)
+        if packed_cycles is not None and (gemm_cycles is None or packed_cycles < gemm_cycles):
             lower_conv_packed(ctx, kernel, packed)
             return
         if tiling is None:
@@ -376,3 +378,16 @@ def _columns(ref: SramRef, span: tuple[int, int]) -> SramRef:
     lo, hi = span
     return SramRef(ref.space, ref.offset + lo * ref.dtype.itemsize, (rows, hi - lo),
                    ref.dtype, (width, 1))
+
+
+def _choice(packed: float | None, gemm: float | None) -> str:
+    """Which convolution mapping the cost model took, and the estimates it compared."""
+    def cycles(value: float | None) -> str:
+        return f"{value:,.0f} cycles" if value is not None else "no tiling fits"
+    if packed is not None and (gemm is None or packed < gemm):
+        taken = "taps packed into K"
+    elif gemm is not None:
+        taken = "implicit GEMM"
+    else:
+        taken = "one tap at a time"
+    return f"{taken} (estimated: packed taps {cycles(packed)}, implicit GEMM {cycles(gemm)})"

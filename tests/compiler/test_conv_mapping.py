@@ -7,6 +7,8 @@ computes torch's numbers."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -154,3 +156,32 @@ def test_packed_taps_with_fused_epilogue_match_torch(monkeypatch, dtype):
     assert result.functional
     matmuls = [c.op for c in result.program.commands if isinstance(c.op, MatMul)]
     assert all(len(op.a.shape) == 3 and op.a.shape[-1] % 3 == 0 for op in matmuls)
+
+
+def test_the_choice_and_its_estimates_reach_the_report(monkeypatch):
+    """The stem's mapping, and the two estimates it was chosen on, are in the compiled
+    program (``choices``), the run's summary and its JSON; forcing the other mapping
+    turns the sentence around."""
+    from archsim.app.pipeline import run
+    from archsim.app.workload import Workload
+    from reports import from_json, summary, to_json
+
+    x = torch.empty(1, 3, 224, 224, device="meta")
+    w = torch.empty(64, 3, 7, 7, device="meta")
+    (source, why), = _compile("auto", monkeypatch, x, w, 2, 3).choices.items()
+    assert "convolution" in source
+    match = re.fullmatch(r"taps packed into K \(estimated: packed taps ([\d,]+) cycles, "
+                         r"implicit GEMM ([\d,]+) cycles\)", why)
+    assert match is not None, why
+    packed, gemm = (int(n.replace(",", "")) for n in match.groups())
+    assert packed < gemm
+    (_, forced), = _compile("implicit", monkeypatch, x, w, 2, 3).choices.items()
+    assert forced.startswith("implicit GEMM (estimated: packed taps no tiling fits, ")
+
+    model = torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+    result = run(Workload.of_module(model, (torch.randn(1, 3, 64, 64),)), ARRAY,
+                 mode="performance")
+    (why,) = result.choices.values()
+    assert f"Mapping choices (1, by the cost model)\n  {next(iter(result.choices))}: {why}" \
+        in summary(result)
+    assert from_json(to_json(result)).choices == dict(result.choices)
