@@ -67,10 +67,12 @@ MODULES: dict[str, list[str]] = {
         "tests/torch_bridge/test_runtime_overhead.py",
     ],
     "serving/plan.py": [
+        "tests/serving/test_serving_bounds.py",
         "tests/serving/test_serving_plan.py",
         "tests/quant/test_llm_weights.py",
     ],
     "serving/roofline.py": [
+        "tests/serving/test_serving_bounds.py",
         "tests/serving/test_serving_plan.py",
         "tests/serving/test_serving_run.py",
         "tests/quant/test_llm_weights.py",

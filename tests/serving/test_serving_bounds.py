@@ -1,0 +1,90 @@
+"""Memory per chip and the rooflines of a small Llama on hand-computed numbers (issue
+34: their mutants survived the end-to-end tests). SMALL: hidden 64, 2 layers, 4 heads
+and 2 K/V heads of 16, gated MLP 128, vocabulary 100, untied head, RMSNorms."""
+
+from __future__ import annotations
+
+import pytest
+
+from archsim.config import load_config
+from serving.plan import Memory, Parallelism, Request, check, memory_per_chip
+from serving.roofline import causal_pairs, peak_flops, roofline, weight_bytes
+from serving.spec import spec_from_config
+
+SMALL = spec_from_config({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                          "num_attention_heads": 4, "num_key_value_heads": 2,
+                          "intermediate_size": 128, "vocab_size": 100,
+                          "max_position_embeddings": 64}, "small")
+WINDOWED = spec_from_config({"model_type": "mistral", "hidden_size": 64,
+                             "num_hidden_layers": 2, "num_attention_heads": 4,
+                             "num_key_value_heads": 2, "intermediate_size": 128,
+                             "vocab_size": 100, "max_position_embeddings": 64,
+                             "sliding_window": 4}, "windowed")
+
+
+def _memory(request: Request, par: Parallelism, spec=SMALL) -> Memory:
+    return memory_per_chip(spec, request, par, check(spec, request, par))
+
+
+def test_tp2_pp2_memory_per_chip_is_the_fuller_stage() -> None:
+    # tp 2: 2 query heads (q = 32), 1 K/V head (kv = 16), MLP 64, vocabulary 50 a chip
+    request = Request(batch=4, prefill=8, decode=4)
+    par = Parallelism(tp=2, pp=2, micro_batches=2)
+    layer = (64 * (2 * 32 + 2 * 16) + 3 * 64 * 64) * 2 + 2 * 64 * 2  # matmuls + 2 norms
+    head = 50 * 64 * 2 + 64 * 2  # LM head shard + final norm
+    kv = 12 * 4 * 2 * 16 * 2  # 12 tokens x batch 4 x K and V x 16 x 2 bytes, one layer
+    act = 2 * (4 // 2 * 8) * (2 * 64 + 32 + 2 * 16 + 2 * 64) * 2  # a micro-batch's prefill
+    # stage 0 holds the embedding (50 x 64 x 2 = 6,400 B), stage 1 the head (6,528 B)
+    assert _memory(request, par) == Memory(layer + head, kv, act)
+
+
+def test_one_chip_holds_every_layer_and_both_ends() -> None:
+    request = Request(batch=1, prefill=10, decode=6)
+    layer = (64 * (2 * 64 + 2 * 32) + 3 * 64 * 128) * 2 + 2 * 64 * 2
+    embed, head = 100 * 64 * 2, 100 * 64 * 2 + 64 * 2
+    kv = 2 * 16 * 1 * 2 * 32 * 2  # two layers x 16 tokens x K and V x 32 x 2 bytes
+    act = 2 * 10 * (2 * 64 + 64 + 2 * 32 + 2 * 128) * 2
+    assert _memory(request, Parallelism()) == Memory(2 * layer + embed + head, kv, act)
+
+
+def test_an_int8_kv_cache_keeps_a_bf16_scale_per_token_and_head() -> None:
+    request = Request(batch=1, prefill=10, decode=6, kv_dtype="int8")
+    # per token and layer: K and V, 2 heads x (16 one-byte values + one 2-byte scale)
+    assert _memory(request, Parallelism()).kv_cache == 2 * 16 * 2 * (2 * 16 + 2 * 2)
+
+
+def test_a_sliding_window_caps_the_cache_each_layer_keeps() -> None:
+    request = Request(batch=1, prefill=10, decode=6)
+    assert _memory(request, Parallelism(), WINDOWED).kv_cache == 2 * 4 * 2 * 32 * 2
+
+
+def test_causal_pairs_with_and_without_a_window() -> None:
+    assert causal_pairs(SMALL, 6) == 21  # 1 + 2 + ... + 6
+    # window 4: queries 0..3 see 1..4 keys, the other 2 see 4 each
+    assert causal_pairs(WINDOWED, 6) == 10 + 2 * 4
+    assert causal_pairs(WINDOWED, 3) == 6  # shorter than the window: all of it
+
+
+@pytest.mark.parametrize("preset,dtype,passes", [
+    ("atom", "f32", 3), ("atom", "f16", 1), ("atom", "bf16", 1), ("tiny", "f32", 1),
+    ("tpu-v4", "f32", 1)])
+def test_f32_on_a_16_bit_array_takes_its_precision_passes(preset, dtype, passes) -> None:
+    config = load_config(preset)  # atom: 'high' (3 passes); tpu-v4: 'default' (1)
+    assert peak_flops(config, dtype) == config.peak_flops / passes
+
+
+def test_the_roofline_of_a_prefill_and_a_decode_step() -> None:
+    config = load_config("tiny")
+    request = Request(batch=1, prefill=8, decode=2)
+    roof = roofline(SMALL, request, config)
+    matmul = 64 * (2 * 64 + 2 * 32) + 3 * 64 * 128  # 36,864 weights a layer
+    # 2 FLOPs a weight a token, QK^T and PV over 36 causal pairs a layer, the head once
+    assert roof.prefill_flops == 2 * 2 * 8 * matmul + 2 * 4 * 64 * 36 + 2 * 64 * 100
+    weights = weight_bytes(SMALL, request)
+    kv = [2 * context * 2 * 32 * 2 for context in (9, 10)]  # 2 layers, K and V, bf16
+    assert roof.decode_bytes == (weights + kv[0], weights + kv[1])
+    bandwidth = config.dram_bandwidth_bytes_per_s
+    flops = 2 * 2 * matmul + 4 * 64 * 2 * 9 + 2 * 64 * 100
+    assert roof.decode_s[0] == max((weights + kv[0]) / bandwidth, flops / config.peak_flops)
+    assert roof.prefill_s == max(roof.prefill_flops / config.peak_flops, weights / bandwidth)
+    assert roof.tpot_s == sum(roof.decode_s) / 2
