@@ -88,3 +88,22 @@ def test_the_roofline_of_a_prefill_and_a_decode_step() -> None:
     assert roof.decode_s[0] == max((weights + kv[0]) / bandwidth, flops / config.peak_flops)
     assert roof.prefill_s == max(roof.prefill_flops / config.peak_flops, weights / bandwidth)
     assert roof.tpot_s == sum(roof.decode_s) / 2
+
+
+def test_a_gpt2_style_model_plain_mlp_learned_positions_tied_head() -> None:
+    gpt2 = spec_from_config({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+                             "vocab_size": 100, "n_positions": 32}, "tiny-gpt2")
+    assert (gpt2.gated, gpt2.tied_embeddings, gpt2.position_rows) == (False, True, 32)
+    request = Request(batch=1, prefill=10, decode=6)
+    matmul = 64 * (2 * 64 + 2 * 64) + 2 * 64 * 256  # q, k, v, o; up and down (4 x 64)
+    rest = gpt2.layer_parameters - gpt2.layer_matmul_weights  # biases and LayerNorms
+    embed = (100 + 32) * 64 * 2  # tokens and learned positions
+    head = gpt2.norm_parameters * 2  # the LM head is the embedding
+    assert _memory(request, Parallelism(), gpt2).weights == \
+        2 * (matmul + rest) * 2 + embed + head
+    # two stages: the first holds the embeddings (132 rows); the last its own copy of
+    # the tied token table (100 rows) and the final norm: the first is the fuller
+    par = Parallelism(pp=2, micro_batches=1)
+    first, last = (matmul + rest) * 2 + embed, (matmul + rest) * 2 + head + 100 * 64 * 2
+    assert first > last
+    assert _memory(request, par, gpt2).weights == first
