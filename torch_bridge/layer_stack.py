@@ -128,5 +128,22 @@ def _without(signature: Signature, counters: set[tuple[str, str]]) -> Signature:
                  for name, cls, attributes, tensors, training in signature)
 
 
+def stacked_kernel_count(names: tuple[str, ...], path: str, total: int) -> int:
+    """``names`` (kernel names: the source of their first node) of a program that kept
+    the first layers of the stack at ``path`` of ``total`` layers, over the whole
+    stack: each layer not kept adds layer 1's kernels (a middle layer: the first
+    follows the embedding, the last fuses with what follows)."""
+    pattern = re.compile(re.escape(path) + r"\.(\d+)(?:[.:]|$)")
+    per_layer: dict[int, int] = {}
+    for name in names:
+        match = pattern.match(name)
+        if match:
+            layer = int(match.group(1))
+            per_layer[layer] = per_layer.get(layer, 0) + 1
+    kept = max(per_layer, default=-1) + 1
+    middle = per_layer.get(1, per_layer.get(0, 0))
+    return len(names) + middle * max(total - kept, 0)
+
+
 __all__ = ["KEEP_LAYERS", "LayerStack", "MIN_LAYERS", "find_layer_stack", "first_layers",
-           "work_between_layers"]
+           "stacked_kernel_count", "work_between_layers"]

@@ -246,7 +246,7 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     from torch_bridge.shapes import estimate_options, export_shapes, whole_stack
     from torch_bridge.layer_stack import KEEP_LAYERS
     from torch_bridge.model_outputs import bind_arguments
-    from serving.runtime import stacked_kernel_count
+    from torch_bridge.layer_stack import stacked_kernel_count
     from compiler.triton.graph_call import example_inputs
 
     stack = None

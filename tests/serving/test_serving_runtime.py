@@ -10,7 +10,7 @@ from archsim.cluster import Collective, Compute, Host, run_cluster
 from archsim.config import load_config
 from serving.compose import BlockTime, Composer
 from serving.plan import Parallelism, Request, check
-from serving.runtime import stacked_kernel_count
+from torch_bridge.layer_stack import stacked_kernel_count
 from serving.spec import spec_from_config
 
 # tiny: 1 GHz (1 us = 1000 cycles), a ring of 8 GB/s links (8 B/cycle), 100 cycles a hop
