@@ -96,7 +96,7 @@ def test_reports_show_the_runtime_overhead(overhead):
     assert "runtime us" in prof.table()
     rows = {r.name: r for r in prof.result.ops}
     assert (rows["aten.mm"].calls, rows["aten.mm"].runtime_cycles) == (1, LAUNCH + DISPATCH)
-    trace = prof.result and torch_bridge.profile_report.perfetto_trace(prof.result)
+    trace = torch_bridge.profile_report.perfetto_trace(prof.result)
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert "runtime overhead" in names
     slices = [e for e in trace["traceEvents"] if e.get("cat") == "runtime"]
