@@ -28,7 +28,7 @@ from compiler.plan import Kernel, aligned
 
 
 def accumulator_dtype(dtype: DType) -> DType:
-    return DType.i32 if dtype is DType.i8 else DType.f32
+    return DType.i32 if dtype.is_int8 else DType.f32
 
 
 def _operand_box(value: Value, batch_index: tuple[int, ...], rows: tuple[int, int],
