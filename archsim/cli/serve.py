@@ -33,7 +33,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "(--rate, --requests, --prompt-tokens, --output-tokens, --seed).")
     add_model_arguments(p)
     p.add_argument("--dtype", choices=_DTYPES, default="bf16", help="default bf16")
-    p.add_argument("--kv-dtype", choices=_DTYPES, default=None, help="default: --dtype")
+    p.add_argument("--kv-dtype", choices=(*_DTYPES, "int8", "fp8"), default=None,
+                   help="KV cache (default: --dtype); int8 or fp8 (e4m3) hold twice the "
+                        "tokens of bf16 in the same blocks' memory, plus a scale per "
+                        "token and head")
     w = p.add_argument_group("workload")
     w.add_argument("--trace", metavar="FILE",
                    help="CSV or JSONL with arrival_s, prompt_tokens, output_tokens per "
