@@ -193,6 +193,9 @@ class ReportData:
     kernel, ``SimResult.runtime_overhead_cycles``); not in ``total_cycles``."""
     choices: Mapping[str, str] = field(default_factory=dict)
     """Source -> the mapping the compiler chose for it and why (``SimResult.choices``)."""
+    integer_matmuls: bool = False
+    """Every matmul multiplied 8-bit integers: its rates read as ops/s (int8 TOPS), not
+    FLOP/s."""
 
     # -- time -----------------------------------------------------------------------
     @property
@@ -355,6 +358,8 @@ def from_sim_result(result: SimResult) -> ReportData:
         sram_peak_bytes=MappingProxyType(dict(result.sram_peak_bytes)),
         sram_capacity_bytes=MappingProxyType(capacity),
         matrix_precision=matrix_precision(config, result.matmul_flops_by_dtypes),
+        integer_matmuls=bool(result.matmul_flops_by_dtypes) and all(
+            a.is_int8 for a, _ in result.matmul_flops_by_dtypes),
         layers=result.layers.describe() if result.layers else "",
         tiles=result.tiles.describe() if result.tiles else "",
         run_busy_cycles=MappingProxyType(dict.fromkeys(config.engines, 0) | {
