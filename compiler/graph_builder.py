@@ -22,7 +22,7 @@ from compiler.ir.ops import (
 )
 
 _FLOAT_RANK = {DType.f16: 1, DType.bf16: 1, DType.f32: 2}
-_INT_RANK = {DType.bool: 0, DType.i8: 1, DType.i32: 2, DType.i64: 3}
+_INT_RANK = {DType.bool: 0, DType.i8: 1, DType.u8: 1, DType.i32: 2, DType.i64: 3}
 LOGICAL = frozenset({BinaryKind.logical_and, BinaryKind.logical_or})
 
 
