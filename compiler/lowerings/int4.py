@@ -148,7 +148,7 @@ def lower_convert_weight_to_int4pack(b: GraphBuilder, codes: Value, inner_k_tile
     n, k = codes.shape
     layout = cpu_layout()
     full, rest = _blocks(n, layout)
-    rows, half = layout.block_rows, layout.block_rows // 2
+    rows = layout.block_rows
     parts = []
     if full:
         body = b.permute(b.view(b.slice(codes, 0, 0, full * rows), (full, rows, k)),
