@@ -78,41 +78,42 @@ def _blocks(n: int, layout: CpuLayout) -> tuple[int, int]:
     return divmod(n, layout.block_rows)
 
 
-def _nibbles(b: GraphBuilder, packed: Value) -> tuple[Value, Value]:
-    """Low and high nibbles of bytes, as f32 values 0..15 (vector unit)."""
-    wide = b.cast(packed, DType.f32)
+def _segment(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Value,
+             first_row: int, blocks: int, rows: int, halves: bool, group: int) -> Value:
+    """``x @ w.T`` (f32) for ``blocks`` blocks of ``rows`` rows packed alike from row
+    ``first_row``: one matmul for the rows the low nibbles hold and one for the high
+    ones, their weights dequantized by one vector kernel, the two results interleaved
+    as the rows are.
+
+    The nodes come in an order the fusion pass can keep in one vector kernel: the
+    scales and zeros first (small: a plane per nibble, in f32), then the bytes, read in
+    place as ``[groups, group, 1, blocks, C]`` (a permuted view), and the whole
+    unpack-and-dequantize chain over that space, writing only the two weights."""
+    k = x.shape[-1]
+    half, groups, count = rows // 2, k // group, blocks * rows
+    sz = b.slice(scales_and_zeros, 1, first_row, first_row + count)
+    order = (0, 2, 4, 1, 3) if halves else (0, 3, 4, 1, 2)  # -> [groups, h, i, blocks, C]
+    split = (groups, blocks, 2, half, 2) if halves else (groups, blocks, half, 2, 2)
+    planes = b.permute(b.view(sz, split), order)
+    scale_zero = [[b.cast(b.slice(b.slice(planes, 1, h, h + 1), 2, i, i + 1), DType.f32)
+                   for i in (0, 1)] for h in (0, 1)]
+    body = b.view(b.slice(packed, 0, first_row, first_row + count),
+                  (blocks, groups, group, 1, half))
+    wide = b.cast(b.permute(body, (1, 2, 3, 0, 4)), DType.f32)
     low = b.binary(BinaryKind.remainder, wide, 16.0)
     high = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, wide, low), 1 / 16)
-    return low, high
-
-
-def _interleave(b: GraphBuilder, low: Value, high: Value, halves: bool) -> Value:
-    """``[..., C]`` low and high nibbles as ``[..., 2C]`` columns: ``h * C + c`` for
-    halves, ``2c + h`` for pairs."""
-    lead, c = low.shape[:-1], low.shape[-1]
-    axis = len(lead) if halves else len(lead) + 1
-    shape = (*lead, 1, c) if halves else (*lead, c, 1)
-    both = lower_cat(b, [b.view(low, shape), b.view(high, shape)], axis)
-    return b.view(both, (*lead, 2 * c))
-
-
-def unpack_cpu_int4(b: GraphBuilder, packed: Value, k: int) -> Value:
-    """The codes (0..15, f32) of CPU-packed ``[N, K/2]`` bytes, as ``[K, N]``."""
-    n = packed.shape[0]
-    layout = cpu_layout()
-    full, rest = _blocks(n, layout)
-    rows, half = layout.block_rows, layout.block_rows // 2
+    weights = []
+    for code, (scale, zero) in zip((low, high), scale_zero):
+        weight = b.binary(BinaryKind.add, b.binary(
+            BinaryKind.mul, b.binary(BinaryKind.sub, code, float(ZERO_CODE)), scale), zero)
+        weights.append(b.cast(weight, x.dtype))
+    axis = 2 if halves else 3
     parts = []
-    if full:
-        body = b.view(b.slice(packed, 0, 0, full * rows), (full, k, half))
-        codes = _interleave(b, *_nibbles(b, body), layout.halves)  # [full, K, rows]
-        parts.append(b.view(b.permute(codes, (1, 0, 2)), (k, full * rows)))
-    if rest:
-        tail = b.view(b.slice(packed, 0, full * rows, n), (k, rest // 2))
-        parts.append(_interleave(b, *_nibbles(b, tail), False))  # [K, rest]
-    if len(parts) == 1:
-        return parts[0]
-    return lower_cat(b, parts, 1)
+    for weight in weights:
+        out = b.matmul(x, b.view(weight, (k, blocks * half)), out_dtype=DType.f32)
+        shape = (blocks, 1, half) if halves else (blocks, half, 1)
+        parts.append(b.view(out, (x.shape[0], *shape)))
+    return b.view(lower_cat(b, parts, axis), (x.shape[0], count))
 
 
 @lowering(aten._weight_int4pack_mm_for_cpu.default)
@@ -123,21 +124,24 @@ def lower_weight_int4pack_mm(b: GraphBuilder, x: Value, packed: Value, group_siz
     sums, one rounding of the result)."""
     m, k = x.shape
     n = packed.shape[0]
-    groups = scales_and_zeros.shape[0]
     if packed.dtype is not DType.u8 or packed.shape != (n, k // 2) or k % group_size \
             or scales_and_zeros.shape != (k // group_size, n, 2):
         raise LoweringError(f"{b.source}: _weight_int4pack_mm_for_cpu takes x [M, K], "
                             f"uint8 [N, K/2] and scales_and_zeros [K/group, N, 2]; got "
                             f"{list(x.shape)}, {packed.dtype} {list(packed.shape)}, group "
                             f"{group_size}, {list(scales_and_zeros.shape)}")
-    codes = b.view(unpack_cpu_int4(b, packed, k), (groups, group_size, n))
-    wide = b.cast(scales_and_zeros, DType.f32)
-    scale = b.view(b.slice(wide, 2, 0, 1), (groups, 1, n))
-    zero = b.view(b.slice(wide, 2, 1, 2), (groups, 1, n))
-    weight = b.binary(BinaryKind.add, b.binary(
-        BinaryKind.mul, b.binary(BinaryKind.sub, codes, float(ZERO_CODE)), scale), zero)
-    weight = b.view(b.cast(weight, x.dtype), (k, n))
-    return b.cast(b.matmul(x, weight, out_dtype=DType.f32), x.dtype)
+    layout = cpu_layout()
+    full, rest = _blocks(n, layout)
+    rows = layout.block_rows
+    parts = []
+    if full:
+        parts.append(_segment(b, x, packed, scales_and_zeros, 0, full, rows, layout.halves,
+                              group_size))
+    if rest:
+        parts.append(_segment(b, x, packed, scales_and_zeros, full * rows, 1, rest, False,
+                              group_size))
+    out = parts[0] if len(parts) == 1 else lower_cat(b, parts, 1)
+    return b.cast(out, x.dtype)
 
 
 @lowering(aten._convert_weight_to_int4pack_for_cpu.default)
