@@ -116,6 +116,59 @@ def _segment(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Value,
     return b.view(lower_cat(b, parts, axis), (x.shape[0], count))
 
 
+def _nibbles(b: GraphBuilder, packed: Value) -> tuple[Value, Value]:
+    """Low and high nibbles of bytes, as f32 values 0..15 (vector unit)."""
+    wide = b.cast(packed, DType.f32)
+    low = b.binary(BinaryKind.remainder, wide, 16.0)
+    high = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, wide, low), 1 / 16)
+    return low, high
+
+
+def _interleave(b: GraphBuilder, low: Value, high: Value, halves: bool) -> Value:
+    """``[..., C]`` low and high nibbles as ``[..., 2C]`` columns: ``h * C + c`` for
+    halves, ``2c + h`` for pairs."""
+    lead, c = low.shape[:-1], low.shape[-1]
+    axis = len(lead) if halves else len(lead) + 1
+    shape = (*lead, 1, c) if halves else (*lead, c, 1)
+    both = lower_cat(b, [b.view(low, shape), b.view(high, shape)], axis)
+    return b.view(both, (*lead, 2 * c))
+
+
+def unpack_cpu_int4(b: GraphBuilder, packed: Value, k: int) -> Value:
+    """The codes (0..15, f32) of CPU-packed ``[N, K/2]`` bytes, as ``[K, N]`` (the
+    general path: each block's nibbles interleaved, then transposed, in f32)."""
+    n = packed.shape[0]
+    layout = cpu_layout()
+    full, rest = _blocks(n, layout)
+    rows, half = layout.block_rows, layout.block_rows // 2
+    parts = []
+    if full:
+        body = b.view(b.slice(packed, 0, 0, full * rows), (full, k, half))
+        codes = _interleave(b, *_nibbles(b, body), layout.halves)  # [full, K, rows]
+        parts.append(b.view(b.permute(codes, (1, 0, 2)), (k, full * rows)))
+    if rest:
+        tail = b.view(b.slice(packed, 0, full * rows, n), (k, rest // 2))
+        parts.append(_interleave(b, *_nibbles(b, tail), False))  # [K, rest]
+    if len(parts) == 1:
+        return parts[0]
+    return lower_cat(b, parts, 1)
+
+
+def _dequantized(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Value,
+                 group: int) -> Value:
+    """``x @ w.T`` (f32) through :func:`unpack_cpu_int4`: the codes as ``[K, N]``,
+    dequantized, rounded to ``x``'s dtype, one matmul."""
+    k, n = x.shape[-1], packed.shape[0]
+    groups = k // group
+    codes = b.view(unpack_cpu_int4(b, packed, k), (groups, group, n))
+    wide = b.cast(scales_and_zeros, DType.f32)
+    scale = b.view(b.slice(wide, 2, 0, 1), (groups, 1, n))
+    zero = b.view(b.slice(wide, 2, 1, 2), (groups, 1, n))
+    weight = b.binary(BinaryKind.add, b.binary(
+        BinaryKind.mul, b.binary(BinaryKind.sub, codes, float(ZERO_CODE)), scale), zero)
+    return b.matmul(x, b.view(b.cast(weight, x.dtype), (k, n)), out_dtype=DType.f32)
+
+
 @lowering(aten._weight_int4pack_mm_for_cpu.default)
 def lower_weight_int4pack_mm(b: GraphBuilder, x: Value, packed: Value, group_size: int,
                              scales_and_zeros: Value) -> Value:
@@ -133,14 +186,11 @@ def lower_weight_int4pack_mm(b: GraphBuilder, x: Value, packed: Value, group_siz
     layout = cpu_layout()
     full, rest = _blocks(n, layout)
     rows = layout.block_rows
-    parts = []
-    if full:
-        parts.append(_segment(b, x, packed, scales_and_zeros, 0, full, rows, layout.halves,
-                              group_size))
-    if rest:
-        parts.append(_segment(b, x, packed, scales_and_zeros, full * rows, 1, rest, False,
-                              group_size))
-    out = parts[0] if len(parts) == 1 else lower_cat(b, parts, 1)
+    if rest or group_size * rows // 2 % (k // 2):
+        # a group's bytes are not whole rows of the packed tensor: the fused kernel's
+        # tiles would be read in pieces of a few bytes, so take the general path
+        return b.cast(_dequantized(b, x, packed, scales_and_zeros, group_size), x.dtype)
+    out = _segment(b, x, packed, scales_and_zeros, 0, full, rows, layout.halves, group_size)
     return b.cast(out, x.dtype)
 
 

@@ -5,6 +5,7 @@ the compiler against the same ops on CPU, the packed weight read at half a byte,
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -142,3 +143,34 @@ def test_impossible_weight_options_are_refused_in_one_line(argv, message, capsys
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
     assert err == f"archsim: error: {message}"
+
+
+def test_llm_cli_runs_int4_and_states_its_precision(tmp_path, capsys) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+        "vocab_size": 100, "max_position_embeddings": 64}))
+    out = tmp_path / "llm.json"
+    assert main(["llm", str(config), "--config", "tiny", "--prefill", "8", "--decode", "2",
+                 "--weights", "int4", "--group-size", "32", "--json", str(out)]) == 0
+    assert "int4 (a bf16 scale and zero per 32 inputs) weights, bf16 activations" in \
+        capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["weights"] == "int4-g32"
+
+
+def test_serve_sizes_its_cache_with_int4_weights() -> None:
+    from serving.traffic import ServeOptions, Server
+
+    spec = spec_from_config({"model_type": "llama", "hidden_size": 64,
+                             "num_hidden_layers": 2, "num_attention_heads": 4,
+                             "num_key_value_heads": 2, "intermediate_size": 128,
+                             "vocab_size": 100, "max_position_embeddings": 512}, "small")
+    server = Server.build(spec, TINY, options=ServeOptions(
+        max_num_seqs=8, max_num_batched_tokens=256, weights="int4-g32"))
+    request = Request(1, 256, 0, "bf16", "bf16", "int4-g32")  # as cache_budget counts
+    par = Parallelism()
+    assert server.budget.weights_bytes == \
+        memory_per_chip(spec, request, par, check(spec, request, par)).weights
+    assert server.timing.weights == "int4-g32"  # its iterations timed with int4 weights
