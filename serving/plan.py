@@ -66,7 +66,8 @@ def weight_format(weights: str, group_size: int | None = None,
     if group_size is not None and name != "int4":
         raise ModelConfigError(f"--group-size is for --weights int4 (int4 scales per "
                                f"group); {name} weights have a scale per output channel")
-    if name == "int4" and (group_size or DEFAULT_GROUP_SIZE) not in INT4_GROUP_SIZES:
+    group = DEFAULT_GROUP_SIZE if group_size is None else group_size
+    if name == "int4" and group not in INT4_GROUP_SIZES:
         raise ModelConfigError(f"--group-size {group_size} is not one of "
                                f"{', '.join(map(str, INT4_GROUP_SIZES))}")
     if activations and activations not in ACTIVATIONS:
@@ -75,8 +76,8 @@ def weight_format(weights: str, group_size: int | None = None,
     if activations and ACTIVATIONS[activations] != name:
         raise ModelConfigError(f"--activations {activations} needs --weights "
                                f"{ACTIVATIONS[activations]}, got --weights {name}")
-    group = (group_size or DEFAULT_GROUP_SIZE) if name == "int4" else 0
-    return WeightFormat(name, group, "int8" if activations == "int8" else "")
+    return WeightFormat(name, group if name == "int4" else 0,
+                        "int8" if activations == "int8" else "")
 KV_BYTES: dict[str, int] = {**DTYPE_BYTES, "int8": 1, "fp8": 1}
 """Bytes per cached K/V element of each ``--kv-dtype``; int8 and fp8 (e4m3) add one
 scale per token and key/value head, in the activations' dtype
@@ -205,8 +206,8 @@ def check(spec: ModelSpec, request: Request, par: Parallelism) -> Shard:
         if dtype not in known:
             problems.append(f"{name} {dtype!r} is not one of {', '.join(known)}")
     fmt = weight_format(request.weights) if request.weights else None
-    if request.weights and request.dtype == "f32":
-        problems.append(f"{request.weights} weights take 16-bit activations: --dtype bf16 "
+    if fmt and request.dtype == "f32":
+        problems.append(f"{fmt.name} weights take 16-bit activations: --dtype bf16 "
                         f"or f16")
     if problems:
         raise ModelConfigError("; ".join(problems))

@@ -62,7 +62,7 @@ def weight_format_text(args: argparse.Namespace) -> str:
 
     if not args.weights:
         if args.group_size is not None or args.activations:
-            raise ModelConfigError(f"--{'group-size' if args.group_size else 'activations'} "
+            raise ModelConfigError(f"--{'activations' if args.activations else 'group-size'} "
                                    f"needs quantized --weights (int8, int4 or fp8)")
         return ""
     return weight_format(args.weights, args.group_size, args.activations).text

@@ -131,6 +131,9 @@ def test_memory_counts_half_a_byte_a_weight_and_a_scale_and_zero_a_group() -> No
      "scale per output channel"),
     (["--weights", "int4", "--group-size", "48"],
      "--group-size 48 is not one of 32, 64, 128, 256"),
+    (["--weights", "int4", "--group-size", "0"],
+     "--group-size 0 is not one of 32, 64, 128, 256"),
+    (["--group-size", "64"], "--group-size needs quantized --weights (int8, int4 or fp8)"),
     (["--weights", "int4", "--group-size", "256", "--tp", "4"],
      "llama-2-7b: --group-size 256 does not divide the intermediate size 2752 (the input "
      "features of a matmul per chip)"),
