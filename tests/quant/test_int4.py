@@ -177,3 +177,15 @@ def test_serve_sizes_its_cache_with_int4_weights() -> None:
     assert server.budget.weights_bytes == \
         memory_per_chip(spec, request, par, check(spec, request, par)).weights
     assert server.timing.weights == "int4-g32"  # its iterations timed with int4 weights
+
+
+def test_archsim_run_file_runs_an_int4_model_against_cpu(tmp_path, capsys) -> None:
+    path = tmp_path / "int4_model.py"
+    path.write_text("import torch\n"
+                    "from serving.quant import Int4WeightOnlyLinear\n"
+                    "torch.manual_seed(0)\n"
+                    "model = Int4WeightOnlyLinear.of(torch.nn.Linear(128, 64).to(\n"
+                    "    torch.bfloat16), torch.bfloat16, 32)\n"
+                    "example_inputs = (torch.randn(4, 128, dtype=torch.bfloat16),)\n")
+    assert main(["run", str(path), "--config", "tiny"]) == 0  # numbers checked vs CPU
+    assert "numerics: max |npu - torch cpu|" in capsys.readouterr().err
