@@ -15,10 +15,12 @@ c`` ("halves"); a partial last block (and every block without AVX-512/AVX2) hold
 packed it, so the lowering reads torch's CPU capability.
 
 Here the bytes are unpacked and dequantized on the vector unit (a nibble is
-``byte mod 16`` and ``(byte - lo) / 16``, exact in f32) into a ``[K, N]`` weight in the
-activations' dtype that a float matmul then reads: the matmul kernel has no packed-int4
-operand that it could widen in the arrays' input path (as it does int8), so the
-dequantized weight makes a DRAM round trip (see BENCHMARKS.md, int4 weights).
+``byte mod 16`` and ``(byte - lo) / 16``, exact in f32) into weights in the activations'
+dtype that float matmuls then read: the matmul kernel has no packed-int4 operand that it
+could widen in the arrays' input path (as it does int8), so the dequantized weight makes
+a DRAM round trip (see BENCHMARKS.md, int4 weights). Where a group's bytes are whole
+rows of the packed tensor, one fused vector kernel does it all (:func:`_segment`); else
+the nibbles are interleaved and transposed first (:func:`_dequantized`).
 """
 
 from __future__ import annotations
@@ -78,12 +80,19 @@ def _blocks(n: int, layout: CpuLayout) -> tuple[int, int]:
     return divmod(n, layout.block_rows)
 
 
+def _nibbles(b: GraphBuilder, packed: Value) -> tuple[Value, Value]:
+    """Low and high nibbles of bytes, as f32 values 0..15 (vector unit)."""
+    wide = b.cast(packed, DType.f32)
+    low = b.binary(BinaryKind.remainder, wide, 16.0)
+    high = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, wide, low), 1 / 16)
+    return low, high
+
+
 def _segment(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Value,
-             first_row: int, blocks: int, rows: int, halves: bool, group: int) -> Value:
-    """``x @ w.T`` (f32) for ``blocks`` blocks of ``rows`` rows packed alike from row
-    ``first_row``: one matmul for the rows the low nibbles hold and one for the high
-    ones, their weights dequantized by one vector kernel, the two results interleaved
-    as the rows are.
+             blocks: int, rows: int, halves: bool, group: int) -> Value:
+    """``x @ w.T`` (f32) for ``blocks`` full blocks of ``rows`` rows: one matmul for the
+    rows the low nibbles hold and one for the high ones, their weights dequantized by
+    one vector kernel, the two results interleaved as the rows are.
 
     The nodes come in an order the fusion pass can keep in one vector kernel: the
     scales and zeros first (small: a plane per nibble, in f32), then the bytes, read in
@@ -91,19 +100,15 @@ def _segment(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Value,
     unpack-and-dequantize chain over that space, writing only the two weights."""
     k = x.shape[-1]
     half, groups, count = rows // 2, k // group, blocks * rows
-    sz = b.slice(scales_and_zeros, 1, first_row, first_row + count)
     order = (0, 2, 4, 1, 3) if halves else (0, 3, 4, 1, 2)  # -> [groups, h, i, blocks, C]
     split = (groups, blocks, 2, half, 2) if halves else (groups, blocks, half, 2, 2)
-    planes = b.permute(b.view(sz, split), order)
+    planes = b.permute(b.view(scales_and_zeros, split), order)
     scale_zero = [[b.cast(b.slice(b.slice(planes, 1, h, h + 1), 2, i, i + 1), DType.f32)
                    for i in (0, 1)] for h in (0, 1)]
-    body = b.view(b.slice(packed, 0, first_row, first_row + count),
-                  (blocks, groups, group, 1, half))
-    wide = b.cast(b.permute(body, (1, 2, 3, 0, 4)), DType.f32)
-    low = b.binary(BinaryKind.remainder, wide, 16.0)
-    high = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, wide, low), 1 / 16)
+    body = b.view(packed, (blocks, groups, group, 1, half))
     weights = []
-    for code, (scale, zero) in zip((low, high), scale_zero):
+    for code, (scale, zero) in zip(_nibbles(b, b.permute(body, (1, 2, 3, 0, 4))),
+                                   scale_zero):
         weight = b.binary(BinaryKind.add, b.binary(
             BinaryKind.mul, b.binary(BinaryKind.sub, code, float(ZERO_CODE)), scale), zero)
         weights.append(b.cast(weight, x.dtype))
@@ -114,14 +119,6 @@ def _segment(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Value,
         shape = (blocks, 1, half) if halves else (blocks, half, 1)
         parts.append(b.view(out, (x.shape[0], *shape)))
     return b.view(lower_cat(b, parts, axis), (x.shape[0], count))
-
-
-def _nibbles(b: GraphBuilder, packed: Value) -> tuple[Value, Value]:
-    """Low and high nibbles of bytes, as f32 values 0..15 (vector unit)."""
-    wide = b.cast(packed, DType.f32)
-    low = b.binary(BinaryKind.remainder, wide, 16.0)
-    high = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, wide, low), 1 / 16)
-    return low, high
 
 
 def _interleave(b: GraphBuilder, low: Value, high: Value, halves: bool) -> Value:
@@ -190,7 +187,7 @@ def lower_weight_int4pack_mm(b: GraphBuilder, x: Value, packed: Value, group_siz
         # a group's bytes are not whole rows of the packed tensor: the fused kernel's
         # tiles would be read in pieces of a few bytes, so take the general path
         return b.cast(_dequantized(b, x, packed, scales_and_zeros, group_size), x.dtype)
-    out = _segment(b, x, packed, scales_and_zeros, 0, full, rows, layout.halves, group_size)
+    out = _segment(b, x, packed, scales_and_zeros, full, rows, layout.halves, group_size)
     return b.cast(out, x.dtype)
 
 
