@@ -140,7 +140,7 @@ def _cheapest(args: argparse.Namespace, options: Any, slo: Any, workload: Any) -
 
 def run(args: argparse.Namespace) -> int:
     from archsim.cli.commands import resolve_config
-    from archsim.cli.llm import parallelism
+    from archsim.cli.llm import parallelism, weight_format_text
     from archsim.errors import ModelConfigError
     from reports.serve import serve_table, write_serve_json, write_serve_trace
     from serving.metrics import Slo
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     options = ServeOptions(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
                            args.kv_blocks, args.gpu_memory_utilization, args.scheduler,
                            args.dtype, args.kv_dtype or args.dtype, args.collectives,
-                           args.weights)
+                           weight_format_text(args))
     slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_percentile)
     if not 0 < slo.percentile <= 100:
         raise ModelConfigError(f"--slo-percentile must be in (0, 100], got {slo.percentile}")

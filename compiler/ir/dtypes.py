@@ -20,7 +20,7 @@ class DType(enum.Enum):
     e4m3 = "e4m3"
     e5m2 = "e5m2"
     i8 = "i8"
-    u8 = "u8"
+    u8 = "u8"  # unsigned bytes: u8 x i8 matmuls, packed int4 weights (two a byte)
     i32 = "i32"
     i64 = "i64"
     bool = "bool"
@@ -68,14 +68,14 @@ class DType(enum.Enum):
 
 _ITEMSIZE = {
     DType.f32: 4, DType.f16: 2, DType.bf16: 2, DType.e4m3: 1, DType.e5m2: 1, DType.i8: 1,
-    DType.u8: 1,     DType.i32: 4, DType.i64: 8, DType.bool: 1,
+    DType.u8: 1, DType.i32: 4, DType.i64: 8, DType.bool: 1,
 }
 
 _STORAGE = {
     DType.f32: np.dtype(np.float32), DType.f16: np.dtype(np.float16),
     DType.bf16: np.dtype(np.uint16), DType.e4m3: np.dtype(np.uint8),
     DType.e5m2: np.dtype(np.uint8), DType.i8: np.dtype(np.int8),
-    DType.u8: np.dtype(np.uint8),     DType.i32: np.dtype(np.int32), DType.i64: np.dtype(np.int64),
+    DType.u8: np.dtype(np.uint8), DType.i32: np.dtype(np.int32), DType.i64: np.dtype(np.int64),
     DType.bool: np.dtype(np.bool_),
 }
 
