@@ -46,6 +46,8 @@ from compiler.ir.ops import (
     UnaryKind,
     VCopy,
 )
+from compiler.kernels.attention_decode import decode_plan, lower_decode_attention
+from compiler.kernels.attention_layout import logical_shape, stored_box
 from compiler.kernels.common import Context, TileSteps, pipeline, unravel
 from compiler.kernels.matmul import load_transposed
 from compiler.kernels.vector import load_box, store_box, sub, value_box
@@ -97,6 +99,10 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     item = q.dtype.itemsize
     sets = ctx.sets
     masked = spec.causal or mask is not None
+    plan = decode_plan(ctx, node, q_shape, k_shape, v_shape, masked)
+    if plan is not None:
+        lower_decode_attention(ctx, kernel, plan, (q_shape, k_shape, v_shape))
+        return
     sizes = (512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
     fitting = [(min(a, sq), min(b, sk)) for a in sizes for b in sizes
                if _tile_bytes(min(a, sq), min(b, sk), d, dv, item, sets, masked,
@@ -142,20 +148,6 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             previous[core] = job
             per_core[core].append(TileSteps(job.load, job.compute, job.finish))
     pipeline(per_core, sets - 1)
-
-
-def logical_shape(value: Value, heads_after_seq: bool) -> tuple[int, ...]:
-    """An attention input's [..., H, S, D] shape (stored [B, S, H, D] when
-    ``heads_after_seq``)."""
-    shape = value.shape
-    return (shape[0], shape[2], shape[1], shape[3]) if heads_after_seq else shape
-
-
-def _stored_box(box: tuple[tuple[int, int], ...], heads_after_seq: bool
-                ) -> tuple[tuple[int, int], ...]:
-    """A [..., H, S, D] box in the input's stored layout (a single head, so the
-    elements keep their order)."""
-    return (box[0], box[2], box[1], box[3]) if heads_after_seq else box
 
 
 def _kv_index(index: tuple[int, ...], q_shape: tuple[int, ...],
@@ -227,7 +219,7 @@ class _Step:
         if self.first:
             box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, d))
             qbuf = self.buf("q", (self.nq, d), True)
-            load_box(ctx, q, _stored_box(box, stored[0]), qbuf, self.core, self.source,
+            load_box(ctx, q, stored_box(box, stored[0]), qbuf, self.core, self.source,
                      "load")
             self.vec(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
         kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
@@ -236,14 +228,14 @@ class _Step:
             self._load_int8_kv(kv_box)
         elif stored[1]:  # heads inside rows: load, then transpose on the vector engine
             kbuf = self.buf("k", (self.nk, d))
-            load_box(ctx, k, _stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
+            load_box(ctx, k, stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
                      "load")
             self.vec(Transpose(kbuf, kt, (1, 0)))
         else:  # the DMA writes K^T directly
             load_transposed(ctx, k, kv_box, kt, self.core, self.source)
         v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
         if not node.spec.kv_scales:
-            load_box(ctx, v, _stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
+            load_box(ctx, v, stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
                      self.core, self.source, "load")
         if not self.needs_mask:
             return
@@ -275,13 +267,13 @@ class _Step:
         kt = self.buf("kti", (d, nk))
         if stored[1]:
             raw = self.buf("ki", (nk, d))
-            load_box(ctx, node.inputs[1], _stored_box(k_box, stored[1]), raw, self.core,
+            load_box(ctx, node.inputs[1], stored_box(k_box, stored[1]), raw, self.core,
                      self.source, "load")
             self.vec(Transpose(raw, kt, (1, 0)))
         else:
             load_transposed(ctx, node.inputs[1], k_box, kt, self.core, self.source)
         v_box = k_box[:-1] + ((0, dv),)
-        load_box(ctx, node.inputs[2], _stored_box(v_box, stored[2]), self.buf("vi", (nk, dv)),
+        load_box(ctx, node.inputs[2], stored_box(v_box, stored[2]), self.buf("vi", (nk, dv)),
                  self.core, self.source, "load")
         rows = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, 1))
         for name, scale in (("k", node.inputs[-2]), ("v", node.inputs[-1])):
@@ -389,5 +381,5 @@ class _Step:
             result = self.buf("o", (self.nq, dv), True)
             self.vec(Cast(acc, result))
         box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, dv))
-        store_box(self.ctx, out, _stored_box(box, self.node.spec.out_heads_after_seq), result,
+        store_box(self.ctx, out, stored_box(box, self.node.spec.out_heads_after_seq), result,
                   self.core, self.source, "store")

@@ -1,0 +1,362 @@
+"""Decode-shaped attention: a few query rows per K/V head, the KV cache streamed once.
+
+A decode step's attention has one query row per head (``Sq`` small): the flash kernel's
+``Q @ K^T`` and ``P @ V`` are then GEMVs, and split by query rows they run on one
+array, which caps the KV stream at what one array takes in (a 128 x 128 tile of
+weights every 128 cycles) and leaves the core's other arrays idle. This kernel maps it
+as the KV stream it is:
+
+- **one item per (batch, K/V head)**: all ``G`` query heads of a K/V head (grouped-query
+  attention) and their ``Sq`` rows are the item's ``M = G * Sq`` query rows, so every
+  cached K/V byte is read once per step, whatever the grouping;
+- **keys streamed through all arrays**: each key tile is cut into fold-aligned chunks, one
+  per array, and computed as ``S^T = K Q^T`` (the scaled queries ``Q^T`` [D, M] stationary,
+  the K chunk streamed in as stored, no transpose) and ``O += P V`` (the V chunk
+  stationary), the arrays' partial ``P V`` summed on the vector engine; the softmax
+  runs over the key axis of ``S^T`` [Tk, M] (online, as in the flash kernel);
+- **buffers deep enough to cover the DRAM latency**: as many K/V tile sets as keep the
+  bandwidth-delay product of a core's DRAM share in flight;
+- **split-K over cores (flash-decoding)**: when the items do not keep every core busy
+  (few sequences or heads per chip), each item's keys are split over cores; each split
+  stores its unnormalized output, row max and row sum, and a combine step rescales and
+  sums them: ``O = sum_i e^{m_i - m} acc_i / sum_i e^{m_i - m} l_i``.
+
+Applies (see :func:`decode_plan`) without a mask or causal masking and with a 16/32-bit
+cache; the flash kernel (:mod:`compiler.kernels.attention`) takes everything else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from archsim.config.model import NpuConfig
+from archsim.config.names import mxu_engine, sram_space, vpu_engine
+from compiler.emit import Arena
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import Scalar, SramRef
+from compiler.ir.ops import Binary, BinaryKind, Cast, MatMul, Reduce, ReduceKind, Unary, \
+    UnaryKind, VCopy
+from compiler.kernels.attention_combine import Partials, combine_shapes, lower_combines
+from compiler.kernels.attention_layout import head_segments, store_rows, stored_box
+from compiler.kernels.common import Context, TileSteps, ceil_div, pipeline, unravel
+from compiler.kernels.vector import load_box, sub
+from compiler.plan import Kernel
+
+F32 = DType.f32
+
+SLACK_BYTES = 64 * 40
+"""Allocation slack per core (the arena's alignment)."""
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """How a decode-shaped attention is mapped (what :func:`decode_plan` chose)."""
+
+    group: int
+    """Query heads per K/V head."""
+    rows: int
+    """Query rows per item: ``group * Sq``."""
+    items: int
+    """(batch, K/V head) pairs."""
+    splits: int
+    """Key ranges per item, on different cores (1: no combine step)."""
+    key_tile: int
+    """Keys per step (cut into one chunk per array)."""
+    sets: int
+    """K/V tile sets in flight per core."""
+
+    def describe(self) -> str:
+        return (f"decode attention: {self.items} (batch, kv head) items of {self.rows} "
+                f"query rows, keys in tiles of {self.key_tile} over the arrays, "
+                f"{self.splits} split(s) per item, {self.sets} buffer sets")
+
+
+def _set_bytes(tk: int, rows: int, d: int, dv: int, dtype: DType, arrays: int,
+               splits: int) -> int:
+    """One buffer set (:func:`_shapes`)."""
+    return sum(math.prod(shape) * dt.itemsize
+               for shape, dt in _shapes(tk, rows, d, dv, dtype, arrays, splits).values())
+
+
+def _shapes(tk: int, rows: int, d: int, dv: int, dtype: DType, arrays: int, splits: int
+            ) -> dict[str, tuple[tuple[int, ...], DType]]:
+    """One buffer set: K and V tiles, scores (f32, and cast), the arrays' partial P V,
+    the item's query, accumulator, output and row statistics (and the combine step's)."""
+    shapes = {
+        "k": ((tk, d), dtype), "v": ((tk, dv), dtype), "s": ((tk, rows), F32),
+        "pc": ((tk, rows), dtype), "pv": ((arrays, rows, dv), F32),
+        "q": ((rows, d), dtype), "acc": ((rows, dv), F32), "o": ((rows, dv), dtype),
+        "m": ((1, rows), F32), "mn": ((1, rows), F32), "rm": ((1, rows), F32),
+        "l": ((1, rows), F32), "c": ((1, rows), F32), "rs": ((1, rows), F32),
+    }
+    if splits > 1:
+        shapes.update(combine_shapes(splits, rows, dv, dtype))
+    return shapes
+
+
+def _latency_bytes(config: NpuConfig, cores: int) -> float:
+    """Bytes a core must keep in flight to stream at its share of DRAM bandwidth: the
+    bandwidth-delay product of one transfer's fixed latency."""
+    latency = (config.core.dma.setup_latency_cycles + config.dram.latency_cycles
+               + config.noc.latency_cycles)
+    return config.dram_bytes_per_cycle / cores * latency
+
+
+def _splits(items: int, keys: int, cores: int, min_keys: int) -> int:
+    """Key splits per item that minimize the busiest core's keys (each split at least
+    ``min_keys``, one array fold per array); ties go to fewer splits (no combine)."""
+    best, best_load = 1, ceil_div(items, cores) * keys
+    for s in range(2, cores + 1):
+        if ceil_div(keys, s) < min_keys:
+            break
+        load = ceil_div(items * s, cores) * ceil_div(keys, s)
+        if load < best_load:
+            best, best_load = s, load
+    return best
+
+
+def decode_plan(ctx: Context, node, q_shape: tuple[int, ...], k_shape: tuple[int, ...],
+                v_shape: tuple[int, ...], masked: bool) -> DecodePlan | None:
+    """The decode mapping, or None when the flash kernel should run the node: with a
+    mask, an int8/fp8 cache, more query rows per K/V head than an array's columns, or
+    no batch/head dims."""
+    spec = node.spec
+    matrix = ctx.config.core.matrix
+    if masked or spec.kv_scales or len(q_shape) < 3:
+        return None
+    sq, d = q_shape[-2:]
+    sk, dv = v_shape[-2:]
+    group = q_shape[-3] // k_shape[-3]
+    rows = group * sq
+    if rows > matrix.cols or sk < 1:
+        return None
+    items = math.prod(k_shape[:-2])
+    cores = ctx.cores
+    arrays = matrix.arrays if ctx.options.multi_array else 1
+    dtype = node.inputs[0].dtype
+    item = dtype.itemsize
+    splits = _splits(items, sk, cores, arrays * matrix.rows)
+    keys = ceil_div(sk, splits)
+    sets_floor = ctx.sets
+    fixed = _set_bytes(0, rows, d, dv, dtype, arrays, splits)
+    per_key = _set_bytes(1, rows, d, dv, dtype, arrays, splits) - fixed
+    for sets in range(sets_floor, sets_floor + 6):
+        room = (ctx.capacity - SLACK_BYTES) // sets
+        most = (room - fixed) // per_key
+        if most < 1:
+            return None
+        most = most if most < matrix.rows else most - most % matrix.rows
+        tiles = ceil_div(keys, most)
+        tk = ceil_div(keys, tiles)
+        if sets_floor == 1 or sets >= 2 + math.ceil(
+                _latency_bytes(ctx.config, cores) / (tk * (d + dv) * item)):
+            return DecodePlan(group, rows, items, splits, tk, sets)
+    return DecodePlan(group, rows, items, splits, tk, sets)
+
+
+def lower_decode_attention(ctx: Context, kernel: Kernel, plan: DecodePlan,
+                           shapes: tuple[tuple[int, ...], ...]) -> None:
+    node = kernel.anchor
+    q_shape, k_shape, v_shape = shapes
+    sk = v_shape[-2]
+    cores = ctx.cores
+    arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
+    keys = ceil_div(sk, plan.splits)
+    units = [(i, s) for i in range(plan.items) for s in range(plan.splits)]
+    used = min(cores, len(units))
+    bufs = [_allocate(ctx, c, plan, q_shape[-1], v_shape[-1], node.inputs[0].dtype, arrays)
+            for c in range(used)]
+    ctx.choices[node.source] = plan.describe()
+    partials = Partials.declare(ctx, node, plan.items, plan.splits, plan.rows,
+                                v_shape[-1]) if plan.splits > 1 else None
+    per_core: list[list[TileSteps]] = [[] for _ in range(used)]
+    tiles, steps = [0] * used, [0] * used
+    previous: list[_DecodeStep | None] = [None] * used
+    for u, (item, split) in enumerate(units):
+        core = u % used
+        ts = tiles[core] % plan.sets
+        tiles[core] += 1
+        kv_index = unravel(item, k_shape[:-2])
+        lo, hi = split * keys, min(sk, (split + 1) * keys)
+        starts = list(range(lo, hi, plan.key_tile))
+        for n, k0 in enumerate(starts):
+            ss = steps[core] % plan.sets
+            steps[core] += 1
+            job = _DecodeStep(ctx, node, core, bufs[core], ts, ss, plan, kv_index,
+                              (k0, min(k0 + plan.key_tile, hi)), n == 0,
+                              n == len(starts) - 1, arrays, partials, (item, split))
+            if previous[core] is not None and plan.sets > 1:
+                previous[core].next = job
+            previous[core] = job
+            per_core[core].append(TileSteps(job.load, job.compute, job.finish))
+    pipeline(per_core, plan.sets - 1)
+    if partials is not None:  # after every split's stores (a load waits on those before it)
+        lower_combines(ctx, node, partials, plan, bufs, k_shape[:-2])
+
+
+def _allocate(ctx: Context, core: int, plan: DecodePlan, d: int, dv: int, dtype: DType,
+              arrays: int) -> dict[str, list[SramRef]]:
+    arena = Arena(sram_space(core), ctx.capacity)
+    shapes = _shapes(plan.key_tile, plan.rows, d, dv, dtype, arrays, plan.splits)
+    return {name: [arena.alloc(shape, dt, f"decode attention {name}")
+                   for _ in range(plan.sets)] for name, (shape, dt) in shapes.items()}
+
+
+def key_chunks(keys: int, arrays: int, fold: int) -> list[tuple[int, int]]:
+    """``keys`` cut into at most ``arrays`` chunks of whole ``fold``-key folds (the last
+    may be partial), the folds shared out as evenly as they go."""
+    folds = ceil_div(keys, fold)
+    base, extra = divmod(folds, arrays)
+    out, start = [], 0
+    for a in range(arrays):
+        n = base + (1 if a < extra else 0)
+        if n == 0:
+            break
+        end = min(keys, start + n * fold)
+        out.append((start, end))
+        start = end
+    return out
+
+
+def transposed(ref: SramRef, rows: int, cols: int) -> SramRef:
+    """A dense [rows, cols] buffer read as its [cols, rows] transpose (a strided view
+    the arrays read directly)."""
+    if cols == 1 or rows == 1:
+        return SramRef(ref.space, ref.offset, (cols, rows), ref.dtype)
+    return SramRef(ref.space, ref.offset, (cols, rows), ref.dtype, (1, cols))
+
+
+class _DecodeStep:
+    """One key tile of one item (or of one split of it): load, compute, finish."""
+
+    def __init__(self, ctx: Context, node, core: int, bufs: dict[str, list[SramRef]],
+                 ts: int, ss: int, plan: DecodePlan, kv_index: tuple[int, ...],
+                 keys: tuple[int, int], first: bool, last: bool, arrays: int,
+                 partials: Partials | None, unit: tuple[int, int]) -> None:
+        self.ctx, self.node, self.core, self.bufs = ctx, node, core, bufs
+        self.ts, self.ss, self.plan = ts, ss, plan
+        self.kv_index, self.keys = kv_index, keys
+        self.first, self.last = first, last
+        self.partials, self.unit = partials, unit
+        self.nk = keys[1] - keys[0]
+        self.source = node.source
+        self.vpu = vpu_engine(core)
+        fold = ctx.config.core.matrix.rows
+        self.parts = [(mxu_engine(core, a), c0, c1)
+                      for a, (c0, c1) in enumerate(key_chunks(self.nk, arrays, fold))]
+        self.next: _DecodeStep | None = None
+        self.qk_issued = False
+
+    def buf(self, name: str, shape: tuple[int, ...], per_tile: bool = False) -> SramRef:
+        return sub(self.bufs[name][self.ts if per_tile else self.ss], shape)
+
+    def vec(self, op) -> None:
+        self.ctx.em.emit(self.vpu, op, self.source)
+
+    def head_segments(self) -> list[tuple[tuple[int, ...], int]]:
+        return head_segments(self.kv_index, self.plan.group, self.plan.rows // self.plan.group)
+
+    def load(self) -> None:
+        ctx, node, spec = self.ctx, self.node, self.node.spec
+        q, k, v = node.inputs[:3]
+        stored = spec.heads_after_seq
+        d, dv = q.shape[-1], v.shape[-1]
+        rows = self.plan.rows
+        if self.first:
+            qbuf = self.buf("q", (rows, d), True)
+            sq = rows // self.plan.group
+            for index, row in self.head_segments():
+                box = tuple((i, i + 1) for i in index) + ((0, sq), (0, d))
+                load_box(ctx, q, stored_box(box, stored[0]), sub(qbuf, (sq, d), row * d),
+                         self.core, self.source, "load")
+            self.vec(Binary(BinaryKind.mul, qbuf, Scalar(spec.scale), qbuf))
+        lead = tuple((i, i + 1) for i in self.kv_index)
+        load_box(ctx, k, stored_box(lead + (self.keys, (0, d)), stored[1]),
+                 self.buf("k", (self.nk, d)), self.core, self.source, "load")
+        load_box(ctx, v, stored_box(lead + (self.keys, (0, dv)), stored[2]),
+                 self.buf("v", (self.nk, dv)), self.core, self.source, "load")
+
+    def issue_qk(self) -> None:
+        """``S^T = K Q^T``, a key chunk per array (once; the step before may issue it
+        early, so it runs during that step's softmax)."""
+        if self.qk_issued:
+            return
+        self.qk_issued = True
+        d, rows = self.node.inputs[0].shape[-1], self.plan.rows
+        k, s = self.buf("k", (self.nk, d)), self.buf("s", (self.nk, rows))
+        q_t = transposed(self.buf("q", (rows, d), True), rows, d)
+        for mxu, c0, c1 in self.parts:
+            self.ctx.em.emit(mxu, MatMul(sub(k, (c1 - c0, d), c0 * d), q_t,
+                                         sub(s, (c1 - c0, rows), c0 * rows)), self.source)
+
+    def compute(self) -> None:
+        dv, rows, nk = self.node.inputs[2].shape[-1], self.plan.rows, self.nk
+        s = self.buf("s", (nk, rows))
+        self.issue_qk()
+        m, l_sum = self.buf("m", (1, rows), True), self.buf("l", (1, rows), True)
+        acc = self.buf("acc", (rows, dv), True)
+        if self.first:
+            self.vec(Reduce(ReduceKind.max, s, m, 0))
+            self.vec(Binary(BinaryKind.sub, s, m, s))
+            self.vec(Unary(UnaryKind.exp, s, s))
+            self.vec(Reduce(ReduceKind.sum, s, l_sum, 0))
+            self._pv(s, acc, add_to=False)
+            return
+        rm, mn = self.buf("rm", (1, rows)), self.buf("mn", (1, rows))
+        c, rs = self.buf("c", (1, rows)), self.buf("rs", (1, rows))
+        self.vec(Reduce(ReduceKind.max, s, rm, 0))
+        self.vec(Binary(BinaryKind.max, m, rm, mn))
+        self.vec(Binary(BinaryKind.sub, s, mn, s))
+        self.vec(Unary(UnaryKind.exp, s, s))
+        self.vec(Binary(BinaryKind.sub, m, mn, c))
+        self.vec(Unary(UnaryKind.exp, c, c))
+        self.vec(Reduce(ReduceKind.sum, s, rs, 0))
+        self.vec(Binary(BinaryKind.mul, l_sum, c, l_sum))
+        self.vec(Binary(BinaryKind.add, l_sum, rs, l_sum))
+        self.vec(Binary(BinaryKind.mul, acc, sub(c, (rows, 1)), acc))  # [1, M] as [M, 1]
+        self._pv(s, acc, add_to=True)
+        self.vec(VCopy(mn, m))
+
+    def _pv(self, p: SramRef, acc: SramRef, add_to: bool) -> None:
+        """``acc (+)= P V``: each array multiplies its key chunk, the partials summed."""
+        v_in = self.node.inputs[2]
+        dv, rows, nk = v_in.shape[-1], self.plan.rows, self.nk
+        lhs = p
+        if v_in.dtype is not F32:
+            lhs = self.buf("pc", (nk, rows))
+            self.vec(Cast(p, lhs))
+        if self.next is not None:
+            self.next.issue_qk()
+        v = self.buf("v", (nk, dv))
+        pv = self.bufs["pv"][self.ss]
+        targets = []
+        for a, (mxu, c0, c1) in enumerate(self.parts):
+            dst = acc if a == 0 and not add_to else sub(pv, (rows, dv), a * rows * dv)
+            if dst is not acc:
+                targets.append(dst)
+            self.ctx.em.emit(mxu, MatMul(_p_chunk(lhs, rows, c0, c1),
+                                         sub(v, (c1 - c0, dv), c0 * dv), dst), self.source)
+        for dst in targets:
+            self.vec(Binary(BinaryKind.add, acc, dst, acc))
+
+    def finish(self) -> None:
+        if not self.last:
+            return
+        dv, rows = self.node.inputs[2].shape[-1], self.plan.rows
+        acc = self.buf("acc", (rows, dv), True)
+        m, l_sum = self.buf("m", (1, rows), True), self.buf("l", (1, rows), True)
+        if self.partials is not None:
+            self.partials.store(self.ctx, self.core, self.unit, acc, m, l_sum, self.source)
+            return
+        self.vec(Binary(BinaryKind.div, acc, sub(l_sum, (rows, 1)), acc))
+        store_rows(self.ctx, self.node, self.core, acc, self.buf("o", (rows, dv), True),
+                   self.head_segments(), rows // self.plan.group, self.source)
+
+
+def _p_chunk(p: SramRef, rows: int, c0: int, c1: int) -> SramRef:
+    """Keys ``c0:c1`` of P^T [Tk, M] read as P [M, c1 - c0] (a strided view)."""
+    offset = p.offset + c0 * rows * p.dtype.itemsize
+    if rows == 1:
+        return SramRef(p.space, offset, (1, c1 - c0), p.dtype)
+    return SramRef(p.space, offset, (rows, c1 - c0), p.dtype, (1, rows))
