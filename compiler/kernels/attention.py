@@ -93,7 +93,12 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
         raise CapacityError(f"{node.source}: no attention tile fits {ctx.capacity} B")
     tq, tk = max(fitting, key=lambda t: (t[0] * t[1], t[0]))
     bias = None
-    if spec.causal:
+    patterns = _causal_patterns(spec, mask, sq, sk, tq, tk, sets)
+    for d_offset, slot in patterns.items():
+        name = f"{ctx.view(out).tensor}_causal_tile{slot}"
+        ctx.em.tensor(name, (tq, tk), F32, "in")
+        ctx.constants[name] = CausalBias(tq, tk, d_offset)
+    if spec.causal and not patterns:
         bias_name = f"{ctx.view(out).tensor}_causal_bias"
         ctx.em.tensor(bias_name, (sq, sk), F32, "in")
         ctx.constants[bias_name] = CausalBias(sq, sk, spec.causal_offset)
@@ -108,6 +113,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     tile_counts, step_counts = [0] * cores, [0] * cores
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
     previous: list[FlashStep | None] = [None] * cores
+    loaded: list[set[int]] = [set() for _ in range(cores)]
     for t, (bi, q0) in enumerate(tiles):
         core = t % cores
         ts = tile_counts[core] % sets
@@ -125,11 +131,37 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             job = FlashStep(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
                         (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
                         arrays)
+            if needs_mask and patterns:
+                slot = patterns[q0 + spec.causal_offset - k0]
+                job.pattern = (f"{ctx.view(out).tensor}_causal_tile{slot}", slot,
+                               slot not in loaded[core])
+                loaded[core].add(slot)
             if previous[core] is not None and sets > 1:  # its loads are issued first
                 previous[core].next = job
             previous[core] = job
             per_core[core].append(TileSteps(job.load, job.compute, job.finish))
     pipeline(per_core, sets - 1)
+
+
+def _causal_patterns(spec: g.Attention, mask: Value | None, sq: int, sk: int, tq: int,
+                     tk: int, slots: int) -> dict[int, int]:
+    """Causal masking from tiles kept in the scratchpad: a tile's mask depends only on
+    ``d = q0 + offset - k0`` (key j of the tile hidden from query i when j - i > d),
+    so each distinct ``d`` among the tiles the diagonal crosses is loaded once per core
+    into one of the ``slots`` mask buffers and read by every tile that has it, instead of
+    a [Tq, Tk] slice of a whole [Sq, Sk] bias per tile (as many bytes as the tile's K
+    and V again, at Tq = Tk = 4 D). {d: slot}, or {} (the bias is read per tile) when
+    the attention is not causal, has an explicit mask, or has more distinct tiles than
+    slots."""
+    if not spec.causal or mask is not None:
+        return {}
+    found: dict[int, int] = {}
+    for q0 in range(0, sq, tq):
+        last_key = min(q0 + tq, sq) - 1 + spec.causal_offset
+        for k0 in range(0, min(sk, last_key + 1), tk):
+            if min(k0 + tk, sk) - 1 > q0 + spec.causal_offset:
+                found.setdefault(q0 + spec.causal_offset - k0, len(found))
+    return found if len(found) <= slots else {}
 
 
 def _kv_index(index: tuple[int, ...], q_shape: tuple[int, ...],

@@ -59,6 +59,9 @@ class FlashStep:
         """(array, first row, end row): each matmul split by query rows."""
         self.next: FlashStep | None = None
         self.qk_issued = False
+        self.pattern: tuple[str, int, bool] | None = None
+        """A causal tile kept in the scratchpad: (its DRAM constant, its mask slot,
+        whether this step loads it: the first on its core to use it)."""
 
     def buf(self, name: str, shape: tuple[int, ...], per_tile: bool = False) -> SramRef:
         return sub(self.bufs[name][self.ts if per_tile else self.ss], shape)
@@ -93,6 +96,9 @@ class FlashStep:
             load_box(ctx, v, stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
                      self.core, self.source, "load")
         if not self.needs_mask:
+            return
+        if self.pattern is not None:
+            self._load_pattern()
             return
         mbuf = self.bufs["mask"][self.ss]
         if self.bias is not None:
@@ -138,7 +144,22 @@ class FlashStep:
         """Per-key scales (f32) as a [1, Tk] row, broadcast over the query rows."""
         return self.buf(f"{name}sf", (1, self.nk))
 
+    def _load_pattern(self) -> None:
+        name, slot, first = self.pattern
+        if not first:
+            return
+        dst = self.bufs["mask"][slot]
+        view = DramView(name, dst.shape, dst.shape, F32)
+        for ref, off in self.ctx.em.dram_pieces(view, tuple((0, n) for n in dst.shape)):
+            self.ctx.em.emit(self.ctx.em.dma(self.core, "load"),
+                             Load(ref, sub(dst, ref.shape, off)), self.source)
+
     def _mask_ref(self) -> SramRef:
+        if self.pattern is not None:  # the top-left [nq, nk] of the resident tile
+            slot = self.bufs["mask"][self.pattern[1]]
+            width = slot.shape[1]
+            return SramRef(slot.space, slot.offset, (self.nq, self.nk), F32,
+                           None if self.nk == width else (width, 1))
         if self.bias is not None:
             return self.buf("mask", (self.nq, self.nk))
         mask = self.mask
