@@ -36,6 +36,7 @@ from compiler.emit import Arena
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
 from compiler.kernels.attention_combine import Partials, combine_shapes, lower_combines
+from compiler.kernels.attention_decode_quant import QuantizedDecodeStep, quantized_shapes
 from compiler.kernels.attention_decode_step import DecodeStep, key_chunks
 from compiler.kernels.common import Context, TileSteps, ceil_div, pipeline, unravel
 from compiler.plan import Kernel
@@ -71,19 +72,27 @@ class DecodePlan:
                 f"{self.splits} split(s) per item, {self.sets} buffer sets")
 
 
+def _cache_dtypes(node) -> tuple[DType, DType] | None:
+    """A quantized cache's (value, scale) dtypes; None for a 16/32-bit one."""
+    return (node.inputs[1].dtype, node.inputs[-2].dtype) if node.spec.kv_scales else None
+
+
 def _set_bytes(tk: int, rows: int, d: int, dv: int, dtype: DType, arrays: int,
-               splits: int) -> int:
+               splits: int, cache: tuple[DType, DType] | None) -> int:
     """One buffer set (:func:`_shapes`)."""
-    return sum(math.prod(shape) * dt.itemsize
-               for shape, dt in _shapes(tk, rows, d, dv, dtype, arrays, splits).values())
+    shapes = _shapes(tk, rows, d, dv, dtype, arrays, splits, cache)
+    return sum(math.prod(shape) * dt.itemsize for shape, dt in shapes.values())
 
 
-def _shapes(tk: int, rows: int, d: int, dv: int, dtype: DType, arrays: int, splits: int
-            ) -> dict[str, tuple[tuple[int, ...], DType]]:
-    """One buffer set: K and V tiles, scores (f32, and cast), the arrays' partial P V,
-    the item's query, accumulator, output and row statistics (and the combine step's)."""
-    shapes = {
-        "k": ((tk, d), dtype), "v": ((tk, dv), dtype), "s": ((tk, rows), F32),
+def _shapes(tk: int, rows: int, d: int, dv: int, dtype: DType, arrays: int, splits: int,
+            cache: tuple[DType, DType] | None) -> dict[str, tuple[tuple[int, ...], DType]]:
+    """One buffer set: K and V tiles (as stored: :func:`quantized_shapes`), scores (f32,
+    and cast), the arrays' partial P V, the item's query, accumulator, output and row
+    statistics (and the combine step's)."""
+    shapes = quantized_shapes(tk, rows, d, dv, *cache) if cache else {
+        "k": ((tk, d), dtype), "v": ((tk, dv), dtype)}
+    shapes |= {
+        "s": ((tk, rows), F32),
         "pc": ((tk, rows), dtype), "pv": ((arrays, rows, dv), F32),
         "q": ((rows, d), dtype), "acc": ((rows, dv), F32), "o": ((rows, dv), dtype),
         "m": ((1, rows), F32), "mn": ((1, rows), F32), "rm": ((1, rows), F32),
@@ -118,11 +127,11 @@ def _splits(items: int, keys: int, cores: int, min_keys: int) -> int:
 def decode_plan(ctx: Context, node, q_shape: tuple[int, ...], k_shape: tuple[int, ...],
                 v_shape: tuple[int, ...], masked: bool) -> DecodePlan | None:
     """The decode mapping, or None when the flash kernel should run the node: with a
-    mask, an int8/fp8 cache, more query rows per K/V head than an array's columns, or
-    no batch/head dims."""
+    mask, more query rows per K/V head than an array's columns, no batch/head dims, or
+    a quantized cache stored [B, S, H, D]."""
     spec = node.spec
     matrix = ctx.config.core.matrix
-    if masked or spec.kv_scales or len(q_shape) < 3:
+    if masked or len(q_shape) < 3 or (spec.kv_scales and spec.heads_after_seq[1]):
         return None
     sq, d = q_shape[-2:]
     sk, dv = v_shape[-2:]
@@ -133,13 +142,13 @@ def decode_plan(ctx: Context, node, q_shape: tuple[int, ...], k_shape: tuple[int
     items = math.prod(k_shape[:-2])
     cores = ctx.cores
     arrays = matrix.arrays if ctx.options.multi_array else 1
-    dtype = node.inputs[0].dtype
-    item = dtype.itemsize
+    dtype, cache = node.inputs[0].dtype, _cache_dtypes(node)
+    item = node.inputs[1].dtype.itemsize
     splits = _splits(items, sk, cores, arrays * matrix.rows)
     keys = ceil_div(sk, splits)
     sets_floor = ctx.sets
-    fixed = _set_bytes(0, rows, d, dv, dtype, arrays, splits)
-    per_key = _set_bytes(1, rows, d, dv, dtype, arrays, splits) - fixed
+    fixed = _set_bytes(0, rows, d, dv, dtype, arrays, splits, cache)
+    per_key = _set_bytes(1, rows, d, dv, dtype, arrays, splits, cache) - fixed
     for sets in range(sets_floor, sets_floor + 6):
         room = (ctx.capacity - SLACK_BYTES) // sets
         most = (room - fixed) // per_key
@@ -162,9 +171,10 @@ def lower_decode_attention(ctx: Context, kernel: Kernel, plan: DecodePlan,
     cores = ctx.cores
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
     keys = ceil_div(sk, plan.splits)
+    step_class = QuantizedDecodeStep if node.spec.kv_scales else DecodeStep
     units = [(i, s) for i in range(plan.items) for s in range(plan.splits)]
     used = min(cores, len(units))
-    bufs = [_allocate(ctx, c, plan, q_shape[-1], v_shape[-1], node.inputs[0].dtype, arrays)
+    bufs = [_allocate(ctx, c, plan, q_shape[-1], v_shape[-1], node, arrays)
             for c in range(used)]
     ctx.choices[node.source] = plan.describe()
     partials = Partials.declare(ctx, node, plan.items, plan.splits, plan.rows,
@@ -182,7 +192,7 @@ def lower_decode_attention(ctx: Context, kernel: Kernel, plan: DecodePlan,
         for n, k0 in enumerate(starts):
             ss = steps[core] % plan.sets
             steps[core] += 1
-            job = DecodeStep(ctx, node, core, bufs[core], ts, ss, plan, kv_index,
+            job = step_class(ctx, node, core, bufs[core], ts, ss, plan, kv_index,
                               (k0, min(k0 + plan.key_tile, hi)), n == 0,
                               n == len(starts) - 1, arrays, partials, (item, split))
             if previous[core] is not None and plan.sets > 1:
@@ -194,10 +204,11 @@ def lower_decode_attention(ctx: Context, kernel: Kernel, plan: DecodePlan,
         lower_combines(ctx, node, partials, plan, bufs, k_shape[:-2])
 
 
-def _allocate(ctx: Context, core: int, plan: DecodePlan, d: int, dv: int, dtype: DType,
+def _allocate(ctx: Context, core: int, plan: DecodePlan, d: int, dv: int, node,
               arrays: int) -> dict[str, list[SramRef]]:
     arena = Arena(sram_space(core), ctx.capacity)
-    shapes = _shapes(plan.key_tile, plan.rows, d, dv, dtype, arrays, plan.splits)
+    shapes = _shapes(plan.key_tile, plan.rows, d, dv, node.inputs[0].dtype, arrays,
+                     plan.splits, _cache_dtypes(node))
     return {name: [arena.alloc(shape, dt, f"decode attention {name}")
                    for _ in range(plan.sets)] for name, (shape, dt) in shapes.items()}
 

@@ -62,6 +62,9 @@ class DecodeStep:
         self.next: DecodeStep | None = None
         self.qk_issued = False
 
+    v_name = "v"
+    """The buffer ``P V`` reads V from."""
+
     def buf(self, name: str, shape: tuple[int, ...], per_tile: bool = False) -> SramRef:
         return sub(self.bufs[name][self.ts if per_tile else self.ss], shape)
 
@@ -73,9 +76,9 @@ class DecodeStep:
 
     def load(self) -> None:
         ctx, node, spec = self.ctx, self.node, self.node.spec
-        q, k, v = node.inputs[:3]
+        q = node.inputs[0]
         stored = spec.heads_after_seq
-        d, dv = q.shape[-1], v.shape[-1]
+        d = q.shape[-1]
         rows = self.plan.rows
         if self.first:
             qbuf = self.buf("q", (rows, d), True)
@@ -84,11 +87,16 @@ class DecodeStep:
                 box = tuple((i, i + 1) for i in index) + ((0, sq), (0, d))
                 load_box(ctx, q, stored_box(box, stored[0]), sub(qbuf, (sq, d), row * d),
                          self.core, self.source, "load")
-            self.vec(Binary(BinaryKind.mul, qbuf, Scalar(spec.scale), qbuf))
-        lead = tuple((i, i + 1) for i in self.kv_index)
-        load_box(ctx, k, stored_box(lead + (self.keys, (0, d)), stored[1]),
+        self.load_kv(tuple((i, i + 1) for i in self.kv_index))
+
+    def load_kv(self, lead: tuple[tuple[int, int], ...]) -> None:
+        """This tile's K and V, as stored."""
+        k, v = self.node.inputs[1:3]
+        stored = self.node.spec.heads_after_seq
+        d, dv = k.shape[-1], v.shape[-1]
+        load_box(self.ctx, k, stored_box(lead + (self.keys, (0, d)), stored[1]),
                  self.buf("k", (self.nk, d)), self.core, self.source, "load")
-        load_box(ctx, v, stored_box(lead + (self.keys, (0, dv)), stored[2]),
+        load_box(self.ctx, v, stored_box(lead + (self.keys, (0, dv)), stored[2]),
                  self.buf("v", (self.nk, dv)), self.core, self.source, "load")
 
     def issue_qk(self) -> None:
@@ -108,6 +116,7 @@ class DecodeStep:
         dv, rows, nk = self.node.inputs[2].shape[-1], self.plan.rows, self.nk
         s = self.buf("s", (nk, rows))
         self.issue_qk()
+        self.scale_scores(s)
         m, l_sum = self.buf("m", (1, rows), True), self.buf("l", (1, rows), True)
         acc = self.buf("acc", (rows, dv), True)
         if self.first:
@@ -132,17 +141,28 @@ class DecodeStep:
         self._pv(s, acc, add_to=True)
         self.vec(VCopy(mn, m))
 
+    def scale_scores(self, s: SramRef) -> None:
+        """The scores times the softmax scale (a quantized cache: and its K scales).
+        Done here, on the scores, rather than on the queries after their load: the
+        vector engine runs in order, and an op waiting for a load issued steps ahead
+        (``Q K^T`` is issued during the previous tile's softmax) would hold it up."""
+        self.vec(Binary(BinaryKind.mul, s, Scalar(self.node.spec.scale), s))
+
+    def scale_probs(self, p: SramRef) -> None:
+        """What P needs before ``P V`` (a quantized cache: its V scales)."""
+
     def _pv(self, p: SramRef, acc: SramRef, add_to: bool) -> None:
         """``acc (+)= P V``: each array multiplies its key chunk, the partials summed."""
         v_in = self.node.inputs[2]
         dv, rows, nk = v_in.shape[-1], self.plan.rows, self.nk
+        self.scale_probs(p)
         lhs = p
         if v_in.dtype is not F32:
             lhs = self.buf("pc", (nk, rows))
             self.vec(Cast(p, lhs))
         if self.next is not None:
             self.next.issue_qk()
-        v = self.buf("v", (nk, dv))
+        v = self.buf(self.v_name, (nk, dv))
         pv = self.bufs["pv"][self.ss]
         targets = []
         for a, (mxu, c0, c1) in enumerate(self.parts):
