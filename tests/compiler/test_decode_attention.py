@@ -1,6 +1,7 @@
 """Decode-shaped attention (issue 32): numbers equal torch's SDPA on CPU, the KV cache read
 once (grouped-query heads share it), keys streamed at DRAM speed, split-K and its
-combine step, and the plan's pieces on hand-derived cases."""
+combine step, and the plan's pieces on hand-derived cases; and the flash kernel's
+causal mask tiles kept in the scratchpad (prefill's DRAM bytes)."""
 
 from __future__ import annotations
 
@@ -146,3 +147,44 @@ def test_splits_balance_the_busiest_core(items: int, keys: int, cores: int, min_
     assert _splits(items, keys, cores, min_keys) == want
     load = math.ceil(items * want / cores) * math.ceil(keys / want)
     assert load <= math.ceil(items / cores) * keys
+
+
+# ------------------------------------------------------------------ prefill's causal tiles
+
+def test_causal_mask_tiles_are_loaded_once_per_core() -> None:
+    """Causal prefill, 4 heads x 1024 tokens x 128 bf16 on tpu-v4: 512 x 512 tiles, two
+    query tiles a head (one key tile, then two), the 8 query tiles over 2 cores. Every
+    diagonal tile has the same mask (key j hidden from query i when j > i), so each core
+    loads it once: 2 x 512 x 512 f32, where a slice of the whole bias per diagonal tile
+    was 8 of them."""
+    heads, seq, dim = 4, 1024, 128
+    q = torch.empty(1, heads, seq, dim, dtype=torch.bfloat16, device="meta")
+    _, result = _run((q, q, q), "tpu-v4", {"is_causal": True})
+    tile_kv = 512 * dim * 2 * 2
+    q_and_out = 2 * heads * seq * dim * 2
+    masks = 2 * 512 * 512 * 4
+    assert result.dram_bytes == heads * 3 * tile_kv + q_and_out + masks
+
+
+class _BottomRight(torch.nn.Module):
+    """Causal attention of the last queries over a longer key sequence (a cache
+    chunk), its mask built in forward, as transformers builds it."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        sq, sk = q.shape[-2], k.shape[-2]
+        mask = torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_causal_tiles_with_queries_at_the_end_match_torch() -> None:
+    """Offset 60 (40 queries, 100 keys) on tiny: the diagonal crosses tiles at two
+    distinct offsets, both kept resident, and the numbers equal torch's."""
+    from compiler import compile_graph, export_model
+
+    torch.manual_seed(5)
+    inputs = (torch.randn(1, 2, 40, 16), torch.randn(1, 2, 100, 16), torch.randn(1, 2, 100, 16))
+    compiled = compile_graph(export_model(_BottomRight(), inputs), config("tiny"))
+    (out,), _ = compiled.run(*inputs)
+    torch.testing.assert_close(out, _BottomRight()(*inputs), rtol=1e-4, atol=1e-4)
+    tiles = [t.name for t in compiled.program.tensors if "_causal_tile" in t.name]
+    assert len(tiles) == 2
