@@ -81,8 +81,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     item = q.dtype.itemsize
     sets = ctx.sets
     masked = spec.causal or mask is not None
-    hides_nothing = spec.causal and mask is None and spec.causal_offset >= sk - 1
-    plan = decode_plan(ctx, node, q_shape, k_shape, v_shape, masked and not hides_nothing)
+    plan = decode_plan(ctx, node, q_shape, k_shape, v_shape, masked)
     if plan is not None:
         lower_decode_attention(ctx, kernel, plan, (q_shape, k_shape, v_shape))
         return

@@ -188,11 +188,3 @@ def test_causal_tiles_with_queries_at_the_end_match_torch() -> None:
     torch.testing.assert_close(out, _BottomRight()(*inputs), rtol=1e-4, atol=1e-4)
     tiles = [t.name for t in compiled.program.tensors if "_causal_tile" in t.name]
     assert len(tiles) == 2
-
-
-def test_a_causal_step_that_hides_no_key_is_decode_shaped() -> None:
-    """One query over one key (a one-token forward with ``is_causal``): the triangle
-    hides nothing, so the decode kernel runs it, with torch's numbers."""
-    torch.manual_seed(6)
-    compiled, _ = check_op(SDPA, _qkv(2, 4, 4, 1, 1, 16), "tpu-v4", {"is_causal": True})
-    assert "8 (batch, kv head) items of 1 query rows" in _choice(compiled)
