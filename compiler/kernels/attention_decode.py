@@ -127,8 +127,10 @@ def _splits(items: int, keys: int, cores: int, min_keys: int) -> int:
 def decode_plan(ctx: Context, node, q_shape: tuple[int, ...], k_shape: tuple[int, ...],
                 v_shape: tuple[int, ...], masked: bool) -> DecodePlan | None:
     """The decode mapping, or None when the flash kernel should run the node: with a
-    mask, more query rows per K/V head than an array's columns, no batch/head dims, or
-    a quantized cache stored [B, S, H, D]."""
+    mask, more query rows per K/V head than an array's columns, no more keys than one
+    array fold (nothing to spread over the arrays: the flash kernel was as fast on
+    BERT's 128-token heads and a one-token step, measured), no batch/head dims, or a
+    quantized cache stored [B, S, H, D]."""
     spec = node.spec
     matrix = ctx.config.core.matrix
     if masked or len(q_shape) < 3 or (spec.kv_scales and spec.heads_after_seq[1]):
@@ -137,7 +139,7 @@ def decode_plan(ctx: Context, node, q_shape: tuple[int, ...], k_shape: tuple[int
     sk, dv = v_shape[-2:]
     group = q_shape[-3] // k_shape[-3]
     rows = group * sq
-    if rows > matrix.cols or sk < 1:
+    if rows > matrix.cols or sk <= matrix.rows:  # keys of one fold: nothing to spread
         return None
     items = math.prod(k_shape[:-2])
     cores = ctx.cores

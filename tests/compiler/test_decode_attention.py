@@ -38,7 +38,7 @@ def _choice(compiled) -> str:
 @pytest.mark.parametrize("preset", ["tiny", "tpu-v4"])
 def test_batched_multi_head_decode_matches_torch(preset: str) -> None:
     torch.manual_seed(0)
-    compiled, _ = check_op(SDPA, _qkv(3, 4, 4, 1, 45, 16), preset, {"scale": 0.2})
+    compiled, _ = check_op(SDPA, _qkv(3, 4, 4, 1, 300, 16), preset, {"scale": 0.2})
     assert _choice(compiled).startswith("decode attention: 12 (batch, kv head) items of 1 "
                                         "query rows")
 
@@ -72,10 +72,14 @@ def test_bf16_decode_matches_torch() -> None:
     check_op(SDPA, _qkv(2, 4, 2, 1, 257, 64, torch.bfloat16), "tpu-v4", {"enable_gqa": True})
 
 
-@pytest.mark.parametrize("kwargs", [{"is_causal": True}, {}])
-def test_masked_or_causal_attention_keeps_the_flash_kernel(kwargs: dict) -> None:
-    q, k, v = _qkv(1, 2, 2, 4, 4, 8)
-    args = (q, k, v) if kwargs else (q, k, v, torch.zeros(4, 4))
+@pytest.mark.parametrize("case", ["causal", "mask", "one fold of keys"])
+def test_masked_causal_or_short_attention_keeps_the_flash_kernel(case: str) -> None:
+    q, k, v = _qkv(1, 2, 2, 4, 200 if case != "one fold of keys" else 128, 8)
+    args, kwargs = (q, k, v), {}
+    if case == "causal":
+        kwargs = {"is_causal": True}
+    elif case == "mask":
+        args += (torch.zeros(4, 200),)
     compiled, _ = check_op(SDPA, args, "tpu-v4", kwargs)
     assert compiled.choices == {}
 
