@@ -192,3 +192,27 @@ def test_causal_tiles_with_queries_at_the_end_match_torch() -> None:
     torch.testing.assert_close(out, _BottomRight()(*inputs), rtol=1e-4, atol=1e-4)
     tiles = [t.name for t in compiled.program.tensors if "_causal_tile" in t.name]
     assert len(tiles) == 2
+
+
+class _HeadsInRows(torch.nn.Module):
+    """A decode step as transformers writes it: the query's heads split off its hidden
+    dim ([B, 1, H, D] viewed, then transposed), K/V given [B, S, H, D] and transposed
+    too, the output's heads merged back: the kernel reads and writes them in place."""
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        b, heads, dim = x.shape[0], k.shape[2], 16
+        q = x.view(b, 1, 2 * heads, dim).transpose(1, 2)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True)
+        return out.transpose(1, 2).reshape(b, 1, 2 * heads * dim)
+
+
+def test_heads_stored_after_the_sequence_match_torch() -> None:
+    from compiler import compile_graph, export_model
+
+    torch.manual_seed(7)
+    inputs = (torch.randn(2, 1, 4 * 16), torch.randn(2, 300, 2, 16), torch.randn(2, 300, 2, 16))
+    compiled = compile_graph(export_model(_HeadsInRows(), inputs), config("tpu-v4"))
+    (out,), _ = compiled.run(*inputs)
+    torch.testing.assert_close(out, _HeadsInRows()(*inputs), rtol=1e-4, atol=1e-4)
+    assert "4 (batch, kv head) items of 2 query rows" in _choice(compiled)
