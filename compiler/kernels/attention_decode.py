@@ -198,7 +198,7 @@ def lower_decode_attention(ctx: Context, kernel: Kernel, plan: DecodePlan,
                               (k0, min(k0 + plan.key_tile, hi)), n == 0,
                               n == len(starts) - 1, arrays, partials, (item, split))
             if previous[core] is not None and plan.sets > 1:
-                previous[core].next = job
+                previous[core].next, job.prev = job, previous[core]
             previous[core] = job
             per_core[core].append(TileSteps(job.load, job.compute, job.finish))
     pipeline(per_core, plan.sets - 1)

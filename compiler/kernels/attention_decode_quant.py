@@ -63,6 +63,9 @@ class QuantizedDecodeStep(DecodeStep):
         if self.qk_issued:
             return
         self.qk_issued = True
+        for name in ("k", "v"):
+            self.vec(Cast(self.buf(f"{name}s", (self.nk, 1)),
+                          self.buf(f"{name}sf", (self.nk, 1))))
         d, rows = self.node.inputs[0].shape[-1], self.plan.rows
         q = self.buf("q", (rows, d), True)
         target = "s" if rows == 1 else "sc"
@@ -78,9 +81,6 @@ class QuantizedDecodeStep(DecodeStep):
             for _, c0, c1 in self.parts:
                 self.vec(Transpose(sub(scores, (rows, c1 - c0), rows * c0),
                                    sub(s, (c1 - c0, rows), rows * c0), (1, 0)))
-        for name in ("k", "v"):
-            self.vec(Cast(self.buf(f"{name}s", (self.nk, 1)),
-                          self.buf(f"{name}sf", (self.nk, 1))))
         self.vec(Binary(BinaryKind.mul, s, self.buf("ksf", (self.nk, 1)), s))
         super().scale_scores(s)
 

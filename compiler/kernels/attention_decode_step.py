@@ -60,7 +60,12 @@ class DecodeStep:
         self.parts = [(mxu_engine(core, a), c0, c1)
                       for a, (c0, c1) in enumerate(key_chunks(self.nk, arrays, fold))]
         self.next: DecodeStep | None = None
+        """The next tile on this core (issues its ``Q K^T`` early, emits our tail)."""
+        self.prev: DecodeStep | None = None
+        """The previous tile on this core, whose tail this one emits."""
         self.qk_issued = False
+        self.partial_sums: list[SramRef] = []
+        """The arrays' partial ``P V`` not yet added into the accumulator."""
 
     v_name = "v"
     """The buffer ``P V`` reads V from."""
@@ -113,6 +118,10 @@ class DecodeStep:
                                          sub(s, (c1 - c0, rows), c0 * rows)), self.source)
 
     def compute(self) -> None:
+        """The online softmax over this tile's keys, then ``P V``. The previous tile's
+        tail (its partial sums, and its output if it ended an item) is emitted after
+        this softmax: the vector engine runs in order, and that tail waits for the
+        previous ``P V``, which would keep this softmax, and so this ``P V``, waiting."""
         dv, rows, nk = self.node.inputs[2].shape[-1], self.plan.rows, self.nk
         s = self.buf("s", (nk, rows))
         self.issue_qk()
@@ -124,6 +133,7 @@ class DecodeStep:
             self.vec(Binary(BinaryKind.sub, s, m, s))
             self.vec(Unary(UnaryKind.exp, s, s))
             self.vec(Reduce(ReduceKind.sum, s, l_sum, 0))
+            self._previous_tail()
             self._pv(s, acc, add_to=False)
             return
         rm, mn = self.buf("rm", (1, rows)), self.buf("mn", (1, rows))
@@ -137,9 +147,15 @@ class DecodeStep:
         self.vec(Reduce(ReduceKind.sum, s, rs, 0))
         self.vec(Binary(BinaryKind.mul, l_sum, c, l_sum))
         self.vec(Binary(BinaryKind.add, l_sum, rs, l_sum))
+        self._previous_tail()  # its sums into acc come before acc is rescaled
         self.vec(Binary(BinaryKind.mul, acc, sub(c, (rows, 1)), acc))  # [1, M] as [M, 1]
         self._pv(s, acc, add_to=True)
         self.vec(VCopy(mn, m))
+
+    def _previous_tail(self) -> None:
+        if self.prev is not None:
+            self.prev.emit_tail()
+            self.prev = None
 
     def scale_scores(self, s: SramRef) -> None:
         """The scores times the softmax scale (a quantized cache: and its K scales).
@@ -164,21 +180,27 @@ class DecodeStep:
             self.next.issue_qk()
         v = self.buf(self.v_name, (nk, dv))
         pv = self.bufs["pv"][self.ss]
-        targets = []
         for a, (mxu, c0, c1) in enumerate(self.parts):
             dst = acc if a == 0 and not add_to else sub(pv, (rows, dv), a * rows * dv)
             if dst is not acc:
-                targets.append(dst)
+                self.partial_sums.append(dst)
             self.ctx.em.emit(mxu, MatMul(_p_chunk(lhs, rows, c0, c1),
                                          sub(v, (c1 - c0, dv), c0 * dv), dst), self.source)
-        for dst in targets:
-            self.vec(Binary(BinaryKind.add, acc, dst, acc))
 
     def finish(self) -> None:
-        if not self.last:
-            return
+        """The tail now if no later tile on this core emits it."""
+        if self.next is None:
+            self.emit_tail()
+
+    def emit_tail(self) -> None:
+        """The arrays' partial ``P V`` summed into the accumulator; on an item's last tile
+        the output normalized and stored (or the split's partials stored)."""
         dv, rows = self.node.inputs[2].shape[-1], self.plan.rows
         acc = self.buf("acc", (rows, dv), True)
+        for partial in self.partial_sums:
+            self.vec(Binary(BinaryKind.add, acc, partial, acc))
+        if not self.last:
+            return
         m, l_sum = self.buf("m", (1, rows), True), self.buf("l", (1, rows), True)
         if self.partials is not None:
             self.partials.store(self.ctx, self.core, self.unit, acc, m, l_sum, self.source)

@@ -216,3 +216,40 @@ def test_heads_stored_after_the_sequence_match_torch() -> None:
     (out,), _ = compiled.run(*inputs)
     torch.testing.assert_close(out, _HeadsInRows()(*inputs), rtol=1e-4, atol=1e-4)
     assert "4 (batch, kv head) items of 2 query rows" in _choice(compiled)
+
+
+class _QuantizedCache(torch.nn.Module):
+    """A decode step over an int8/fp8 cache, dequantized right before the attention
+    (as serving.layers writes it; the compiler reads the cache as stored)."""
+
+    def forward(self, q, k, v, k_scale, v_scale):
+        from serving.layers import dequantize_kv
+
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, dequantize_kv((k, k_scale)), dequantize_kv((v, v_scale)), enable_gqa=True)
+
+
+@pytest.mark.parametrize("cache", [torch.int8, torch.float8_e4m3fn])
+@pytest.mark.parametrize("preset, rows", [("tiny", 1), ("tpu-v4", 2), ("tpu-v4", 1)])
+def test_quantized_cache_decode_matches_torch_reading_one_byte(cache: torch.dtype,
+                                                               preset: str, rows: int) -> None:
+    """Batch 2, 4 query heads over 2 K/V heads (``rows`` query rows each: 2 or 4 rows an
+    item), 256 cached tokens: torch's numbers, and the cache read at one byte an element
+    plus a bf16 scale per token, head, K and V (256 keys: each scale run a whole number
+    of the presets' 16- and 32-byte DRAM access granules, nothing rounded up)."""
+    from compiler import compile_graph, export_model
+    from serving.layers import quantize_kv
+
+    torch.manual_seed(8)
+    batch, kv_heads, keys, dim = 2, 2, 256, 32
+    q = torch.randn(batch, 4, rows, dim, dtype=torch.bfloat16)
+    k, k_scale = quantize_kv(torch.randn(batch, kv_heads, keys, dim, dtype=torch.bfloat16), cache)
+    v, v_scale = quantize_kv(torch.randn(batch, kv_heads, keys, dim, dtype=torch.bfloat16), cache)
+    inputs = (q, k, v, k_scale, v_scale)
+    compiled = compile_graph(export_model(_QuantizedCache(), inputs), config(preset))
+    (out,), result = compiled.run(*inputs)
+    torch.testing.assert_close(out, _QuantizedCache()(*inputs), rtol=1.6e-2, atol=1e-2)
+    assert f"items of {2 * rows} query rows" in _choice(compiled)
+    cache_bytes = 2 * batch * kv_heads * keys * (dim + 2)
+    assert result.dram_bytes_read == cache_bytes + q.nbytes
+    assert result.dram_bytes_written == out.nbytes
