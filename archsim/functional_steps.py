@@ -113,7 +113,7 @@ def _bind_gather(op: Gather, memory: Memory) -> Step:
 
 
 def _bind_matmul(op: MatMul, memory: Memory) -> Step:
-    integer = op.a.dtype is DType.i8
+    integer = op.a.dtype.is_int8
     read_a, read_b, k = _reader(memory, op.a), _reader(memory, op.b), op.a.shape[-1]
     read_out, write = _reader(memory, op.out), _writer(memory, op.out)
     accumulate = op.accumulate

@@ -12,6 +12,7 @@ from types import MappingProxyType
 import numpy as np
 
 from archsim.config.model import NpuConfig
+from compiler.ir.dtypes import DType
 from compiler.ir.ops import Program
 
 
@@ -251,19 +252,29 @@ class SimResult:
         return self.matmul_flops / self.seconds if self.total_cycles else 0.0
 
     @cached_property
+    def matmul_flops_by_dtypes(self) -> Mapping[tuple[DType, DType], float]:
+        """Matmul FLOPs done, by the dtypes of the operands (a, b): (bf16, i8) is a
+        weight-only int8 matmul, its weights widened on the way in."""
+        from compiler.ir.ops import MatMul
+
+        flops: dict[tuple[DType, DType], float] = {}
+        for command, done in zip(self.program.commands, self.command_flops.tolist()):
+            if isinstance(command.op, MatMul) and done:
+                dtypes = (command.op.a.dtype, command.op.b.dtype)
+                flops[dtypes] = flops.get(dtypes, 0.0) + done
+        return MappingProxyType(flops)
+
+    @cached_property
     def matrix_peak_flops(self) -> float:
         """The arrays' peak for this run's matmuls: the config's peak where they take the
         native dtype, times the arrays' rate for narrow inputs (``core.matrix.rates``:
         int8 on ATOM is 4x), weighted by each dtype's share of the matmul FLOPs (the
         time they would take at their peaks adds up)."""
-        from compiler.ir.ops import MatMul
-
         rates = self.config.core.matrix.rates
         flops: dict[int, float] = {}
-        for command, done in zip(self.program.commands, self.command_flops.tolist()):
-            if isinstance(command.op, MatMul) and done:
-                rate = rates.of(command.op.a.dtype.rate_name)
-                flops[rate] = flops.get(rate, 0.0) + done
+        for (dtype, _), done in self.matmul_flops_by_dtypes.items():
+            rate = rates.of(dtype.rate_name)  # the array's mode is set by its a input
+            flops[rate] = flops.get(rate, 0.0) + done
         total = sum(flops.values())
         if not total or set(flops) == {1}:
             return self.config.peak_flops

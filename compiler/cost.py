@@ -70,6 +70,10 @@ class MatmulTiling:
     columns, loading it once per row block instead of once per tile (``op_sets`` row
     blocks rotate, as operand sets do)."""
     k_steps: int = 1
+    a_staged: bool = False
+    """The cores multiplying the same A row block at the same time share its tiles: the
+    task DMA loads each once from DRAM into shared SRAM and every core copies it into
+    its scratchpad over the NoC (:mod:`compiler.kernels.matmul_staging`)."""
 
     @property
     def n_tile(self) -> int:
@@ -95,6 +99,14 @@ def split_sizes(size: int, unit: int, parts: int) -> list[int]:
         share = -(-size // d)
         out.add(min(size, -(-share // unit) * unit))
     return sorted(out)
+
+
+def staging_bytes(sets: int, cores: int, sharing: int, a_bytes: int) -> int:
+    """Shared SRAM a staged matmul holds: ``sets`` buffer sets of one A tile per distinct
+    row block a round of ``cores`` tiles meets (one more when a round straddles two
+    row blocks unevenly)."""
+    blocks = min(cores, -(-cores // sharing) + (cores % sharing != 0))
+    return sets * blocks * a_bytes
 
 
 def vector_rate(config: NpuConfig, item: int) -> float:
@@ -138,12 +150,18 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
         a_bytes, b_bytes = mt * kt * item, kt * nt * b_item
         steps = -(-k // kt)
         n_tiles = -(-n // (nt * used))
-        for sets, acc_sets, resident in itertools.product(
+        sharing = min(n_tiles, cores)  # cores of a round multiplying one A row block
+        for sets, acc_sets, resident, staged in itertools.product(
                 sorted({op_sets, op_sets + (op_sets > 1)}), (2, 1),
-                (False, True) if n_tiles > 1 else (False,)):
+                (False, True) if n_tiles > 1 else (False,),
+                (False, True) if sharing > 1 and config.shared_sram.size_bytes else (False,)):
+            if resident and staged:
+                continue
             operands = sets * (used * b_bytes + (steps if resident else 1) * a_bytes)
             acc = acc_sets * used * mt * nt * (acc_item + epilogue_bytes)
-            if operands + acc + 4096 > capacity:
+            if operands + acc + 4096 > capacity or (
+                    staged and staging_bytes(sets, cores, sharing, a_bytes) >
+                    config.shared_sram.size_bytes):
                 continue
             tiles = batch * -(-m // mt) * n_tiles
             per_core = -(-tiles // cores)
@@ -154,16 +172,31 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             step_mxu = matmul_cycles(min(mt, m), min(kt, k), min(nt, n), matrix, dtype) - \
                 back_to_back_saving(matrix)
             mxu = steps * step_mxu + back_to_back_saving(matrix)
-            # a resident A row block is loaded once per core that meets it, not per tile
+            # a resident A row block is loaded once per core that meets it, not per tile;
+            # a staged one once per round from DRAM (the task DMA), copied to each core
             a_loads = min(n_tiles, cores) / n_tiles if resident else 1.0
+            if staged:
+                a_loads = 1 / sharing
             load_bytes = steps * (a_bytes * a_loads + used * b_bytes)
             # a step's loads start when the step sets - 1 back is done with its buffers:
             # what the steps in between do not cover of their latency and transfer shows
             # (a step in between takes at least its own transfer: a DMA-bound loop
             # hides the latency behind the transfers, not behind the arrays)
             transfer = (a_bytes + used * b_bytes) / load_bw
-            exposed = max(0.0, setup + transfer - (sets - 1) * max(step_mxu, transfer))
-            dma = load_bytes / load_bw + steps * exposed
+            latency = setup
+            if staged:  # A: DRAM -> shared SRAM, then shared SRAM -> the scratchpad
+                copy_bw = load_bandwidth(config)
+                transfer = a_bytes / copy_bw + used * b_bytes / load_bw
+                latency += config.shared_sram.tdma_setup_latency_cycles + \
+                    a_bytes / config.shared_sram.tdma_bandwidth_bytes_per_cycle
+            exposed = max(0.0, latency + transfer - (sets - 1) * max(step_mxu, transfer))
+            dma = (steps * transfer if staged else load_bytes / load_bw) + steps * exposed
+            if staged:  # the task DMA loads every round's A tiles for all the cores,
+                # one transfer at a time (latency, then the bytes)
+                tdma = tiles / sharing * steps * (
+                    config.shared_sram.tdma_setup_latency_cycles + config.dram.latency_cycles
+                    + a_bytes / config.shared_sram.tdma_bandwidth_bytes_per_cycle)
+                dma = max(dma, tdma / per_core)  # per tile, as dma is
             store = used * mt * nt * out_dtype.itemsize / dma_bw + setup
             # the epilogue: a cast or the fused group, a pass over the f32 accumulator
             vpu = used * mt * nt * (1 + (epilogue_bytes > 0)) / vector_rate(config, acc_item)
@@ -173,9 +206,9 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                         dma_cycles=per_core * dma,
                         dram_bytes=tiles * (load_bytes + used * mt * nt * out_dtype.itemsize),
                         serial_cycles=per_core * stall + setup + first_load + vpu + store)
-            options.append((cost.estimate(config), tiles * steps * (2 + used),
+            options.append((cost.estimate(config), tiles * steps * (2 + used + staged),
                             MatmulTiling(mt, kt, nt, used, acc_sets, cost, sets, resident,
-                                         steps)))
+                                         steps, staged)))
     if options:
         fastest = min(o[0] for o in options)
         near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]

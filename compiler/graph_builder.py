@@ -22,7 +22,7 @@ from compiler.ir.ops import (
 )
 
 _FLOAT_RANK = {DType.f16: 1, DType.bf16: 1, DType.f32: 2}
-_INT_RANK = {DType.bool: 0, DType.i8: 1, DType.i32: 2, DType.i64: 3}
+_INT_RANK = {DType.bool: 0, DType.u8: 1, DType.i8: 1, DType.i32: 2, DType.i64: 3}
 LOGICAL = frozenset({BinaryKind.logical_and, BinaryKind.logical_or})
 
 
@@ -48,6 +48,8 @@ def promote(operands: Sequence[Operand]) -> DType:
     has_float_scalar = any(isinstance(x, float) for x in operands if not isinstance(x, bool))
     if has_float_scalar:
         return DType.f32
+    if {DType.u8, DType.i8} <= set(dtypes) and not set(dtypes) & {DType.i32, DType.i64}:
+        return DType.i32  # torch's int16, the narrowest type holding both (no IR i16)
     if dtypes:
         return max(dtypes, key=lambda d: _INT_RANK.get(d, 0))
     return DType.i64
@@ -140,7 +142,7 @@ class GraphBuilder:
             x = self.cast(x, dtype)
         elif kind is ReduceKind.mean and not x.dtype.is_float:
             x = self.cast(x, DType.f32)
-        elif kind is ReduceKind.sum and x.dtype in (DType.bool, DType.i8, DType.i32):
+        elif kind is ReduceKind.sum and x.dtype in (DType.bool, DType.u8, DType.i8, DType.i32):
             x = self.cast(x, DType.i64)  # torch sums integers in int64
         if rank == 0:
             return x
@@ -197,6 +199,8 @@ class GraphBuilder:
                                     f"activations and int8 weights, got {a.dtype.value} "
                                     f"and {b.dtype.value}")
             dtype = a.dtype
+        elif out_dtype is DType.i32 and a.dtype.is_int8 and b.dtype.is_int8:
+            dtype = a.dtype  # u8 x i8 too: the int8 mode multiplies them as stored
         else:
             dtype = promote((a, b))
             a, b = self.cast(a, dtype), self.cast(b, dtype)

@@ -11,7 +11,7 @@ from compiler.ir.dtypes import DType
 TORCH_TO_IR: dict[torch.dtype, DType] = {
     torch.float32: DType.f32, torch.float16: DType.f16, torch.bfloat16: DType.bf16,
     torch.float8_e4m3fn: DType.e4m3, torch.float8_e5m2: DType.e5m2,
-    torch.int8: DType.i8, torch.int32: DType.i32, torch.int64: DType.i64,
+    torch.int8: DType.i8, torch.uint8: DType.u8, torch.int32: DType.i32, torch.int64: DType.i64,
     torch.bool: DType.bool,
 }
 IR_TO_TORCH: dict[DType, torch.dtype] = {v: k for k, v in TORCH_TO_IR.items()}

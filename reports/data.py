@@ -13,7 +13,7 @@ number in every report; the part of an extended run that was not simulated is in
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from types import MappingProxyType
@@ -24,6 +24,8 @@ from archsim.energy import run_energy
 from reports.compulsory import compulsory_bytes
 from reports.energy import EnergySummary, energy_summary
 from reports.extended import ExtendedSpan, extended_spans
+from archsim.config.model import NARROW_DTYPES
+from compiler.ir.dtypes import DType
 from compiler.ir.ops import engine_core, engine_kind
 
 if TYPE_CHECKING:
@@ -191,6 +193,9 @@ class ReportData:
     kernel, ``SimResult.runtime_overhead_cycles``); not in ``total_cycles``."""
     choices: Mapping[str, str] = field(default_factory=dict)
     """Source -> the mapping the compiler chose for it and why (``SimResult.choices``)."""
+    integer_matmuls: bool = False
+    """Every matmul multiplied 8-bit integers: its rates read as ops/s (int8 TOPS), not
+    FLOP/s."""
 
     # -- time -----------------------------------------------------------------------
     @property
@@ -279,14 +284,29 @@ def report_data(result: ResultLike) -> ReportData:
     return data
 
 
-def matrix_precision(config: NpuConfig) -> str:
-    """E.g. ``bf16 arrays; f32 matmuls at 'default' precision (1 bf16 pass)``."""
+def matrix_precision(config: NpuConfig,
+                     pairs: Iterable[tuple[DType, DType]] = ()) -> str:
+    """E.g. ``bf16 arrays; f32 matmuls at 'default' precision (1 bf16 pass)``, then how
+    the run's narrow matmuls ran (``pairs``: their (a, b) input dtypes): ``; i8
+    matmuls in the arrays' int8 mode (4x)``, ``widened to f16 (1x)`` where the arrays
+    have no mode for them, and weight-only ``i8 weights widened to bf16 on the way in``."""
     matrix = config.core.matrix
     if matrix.input_dtype == "f32":
-        return "f32 arrays"
-    passes = matrix.f32_passes
-    return (f"{matrix.input_dtype} arrays; f32 matmuls at {matrix.f32_precision!r} precision "
-            f"({passes} {matrix.input_dtype} pass{'es' if passes > 1 else ''})")
+        text = "f32 arrays"
+    else:
+        passes = matrix.f32_passes
+        text = (f"{matrix.input_dtype} arrays; f32 matmuls at {matrix.f32_precision!r} "
+                f"precision ({passes} {matrix.input_dtype} pass{'es' if passes > 1 else ''})")
+    pairs = set(pairs)
+    for name in sorted({a.rate_name for a, _ in pairs} & set(NARROW_DTYPES)):
+        dtypes = "/".join(sorted({a.value for a, _ in pairs if a.rate_name == name}))
+        rate = getattr(matrix.rates, name)
+        mode = {"i8": "int8", "i4": "int4"}.get(name, name)
+        text += (f"; {dtypes} matmuls in the arrays' {mode} mode ({rate}x)" if rate else
+                 f"; {dtypes} matmuls widened to {matrix.input_dtype} (1x)")
+    for a, b in sorted(p for p in pairs if p[0].is_float and p[0] != p[1]):
+        text += f"; {b} weights widened to {a} on the way in"
+    return text
 
 
 def from_sim_result(result: SimResult) -> ReportData:
@@ -337,7 +357,9 @@ def from_sim_result(result: SimResult) -> ReportData:
         engines=config.engines,
         sram_peak_bytes=MappingProxyType(dict(result.sram_peak_bytes)),
         sram_capacity_bytes=MappingProxyType(capacity),
-        matrix_precision=matrix_precision(config),
+        matrix_precision=matrix_precision(config, result.matmul_flops_by_dtypes),
+        integer_matmuls=bool(result.matmul_flops_by_dtypes) and all(
+            a.is_int8 for a, _ in result.matmul_flops_by_dtypes),
         layers=result.layers.describe() if result.layers else "",
         tiles=result.tiles.describe() if result.tiles else "",
         run_busy_cycles=MappingProxyType(dict.fromkeys(config.engines, 0) | {

@@ -50,7 +50,7 @@ def to_json(result: ResultLike) -> dict[str, Any]:
                    idle_power_w=energy.idle_power_w, peak_power_w=energy.peak_power_w,
                    energy_per_inference_j=energy.energy_per_inference_j)
     run.update(kernels=data.kernels, runtime_overhead_cycles=data.runtime_overhead_cycles,
-               choices=dict(data.choices))
+               choices=dict(data.choices), integer_matmuls=data.integer_matmuls)
     busy = data.engine_busy_cycles
     util = data.utilization
     path = critical_path(data)
@@ -124,6 +124,7 @@ def from_json(document: Mapping[str, Any]) -> ReportData:
         fields["kernels"] = run.get("kernels", 0)
         fields["runtime_overhead_cycles"] = run.get("runtime_overhead_cycles", 0)
         fields["choices"] = dict(run.get("choices", {}))
+        fields["integer_matmuls"] = run.get("integer_matmuls", False)
         engines = document["engines"]
         if "busy_cycles" in engines:  # the result's, over the whole run when extended
             fields["run_busy_cycles"] = MappingProxyType(

@@ -21,8 +21,8 @@ def serve_table(result: Any, probes: list | None = None) -> str:
     lines = [
         f"{spec.name} on {cfg.name} x {chips}: {s.requests} requests, {opt.scheduler} "
         f"batching (max {opt.max_num_seqs} seqs, {opt.max_num_batched_tokens} tokens an "
-        f"iteration), {opt.dtype}",
-        f"  KV cache: {budget.blocks} blocks of {budget.block_size} tokens "
+        f"iteration), {opt.dtype}" + (f", {opt.weights} weights" if opt.weights else ""),
+        f"  KV cache ({opt.kv_dtype}): {budget.blocks} blocks of {budget.block_size} tokens "
         f"({budget.tokens} tokens, {budget.blocks * budget.block_bytes / 2**30:.2f} GiB)",
         "",
         f"  {'latency (ms)':16}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",

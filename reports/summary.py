@@ -10,6 +10,7 @@ from reports.energy import format_energy
 from reports.data import ReportData, ResultLike, report_data
 from reports.text import (
     format_bytes,
+    format_count,
     format_cycles,
     format_si,
     format_table,
@@ -33,6 +34,20 @@ def summary(result: ResultLike) -> str:
     return "\n\n".join(sections)
 
 
+def _matrix_rate(data: ReportData) -> str:
+    """``matrix FLOP/s``, or for integer matmuls ``matrix ops/s`` against the int8 peak
+    (TOPS, as integer rates are quoted)."""
+    if data.integer_matmuls:
+        rate, name, peak = "OPS", "ops/s", "int8 peak"
+        count = f"{format_count(data.matmul_flops)} int8 ops"
+    else:
+        rate, name, peak = "FLOP/s", "FLOP/s", "peak"
+        count = format_si(data.matmul_flops, "FLOP")
+    return _kv(f"matrix {name}", f"{format_si(data.achieved_flops, rate)} of "
+                                 f"{format_si(data.peak_flops, rate)} {peak} "
+                                 f"({percent(data.achieved_flops, data.peak_flops)}); {count}")
+
+
 def _headline(data: ReportData) -> str:
     mode = "functional" if data.functional else "performance-only"
     seconds = data.seconds
@@ -45,10 +60,7 @@ def _headline(data: ReportData) -> str:
         _kv("latency", f"{format_cycles(data.total_cycles)} cycles = {format_us(seconds)}"
                        + (f"  ({1 / seconds:,.0f} runs/s)" if seconds else "")),
         *([_runtime(data)] if data.runtime_overhead_cycles else []),
-        _kv("matrix FLOP/s", f"{format_si(data.achieved_flops, 'FLOP/s')} of "
-                             f"{format_si(data.peak_flops, 'FLOP/s')} peak "
-                             f"({percent(data.achieved_flops, data.peak_flops)}); "
-                             f"{format_si(data.matmul_flops, 'FLOP')}"),
+        _matrix_rate(data),
     ]
     vector_flops = data.flops - data.matmul_flops
     if vector_flops:

@@ -47,7 +47,9 @@ def cache_budget(spec: ModelSpec, par: Parallelism, shard: Shard, config: NpuCon
                       kv_dtype=kv_dtype, weights=weights)
     memory = memory_per_chip(spec, request, par, shard)  # decode 0: no KV cache counted
     layers = max(par.stage_layers(spec))
-    token_bytes = layers * 2 * shard.kv_heads * spec.head_dim * request.kv_item
+    # an int8/fp8 cache keeps a scale per token and head next to the values
+    token_bytes = layers * 2 * shard.kv_heads * (spec.head_dim * request.kv_item
+                                                 + request.kv_scale_item)
     block_bytes = block_size * token_bytes
     usable = int(config.dram.capacity_bytes * utilization)
     if blocks is None:

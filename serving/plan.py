@@ -20,8 +20,64 @@ from archsim.errors import DeviceMemoryError, ModelConfigError
 from serving.spec import ModelSpec
 
 DTYPE_BYTES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2}
-WEIGHT_BYTES: dict[str, float] = {"int8": 1.0, "fp8": 1.0}
-"""Bytes per matmul weight of each weight-only format (``--weights``)."""
+WEIGHT_BYTES: dict[str, float] = {"int8": 1.0, "fp8": 1.0, "int4": 0.5}
+"""Bytes per matmul weight of each weight format (``--weights``; int4: two a byte)."""
+INT4_GROUP_SIZES = (32, 64, 128, 256)
+"""Input features sharing an int4 scale and zero point (what torch's CPU op takes)."""
+DEFAULT_GROUP_SIZE = 128
+ACTIVATIONS: dict[str, str] = {"int8": "int8", "fp8": "fp8"}
+"""``--activations`` format -> the weight format it needs (W8A8; fp8's ``_scaled_mm``)."""
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """A ``Request.weights`` string taken apart: ``int8``, ``fp8``, ``int4-g128``
+    (group size 128) or ``int8-a8`` (int8 weights and int8 activations)."""
+
+    name: str
+    group_size: int = 0
+    """Inputs per int4 scale and zero point (0: per channel)."""
+    activations: str = ""
+    """Format the activations are quantized to per token ("": the matmuls take them
+    in ``dtype``); fp8 weights always quantize them to e4m3."""
+
+    @property
+    def text(self) -> str:
+        if self.group_size:
+            return f"{self.name}-g{self.group_size}"
+        return f"{self.name}-a8" if self.activations == "int8" else self.name
+
+
+def weight_format(weights: str, group_size: int | None = None,
+                  activations: str | None = None) -> WeightFormat:
+    """``weights`` (a ``--weights`` name or a :attr:`WeightFormat.text`) with the
+    ``--group-size`` and ``--activations`` options, or a ModelConfigError saying what
+    would be accepted."""
+    name, _, suffix = weights.partition("-")
+    if suffix.startswith("g") and suffix[1:].isdigit() and group_size is None:
+        group_size = int(suffix[1:])
+    elif suffix == "a8" and activations is None:
+        activations = "int8"
+    elif suffix:
+        raise ModelConfigError(f"weight format {weights!r} is not one of "
+                               f"{', '.join(WEIGHT_BYTES)} (int4-gN, int8-a8)")
+    if name not in WEIGHT_BYTES:
+        raise ModelConfigError(f"--weights {name!r} is not one of {', '.join(WEIGHT_BYTES)}")
+    if group_size is not None and name != "int4":
+        raise ModelConfigError(f"--group-size is for --weights int4 (int4 scales per "
+                               f"group); {name} weights have a scale per output channel")
+    group = DEFAULT_GROUP_SIZE if group_size is None else group_size
+    if name == "int4" and group not in INT4_GROUP_SIZES:
+        raise ModelConfigError(f"--group-size {group_size} is not one of "
+                               f"{', '.join(map(str, INT4_GROUP_SIZES))}")
+    if activations and activations not in ACTIVATIONS:
+        raise ModelConfigError(f"--activations {activations!r} is not one of "
+                               f"{', '.join(ACTIVATIONS)}")
+    if activations and ACTIVATIONS[activations] != name:
+        raise ModelConfigError(f"--activations {activations} needs --weights "
+                               f"{ACTIVATIONS[activations]}, got --weights {name}")
+    return WeightFormat(name, group if name == "int4" else 0,
+                        "int8" if activations == "int8" else "")
 KV_BYTES: dict[str, int] = {**DTYPE_BYTES, "int8": 1, "fp8": 1}
 """Bytes per cached K/V element of each ``--kv-dtype``; int8 and fp8 (e4m3) add one
 scale per token and key/value head, in the activations' dtype
@@ -39,10 +95,16 @@ class Request:
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
     weights: str = ""
-    """Format of the matmul weights: ``int8`` weight-only (one byte each, a scale per
-    output channel in ``dtype``), ``fp8`` (e4m3, one byte each, an f32 scale per output
-    channel; the activations are quantized to e4m3 per token for the matmuls); empty:
-    in ``dtype``."""
+    """Format of the matmul weights (:func:`weight_format`): ``int8`` weight-only (one
+    byte each, a scale per output channel in ``dtype``), ``int8-a8`` (the same weights
+    with f32 scales, activations quantized to int8 per token), ``int4-g<G>`` (half a
+    byte each, a scale and a zero point in ``dtype`` per output channel and group of
+    ``G`` inputs), ``fp8`` (e4m3, one byte each, an f32 scale per output channel; the
+    activations are quantized to e4m3 per token for the matmuls); empty: in ``dtype``."""
+
+    @property
+    def format(self) -> WeightFormat:
+        return weight_format(self.weights)
 
     @property
     def item(self) -> int:
@@ -51,12 +113,25 @@ class Request:
     @property
     def weight_item(self) -> float:
         """Bytes per matmul weight."""
-        return WEIGHT_BYTES[self.weights] if self.weights else self.item
+        return WEIGHT_BYTES[self.format.name] if self.weights else self.item
 
     @property
     def weight_scale_item(self) -> int:
-        """Bytes of each output channel's weight scale (f32 for fp8, else ``dtype``)."""
-        return 4 if self.weights == "fp8" else self.item
+        """Bytes of each output channel's weight scale (f32 for fp8 and W8A8, else
+        ``dtype``)."""
+        fmt = self.format if self.weights else None
+        return 4 if fmt and (fmt.name == "fp8" or fmt.activations) else self.item
+
+    def scale_bytes(self, matmul_weights: int, outputs: int) -> float:
+        """Bytes of the scales (and zero points) of matmul weights with ``outputs``
+        output channels in all: one scale a channel, or for int4 a scale and a zero
+        a channel and group."""
+        if not self.weights:
+            return 0
+        group = self.format.group_size
+        if group:
+            return matmul_weights / group * 2 * self.item
+        return outputs * self.weight_scale_item
 
     @property
     def precision(self) -> str:
@@ -64,8 +139,14 @@ class Request:
         scales = f" ({self.dtype} scale per token and head)" if self.kv_scale_item else ""
         kv = "fp8 (e4m3)" if self.kv_dtype == "fp8" else self.kv_dtype
         weights, into = self.weights or self.dtype, ""
+        fmt = self.format if self.weights else None
         if self.weights == "fp8":
             weights, into = "fp8 (e4m3)", " (e4m3 per token into the matmuls)"
+        elif fmt and fmt.group_size:
+            weights = (f"int4 (a {self.dtype} scale and zero per {fmt.group_size} "
+                       f"inputs)")
+        elif fmt and fmt.activations:
+            weights, into = "int8", " (int8 per token into the matmuls, int32 sums)"
         return (f"{weights} weights, {self.dtype} activations{into}, "
                 f"{kv} KV cache{scales}")
 
@@ -124,13 +205,14 @@ def check(spec: ModelSpec, request: Request, par: Parallelism) -> Shard:
                                ("kv-dtype", request.kv_dtype, KV_BYTES)):
         if dtype not in known:
             problems.append(f"{name} {dtype!r} is not one of {', '.join(known)}")
-    if request.weights and request.weights not in WEIGHT_BYTES:
-        problems.append(f"weights {request.weights!r} is not one of {', '.join(WEIGHT_BYTES)}")
-    if request.weights and request.dtype == "f32":
-        problems.append(f"{request.weights} weights take 16-bit activations: --dtype bf16 "
+    fmt = weight_format(request.weights) if request.weights else None
+    if fmt and request.dtype == "f32":
+        problems.append(f"{fmt.name} weights take 16-bit activations: --dtype bf16 "
                         f"or f16")
     if problems:
         raise ModelConfigError("; ".join(problems))
+    if fmt and fmt.group_size:
+        _check_groups(spec, par, fmt.group_size)
     if spec.heads % par.tp:
         raise ModelConfigError(f"{spec.name}: --tp {par.tp} does not divide its {spec.heads} "
                                f"attention heads")
@@ -149,6 +231,18 @@ def check(spec: ModelSpec, request: Request, par: Parallelism) -> Shard:
     return Shard(heads=spec.heads // par.tp, kv_heads=max(1, spec.kv_heads // par.tp),
                  intermediate=math.ceil(spec.intermediate / par.tp),
                  vocab=math.ceil(spec.vocab / par.tp))
+
+
+def _check_groups(spec: ModelSpec, par: Parallelism, group: int) -> None:
+    """Every matmul's input features (on a chip) split into whole int4 groups."""
+    inputs = {"hidden size": spec.hidden,
+              "attention output width": spec.heads * spec.head_dim // par.tp,
+              "intermediate size": math.ceil(spec.intermediate / par.tp)}
+    for what, features in inputs.items():
+        if features % group:
+            raise ModelConfigError(f"{spec.name}: --group-size {group} does not divide the "
+                                   f"{what} {features} (the input features of a matmul"
+                                   f"{' per chip' if par.tp > 1 else ''})")
 
 
 @dataclass(frozen=True)
@@ -172,12 +266,14 @@ def memory_per_chip(spec: ModelSpec, request: Request, par: Parallelism,
     mlp = (3 if spec.gated else 2) * h * shard.intermediate
     # bytes, weights at their format's size (a per-channel scale each output row)
     outputs = q + 2 * kv + h + (2 if spec.gated else 1) * shard.intermediate + h
-    layer = (h * (2 * q + 2 * kv) + mlp) * request.weight_item \
+    matmul = h * (2 * q + 2 * kv) + mlp
+    layer = matmul * request.weight_item \
         + (spec.layer_parameters - spec.layer_matmul_weights) * request.item \
-        + (outputs * request.weight_scale_item if request.weights else 0)
+        + request.scale_bytes(matmul, outputs)
     embed = (shard.vocab + spec.position_rows) * h * request.item
-    head = (0 if spec.tied_embeddings else shard.vocab * h * request.weight_item) \
-        + spec.norm_parameters * request.item
+    head = (0 if spec.tied_embeddings else shard.vocab * h * request.weight_item
+            + request.scale_bytes(shard.vocab * h, 0)) \
+        + spec.norm_parameters * request.item  # (int4: the head's group scales)
     tokens = request.prefill + request.decode
     kv_token = request.batch * 2 * (kv * request.kv_item  # one cached token of one layer
                                     + shard.kv_heads * request.kv_scale_item)
@@ -238,5 +334,6 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.1f} GiB"
 
 
-__all__ = ["DTYPE_BYTES", "KV_BYTES", "WEIGHT_BYTES", "Memory", "Parallelism", "Request", "Shard", "check",
-           "check_memory", "gib", "memory_per_chip", "suggest_split"]
+__all__ = ["ACTIVATIONS", "DEFAULT_GROUP_SIZE", "DTYPE_BYTES", "INT4_GROUP_SIZES", "KV_BYTES",
+           "Memory", "Parallelism", "Request", "Shard", "WEIGHT_BYTES", "WeightFormat",
+           "check", "check_memory", "gib", "memory_per_chip", "suggest_split", "weight_format"]

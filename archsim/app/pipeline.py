@@ -231,10 +231,26 @@ def _run_torch(name: str, module: Any, inputs: tuple[Any, ...], kwargs: Mapping[
     if name and label_weights:
         from compiler.torch_types import TORCH_TO_IR
 
-        weights = {TORCH_TO_IR[p.dtype].value if p.dtype in TORCH_TO_IR else str(p.dtype)
-                   for p in module.parameters() if p.is_floating_point()}
+        weights = {TORCH_TO_IR[d].value if d in TORCH_TO_IR else str(d)
+                   for d in _stored_dtypes(module)}
         label = f"{name} ({'/'.join(sorted(weights))} weights)" if weights else name
     return _run_module(label, module, inputs, kwargs, perf_only, config, s)
+
+
+def _stored_dtypes(module: Any) -> set[Any]:
+    """The dtypes a model's weights are stored in: floating parameters, and the
+    matrices of quantized ones (torchao's ``Int8Tensor`` reports its float dtype; its
+    ``qdata`` is int8; its per-row scales are left out)."""
+    import torch
+
+    found = set()
+    for p in module.parameters():
+        if hasattr(p, "__tensor_flatten__"):  # a tensor subclass: its inner matrices
+            found |= {t.dtype for t in (getattr(p, n) for n in p.__tensor_flatten__()[0])
+                      if isinstance(t, torch.Tensor) and min(t.shape, default=0) > 1}
+        elif p.is_floating_point() or p.dim() >= 2:
+            found.add(p.dtype)
+    return found
 
 
 def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any],

@@ -14,7 +14,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """What ``archsim llm`` and ``archsim serve`` share: MODEL, the hardware, how the
     model is split over chips and the format of its weights."""
     from archsim.config import DEFAULT_PRESET
-    from serving.plan import WEIGHT_BYTES
+    from serving.plan import ACTIVATIONS, DEFAULT_GROUP_SIZE, INT4_GROUP_SIZES, WEIGHT_BYTES
     from serving.spec import bundled_models
 
     p.add_argument("model", metavar="MODEL",
@@ -38,9 +38,34 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", choices=tuple(WEIGHT_BYTES), default="",
                    help="quantized matmul weights: int8 (weight-only: one byte each, a "
                         "scale per output channel, widened in the arrays' input path); "
-                        "fp8 (e4m3 weights with a scale per output channel, activations "
-                        "quantized to e4m3 per token, torch._scaled_mm at the arrays' fp8 "
-                        "rate); default: --dtype")
+                        "int4 (weight-only: half a byte each, a scale and zero point per "
+                        "--group-size inputs, torch's CPU int4 op, dequantized on the "
+                        "vector unit); fp8 (e4m3 weights with a scale per output channel, "
+                        "activations quantized to e4m3 per token, torch._scaled_mm at the "
+                        "arrays' fp8 rate); default: --dtype")
+    p.add_argument("--group-size", type=int, default=None, metavar="N",
+                   help=f"int4 inputs per scale and zero point: "
+                        f"{', '.join(map(str, INT4_GROUP_SIZES))} (default "
+                        f"{DEFAULT_GROUP_SIZE}); --weights int4 only")
+    p.add_argument("--activations", choices=tuple(ACTIVATIONS), default=None,
+                   help="quantize the matmuls' activations per token on the vector unit: "
+                        "int8 with --weights int8 (W8A8: torch._int_mm at the arrays' "
+                        "int8 rate, both scales in the epilogue); fp8 with --weights fp8 "
+                        "(what --weights fp8 does anyway)")
+
+
+def weight_format_text(args: argparse.Namespace) -> str:
+    """The ``Request.weights`` string of ``--weights``, ``--group-size`` and
+    ``--activations`` (a ModelConfigError for a combination that cannot run)."""
+    from archsim.errors import ModelConfigError
+    from serving.plan import weight_format
+
+    if not args.weights:
+        if args.group_size is not None or args.activations:
+            raise ModelConfigError(f"--{'activations' if args.activations else 'group-size'} "
+                                   f"needs quantized --weights (int8, int4 or fp8)")
+        return ""
+    return weight_format(args.weights, args.group_size, args.activations).text
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -102,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = resolve_config(args.config, args.overrides)
     request = Request(args.batch, args.prefill, args.decode, args.dtype,
-                      args.kv_dtype or args.dtype, args.weights)
+                      args.kv_dtype or args.dtype, weight_format_text(args))
     result = serve(args.model, config, request, parallelism(args), args.collectives)
     print(llm_table(result))
     if args.json:

@@ -33,7 +33,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "(--rate, --requests, --prompt-tokens, --output-tokens, --seed).")
     add_model_arguments(p)
     p.add_argument("--dtype", choices=_DTYPES, default="bf16", help="default bf16")
-    p.add_argument("--kv-dtype", choices=_DTYPES, default=None, help="default: --dtype")
+    p.add_argument("--kv-dtype", choices=(*_DTYPES, "int8", "fp8"), default=None,
+                   help="KV cache (default: --dtype); int8 or fp8 (e4m3) hold twice the "
+                        "tokens of bf16 in the same blocks' memory, plus a scale per "
+                        "token and head")
     w = p.add_argument_group("workload")
     w.add_argument("--trace", metavar="FILE",
                    help="CSV or JSONL with arrival_s, prompt_tokens, output_tokens per "
@@ -137,7 +140,7 @@ def _cheapest(args: argparse.Namespace, options: Any, slo: Any, workload: Any) -
 
 def run(args: argparse.Namespace) -> int:
     from archsim.cli.commands import resolve_config
-    from archsim.cli.llm import parallelism
+    from archsim.cli.llm import parallelism, weight_format_text
     from archsim.errors import ModelConfigError
     from reports.serve import serve_table, write_serve_json, write_serve_trace
     from serving.metrics import Slo
@@ -149,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     options = ServeOptions(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
                            args.kv_blocks, args.gpu_memory_utilization, args.scheduler,
                            args.dtype, args.kv_dtype or args.dtype, args.collectives,
-                           args.weights)
+                           weight_format_text(args))
     slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_percentile)
     if not 0 < slo.percentile <= 100:
         raise ModelConfigError(f"--slo-percentile must be in (0, 100], got {slo.percentile}")

@@ -211,7 +211,10 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                f"which are its rows), got {_typed(ref)}")
     if flat:
         return
-    if not (op.a.dtype.is_float and op.b.dtype in _WIDENED_B):  # weight-only int8 (and
+    if op.a.dtype.is_int8:  # u8 x i8 as well as i8 x i8 (x86 VNNI's pairing)
+        if not op.b.dtype.is_int8:
+            yield f"field b: dtype {op.b.dtype} is not an 8-bit integer like a's {op.a.dtype}"
+    elif not (op.a.dtype.is_float and op.b.dtype in _WIDENED_B):  # weight-only int8 (and
         yield from _same_dtype("b", op.b, "a", op.a.dtype)  # an fp8 KV cache): b is
         # widened on the way in
     yield from _matmul_dtype_problems(op.a.dtype, machine)
@@ -220,9 +223,10 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
         yield f"field b: shape {_typed(op.b)} does not match a's k={k}"
     if op.out.shape != (m, n):
         yield f"field out: shape {_typed(op.out)} does not match [m,n]=[{m},{n}]"
-    if op.a.dtype is DType.i8:
+    if op.a.dtype.is_int8:
         if op.out.dtype is not DType.i32:
-            yield f"field out: dtype {op.out.dtype} is not i32, the accumulator of i8 inputs"
+            yield (f"field out: dtype {op.out.dtype} is not i32, the accumulator of "
+                   f"{op.a.dtype} inputs")
     elif op.out.dtype.value != machine.accumulator:
         yield (f"field out: dtype {op.out.dtype} is not the matrix array's accumulator "
                f"dtype {machine.accumulator}")
@@ -231,8 +235,8 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
 def _matmul_dtype_problems(dtype: DType, machine: Machine) -> Iterator[str]:
     """Float arrays take i8 inputs too: in their int8 mode (``core.matrix.rates``) or,
     without one, widened on the way in (exact) at the native rate."""
-    if not dtype.is_float and dtype != DType.i8:
-        yield f"field a: matmul inputs must be floating point or i8, got {dtype}"
+    if not (dtype.is_float or dtype.is_int8):
+        yield f"field a: matmul inputs must be floating point, i8 or u8, got {dtype}"
     elif dtype.is_float and machine.matrix_input == "i8":
         yield f"field a: float matmul ({dtype}) on an i8 matrix array"
 

@@ -19,16 +19,17 @@ from compiler.emit import Arena
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Load, MatMul
+from compiler.ir.ops import Copy, Load, MatMul
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline, unravel
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.matmul_panels import TilePanels, panel_plan
+from compiler.kernels.matmul_staging import StagedA
 from compiler.kernels.vector import Order, bytes_per_element, layout, load_box, sub
 from compiler.plan import Kernel, aligned
 
 
 def accumulator_dtype(dtype: DType) -> DType:
-    return DType.i32 if dtype is DType.i8 else DType.f32
+    return DType.i32 if dtype.is_int8 else DType.f32
 
 
 def _operand_box(value: Value, batch_index: tuple[int, ...], rows: tuple[int, int],
@@ -71,6 +72,8 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         tiles = panels.emitted(tiles)
     ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each
     cores = min(ctx.cores, len(tiles))
+    staging = StagedA.plan(ctx, tiles, cores, (mt, kt), a.dtype, tiling.op_sets,
+                           len(k_steps)) if tiling.a_staged else None
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     bufs = [_allocate(ctx, c, tiling, (a.dtype, b.dtype), acc_dtype, out, cast_needed,
                       trans_b, group, rank) for c in range(cores)]
@@ -97,9 +100,13 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
             last = s == len(k_steps) - 1
             a_buf = bufs[core].a[(blocks[core] % tiling.op_sets) * tiling.k_steps + s
                                  if tiling.a_resident else op_set]
+            staged = staging.source(ctx, t, s, a, _operand_box(a, batch_index, (m0, m1),
+                                                              (k0, k1)),
+                                    m1 - m0, k1 - k0, kernel.name) if staging else None
             steps = TileSteps(
                 load=_loader(ctx, core, bufs[core], op_set, a_buf if load_a else None, a, b,
-                             trans_b, batch_index, (m0, m1), (k0, k1), cols, kernel.name),
+                             trans_b, batch_index, (m0, m1), (k0, k1), cols, kernel.name,
+                             staged),
                 compute=_multiplier(ctx, core, bufs[core], op_set, a_buf, q, (m1 - m0),
                                     (k1 - k0), cols, s > 0, kernel.name),
                 store=_epilogue(ctx, core, bufs[core], q, out, group, order, batch_index,
@@ -166,9 +173,9 @@ def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
 def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef | None,
             a: Value, b: Value, trans_b: bool, batch_index: tuple[int, ...],
             rows: tuple[int, int], ks: tuple[int, int], cols: list[tuple[int, int]],
-            source: str):
+            source: str, staged: Callable[[], SramRef] | None = None):
     """A k-step's loads: the A tile into ``a_tile`` (None: it is resident already), a B
-    tile per array."""
+    tile per array. ``staged``: A comes from shared SRAM (:mod:`.matmul_staging`)."""
     def load() -> None:
         # B tiles first: each waits only for its own array to be done with its buffer,
         # the shared A tile for every array, and a DMA queue issues in order
@@ -181,7 +188,10 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRe
                 continue
             load_transposed(ctx, b, _operand_box(b, batch_index, (c0, c1), ks), b_buf, core,
                             source)
-        if a_tile is not None:
+        if a_tile is not None and staged is not None:
+            ctx.em.emit(ctx.em.dma(core, "load"),
+                        Copy(staged(), sub(a_tile, (rows[1] - rows[0], kk))), source)
+        elif a_tile is not None:
             load_box(ctx, a, _operand_box(a, batch_index, rows, ks),
                      sub(a_tile, (rows[1] - rows[0], kk)), core, source, "load")
     return load

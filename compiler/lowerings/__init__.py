@@ -11,6 +11,7 @@ from compiler.lowerings import (  # noqa: F401  (imported for their registration
     extras,
     grouped_mm,
     indexing,
+    int4,
     losses,
     matmul,
     movement,

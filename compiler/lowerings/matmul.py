@@ -27,7 +27,25 @@ def _transposed_source(b: Value) -> Value | None:
     return None
 
 
+def _widened_weights(x: Value, w: Value) -> Value | None:
+    """If ``w`` is int8 weights cast to ``x``'s float dtype (torchao's weight-only
+    layers exported: ``mm(x, w_int8.to(bf16))``, the scale applied after), the int8
+    weights: the arrays widen them on the way in (exact), so they are read at one byte
+    each, as ``torch._weight_int8pack_mm`` reads them."""
+    node = w.producer
+    if (node is not None and isinstance(node.spec, g.Cast) and x.dtype.is_float
+            and w.dtype is x.dtype and node.inputs[0].dtype is DType.i8):
+        return node.inputs[0]
+    return None
+
+
 def _mm(b: GraphBuilder, x: Value, w: Value, out_dtype: DType | None = None) -> Value:
+    narrow = _widened_weights(x, w) if out_dtype is None else None
+    if narrow is not None:
+        source = _transposed_source(narrow)
+        if source is not None:
+            return b.matmul(x, source, trans_b=True, weight_only=True)
+        return b.matmul(x, narrow, weight_only=True)
     source = _transposed_source(w)
     if source is not None:
         return b.matmul(x, source, trans_b=True, out_dtype=out_dtype)
@@ -87,7 +105,9 @@ def lower_matmul(b: GraphBuilder, x: Value, w: Value) -> Value:
 @lowering(aten._int_mm.default)
 def lower_int_mm(b: GraphBuilder, x: Value, w: Value) -> Value:
     """int8 x int8 -> int32 (``torch._int_mm``): the arrays' int8 mode where the preset
-    has one (``core.matrix.rates.i8``), exact either way."""
+    has one (``core.matrix.rates.i8``), exact either way. ``x`` may be uint8: torchao's
+    dynamically quantized layers, exported on CPU, shift activations by 128 to u8 and
+    subtract ``128 * sum(w)`` after (x86 VNNI multiplies u8 x i8)."""
     return _mm(b, x, w, DType.i32)  # torch checks the operands are int8
 
 

@@ -116,15 +116,15 @@ class TestRun:
 
 class TestLargeGemm:
     def test_simulates_its_first_tile_panels(self, capsys) -> None:
-        """16384^3 (2 GiB of f32 inputs: performance-only, f16): 3 of 64 panels of 8
-        output tiles simulated; simulating all 394,240 commands gives the same cycles
+        """16384^3 (2 GiB of f32 inputs: performance-only, f16): 3 of 128 panels of 8
+        output tiles simulated; simulating all 206,848 commands gives the same cycles
         (BENCHMARKS.md, Compiler)."""
         code, out, err = run_cli(capsys, "run", "gemm", "--seq", "16384")
         assert code == 0
-        assert "simulating 18480 commands (performance-only)" in err
-        assert ("  tiles           3 of 64 panels of mm simulated, 61 extended at 4,523,940 "
+        assert "simulating 4848 commands (performance-only)" in err
+        assert ("  tiles           3 of 128 panels of mm simulated, 125 extended at 2,261,000 "
                 "cycles each\n") in out
-        assert "latency         289,572,956 cycles" in out
+        assert "latency         289,453,589 cycles" in out
 
     def test_one_op_workload_has_the_exported_graphs_cycles(self, capsys) -> None:
         import torch

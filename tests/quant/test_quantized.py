@@ -98,3 +98,18 @@ def test_int8_is_refused_where_no_integer_workload_exists() -> None:
     with pytest.raises(ArchsimError, match=r"--dtype i8 runs integer matmuls: built-in gemm "
                                            r"only, not 'gpt2'"):
         Workload.parse("gpt2", dtype="i8")
+
+
+def test_an_int8_run_reads_in_int8_tops_and_survives_json(tmp_path) -> None:
+    from reports.json_report import from_json, to_json
+    from reports.summary import summary
+
+    result = run(Workload.parse("gemm", seq=256, dtype="i8"), "atom", mode="performance")
+    ops = 2 * 256 ** 3
+    achieved = ops / result.seconds / 1e12
+    line = next(x for x in summary(result).splitlines() if x.lstrip().startswith("matrix"))
+    assert line == (f"  matrix ops/s    {achieved:.{2 if achieved < 10 else 1}f} TOPS of 131 TOPS "
+                    f"int8 peak ({achieved / 131.072:.1%}); 33.6 M int8 ops")
+    assert from_json(to_json(result)).integer_matmuls
+    f16 = run(Workload.parse("gemm", seq=256, dtype="f16"), "atom", mode="performance")
+    assert "matrix FLOP/s" in summary(f16) and not from_json(to_json(f16)).integer_matmuls

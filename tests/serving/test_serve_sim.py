@@ -117,3 +117,23 @@ def test_no_room_for_a_kv_cache_is_a_named_error() -> None:
     with pytest.raises(DeviceMemoryError, match="llama-2-7b leaves no room for a KV cache "
                                                 "on tiny: weights 12.6 GiB"):
         Server.build("llama-2-7b", TINY)
+
+
+@pytest.mark.parametrize("kv_dtype", ["int8", "fp8"])
+def test_a_one_byte_kv_cache_counts_its_scales_in_each_block(kv_dtype: str) -> None:
+    one_byte = Server.build(SMALL, TINY, options=ServeOptions(
+        max_num_batched_tokens=64, kv_dtype=kv_dtype, kv_blocks=4))
+    # 16 tokens x 2 layers x (K and V) x 2 kv heads x (16 one-byte values + a bf16 scale)
+    assert one_byte.budget.block_bytes == 16 * 2 * 2 * 2 * (16 * 1 + 2)
+    assert one_byte.timing.kv_dtype == kv_dtype  # its iterations read the cache as stored
+
+
+def test_the_summary_states_the_weight_and_kv_formats() -> None:
+    from reports.serve import serve_table
+
+    server = Server.build(SMALL, TINY, options=ServeOptions(
+        max_num_batched_tokens=64, kv_dtype="int8", weights="int8", kv_blocks=40))
+    lines = serve_table(server.run([Arrival(0, 0.0, 16, 3)])).splitlines()
+    assert lines[0].endswith("64 tokens an iteration), bf16, int8 weights")
+    assert lines[1] == (f"  KV cache (int8): 40 blocks of 16 tokens (640 tokens, "
+                        f"{40 * 16 * 2 * 2 * 2 * 18 / 2**30:.2f} GiB)")

@@ -1,0 +1,227 @@
+"""Weight-only int4 (torch's CPU ops, which torchao's int4 CPU layout and CPU stacks call):
+
+- ``_convert_weight_to_int4pack_for_cpu(q [N, K] int32 in 0..15, inner_k_tiles)``:
+  two weights a byte, ``uint8 [N, K/2]``, in the CPU kernel's blocked layout;
+- ``_weight_int4pack_mm_for_cpu(x [M, K], packed, group_size, scales_and_zeros
+  [K/G, N, 2])``: ``x @ w.T`` with ``w[n, k] = (q[n, k] - 8) * scale[g, n] + zero[g, n]``
+  for ``g = k // group_size`` (torchao's int4 scheme: a float zero point per group).
+
+The packed bytes are what the model keeps in DRAM (half a byte a weight). The CPU
+kernel (``aten/src/ATen/native/cpu/int4mm_kernel.cpp``) packs rows in blocks of
+``BLOCK_N`` (64 with AVX-512, 32 otherwise): a full block is ``[K, BLOCK_N / 2]`` bytes,
+the low nibble of byte ``c`` holding row ``c`` and the high nibble row ``BLOCK_N / 2 +
+c`` ("halves"); a partial last block (and every block without AVX-512/AVX2) holds rows
+``2c`` and ``2c + 1`` ("pairs"). Which layout a tensor has depends on the CPU build that
+packed it, so the lowering reads torch's CPU capability.
+
+Here the bytes are unpacked and dequantized on the vector unit (a nibble is
+``byte mod 16`` and ``(byte - lo) / 16``, exact in f32) into weights in the activations'
+dtype that float matmuls then read: the matmul kernel has no packed-int4 operand that it
+could widen in the arrays' input path (as it does int8), so the dequantized weight makes
+a DRAM round trip (see BENCHMARKS.md, int4 weights). Where a group's bytes are whole
+rows of the packed tensor, one fused vector kernel does it all (:func:`_segment`); else
+the nibbles are interleaved and transposed first (:func:`_dequantized`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from archsim.errors import LoweringError
+from compiler.graph import Value
+from compiler.graph_builder import GraphBuilder
+from compiler.ir.dtypes import DType
+from compiler.ir.ops import BinaryKind
+from compiler.lowerings.movement import lower_cat
+from compiler.lowerings.registry import lowering
+
+aten = torch.ops.aten
+
+GROUP_SIZES = (32, 64, 128, 256)
+"""Group sizes the CPU op accepts."""
+
+ZERO_CODE = 8
+"""The code a weight of value ``zero`` has: ``w = (q - 8) * scale + zero``."""
+
+
+@dataclass(frozen=True)
+class CpuLayout:
+    """Where the CPU kernel puts each row's nibbles (see the module docstring)."""
+
+    block_rows: int
+    """``BLOCK_N``: rows of a block, whose bytes are ``[K, block_rows / 2]``."""
+    halves: bool
+    """Full blocks put row ``c`` low and ``block_rows / 2 + c`` high; else pairs."""
+
+
+CPU_LAYOUTS: dict[str, CpuLayout] = {
+    "AVX512": CpuLayout(64, True), "AVX2": CpuLayout(32, True),
+    "DEFAULT": CpuLayout(32, False)}
+"""The packing of each CPU capability torch dispatches to (``BLOCK_N`` =
+``Vectorized<float>::size() * 4``)."""
+
+
+def cpu_layout() -> CpuLayout:
+    """The layout this torch build's CPU kernel packs with."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    layout = CPU_LAYOUTS.get(capability)
+    if layout is None:
+        raise LoweringError(f"int4 packed weights: the CPU packing of capability "
+                            f"{capability!r} is not known (known: {', '.join(CPU_LAYOUTS)})")
+    return layout
+
+
+def _blocks(n: int, layout: CpuLayout) -> tuple[int, int]:
+    """Full blocks and the rows of the partial last one (0: none)."""
+    if n % 2:
+        raise LoweringError(f"int4 packed weights need an even row count, got {n}")
+    return divmod(n, layout.block_rows)
+
+
+def _nibbles(b: GraphBuilder, packed: Value) -> tuple[Value, Value]:
+    """Low and high nibbles of bytes, as f32 values 0..15 (vector unit)."""
+    wide = b.cast(packed, DType.f32)
+    low = b.binary(BinaryKind.remainder, wide, 16.0)
+    high = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, wide, low), 1 / 16)
+    return low, high
+
+
+def _segment(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Value,
+             blocks: int, rows: int, halves: bool, group: int) -> Value:
+    """``x @ w.T`` (f32) for ``blocks`` full blocks of ``rows`` rows: one matmul for the
+    rows the low nibbles hold and one for the high ones, their weights dequantized by
+    one vector kernel, the two results interleaved as the rows are.
+
+    The nodes come in an order the fusion pass can keep in one vector kernel: the
+    scales and zeros first (small: a plane per nibble, in f32), then the bytes, read in
+    place as ``[groups, group, 1, blocks, C]`` (a permuted view), and the whole
+    unpack-and-dequantize chain over that space, writing only the two weights."""
+    k = x.shape[-1]
+    half, groups, count = rows // 2, k // group, blocks * rows
+    order = (0, 2, 4, 1, 3) if halves else (0, 3, 4, 1, 2)  # -> [groups, h, i, blocks, C]
+    split = (groups, blocks, 2, half, 2) if halves else (groups, blocks, half, 2, 2)
+    planes = b.permute(b.view(scales_and_zeros, split), order)
+    scale_zero = [[b.cast(b.slice(b.slice(planes, 1, h, h + 1), 2, i, i + 1), DType.f32)
+                   for i in (0, 1)] for h in (0, 1)]
+    body = b.view(packed, (blocks, groups, group, 1, half))
+    weights = []
+    for code, (scale, zero) in zip(_nibbles(b, b.permute(body, (1, 2, 3, 0, 4))),
+                                   scale_zero):
+        weight = b.binary(BinaryKind.add, b.binary(
+            BinaryKind.mul, b.binary(BinaryKind.sub, code, float(ZERO_CODE)), scale), zero)
+        weights.append(b.cast(weight, x.dtype))
+    axis = 2 if halves else 3
+    parts = []
+    for weight in weights:
+        out = b.matmul(x, b.view(weight, (k, blocks * half)), out_dtype=DType.f32)
+        shape = (blocks, 1, half) if halves else (blocks, half, 1)
+        parts.append(b.view(out, (x.shape[0], *shape)))
+    return b.view(lower_cat(b, parts, axis), (x.shape[0], count))
+
+
+def _interleave(b: GraphBuilder, low: Value, high: Value, halves: bool) -> Value:
+    """``[..., C]`` low and high nibbles as ``[..., 2C]`` columns: ``h * C + c`` for
+    halves, ``2c + h`` for pairs."""
+    lead, c = low.shape[:-1], low.shape[-1]
+    axis = len(lead) if halves else len(lead) + 1
+    shape = (*lead, 1, c) if halves else (*lead, c, 1)
+    both = lower_cat(b, [b.view(low, shape), b.view(high, shape)], axis)
+    return b.view(both, (*lead, 2 * c))
+
+
+def unpack_cpu_int4(b: GraphBuilder, packed: Value, k: int) -> Value:
+    """The codes (0..15, f32) of CPU-packed ``[N, K/2]`` bytes, as ``[K, N]`` (the
+    general path: each block's nibbles interleaved, then transposed, in f32)."""
+    n = packed.shape[0]
+    layout = cpu_layout()
+    full, rest = _blocks(n, layout)
+    rows, half = layout.block_rows, layout.block_rows // 2
+    parts = []
+    if full:
+        body = b.view(b.slice(packed, 0, 0, full * rows), (full, k, half))
+        codes = _interleave(b, *_nibbles(b, body), layout.halves)  # [full, K, rows]
+        parts.append(b.view(b.permute(codes, (1, 0, 2)), (k, full * rows)))
+    if rest:
+        tail = b.view(b.slice(packed, 0, full * rows, n), (k, rest // 2))
+        parts.append(_interleave(b, *_nibbles(b, tail), False))  # [K, rest]
+    if len(parts) == 1:
+        return parts[0]
+    return lower_cat(b, parts, 1)
+
+
+def _dequantized(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Value,
+                 group: int) -> Value:
+    """``x @ w.T`` (f32) through :func:`unpack_cpu_int4`: the codes as ``[K, N]``,
+    dequantized, rounded to ``x``'s dtype, one matmul."""
+    k, n = x.shape[-1], packed.shape[0]
+    groups = k // group
+    codes = b.view(unpack_cpu_int4(b, packed, k), (groups, group, n))
+    wide = b.cast(scales_and_zeros, DType.f32)
+    scale = b.view(b.slice(wide, 2, 0, 1), (groups, 1, n))
+    zero = b.view(b.slice(wide, 2, 1, 2), (groups, 1, n))
+    weight = b.binary(BinaryKind.add, b.binary(
+        BinaryKind.mul, b.binary(BinaryKind.sub, codes, float(ZERO_CODE)), scale), zero)
+    return b.matmul(x, b.view(b.cast(weight, x.dtype), (k, n)), out_dtype=DType.f32)
+
+
+@lowering(aten._weight_int4pack_mm_for_cpu.default)
+def lower_weight_int4pack_mm(b: GraphBuilder, x: Value, packed: Value, group_size: int,
+                             scales_and_zeros: Value) -> Value:
+    """``x [M, K] @ w.T`` with ``w`` dequantized from CPU-packed int4 codes per group,
+    in f32 as torch's kernel does, then rounded to ``x``'s dtype for the arrays (f32
+    sums, one rounding of the result)."""
+    m, k = x.shape
+    n = packed.shape[0]
+    if packed.dtype is not DType.u8 or packed.shape != (n, k // 2) or k % group_size \
+            or scales_and_zeros.shape != (k // group_size, n, 2):
+        raise LoweringError(f"{b.source}: _weight_int4pack_mm_for_cpu takes x [M, K], "
+                            f"uint8 [N, K/2] and scales_and_zeros [K/group, N, 2]; got "
+                            f"{list(x.shape)}, {packed.dtype} {list(packed.shape)}, group "
+                            f"{group_size}, {list(scales_and_zeros.shape)}")
+    layout = cpu_layout()
+    full, rest = _blocks(n, layout)
+    rows = layout.block_rows
+    if rest or group_size * rows // 2 % (k // 2):
+        # a group's bytes are not whole rows of the packed tensor: the fused kernel's
+        # tiles would be read in pieces of a few bytes, so take the general path
+        return b.cast(_dequantized(b, x, packed, scales_and_zeros, group_size), x.dtype)
+    out = _segment(b, x, packed, scales_and_zeros, full, rows, layout.halves, group_size)
+    return b.cast(out, x.dtype)
+
+
+@lowering(aten._convert_weight_to_int4pack_for_cpu.default)
+def lower_convert_weight_to_int4pack(b: GraphBuilder, codes: Value, inner_k_tiles: int
+                                     ) -> Value:
+    """int32 codes ``[N, K]`` (0..15) -> ``uint8 [N, K/2]`` in the CPU kernel's layout,
+    so a weight packed on the npu is read by the npu's mm as the CPU's is by the CPU's."""
+    n, k = codes.shape
+    layout = cpu_layout()
+    full, rest = _blocks(n, layout)
+    rows = layout.block_rows
+    parts = []
+    if full:
+        body = b.permute(b.view(b.slice(codes, 0, 0, full * rows), (full, rows, k)),
+                         (0, 2, 1))  # [full, K, rows]
+        packed = _pack(b, body, layout.halves)  # [full, K, half]
+        parts.append(b.view(packed, (full * rows, k // 2)))
+    if rest:
+        tail = b.permute(b.slice(codes, 0, full * rows, n), (1, 0))  # [K, rest]
+        parts.append(b.view(_pack(b, tail, False), (rest, k // 2)))
+    if len(parts) == 1:
+        return parts[0]
+    return lower_cat(b, parts, 0)
+
+
+def _pack(b: GraphBuilder, codes: Value, halves: bool) -> Value:
+    """``[..., 2C]`` codes -> ``[..., C]`` bytes, low nibble ``c`` (halves) or ``2c``
+    (pairs), high the other."""
+    lead, c = codes.shape[:-1], codes.shape[-1] // 2
+    axis = len(lead) if halves else len(lead) + 1
+    split = b.view(codes, (*lead, 2, c) if halves else (*lead, c, 2))
+    low = b.view(b.slice(split, axis, 0, 1), (*lead, c))
+    high = b.view(b.slice(split, axis, 1, 2), (*lead, c))
+    byte = b.binary(BinaryKind.add, b.cast(low, DType.i32),
+                    b.binary(BinaryKind.mul, b.cast(high, DType.i32), 16))
+    return b.cast(byte, DType.u8)
