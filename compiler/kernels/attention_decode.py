@@ -10,8 +10,8 @@ as the KV stream it is:
   attention) and their ``Sq`` rows are the item's ``M = G * Sq`` query rows, so every
   cached K/V byte is read once per step, whatever the grouping;
 - **keys streamed through all arrays**: each key tile is cut into fold-aligned chunks, one
-  per array, and computed as ``S^T = K Q^T`` (the scaled queries ``Q^T`` [D, M] stationary,
-  the K chunk streamed in as stored, no transpose) and ``O += P V`` (the V chunk
+  per array, and computed as ``S^T = K Q^T`` (the queries ``Q^T`` [D, M] stationary, the
+  K chunk streamed in as stored, no transpose; the softmax scale applied to ``S^T``) and ``O += P V`` (the V chunk
   stationary), the arrays' partial ``P V`` summed on the vector engine; the softmax
   runs over the key axis of ``S^T`` [Tk, M] (online, as in the flash kernel);
 - **buffers deep enough to cover the DRAM latency**: as many K/V tile sets as keep the
@@ -21,8 +21,9 @@ as the KV stream it is:
   stores its unnormalized output, row max and row sum, and a combine step rescales and
   sums them: ``O = sum_i e^{m_i - m} acc_i / sum_i e^{m_i - m} l_i``.
 
-Applies (see :func:`decode_plan`) without a mask or causal masking and with a 16/32-bit
-cache; the flash kernel (:mod:`compiler.kernels.attention`) takes everything else.
+Applies (see :func:`decode_plan`) without a mask or causal masking, to more keys than
+one array fold; an int8/fp8 cache takes :mod:`compiler.kernels.attention_decode_quant`'s
+step. The flash kernel (:mod:`compiler.kernels.attention`) takes everything else.
 """
 
 from __future__ import annotations
