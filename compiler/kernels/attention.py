@@ -26,36 +26,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from archsim.config.names import mxu_engine, sram_space, vpu_engine
+from archsim.config.names import sram_space
 from archsim.errors import CapacityError
 from compiler import graph as g
 from compiler.emit import Arena
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
-from compiler.ir.operands import Scalar, SramRef
-from compiler.ir.ops import (
-    Binary,
-    BinaryKind,
-    Cast,
-    MatMul,
-    Reduce,
-    ReduceKind,
-    Select,
-    Transpose,
-    Unary,
-    UnaryKind,
-    VCopy,
-)
+from compiler.ir.operands import SramRef
+from compiler.kernels.attention_decode import decode_plan, lower_decode_attention
+from compiler.kernels.attention_layout import logical_shape
+from compiler.kernels.attention_step import FlashStep
 from compiler.kernels.common import Context, TileSteps, pipeline, unravel
-from compiler.kernels.matmul import load_transposed
-from compiler.kernels.vector import load_box, store_box, sub, value_box
 from compiler.plan import Kernel
 
 F32 = DType.f32
-_LOWEST = float(np.finfo(np.float32).min)
-"""The running max's floor under an explicit mask: a row whose first key tile is all
-masked (left padding, a sliding window) starts from it, not -inf, so its scores give
-exp(-inf) = 0 instead of NaN; a causal mask always shows query i key 0."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +81,10 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     item = q.dtype.itemsize
     sets = ctx.sets
     masked = spec.causal or mask is not None
+    plan = decode_plan(ctx, node, q_shape, k_shape, v_shape, masked)
+    if plan is not None:
+        lower_decode_attention(ctx, kernel, plan, (q_shape, k_shape, v_shape))
+        return
     sizes = (512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
     fitting = [(min(a, sq), min(b, sk)) for a in sizes for b in sizes
                if _tile_bytes(min(a, sq), min(b, sk), d, dv, item, sets, masked,
@@ -105,7 +93,12 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
         raise CapacityError(f"{node.source}: no attention tile fits {ctx.capacity} B")
     tq, tk = max(fitting, key=lambda t: (t[0] * t[1], t[0]))
     bias = None
-    if spec.causal:
+    patterns = _causal_patterns(spec, mask, sq, sk, tq, tk, sets)
+    for d_offset, slot in patterns.items():
+        name = f"{ctx.view(out).tensor}_causal_tile{slot}"
+        ctx.em.tensor(name, (tq, tk), F32, "in")
+        ctx.constants[name] = CausalBias(tq, tk, d_offset)
+    if spec.causal and not patterns:
         bias_name = f"{ctx.view(out).tensor}_causal_bias"
         ctx.em.tensor(bias_name, (sq, sk), F32, "in")
         ctx.constants[bias_name] = CausalBias(sq, sk, spec.causal_offset)
@@ -119,7 +112,8 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts, step_counts = [0] * cores, [0] * cores
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
-    previous: list[_Step | None] = [None] * cores
+    previous: list[FlashStep | None] = [None] * cores
+    loaded: list[set[int]] = [set() for _ in range(cores)]
     for t, (bi, q0) in enumerate(tiles):
         core = t % cores
         ts = tile_counts[core] % sets
@@ -134,9 +128,14 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             ss = step_counts[core] % sets
             step_counts[core] += 1
             needs_mask = mask is not None or (spec.causal and k1 - 1 > q0 + spec.causal_offset)
-            job = _Step(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
+            job = FlashStep(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
                         (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
                         arrays)
+            if needs_mask and patterns:
+                slot = patterns[q0 + spec.causal_offset - k0]
+                job.pattern = (f"{ctx.view(out).tensor}_causal_tile{slot}", slot,
+                               slot not in loaded[core])
+                loaded[core].add(slot)
             if previous[core] is not None and sets > 1:  # its loads are issued first
                 previous[core].next = job
             previous[core] = job
@@ -144,18 +143,25 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     pipeline(per_core, sets - 1)
 
 
-def logical_shape(value: Value, heads_after_seq: bool) -> tuple[int, ...]:
-    """An attention input's [..., H, S, D] shape (stored [B, S, H, D] when
-    ``heads_after_seq``)."""
-    shape = value.shape
-    return (shape[0], shape[2], shape[1], shape[3]) if heads_after_seq else shape
-
-
-def _stored_box(box: tuple[tuple[int, int], ...], heads_after_seq: bool
-                ) -> tuple[tuple[int, int], ...]:
-    """A [..., H, S, D] box in the input's stored layout (a single head, so the
-    elements keep their order)."""
-    return (box[0], box[2], box[1], box[3]) if heads_after_seq else box
+def _causal_patterns(spec: g.Attention, mask: Value | None, sq: int, sk: int, tq: int,
+                     tk: int, slots: int) -> dict[int, int]:
+    """Causal masking from tiles kept in the scratchpad: a tile's mask depends only on
+    ``d = q0 + offset - k0`` (key j of the tile hidden from query i when j - i > d),
+    so each distinct ``d`` among the tiles the diagonal crosses is loaded once per core
+    into one of the ``slots`` mask buffers and read by every tile that has it, instead of
+    a [Tq, Tk] slice of a whole [Sq, Sk] bias per tile (as many bytes as the tile's K
+    and V again, at Tq = Tk = 4 D). {d: slot}, or {} (the bias is read per tile) when
+    the attention is not causal, has an explicit mask, or has more distinct tiles than
+    slots."""
+    if not spec.causal or mask is not None:
+        return {}
+    found: dict[int, int] = {}
+    for q0 in range(0, sq, tq):
+        last_key = min(q0 + tq, sq) - 1 + spec.causal_offset
+        for k0 in range(0, min(sk, last_key + 1), tk):
+            if min(k0 + tk, sk) - 1 > q0 + spec.causal_offset:
+                found.setdefault(q0 + spec.causal_offset - k0, len(found))
+    return found if len(found) <= slots else {}
 
 
 def _kv_index(index: tuple[int, ...], q_shape: tuple[int, ...],
@@ -190,204 +196,3 @@ def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype:
             for name, (shape, dt) in shapes.items()}
 
 
-class _Step:
-    """One key tile of one query tile: load, compute and (last step) finish."""
-
-    def __init__(self, ctx: Context, node, core: int, bufs: dict[str, list[SramRef]],
-                 ts: int, ss: int, index: tuple[int, ...], kv_index: tuple[int, ...],
-                 rows: tuple[int, int], keys: tuple[int, int], first: bool, last: bool,
-                 needs_mask: bool, mask: Value | None, bias: str | None, arrays: int) -> None:
-        self.ctx, self.node, self.core = ctx, node, core
-        self.bufs, self.ts, self.ss = bufs, ts, ss
-        self.index, self.kv_index = index, kv_index
-        self.rows, self.keys = rows, keys
-        self.first, self.last = first, last
-        self.needs_mask, self.mask, self.bias = needs_mask, mask, bias
-        self.nq, self.nk = rows[1] - rows[0], keys[1] - keys[0]
-        self.source = node.source
-        self.vpu = vpu_engine(core)
-        share = -(-self.nq // arrays)
-        self.parts = [(mxu_engine(core, a), r, min(r + share, self.nq))
-                      for a, r in enumerate(range(0, self.nq, share))]
-        """(array, first row, end row): each matmul split by query rows."""
-        self.next: _Step | None = None
-        self.qk_issued = False
-
-    def buf(self, name: str, shape: tuple[int, ...], per_tile: bool = False) -> SramRef:
-        return sub(self.bufs[name][self.ts if per_tile else self.ss], shape)
-
-    def vec(self, op) -> None:
-        self.ctx.em.emit(self.vpu, op, self.source)
-
-    def load(self) -> None:
-        ctx, node = self.ctx, self.node
-        q, k, v = node.inputs[:3]
-        stored = node.spec.heads_after_seq
-        d, dv = q.shape[-1], v.shape[-1]
-        if self.first:
-            box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, d))
-            qbuf = self.buf("q", (self.nq, d), True)
-            load_box(ctx, q, _stored_box(box, stored[0]), qbuf, self.core, self.source,
-                     "load")
-            self.vec(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
-        kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
-        kt = self.buf("kt", (d, self.nk))
-        if node.spec.kv_scales:
-            self._load_int8_kv(kv_box)
-        elif stored[1]:  # heads inside rows: load, then transpose on the vector engine
-            kbuf = self.buf("k", (self.nk, d))
-            load_box(ctx, k, _stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
-                     "load")
-            self.vec(Transpose(kbuf, kt, (1, 0)))
-        else:  # the DMA writes K^T directly
-            load_transposed(ctx, k, kv_box, kt, self.core, self.source)
-        v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
-        if not node.spec.kv_scales:
-            load_box(ctx, v, _stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
-                     self.core, self.source, "load")
-        if not self.needs_mask:
-            return
-        mbuf = self.bufs["mask"][self.ss]
-        if self.bias is not None:
-            from compiler.emit import DramView
-            sq, sk = logical_shape(node.inputs[0], stored[0])[-2], logical_shape(k, stored[1])[-2]
-            view = DramView(self.bias, (sq, sk), (sq, sk), F32)
-            for ref, off in ctx.em.dram_pieces(view, (self.rows, self.keys)):
-                from compiler.ir.ops import Load
-                ctx.em.emit(ctx.em.dma(self.core, "load"), Load(ref, sub(mbuf, ref.shape, off)),
-                            self.source)
-            return
-        space_box = tuple((i, i + 1) for i in self.index) + (self.rows, self.keys)
-        mask = self.mask
-        box = value_box(mask, space_box)
-        shape = tuple(hi - lo for lo, hi in box)
-        own = box[len(box) - len(mask.shape):]
-        target = SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
-        load_box(ctx, mask, own, target, self.core, self.source, "load")
-
-    def _load_int8_kv(self, k_box: tuple[tuple[int, int], ...]) -> None:
-        """An int8 cache's tiles: K^T (by the DMA, or loaded and transposed on the
-        vector engine when heads sit inside rows) and V as int8, and each key's K and V
-        scale widened to an f32 row [1, Tk] for the score columns."""
-        ctx, node, nk = self.ctx, self.node, self.nk
-        stored = node.spec.heads_after_seq
-        d, dv = node.inputs[0].shape[-1], node.inputs[2].shape[-1]
-        kt = self.buf("kti", (d, nk))
-        if stored[1]:
-            raw = self.buf("ki", (nk, d))
-            load_box(ctx, node.inputs[1], _stored_box(k_box, stored[1]), raw, self.core,
-                     self.source, "load")
-            self.vec(Transpose(raw, kt, (1, 0)))
-        else:
-            load_transposed(ctx, node.inputs[1], k_box, kt, self.core, self.source)
-        v_box = k_box[:-1] + ((0, dv),)
-        load_box(ctx, node.inputs[2], _stored_box(v_box, stored[2]), self.buf("vi", (nk, dv)),
-                 self.core, self.source, "load")
-        rows = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, 1))
-        for name, scale in (("k", node.inputs[-2]), ("v", node.inputs[-1])):
-            column = self.buf(f"{name}s", (nk, 1))
-            load_box(ctx, scale, rows, column, self.core, self.source, "load")
-            self.vec(Cast(column, self.buf(f"{name}sf", (nk, 1))))
-
-    def _scale_row(self, name: str) -> SramRef:
-        """Per-key scales (f32) as a [1, Tk] row, broadcast over the query rows."""
-        return self.buf(f"{name}sf", (1, self.nk))
-
-    def _mask_ref(self) -> SramRef:
-        if self.bias is not None:
-            return self.buf("mask", (self.nq, self.nk))
-        mask = self.mask
-        space_box = tuple((i, i + 1) for i in self.index) + (self.rows, self.keys)
-        box = value_box(mask, space_box)
-        shape = tuple(hi - lo for lo, hi in box)[-2:]
-        mbuf = self.bufs["mask"][self.ss]
-        return SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
-
-    def compute(self) -> None:
-        v = self.node.inputs[2]
-        dv = v.shape[-1]
-        nq, nk = self.nq, self.nk
-        s = self.buf("s", (nq, nk))
-        self.issue_qk()
-        if self.node.spec.kv_scales:  # S = (Q @ K_int^T) * k_scale, column by column
-            self.vec(Binary(BinaryKind.mul, s, self._scale_row("k"), s))
-        if self.needs_mask:
-            mask = self._mask_ref()
-            if mask.dtype is DType.bool:
-                self.vec(Select(mask, s, Scalar(float("-inf")), s))
-            else:
-                self.vec(Binary(BinaryKind.add, s, mask, s))
-        m = self.buf("m", (nq, 1), True)
-        mn = self.buf("mn", (nq, 1), True)
-        l_sum = self.buf("l", (nq, 1), True)
-        acc = self.buf("acc", (nq, dv), True)
-        p = self.buf("p", (nq, nk))
-        if self.first:
-            self.vec(Reduce(ReduceKind.max, s, m, 1))
-            if self.mask is not None:  # a row this tile hides whole: exp(-inf - -inf)
-                self.vec(Binary(BinaryKind.max, m, Scalar(_LOWEST), m))
-            self.vec(Binary(BinaryKind.sub, s, m, p))
-            self.vec(Unary(UnaryKind.exp, p, p))
-            self.vec(Reduce(ReduceKind.sum, p, l_sum, 1))
-            self._pv(p, acc, nq, nk, dv, v.dtype)
-            return
-        rm, c, rs = self.buf("rm", (nq, 1)), self.buf("c", (nq, 1)), self.buf("rs", (nq, 1))
-        self.vec(Reduce(ReduceKind.max, s, rm, 1))
-        self.vec(Binary(BinaryKind.max, m, rm, mn))
-        self.vec(Binary(BinaryKind.sub, s, mn, p))
-        self.vec(Unary(UnaryKind.exp, p, p))
-        self.vec(Binary(BinaryKind.sub, m, mn, c))
-        self.vec(Unary(UnaryKind.exp, c, c))
-        self.vec(Reduce(ReduceKind.sum, p, rs, 1))
-        self.vec(Binary(BinaryKind.mul, l_sum, c, l_sum))
-        self.vec(Binary(BinaryKind.add, l_sum, rs, l_sum))
-        self.vec(Binary(BinaryKind.mul, acc, c, acc))
-        pv = self.buf("pv", (nq, dv))
-        self._pv(p, pv, nq, nk, dv, v.dtype)
-        self.vec(Binary(BinaryKind.add, acc, pv, acc))
-        self.vec(VCopy(mn, m))
-
-    def issue_qk(self) -> None:
-        """``S = Q @ K^T`` for this key tile, once (the step before may issue it early)."""
-        if self.qk_issued:
-            return
-        self.qk_issued = True
-        d, nq, nk = self.node.inputs[0].shape[-1], self.nq, self.nk
-        kt = self.buf("kti" if self.node.spec.kv_scales else "kt", (d, nk))
-        q, s = self.buf("q", (nq, d), True), self.buf("s", (nq, nk))
-        for mxu, r0, r1 in self.parts:
-            self.ctx.em.emit(mxu, MatMul(sub(q, (r1 - r0, d), r0 * d), kt,
-                                         sub(s, (r1 - r0, nk), r0 * nk)), self.source)
-
-    def _pv(self, p: SramRef, dst: SramRef, nq: int, nk: int, dv: int, dtype: DType) -> None:
-        lhs = p
-        if self.node.spec.kv_scales:  # (P * v_scale) @ V_int, into the spent score tile
-            lhs = self.buf("s", (nq, nk))
-            self.vec(Binary(BinaryKind.mul, p, self._scale_row("v"), lhs))
-            dtype = self.node.inputs[0].dtype  # V_int is widened to the query's dtype
-        if dtype is not F32:
-            cast = self.buf("pc", (nq, nk))
-            self.vec(Cast(lhs, cast))
-            lhs = cast
-        if self.next is not None:  # the next tile's scores run during this softmax
-            self.next.issue_qk()
-        v = self.buf("vi" if self.node.spec.kv_scales else "v", (nk, dv))
-        for mxu, r0, r1 in self.parts:
-            self.ctx.em.emit(mxu, MatMul(sub(lhs, (r1 - r0, nk), r0 * nk), v,
-                                         sub(dst, (r1 - r0, dv), r0 * dv)), self.source)
-
-    def finish(self) -> None:
-        if not self.last:
-            return
-        out = self.node.out
-        dv = out.shape[-1]
-        acc = self.buf("acc", (self.nq, dv), True)
-        l_sum = self.buf("l", (self.nq, 1), True)
-        self.vec(Binary(BinaryKind.div, acc, l_sum, acc))
-        result = acc
-        if out.dtype is not F32:
-            result = self.buf("o", (self.nq, dv), True)
-            self.vec(Cast(acc, result))
-        box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, dv))
-        store_box(self.ctx, out, _stored_box(box, self.node.spec.out_heads_after_seq), result,
-                  self.core, self.source, "store")

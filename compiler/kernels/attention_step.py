@@ -1,0 +1,259 @@
+"""One key tile of one query tile of the flash-attention kernel
+(:mod:`compiler.kernels.attention`): its loads, its online-softmax update and, on the
+last key tile, the normalized output's store."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from archsim.config.names import mxu_engine, vpu_engine
+from compiler.emit import DramView
+from compiler.graph import Value
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import Scalar, SramRef
+from compiler.ir.ops import (
+    Binary,
+    BinaryKind,
+    Cast,
+    Load,
+    MatMul,
+    Reduce,
+    ReduceKind,
+    Select,
+    Transpose,
+    Unary,
+    UnaryKind,
+    VCopy,
+)
+from compiler.kernels.attention_layout import logical_shape, stored_box
+from compiler.kernels.common import Context
+from compiler.kernels.matmul import load_transposed
+from compiler.kernels.vector import load_box, store_box, sub, value_box
+
+F32 = DType.f32
+_LOWEST = float(np.finfo(np.float32).min)
+"""The running max's floor under an explicit mask: a row whose first key tile is all
+masked (left padding, a sliding window) starts from it, not -inf, so its scores give
+exp(-inf) = 0 instead of NaN; a causal mask always shows query i key 0."""
+
+
+class FlashStep:
+    """One key tile of one query tile: load, compute and (last step) finish."""
+
+    def __init__(self, ctx: Context, node, core: int, bufs: dict[str, list[SramRef]],
+                 ts: int, ss: int, index: tuple[int, ...], kv_index: tuple[int, ...],
+                 rows: tuple[int, int], keys: tuple[int, int], first: bool, last: bool,
+                 needs_mask: bool, mask: Value | None, bias: str | None, arrays: int) -> None:
+        self.ctx, self.node, self.core = ctx, node, core
+        self.bufs, self.ts, self.ss = bufs, ts, ss
+        self.index, self.kv_index = index, kv_index
+        self.rows, self.keys = rows, keys
+        self.first, self.last = first, last
+        self.needs_mask, self.mask, self.bias = needs_mask, mask, bias
+        self.nq, self.nk = rows[1] - rows[0], keys[1] - keys[0]
+        self.source = node.source
+        self.vpu = vpu_engine(core)
+        share = -(-self.nq // arrays)
+        self.parts = [(mxu_engine(core, a), r, min(r + share, self.nq))
+                      for a, r in enumerate(range(0, self.nq, share))]
+        """(array, first row, end row): each matmul split by query rows."""
+        self.next: FlashStep | None = None
+        self.qk_issued = False
+        self.pattern: tuple[str, int, bool] | None = None
+        """A causal tile kept in the scratchpad: (its DRAM constant, its mask slot,
+        whether this step loads it: the first on its core to use it)."""
+
+    def buf(self, name: str, shape: tuple[int, ...], per_tile: bool = False) -> SramRef:
+        return sub(self.bufs[name][self.ts if per_tile else self.ss], shape)
+
+    def vec(self, op) -> None:
+        self.ctx.em.emit(self.vpu, op, self.source)
+
+    def load(self) -> None:
+        ctx, node = self.ctx, self.node
+        q, k, v = node.inputs[:3]
+        stored = node.spec.heads_after_seq
+        d, dv = q.shape[-1], v.shape[-1]
+        if self.first:
+            box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, d))
+            qbuf = self.buf("q", (self.nq, d), True)
+            load_box(ctx, q, stored_box(box, stored[0]), qbuf, self.core, self.source,
+                     "load")
+            self.vec(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
+        kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
+        kt = self.buf("kt", (d, self.nk))
+        if node.spec.kv_scales:
+            self._load_int8_kv(kv_box)
+        elif stored[1]:  # heads inside rows: load, then transpose on the vector engine
+            kbuf = self.buf("k", (self.nk, d))
+            load_box(ctx, k, stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
+                     "load")
+            self.vec(Transpose(kbuf, kt, (1, 0)))
+        else:  # the DMA writes K^T directly
+            load_transposed(ctx, k, kv_box, kt, self.core, self.source)
+        v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
+        if not node.spec.kv_scales:
+            load_box(ctx, v, stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
+                     self.core, self.source, "load")
+        if not self.needs_mask:
+            return
+        if self.pattern is not None:
+            self._load_pattern()
+            return
+        mbuf = self.bufs["mask"][self.ss]
+        if self.bias is not None:
+            sq, sk = logical_shape(node.inputs[0], stored[0])[-2], logical_shape(k, stored[1])[-2]
+            view = DramView(self.bias, (sq, sk), (sq, sk), F32)
+            for ref, off in ctx.em.dram_pieces(view, (self.rows, self.keys)):
+                ctx.em.emit(ctx.em.dma(self.core, "load"), Load(ref, sub(mbuf, ref.shape, off)),
+                            self.source)
+            return
+        space_box = tuple((i, i + 1) for i in self.index) + (self.rows, self.keys)
+        mask = self.mask
+        box = value_box(mask, space_box)
+        shape = tuple(hi - lo for lo, hi in box)
+        own = box[len(box) - len(mask.shape):]
+        target = SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
+        load_box(ctx, mask, own, target, self.core, self.source, "load")
+
+    def _load_int8_kv(self, k_box: tuple[tuple[int, int], ...]) -> None:
+        """An int8 cache's tiles: K^T (by the DMA, or loaded and transposed on the
+        vector engine when heads sit inside rows) and V as int8, and each key's K and V
+        scale widened to an f32 row [1, Tk] for the score columns."""
+        ctx, node, nk = self.ctx, self.node, self.nk
+        stored = node.spec.heads_after_seq
+        d, dv = node.inputs[0].shape[-1], node.inputs[2].shape[-1]
+        kt = self.buf("kti", (d, nk))
+        if stored[1]:
+            raw = self.buf("ki", (nk, d))
+            load_box(ctx, node.inputs[1], stored_box(k_box, stored[1]), raw, self.core,
+                     self.source, "load")
+            self.vec(Transpose(raw, kt, (1, 0)))
+        else:
+            load_transposed(ctx, node.inputs[1], k_box, kt, self.core, self.source)
+        v_box = k_box[:-1] + ((0, dv),)
+        load_box(ctx, node.inputs[2], stored_box(v_box, stored[2]), self.buf("vi", (nk, dv)),
+                 self.core, self.source, "load")
+        rows = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, 1))
+        for name, scale in (("k", node.inputs[-2]), ("v", node.inputs[-1])):
+            column = self.buf(f"{name}s", (nk, 1))
+            load_box(ctx, scale, rows, column, self.core, self.source, "load")
+            self.vec(Cast(column, self.buf(f"{name}sf", (nk, 1))))
+
+    def _scale_row(self, name: str) -> SramRef:
+        """Per-key scales (f32) as a [1, Tk] row, broadcast over the query rows."""
+        return self.buf(f"{name}sf", (1, self.nk))
+
+    def _load_pattern(self) -> None:
+        name, slot, first = self.pattern
+        if not first:
+            return
+        dst = self.bufs["mask"][slot]
+        view = DramView(name, dst.shape, dst.shape, F32)
+        for ref, off in self.ctx.em.dram_pieces(view, tuple((0, n) for n in dst.shape)):
+            self.ctx.em.emit(self.ctx.em.dma(self.core, "load"),
+                             Load(ref, sub(dst, ref.shape, off)), self.source)
+
+    def _mask_ref(self) -> SramRef:
+        if self.pattern is not None:  # the top-left [nq, nk] of the resident tile
+            slot = self.bufs["mask"][self.pattern[1]]
+            width = slot.shape[1]
+            return SramRef(slot.space, slot.offset, (self.nq, self.nk), F32,
+                           None if self.nk == width else (width, 1))
+        if self.bias is not None:
+            return self.buf("mask", (self.nq, self.nk))
+        mask = self.mask
+        space_box = tuple((i, i + 1) for i in self.index) + (self.rows, self.keys)
+        box = value_box(mask, space_box)
+        shape = tuple(hi - lo for lo, hi in box)[-2:]
+        mbuf = self.bufs["mask"][self.ss]
+        return SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
+
+    def compute(self) -> None:
+        v = self.node.inputs[2]
+        dv = v.shape[-1]
+        nq, nk = self.nq, self.nk
+        s = self.buf("s", (nq, nk))
+        self.issue_qk()
+        if self.node.spec.kv_scales:  # S = (Q @ K_int^T) * k_scale, column by column
+            self.vec(Binary(BinaryKind.mul, s, self._scale_row("k"), s))
+        if self.needs_mask:
+            mask = self._mask_ref()
+            if mask.dtype is DType.bool:
+                self.vec(Select(mask, s, Scalar(float("-inf")), s))
+            else:
+                self.vec(Binary(BinaryKind.add, s, mask, s))
+        m = self.buf("m", (nq, 1), True)
+        mn = self.buf("mn", (nq, 1), True)
+        l_sum = self.buf("l", (nq, 1), True)
+        acc = self.buf("acc", (nq, dv), True)
+        p = self.buf("p", (nq, nk))
+        if self.first:
+            self.vec(Reduce(ReduceKind.max, s, m, 1))
+            if self.mask is not None:  # a row this tile hides whole: exp(-inf - -inf)
+                self.vec(Binary(BinaryKind.max, m, Scalar(_LOWEST), m))
+            self.vec(Binary(BinaryKind.sub, s, m, p))
+            self.vec(Unary(UnaryKind.exp, p, p))
+            self.vec(Reduce(ReduceKind.sum, p, l_sum, 1))
+            self._pv(p, acc, nq, nk, dv, v.dtype)
+            return
+        rm, c, rs = self.buf("rm", (nq, 1)), self.buf("c", (nq, 1)), self.buf("rs", (nq, 1))
+        self.vec(Reduce(ReduceKind.max, s, rm, 1))
+        self.vec(Binary(BinaryKind.max, m, rm, mn))
+        self.vec(Binary(BinaryKind.sub, s, mn, p))
+        self.vec(Unary(UnaryKind.exp, p, p))
+        self.vec(Binary(BinaryKind.sub, m, mn, c))
+        self.vec(Unary(UnaryKind.exp, c, c))
+        self.vec(Reduce(ReduceKind.sum, p, rs, 1))
+        self.vec(Binary(BinaryKind.mul, l_sum, c, l_sum))
+        self.vec(Binary(BinaryKind.add, l_sum, rs, l_sum))
+        self.vec(Binary(BinaryKind.mul, acc, c, acc))
+        pv = self.buf("pv", (nq, dv))
+        self._pv(p, pv, nq, nk, dv, v.dtype)
+        self.vec(Binary(BinaryKind.add, acc, pv, acc))
+        self.vec(VCopy(mn, m))
+
+    def issue_qk(self) -> None:
+        """``S = Q @ K^T`` for this key tile, once (the step before may issue it early)."""
+        if self.qk_issued:
+            return
+        self.qk_issued = True
+        d, nq, nk = self.node.inputs[0].shape[-1], self.nq, self.nk
+        kt = self.buf("kti" if self.node.spec.kv_scales else "kt", (d, nk))
+        q, s = self.buf("q", (nq, d), True), self.buf("s", (nq, nk))
+        for mxu, r0, r1 in self.parts:
+            self.ctx.em.emit(mxu, MatMul(sub(q, (r1 - r0, d), r0 * d), kt,
+                                         sub(s, (r1 - r0, nk), r0 * nk)), self.source)
+
+    def _pv(self, p: SramRef, dst: SramRef, nq: int, nk: int, dv: int, dtype: DType) -> None:
+        lhs = p
+        if self.node.spec.kv_scales:  # (P * v_scale) @ V_int, into the spent score tile
+            lhs = self.buf("s", (nq, nk))
+            self.vec(Binary(BinaryKind.mul, p, self._scale_row("v"), lhs))
+            dtype = self.node.inputs[0].dtype  # V_int is widened to the query's dtype
+        if dtype is not F32:
+            cast = self.buf("pc", (nq, nk))
+            self.vec(Cast(lhs, cast))
+            lhs = cast
+        if self.next is not None:  # the next tile's scores run during this softmax
+            self.next.issue_qk()
+        v = self.buf("vi" if self.node.spec.kv_scales else "v", (nk, dv))
+        for mxu, r0, r1 in self.parts:
+            self.ctx.em.emit(mxu, MatMul(sub(lhs, (r1 - r0, nk), r0 * nk), v,
+                                         sub(dst, (r1 - r0, dv), r0 * dv)), self.source)
+
+    def finish(self) -> None:
+        if not self.last:
+            return
+        out = self.node.out
+        dv = out.shape[-1]
+        acc = self.buf("acc", (self.nq, dv), True)
+        l_sum = self.buf("l", (self.nq, 1), True)
+        self.vec(Binary(BinaryKind.div, acc, l_sum, acc))
+        result = acc
+        if out.dtype is not F32:
+            result = self.buf("o", (self.nq, dv), True)
+            self.vec(Cast(acc, result))
+        box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, dv))
+        store_box(self.ctx, out, stored_box(box, self.node.spec.out_heads_after_seq), result,
+                  self.core, self.source, "store")
