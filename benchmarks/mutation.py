@@ -10,9 +10,11 @@ broke.
     python benchmarks/mutation.py                         # every module below
     python benchmarks/mutation.py archsim/bandwidth.py    # one
     python benchmarks/mutation.py --survivors             # also print each survivor's diff
+    python benchmarks/mutation.py archsim/simulator.py --only '*_drain*'   # some mutants
 
 Prints killed / survived / timeout / no-tests per module and the score
-(killed + timeout) / all mutants. Surviving and untested mutants are listed by name;
+(killed + timeout) / all mutants run (``--only`` runs the mutants whose names match
+its patterns, e.g. one function's, so a large module can be scored in parts). Surviving and untested mutants are listed by name;
 BENCHMARKS.md records, for each, the test that now kills it or why it is equivalent.
 """
 
@@ -67,11 +69,13 @@ MODULES: dict[str, list[str]] = {
         "tests/torch_bridge/test_runtime_overhead.py",
     ],
     "serving/plan.py": [
+        "tests/serving/test_plan_mutants.py",
         "tests/serving/test_serving_bounds.py",
         "tests/serving/test_serving_plan.py",
         "tests/quant/test_llm_weights.py",
     ],
     "serving/roofline.py": [
+        "tests/serving/test_roofline_mutants.py",
         "tests/serving/test_serving_bounds.py",
         "tests/serving/test_serving_plan.py",
         "tests/serving/test_serving_run.py",
@@ -94,6 +98,12 @@ PACKAGES = ("archsim", "compiler", "reports", "torch_bridge", "serving")
 """Copied into the scratch project: the tests import across packages."""
 
 
+TIMEOUT_MULTIPLIER = 3.0
+"""A mutant times out (and counts as caught) after (its tests' time + 1 s) x this x 2
+CPU seconds. mutmut's default, 15, gives a mutant that loops 30 times its tests' time:
+most of ``archsim/simulator.py``'s run was spent waiting on such loops."""
+
+
 def mutmut_config(module: str, tests: list[str]) -> str:
     """The ``[tool.mutmut]`` section for one module's run."""
     def toml_list(items: list[str]) -> str:
@@ -105,12 +115,15 @@ def mutmut_config(module: str, tests: list[str]) -> str:
         f"only_mutate = {toml_list([module])}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x"]\n'
+        f"timeout_multiplier = {TIMEOUT_MULTIPLIER}\n"
         'also_copy = ["tests", "pyproject.toml"]\n'
     )
 
 
-def run_module(module: str, tests: list[str], workers: int, survivors: bool) -> dict:
-    """Mutate ``module`` in a scratch copy, run mutmut, return its counts."""
+def run_module(module: str, tests: list[str], workers: int, survivors: bool,
+               only: list[str]) -> dict:
+    """Mutate ``module`` in a scratch copy, run mutmut (on the mutants matching ``only``
+    when given), return its counts."""
     with tempfile.TemporaryDirectory(prefix="archsim-mutation-") as scratch:
         work = Path(scratch)
         for package in PACKAGES:
@@ -122,7 +135,7 @@ def run_module(module: str, tests: list[str], workers: int, survivors: bool) -> 
         (work / "pyproject.toml").write_text(pyproject + mutmut_config(module, tests))
         mutmut = [sys.executable, "-m", "mutmut"]
         start = time.perf_counter()
-        run = subprocess.run([*mutmut, "run", "--max-children", str(workers)], cwd=work,
+        run = subprocess.run([*mutmut, "run", "--max-children", str(workers), *only], cwd=work,
                              capture_output=True, text=True)
         seconds = time.perf_counter() - start
         if run.returncode != 0:
@@ -131,6 +144,9 @@ def run_module(module: str, tests: list[str], workers: int, survivors: bool) -> 
         subprocess.run([*mutmut, "export-cicd-stats"], cwd=work, check=True,
                        capture_output=True)
         stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text())
+        # with --only, mutants not run are neither caught nor surviving: leave them out
+        stats["total"] = sum(stats[kind] for kind in ("killed", "timeout", "survived",
+                                                       "no_tests", "suspicious", "segfault"))
         results = subprocess.run([*mutmut, "results"], cwd=work, check=True,
                                  capture_output=True, text=True).stdout
         surviving = [line.split(":")[0].strip() for line in results.splitlines()
@@ -153,6 +169,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--survivors", action="store_true",
                         help="print each surviving mutant's diff")
+    parser.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                        help="run only the mutants whose names match this fnmatch pattern "
+                             "(e.g. '*_drain*'; repeatable)")
     args = parser.parse_args()
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
@@ -161,7 +180,8 @@ def main() -> None:
           f"{os.cpu_count()} cores, {args.workers} workers, "
           f"python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
     for module in args.modules:
-        result = run_module(module, MODULES[module], args.workers, args.survivors)
+        result = run_module(module, MODULES[module], args.workers, args.survivors,
+                            args.only)
         stats = result["stats"]
         caught = stats["killed"] + stats["timeout"]
         score = caught / stats["total"] if stats["total"] else float("nan")
