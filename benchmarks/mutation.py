@@ -50,6 +50,7 @@ MODULES: dict[str, list[str]] = {
         "tests/archsim/test_simulator.py",
     ],
     "archsim/simulator.py": [
+        "tests/archsim/test_simulator_mutants.py",
         "tests/archsim/test_simulator.py",
         "tests/archsim/test_timing.py",
         "tests/archsim/test_functional.py",
@@ -100,12 +101,44 @@ PACKAGES = ("archsim", "compiler", "reports", "torch_bridge", "serving")
 """Copied into the scratch project: the tests import across packages."""
 
 
-TIMEOUT_MULTIPLIER: dict[str, float] = {"archsim/simulator.py": 3.0, "archsim/plan.py": 3.0}
-"""Per module, mutmut's ``timeout_multiplier`` when not its default 15: a mutant times
-out (and counts as caught) after (its tests' time + 1 s) x this seconds of wall time (x 2
-of CPU time). A lower one stops mutants that loop sooner, but on a loaded machine it
-can time out a mutant that only ran slowly: the timed-out mutants are listed, so check
-them (``mutmut show``) before trusting the score."""
+TIMEOUTS: dict[str, tuple[float, float]] = {"archsim/simulator.py": (3.0, 5.0),
+                                            "archsim/plan.py": (3.0, 5.0)}
+"""Per module, mutmut's ``(timeout_multiplier, timeout_constant)`` when not its defaults
+(15, 1 s): a mutant times out (and counts as caught) after (its tests' time + constant)
+x multiplier seconds of wall time (twice that of CPU time). The defaults give a mutant
+that loops 15 times its tests' time, and most of ``archsim/simulator.py``'s run (over 30
+min) was spent waiting on its ~20 looping mutants. A lower multiplier alone (x 3, 1 s)
+timed out mutants that only ran slowly on the loaded machine; the constant keeps every
+limit above 15 s. The timed-out mutants are listed: check them (``--survivors`` shows
+their diffs) before trusting a score."""
+
+
+FRESH_CACHES = "mutation_fresh_caches"
+"""A pytest plugin written into the scratch project: before each test it empties the
+in-process caches of compiled schedules, Triton kernels, matmul tilings and eager ops.
+mutmut forks each mutant's test run from a process that has already run the tests, so
+without it a test finds the schedule the unmutated code compiled, the mutated kernel
+code never runs and every mutant of ``compiler/kernels/matmul.py`` survives ("Unable to
+force test failures")."""
+
+FRESH_CACHES_PLUGIN = '''"""Empty archsim's in-process caches before each test (benchmarks/mutation.py)."""
+import sys
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches():
+    for name in ("compiler.compile", "compiler.triton", "torch_bridge.eager"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.clear_cache()
+    cost = sys.modules.get("compiler.cost")
+    clear_tilings = getattr(getattr(cost, "choose_matmul_tiling", None), "cache_clear", None)
+    if clear_tilings is not None:  # (not when cost.py itself is mutated)
+        clear_tilings()
+    yield
+'''
 
 
 def mutmut_config(module: str, tests: list[str]) -> str:
@@ -118,9 +151,10 @@ def mutmut_config(module: str, tests: list[str]) -> str:
         f"source_paths = {toml_list(list(PACKAGES))}\n"
         f"only_mutate = {toml_list([module])}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x"]\n'
-        f"timeout_multiplier = {TIMEOUT_MULTIPLIER.get(module, 15.0)}\n"
-        'also_copy = ["tests", "pyproject.toml"]\n'
+        f'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "{FRESH_CACHES}", "-x"]\n'
+        f"timeout_multiplier = {TIMEOUTS.get(module, (15.0, 1.0))[0]}\n"
+        f"timeout_constant = {TIMEOUTS.get(module, (15.0, 1.0))[1]}\n"
+        f'also_copy = ["tests", "pyproject.toml", "{FRESH_CACHES}.py"]\n'
     )
 
 
@@ -137,6 +171,7 @@ def run_module(module: str, tests: list[str], workers: int, survivors: bool,
                         ignore=shutil.ignore_patterns("__pycache__"))
         pyproject = (ROOT / "pyproject.toml").read_text()
         (work / "pyproject.toml").write_text(pyproject + mutmut_config(module, tests))
+        (work / f"{FRESH_CACHES}.py").write_text(FRESH_CACHES_PLUGIN)
         mutmut = [sys.executable, "-m", "mutmut"]
         start = time.perf_counter()
         run = subprocess.run([*mutmut, "run", "--max-children", str(workers), *only], cwd=work,
