@@ -12,7 +12,7 @@ import pytest
 from archsim.config import load_config
 from archsim.errors import SimulationError
 from archsim.simulator import Simulator, busy_cycles
-from compiler.ir import DType, HostOp, Load, SramRef, Unary, UnaryKind
+from compiler.ir import DType, HostOp, Load, MatMul, SramRef, Unary, UnaryKind
 from compiler.ir.builder import ProgramBuilder
 
 TINY = load_config("tiny")
@@ -98,3 +98,36 @@ def test_a_stuck_program_is_reported_as_stuck_even_past_int64() -> None:
 ])
 def test_busy_cycles_of_transfers_in_flight_count_overlaps_once(starts, ends, busy) -> None:
     assert busy_cycles(np.array(starts), np.array(ends), 2) == busy
+
+
+@pytest.mark.parametrize("rows, timeline", [
+    # 2 x 4 ws array, double-buffered weights: fill and drain 2 x 2 + 4 - 2 = 6; one fold
+    # of T = 2 rows costs max(2, 2) + 6 = 8, and 2 right behind the first
+    (2, [(0, 8), (8, 10)]),
+    # 1 x 4: fill and drain 4; T = 1: 1 + 4 = 5, then the 1 cycle left of it
+    (1, [(0, 5), (5, 6)]),
+])
+def test_a_matmul_right_behind_another_keeps_its_streaming_cycles(rows: int, timeline) -> None:
+    config = TINY.with_overrides({"core.matrix.weight_buffers": 2, "core.matrix.rows": rows})
+    b = ProgramBuilder("two")
+    a, w = SramRef("sram0", 0, (rows, rows), F32), SramRef("sram0", 256, (rows, 4), F32)
+    b.add("core0.mxu0", MatMul(a, w, SramRef("sram0", 512, (rows, 4), F32)))
+    b.add("core0.mxu0", MatMul(a, w, SramRef("sram0", 768, (rows, 4), F32)))
+    result = Simulator(config).run(b.build())
+    assert list(zip(result.starts.tolist(), result.ends.tolist())) == timeline
+
+
+def test_a_transfer_waiting_in_flight_shares_the_dram_channel_when_it_streams() -> None:
+    # tiny: 35 cycles of latency, one DRAM channel of 16 B/cycle. core0.dma0 keeps 2
+    # loads of 256 B in flight, core1.dma0 loads 512 B: from cycle 35 two flows get 8
+    # B/cycle each; core0's first ends at 35 + 32 = 67, its second (latency long over)
+    # streams from 67 beside core1's last 256 B, 8 B/cycle each: both end at 99
+    config = TINY.with_overrides({"core.dma.outstanding": 2})
+    b = ProgramBuilder("in flight")
+    b.tensor("x", (8, 16), F32, "in")
+    b.add("core0.dma0", Load(b.ref("x", (0, 4), (0, 16)), SramRef("sram0", 0, (4, 16), F32)))
+    b.add("core0.dma0", Load(b.ref("x", (4, 8), (0, 16)), SramRef("sram0", 256, (4, 16), F32)))
+    b.add("core1.dma0", Load(b.ref("x"), SramRef("sram1", 0, (8, 16), F32)))
+    result = Simulator(config).run(b.build())
+    assert list(zip(result.starts.tolist(), result.ends.tolist())) == [
+        (0, 67), (0, 99), (0, 99)]
