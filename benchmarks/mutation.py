@@ -58,7 +58,7 @@ MODULES: dict[str, list[str]] = {
         "tests/archsim/test_bandwidth_sharing.py",  # transfers in flight share links
     ],
     "archsim/plan.py": [
-        "tests/archsim/test_plan_mutants.py",
+        "tests/archsim/test_archsim_plan_mutants.py",
         "tests/archsim/test_simulator_mutants.py",
         "tests/archsim/test_simulator.py",
         "tests/archsim/test_timing.py",
