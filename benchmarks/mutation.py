@@ -93,6 +93,11 @@ MODULES: dict[str, list[str]] = {
         "tests/reports/test_reports_extended.py",  # the path through extended spans
         "tests/reports/test_reports_tie_rules.py",
     ],
+    "compiler/ir/verify.py": [
+        "tests/compiler/ir/test_verify.py",
+        "tests/compiler/ir/test_verify_shortcuts.py",
+        "tests/compiler/ir/test_strided_sram.py",
+    ],
     "compiler/ir/verify_races.py": [
         "tests/compiler/ir/test_verify.py",
         "tests/compiler/ir/test_verify_shortcuts.py",
