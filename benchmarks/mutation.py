@@ -98,6 +98,16 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_verify_shortcuts.py",
         "tests/compiler/ir/test_strided_sram.py",
     ],
+    "compiler/ir/verify_ops.py": [
+        "tests/compiler/ir/test_verify.py",
+        "tests/compiler/ir/test_verify_shortcuts.py",
+        "tests/compiler/ir/test_strided_sram.py",
+    ],
+    "compiler/ir/verify_order.py": [
+        "tests/compiler/ir/test_verify.py",
+        "tests/compiler/ir/test_verify_shortcuts.py",
+        "tests/compiler/ir/test_strided_sram.py",
+    ],
     "compiler/ir/verify_races.py": [
         "tests/compiler/ir/test_verify.py",
         "tests/compiler/ir/test_verify_shortcuts.py",
