@@ -10,9 +10,12 @@ broke.
     python benchmarks/mutation.py                         # every module below
     python benchmarks/mutation.py archsim/bandwidth.py    # one
     python benchmarks/mutation.py --survivors             # also print each survivor's diff
+    python benchmarks/mutation.py archsim/simulator.py --only '*_drain*'   # some mutants
 
 Prints killed / survived / timeout / no-tests per module and the score
-(killed + timeout) / all mutants. Surviving and untested mutants are listed by name;
+(killed + timeout) / all mutants run (``--only`` runs the mutants whose names match
+its patterns, e.g. one function's, so a large module can be scored in parts). Surviving,
+untested and timed-out mutants are listed by name;
 BENCHMARKS.md records, for each, the test that now kills it or why it is equivalent.
 """
 
@@ -47,14 +50,20 @@ MODULES: dict[str, list[str]] = {
         "tests/archsim/test_simulator.py",
     ],
     "archsim/simulator.py": [
+        "tests/archsim/test_simulator_mutants.py",
         "tests/archsim/test_simulator.py",
         "tests/archsim/test_timing.py",
         "tests/archsim/test_functional.py",
+        "tests/archsim/test_weight_buffers.py",  # back-to-back matmuls save their fill
+        "tests/archsim/test_bandwidth_sharing.py",  # transfers in flight share links
     ],
     "archsim/plan.py": [
+        "tests/archsim/test_archsim_plan_mutants.py",
+        "tests/archsim/test_simulator_mutants.py",
         "tests/archsim/test_simulator.py",
         "tests/archsim/test_timing.py",
         "tests/archsim/test_functional.py",
+        "tests/archsim/test_replay.py",  # the bound program and its dependency order
     ],
     "compiler/kernels/matmul.py": [
         "tests/compiler/test_matmul_tiling.py",
@@ -67,11 +76,13 @@ MODULES: dict[str, list[str]] = {
         "tests/torch_bridge/test_runtime_overhead.py",
     ],
     "serving/plan.py": [
+        "tests/serving/test_plan_mutants.py",
         "tests/serving/test_serving_bounds.py",
         "tests/serving/test_serving_plan.py",
         "tests/quant/test_llm_weights.py",
     ],
     "serving/roofline.py": [
+        "tests/serving/test_roofline_mutants.py",
         "tests/serving/test_serving_bounds.py",
         "tests/serving/test_serving_plan.py",
         "tests/serving/test_serving_run.py",
@@ -81,6 +92,21 @@ MODULES: dict[str, list[str]] = {
         "tests/reports/test_reports_critical_path.py",
         "tests/reports/test_reports_extended.py",  # the path through extended spans
         "tests/reports/test_reports_tie_rules.py",
+    ],
+    "compiler/ir/verify.py": [
+        "tests/compiler/ir/test_verify.py",
+        "tests/compiler/ir/test_verify_shortcuts.py",
+        "tests/compiler/ir/test_strided_sram.py",
+    ],
+    "compiler/ir/verify_ops.py": [
+        "tests/compiler/ir/test_verify.py",
+        "tests/compiler/ir/test_verify_shortcuts.py",
+        "tests/compiler/ir/test_strided_sram.py",
+    ],
+    "compiler/ir/verify_order.py": [
+        "tests/compiler/ir/test_verify.py",
+        "tests/compiler/ir/test_verify_shortcuts.py",
+        "tests/compiler/ir/test_strided_sram.py",
     ],
     "compiler/ir/verify_races.py": [
         "tests/compiler/ir/test_verify.py",
@@ -94,6 +120,54 @@ PACKAGES = ("archsim", "compiler", "reports", "torch_bridge", "serving")
 """Copied into the scratch project: the tests import across packages."""
 
 
+TIMEOUTS: dict[str, tuple[float, float]] = {"archsim/simulator.py": (3.0, 5.0),
+                                            "archsim/plan.py": (3.0, 5.0)}
+"""Per module, mutmut's ``(timeout_multiplier, timeout_constant)`` when not its defaults
+(15, 1 s): a mutant times out (and counts as caught) after (its tests' time + constant)
+x multiplier seconds of wall time (twice that of CPU time). The defaults give a mutant
+that loops 15 times its tests' time, and most of ``archsim/simulator.py``'s run (over 30
+min) was spent waiting on its ~20 looping mutants. A lower multiplier alone (x 3, 1 s)
+timed out mutants that only ran slowly on the loaded machine; the constant keeps every
+limit above 15 s. The timed-out mutants are listed: check them (``--survivors`` shows
+their diffs) before trusting a score."""
+
+
+FRESH_CACHES = "mutation_fresh_caches"
+"""A pytest plugin written into the scratch project: before each test it empties the
+in-process caches of compiled schedules, Triton kernels, matmul tilings and eager ops.
+mutmut forks each mutant's test run from a process that has already run the tests, so
+without it a test finds the schedule the unmutated code compiled, the mutated kernel
+code never runs and every mutant of ``compiler/kernels/matmul.py`` survives ("Unable to
+force test failures")."""
+
+FRESH_CACHES_PLUGIN = '''"""Empty archsim's in-process caches before each test (benchmarks/mutation.py)."""
+import sys
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches():
+    for name in ("compiler.compile", "compiler.triton", "torch_bridge.eager"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.clear_cache()
+    cost = sys.modules.get("compiler.cost")
+    clear_tilings = getattr(getattr(cost, "choose_matmul_tiling", None), "cache_clear", None)
+    if clear_tilings is not None:  # (not when cost.py itself is mutated)
+        clear_tilings()
+    yield
+'''
+
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""mutmut forks each mutant's tests from a process that has run them once; a forked
+child whose parent had started torch's OpenMP thread pool hangs at its first parallel
+torch op (libgomp is not fork-safe). Those hangs counted as timeouts, that is as caught:
+67 of ``archsim/simulator.py``'s 321 mutants, killed or not. With one thread torch
+starts no pool."""
+
+
 def mutmut_config(module: str, tests: list[str]) -> str:
     """The ``[tool.mutmut]`` section for one module's run."""
     def toml_list(items: list[str]) -> str:
@@ -104,13 +178,17 @@ def mutmut_config(module: str, tests: list[str]) -> str:
         f"source_paths = {toml_list(list(PACKAGES))}\n"
         f"only_mutate = {toml_list([module])}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x"]\n'
-        'also_copy = ["tests", "pyproject.toml"]\n'
+        f'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "{FRESH_CACHES}", "-x"]\n'
+        f"timeout_multiplier = {TIMEOUTS.get(module, (15.0, 1.0))[0]}\n"
+        f"timeout_constant = {TIMEOUTS.get(module, (15.0, 1.0))[1]}\n"
+        f'also_copy = ["tests", "pyproject.toml", "{FRESH_CACHES}.py"]\n'
     )
 
 
-def run_module(module: str, tests: list[str], workers: int, survivors: bool) -> dict:
-    """Mutate ``module`` in a scratch copy, run mutmut, return its counts."""
+def run_module(module: str, tests: list[str], workers: int, survivors: bool,
+               only: list[str]) -> dict:
+    """Mutate ``module`` in a scratch copy, run mutmut (on the mutants matching ``only``
+    when given), return its counts."""
     with tempfile.TemporaryDirectory(prefix="archsim-mutation-") as scratch:
         work = Path(scratch)
         for package in PACKAGES:
@@ -120,10 +198,11 @@ def run_module(module: str, tests: list[str], workers: int, survivors: bool) -> 
                         ignore=shutil.ignore_patterns("__pycache__"))
         pyproject = (ROOT / "pyproject.toml").read_text()
         (work / "pyproject.toml").write_text(pyproject + mutmut_config(module, tests))
+        (work / f"{FRESH_CACHES}.py").write_text(FRESH_CACHES_PLUGIN)
         mutmut = [sys.executable, "-m", "mutmut"]
         start = time.perf_counter()
-        run = subprocess.run([*mutmut, "run", "--max-children", str(workers)], cwd=work,
-                             capture_output=True, text=True)
+        run = subprocess.run([*mutmut, "run", "--max-children", str(workers), *only], cwd=work,
+                             capture_output=True, text=True, env={**os.environ, **ONE_THREAD})
         seconds = time.perf_counter() - start
         if run.returncode != 0:
             sys.stderr.write(run.stdout[-4000:] + run.stderr[-4000:])
@@ -131,19 +210,25 @@ def run_module(module: str, tests: list[str], workers: int, survivors: bool) -> 
         subprocess.run([*mutmut, "export-cicd-stats"], cwd=work, check=True,
                        capture_output=True)
         stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text())
+        # with --only, mutants not run are neither caught nor surviving: leave them out
+        stats["total"] = sum(stats[kind] for kind in ("killed", "timeout", "survived",
+                                                       "no_tests", "suspicious", "segfault"))
         results = subprocess.run([*mutmut, "results"], cwd=work, check=True,
                                  capture_output=True, text=True).stdout
         surviving = [line.split(":")[0].strip() for line in results.splitlines()
                      if line.strip().endswith("survived")]
         untested = [line.split(":")[0].strip() for line in results.splitlines()
                     if line.strip().endswith("no tests")]
+        timed_out = [line.split(":")[0].strip() for line in results.splitlines()
+                     if line.strip().endswith("timeout")]
         diffs = {}
         if survivors:
-            for name in surviving + untested:
+            for name in surviving + untested + timed_out:
                 diffs[name] = subprocess.run([*mutmut, "show", name], cwd=work, check=True,
                                              capture_output=True, text=True).stdout
     return {"module": module, "seconds": seconds, "stats": stats,
-            "survivors": surviving, "untested": untested, "diffs": diffs}
+            "survivors": surviving, "untested": untested, "timed_out": timed_out,
+            "diffs": diffs}
 
 
 def main() -> None:
@@ -153,6 +238,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--survivors", action="store_true",
                         help="print each surviving mutant's diff")
+    parser.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                        help="run only the mutants whose names match this fnmatch pattern "
+                             "(e.g. '*_drain*'; repeatable)")
     args = parser.parse_args()
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
@@ -161,7 +249,8 @@ def main() -> None:
           f"{os.cpu_count()} cores, {args.workers} workers, "
           f"python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
     for module in args.modules:
-        result = run_module(module, MODULES[module], args.workers, args.survivors)
+        result = run_module(module, MODULES[module], args.workers, args.survivors,
+                            args.only)
         stats = result["stats"]
         caught = stats["killed"] + stats["timeout"]
         score = caught / stats["total"] if stats["total"] else float("nan")
@@ -171,6 +260,10 @@ def main() -> None:
               f"in {result['seconds']:.0f} s")
         for name in result["untested"]:
             print(f"  no tests: {name}")
+            if name in result["diffs"]:
+                print("    " + result["diffs"][name].replace("\n", "\n    "))
+        for name in result["timed_out"]:
+            print(f"  timeout: {name}")
             if name in result["diffs"]:
                 print("    " + result["diffs"][name].replace("\n", "\n    "))
         for name in result["survivors"]:
