@@ -205,7 +205,12 @@ def check(spec: ModelSpec, request: Request, par: Parallelism) -> Shard:
                                ("kv-dtype", request.kv_dtype, KV_BYTES)):
         if dtype not in known:
             problems.append(f"{name} {dtype!r} is not one of {', '.join(known)}")
-    fmt = weight_format(request.weights) if request.weights else None
+    fmt = None
+    if request.weights:
+        try:
+            fmt = weight_format(request.weights)
+        except ModelConfigError as error:  # named with the others, as they are
+            problems.append(str(error).removeprefix("--"))
     if fmt and request.dtype == "f32":
         problems.append(f"{fmt.name} weights take 16-bit activations: --dtype bf16 "
                         f"or f16")
