@@ -143,6 +143,11 @@ class ServeResult:
             notes.append(f"prompt {request.prefill} > sliding window {window}: prefill "
                          f"attention of the windowed layers is timed as full causal "
                          f"attention (the kernel does not skip key tiles left of the window)")
+        if request.weights.startswith("int4"):
+            notes.append("int4 weights are unpacked and dequantized on the vector unit and "
+                         "written back in the activations' dtype before each matmul reads "
+                         "them (the matmul kernel takes no packed operand yet): slower than "
+                         "16-bit weights, not what int4 hardware paths do")
         if spec.attention_softcap:
             notes.append("attention logit soft-capping is not timed (inside the flash "
                          "kernel; transformers' SDPA path leaves it out too)")

@@ -189,3 +189,19 @@ def test_archsim_run_file_runs_an_int4_model_against_cpu(tmp_path, capsys) -> No
                     "example_inputs = (torch.randn(4, 128, dtype=torch.bfloat16),)\n")
     assert main(["run", str(path), "--config", "tiny"]) == 0  # numbers checked vs CPU
     assert "numerics: max |npu - torch cpu|" in capsys.readouterr().err
+
+
+def test_the_llm_report_says_how_int4_runs_today() -> None:
+    from serving.run import serve
+    from serving.spec import spec_from_config
+
+    spec = spec_from_config({"model_type": "llama", "hidden_size": 64,
+                             "num_hidden_layers": 1, "num_attention_heads": 2,
+                             "intermediate_size": 128, "vocab_size": 64,
+                             "max_position_embeddings": 64}, "one-layer")
+    notes = serve(spec, load_config("tiny"), Request(1, 8, 1, weights="int4-g32"),
+                  Parallelism()).notes()
+    assert ("int4 weights are unpacked and dequantized on the vector unit and written "
+            "back in the activations' dtype before each matmul reads them (the matmul "
+            "kernel takes no packed operand yet): slower than 16-bit weights, not what "
+            "int4 hardware paths do") in notes
