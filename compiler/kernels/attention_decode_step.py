@@ -10,7 +10,12 @@ from compiler.ir.operands import Scalar, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Cast, MatMul, Reduce, ReduceKind, Unary, \
     UnaryKind, VCopy
 from compiler.kernels.attention_combine import Partials
-from compiler.kernels.attention_layout import head_segments, store_rows, stored_box
+from compiler.kernels.attention_layout import (
+    head_segments,
+    online_softmax_update,
+    store_rows,
+    stored_box,
+)
 from compiler.kernels.common import Context, ceil_div
 from compiler.kernels.vector import load_box, sub
 
@@ -138,15 +143,7 @@ class DecodeStep:
             return
         rm, mn = self.buf("rm", (1, rows)), self.buf("mn", (1, rows))
         c, rs = self.buf("c", (1, rows)), self.buf("rs", (1, rows))
-        self.vec(Reduce(ReduceKind.max, s, rm, 0))
-        self.vec(Binary(BinaryKind.max, m, rm, mn))
-        self.vec(Binary(BinaryKind.sub, s, mn, s))
-        self.vec(Unary(UnaryKind.exp, s, s))
-        self.vec(Binary(BinaryKind.sub, m, mn, c))
-        self.vec(Unary(UnaryKind.exp, c, c))
-        self.vec(Reduce(ReduceKind.sum, s, rs, 0))
-        self.vec(Binary(BinaryKind.mul, l_sum, c, l_sum))
-        self.vec(Binary(BinaryKind.add, l_sum, rs, l_sum))
+        online_softmax_update(self.vec, s, s, 0, m, mn, l_sum, rm, c, rs)
         self._previous_tail()  # its sums into acc come before acc is rescaled
         self.vec(Binary(BinaryKind.mul, acc, sub(c, (rows, 1)), acc))  # [1, M] as [M, 1]
         self._pv(s, acc, add_to=True)

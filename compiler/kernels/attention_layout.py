@@ -1,5 +1,6 @@
 """Where attention's heads live: inputs stored [B, H, S, D] or [B, S, H, D], and the rows
-of a query buffer that hold several heads (grouped-query items)."""
+of a query buffer that hold several heads (grouped-query items); and the online softmax's
+update, which the flash and decode steps share."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from archsim.config.names import vpu_engine
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Cast
+from collections.abc import Callable
+
+from compiler.ir.ops import Binary, BinaryKind, Cast, Op, Reduce, ReduceKind, Unary, UnaryKind
 from compiler.kernels.common import Context
 from compiler.kernels.vector import store_box, sub
 
@@ -48,3 +51,21 @@ def store_rows(ctx: Context, node, core: int, result: SramRef, cast_buf: SramRef
         box = tuple((i, i + 1) for i in index) + ((0, sq), (0, dv))
         store_box(ctx, out, stored_box(box, node.spec.out_heads_after_seq),
                   sub(result, (sq, dv), row * dv), core, source, "store")
+
+
+def online_softmax_update(vec: Callable[[Op], None], s: SramRef, p: SramRef, axis: int,
+                          m: SramRef, mn: SramRef, l_sum: SramRef, rm: SramRef,
+                          c: SramRef, rs: SramRef) -> None:
+    """A score tile ``s`` into the running softmax (keys along ``axis``): its maxima
+    ``rm``, the new running maxima ``mn = max(m, rm)``, ``p = exp(s - mn)`` (``p`` may be
+    ``s``), the factor ``c = exp(m - mn)`` the old sums shrink by, and
+    ``l_sum = l_sum * c + sum(p)``. The caller rescales its output sums by ``c``."""
+    vec(Reduce(ReduceKind.max, s, rm, axis))
+    vec(Binary(BinaryKind.max, m, rm, mn))
+    vec(Binary(BinaryKind.sub, s, mn, p))
+    vec(Unary(UnaryKind.exp, p, p))
+    vec(Binary(BinaryKind.sub, m, mn, c))
+    vec(Unary(UnaryKind.exp, c, c))
+    vec(Reduce(ReduceKind.sum, p, rs, axis))
+    vec(Binary(BinaryKind.mul, l_sum, c, l_sum))
+    vec(Binary(BinaryKind.add, l_sum, rs, l_sum))

@@ -25,7 +25,7 @@ from compiler.ir.ops import (
     UnaryKind,
     VCopy,
 )
-from compiler.kernels.attention_layout import logical_shape, stored_box
+from compiler.kernels.attention_layout import logical_shape, online_softmax_update, stored_box
 from compiler.kernels.common import Context
 from compiler.kernels.matmul import load_transposed
 from compiler.kernels.vector import load_box, store_box, sub, value_box
@@ -198,15 +198,7 @@ class FlashStep:
             self._pv(p, acc, nq, nk, dv, v.dtype)
             return
         rm, c, rs = self.buf("rm", (nq, 1)), self.buf("c", (nq, 1)), self.buf("rs", (nq, 1))
-        self.vec(Reduce(ReduceKind.max, s, rm, 1))
-        self.vec(Binary(BinaryKind.max, m, rm, mn))
-        self.vec(Binary(BinaryKind.sub, s, mn, p))
-        self.vec(Unary(UnaryKind.exp, p, p))
-        self.vec(Binary(BinaryKind.sub, m, mn, c))
-        self.vec(Unary(UnaryKind.exp, c, c))
-        self.vec(Reduce(ReduceKind.sum, p, rs, 1))
-        self.vec(Binary(BinaryKind.mul, l_sum, c, l_sum))
-        self.vec(Binary(BinaryKind.add, l_sum, rs, l_sum))
+        online_softmax_update(self.vec, s, p, 1, m, mn, l_sum, rm, c, rs)
         self.vec(Binary(BinaryKind.mul, acc, c, acc))
         pv = self.buf("pv", (nq, dv))
         self._pv(p, pv, nq, nk, dv, v.dtype)
