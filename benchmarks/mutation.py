@@ -68,7 +68,11 @@ MODULES: dict[str, list[str]] = {
     "compiler/kernels/matmul.py": [
         "tests/compiler/test_matmul_tiling.py",
         "tests/compiler/test_matmul_panels.py",
+        "tests/compiler/test_matmul_staging.py",
         "tests/quant/test_quantized.py",
+    ],
+    "compiler/kernels/matmul_staging.py": [
+        "tests/compiler/test_matmul_staging.py",
     ],
     "torch_bridge/eager.py": [
         "tests/torch_bridge/test_eager_accounting.py",

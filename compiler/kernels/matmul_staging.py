@@ -24,7 +24,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
 from compiler.ir.ops import Load
 from compiler.kernels.common import Box, Context
-from compiler.kernels.vector import dram_transfers, sub
+from compiler.kernels.vector import sub
 
 Tile = tuple[int, int, int]
 """(batch index, first row, first column) of an output tile."""
@@ -80,7 +80,9 @@ class StagedA:
             view = sub(buffer, (rows, cols))
             if (round_, slot, step) not in self.loaded:
                 self.loaded.add((round_, slot, step))
-                for ref, offset in dram_transfers(ctx, a_value, box, "load"):
+                # one command per DRAM piece: the task DMA is one engine, splitting a
+                # piece over it would only add setups
+                for ref, offset in ctx.em.dram_pieces(ctx.view(a_value), box):
                     ctx.em.emit(TDMA, Load(ref, sub(view, ref.shape, offset)), kernel)
             return view
         return staged

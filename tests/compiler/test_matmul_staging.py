@@ -4,6 +4,7 @@ row block get it from one task-DMA load instead of one DRAM read each."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from archsim.app.pipeline import run
@@ -12,7 +13,9 @@ from archsim.config import load_config
 from compiler import compile_op
 from compiler.cost import choose_matmul_tiling
 from compiler.ir import DType
-from compiler.ir.ops import Copy, Load
+from compiler.ir.ops import Copy, Load, MatMul
+from compiler.kernels.matmul_staging import StagedA
+from archsim.errors import CapacityError
 
 TINY = load_config("tiny")  # 2 cores, 256 KiB shared SRAM
 
@@ -84,3 +87,43 @@ def test_staging_is_taken_only_when_it_clearly_pays(monkeypatch) -> None:
     cost.choose_matmul_tiling.cache_clear()
     assert not kept.a_staged and eager.a_staged
     assert eager.cost.estimate(v4) > 0.9 * kept.cost.estimate(v4)
+
+
+class _Ctx:
+    """What StagedA.plan reads of a compile context: the config."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+
+
+def test_slots_go_to_row_blocks_two_or_more_cores_of_a_round_share() -> None:
+    # 4 cores, 2 column tiles per row block: round 0 holds row blocks 0 and 8 (two
+    # groups of two: slots 0 and 1), round 1 row blocks 16 and 24 likewise
+    tiles = [(0, m0, n0) for m0 in (0, 8, 16, 24) for n0 in (0, 8)]
+    staged = StagedA.plan(_Ctx(TINY), tiles, 4, (8, 4), DType.f32, 3, 5)
+    assert staged.slots == {0: 0, 1: 0, 2: 1, 3: 1, 4: 0, 5: 0, 6: 1, 7: 1}
+    assert [len(s) for s in staged.buffers] == [2, 2, 2]  # 3 sets of 2 slots
+    assert len({b.offset for s in staged.buffers for b in s}) == 6
+    # 2 cores, 3 column tiles: round 1 is tiles 2 (row block 0) and 3 (row block 8),
+    # one core each: they load their own A
+    tiles = [(0, m0, n0) for m0 in (0, 8) for n0 in (0, 4, 8)]
+    staged = StagedA.plan(_Ctx(TINY), tiles, 2, (8, 4), DType.f32, 2, 1)
+    assert staged.slots == {0: 0, 1: 0, 4: 0, 5: 0}
+    assert StagedA.plan(_Ctx(TINY), tiles[:1] + tiles[3:4], 2, (8, 4), DType.f32, 2, 1) \
+        is None  # nothing shared
+
+
+def test_staged_buffers_that_do_not_fit_shared_sram_are_named() -> None:
+    small = TINY.with_overrides({"shared_sram.size_bytes": 100})
+    tiles = [(0, 0, 0), (0, 0, 8)]
+    with pytest.raises(CapacityError, match=r"^staged A tile: 128 B at offset 0 exceeds "
+                                            r"shared capacity 100 B"):
+        StagedA.plan(_Ctx(small), tiles, 2, (8, 4), DType.f32, 2, 1)
+
+
+def test_the_task_dmas_loads_are_the_matmuls() -> None:
+    a, b = torch.randn(16, 32), torch.randn(32, 16)
+    program = compile_op(torch.ops.aten.mm.default, (a, b), {}, TINY).program
+    sources = {c.source for c in program.commands if isinstance(c.op, MatMul)}
+    assert len(sources) == 1
+    assert {c.source for c in program.commands if c.engine == "tdma"} == sources
