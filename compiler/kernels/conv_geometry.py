@@ -4,11 +4,11 @@ and the finisher every tile ends with (cast, store, fused epilogue)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from archsim.config.model import ceil_div
-from archsim.config.names import vpu_engine
+from archsim.config.names import mxu_engine, vpu_engine
 from archsim.errors import LoweringError
 from compiler.graph import Value
 from compiler.ir.operands import DramRef, Slice, SramRef
@@ -141,3 +141,41 @@ def to_channels_first(ctx: Context, core: int, b: dict, q: int, channels: int, t
     ctx.em.emit(vpu, Transpose(sub(rowt, (ty, channels, ow)), sub(nchw, (channels, ty, ow)),
                                (1, 0, 2)), source)
     return nchw
+
+
+@dataclass(frozen=True)
+class ConvTile:
+    """One output tile of a tiled convolution as its core runs it."""
+
+    core: int
+    q: int
+    """Its accumulator set: the core's own tile count so far, modulo the sets."""
+    mxu: str
+    """The array it runs on: a core's tiles take its arrays in turn."""
+    nb: int
+    gi: int
+    """Image block and group."""
+    oo: tuple[int, int]
+    """Output channels (of all groups)."""
+    rows: tuple[int, int]
+    """Output rows."""
+    pix: int
+    """Output pixels: rows times the output width."""
+    no: int
+    """Output channels."""
+
+
+def conv_tiles(tiles: list[tuple[int, int, int, int]], cores: int, sets: int, arrays: int,
+               og: int, ot: int, oh: int, ty: int, ow: int) -> Iterator[ConvTile]:
+    """``tiles`` (image block, group, first output channel, first row) dealt to the cores
+    in turn, each with its accumulator set, array and bounds (``og`` channels a group,
+    ``ot`` a tile; ``oh`` rows, ``ty`` a tile; ``ow`` the output width)."""
+    counts = [0] * cores
+    for t, (nb, gi, o0, y0) in enumerate(tiles):
+        core = t % cores
+        q = counts[core] % sets
+        counts[core] += 1
+        oo = (gi * og + o0, gi * og + min(o0 + ot, og))
+        rows = (y0, min(y0 + ty, oh))
+        yield ConvTile(core, q, mxu_engine(core, (counts[core] - 1) % arrays), nb, gi, oo,
+                       rows, (rows[1] - rows[0]) * ow, oo[1] - oo[0])

@@ -23,7 +23,7 @@ import itertools
 from dataclasses import dataclass
 
 from archsim.config.model import ceil_div
-from archsim.config.names import mxu_engine, sram_space, vpu_engine
+from archsim.config.names import sram_space, vpu_engine
 from archsim.matrix import matmul_cycles
 from compiler import graph as g
 from compiler.graph import Value
@@ -34,7 +34,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
-from compiler.kernels.conv_geometry import epilogue_bytes, finisher
+from compiler.kernels.conv_geometry import conv_tiles, epilogue_bytes, finisher
 from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import layout, sub
@@ -212,18 +212,12 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
                     if kernel.group else None for _ in range(sets)],
         })
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
-    counts, step_counts = [0] * cores, [0] * cores
+    step_counts = [0] * cores
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     packs = [taps[t:t + tp] for t in range(0, ntaps, tp)]
-    for t, (nb, gi, o0, y0) in enumerate(tiles):
-        core = t % cores
-        q = counts[core] % sets
-        counts[core] += 1
-        b = bufs[core]
-        mxu = mxu_engine(core, (counts[core] - 1) % arrays)
-        oo = (gi * og + o0, gi * og + min(o0 + ot, og))
-        rows = (y0, min(y0 + ty, oh))
-        pix, no = (rows[1] - rows[0]) * ow, oo[1] - oo[0]
+    for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, oh, ty, ow):
+        core, q, mxu, nb, gi = tile.core, tile.q, tile.mxu, tile.nb, tile.gi
+        oo, rows, pix, no, b = tile.oo, tile.rows, tile.pix, tile.no, bufs[tile.core]
         chans = (gi * cg, gi * cg + cg)
         for s, pack in enumerate(packs):
             xs = step_counts[core] % sets

@@ -5,7 +5,7 @@ read zeros from a filled buffer, the rest arrive by one strided DMA."""
 
 from __future__ import annotations
 
-from archsim.config.names import mxu_engine, sram_space, vpu_engine
+from archsim.config.names import sram_space, vpu_engine
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
@@ -13,7 +13,7 @@ from compiler.graph import Value
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
-from compiler.kernels.conv_geometry import epilogue_bytes, finisher
+from compiler.kernels.conv_geometry import conv_tiles, epilogue_bytes, finisher
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import layout, sub
 from compiler.plan import Kernel
@@ -75,20 +75,12 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
             "epi": [layout(ctx, kernel.group, (1, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
         })
-    counts = [0] * cores
     step_counts = [0] * cores
     chunk_counts = [0] * cores
     source = node.source
-    for t, (nb, gi, o0, y0) in enumerate(tiles):
-        core = t % cores
-        q = counts[core] % sets
-        counts[core] += 1
-        b = bufs[core]
-        mxu = mxu_engine(core, (counts[core] - 1) % arrays)
-        oo = (gi * og + o0, gi * og + min(o0 + ot, og))
-        rows = (y0, min(y0 + ty, oh))
-        pix = (rows[1] - rows[0]) * ow
-        no = oo[1] - oo[0]
+    for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, oh, ty, ow):
+        core, q, mxu, nb, gi = tile.core, tile.q, tile.mxu, tile.nb, tile.gi
+        oo, rows, pix, no, b = tile.oo, tile.rows, tile.pix, tile.no, bufs[tile.core]
         steps = [(c0, i, j) for c0 in range(0, cg, ct) for i in range(kh) for j in range(kw)]
         for s, (c0, i, j) in enumerate(steps):
             cc = (c0, min(c0 + ct, cg))
