@@ -120,11 +120,28 @@ class View(Spec):
 
 
 @dataclass(frozen=True)
+class Int4Packing:
+    """Weights packed as torch's CPU int4 kernel packs them: ``N`` rows in blocks of
+    ``block``, each block's bytes ``[K, block / 2]`` (two codes a byte; which nibble
+    holds which row: ``halves`` or pairs, :class:`compiler.ir.ops.Int4Unpack`), a scale
+    and a zero per ``group`` k rows and row."""
+
+    group: int
+    block: int
+    halves: bool
+
+
+@dataclass(frozen=True)
 class MatMul(Spec):
     """Batched ``a @ b`` (a: [..., M, K], b: [..., K, N] or [..., N, K] if trans_b),
-    batch dims broadcast. f32 accumulation, output in the output value's dtype."""
+    batch dims broadcast. f32 accumulation, output in the output value's dtype.
+
+    ``int4``: ``a [M, K] @ w.T`` with ``w [N, K]`` packed int4 weights, inputs ``(a,
+    bytes [N / block, K, block / 2], scales_and_zeros [K / group, N, 2])``, dequantized
+    in the arrays' input path."""
 
     trans_b: bool = False
+    int4: Int4Packing | None = None
 
 
 @dataclass(frozen=True)

@@ -213,6 +213,25 @@ class GraphBuilder:
         return self.add(g.MatMul(trans_b), (a, b), (*batch, m, n), out_dtype or dtype,
                         "matmul")
 
+    def matmul_int4(self, a: Value, packed: Value, scales_and_zeros: Value,
+                    packing: g.Int4Packing) -> Value:
+        """``a [M, K] @ w.T`` (f32) with ``w [N, K]`` packed int4 weights (``packed``:
+        bytes ``[N / block, K, block / 2]``) dequantized per group in the arrays' input
+        path, read at half a byte a weight (:class:`compiler.graph.Int4Packing`)."""
+        m, k = a.shape
+        blocks, k_b, half = packed.shape
+        n = blocks * packing.block
+        if (not a.dtype.is_float or packed.dtype is not DType.u8 or k_b != k
+                or 2 * half != packing.block or k % packing.group
+                or scales_and_zeros.shape != (k // packing.group, n, 2)):
+            raise LoweringError(
+                f"{self.source}: an int4 matmul takes float a [M, K], u8 [N/{packing.block}, "
+                f"K, {packing.block // 2}] and scales [K/{packing.group}, N, 2]; got "
+                f"{a.dtype.value} {list(a.shape)}, {packed.dtype.value} {list(packed.shape)}, "
+                f"{list(scales_and_zeros.shape)}")
+        return self.add(g.MatMul(int4=packing), (a, packed, scales_and_zeros), (m, n),
+                        DType.f32, "matmul")
+
     def splat(self, value: float, shape: Shape, dtype: DType) -> Value:
         return self.add(g.Splat(float(value)), (), tuple(shape), dtype, "full")
 

@@ -12,6 +12,7 @@ from compiler.ir.ops import (
     Gather,
     HostOp,
     HostTransfer,
+    Int4Unpack,
     Load,
     MatMul,
     Op,
@@ -30,7 +31,7 @@ from compiler.ir.ops import (
 
 __all__ = [
     "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "DType", "DramRef",
-    "DramTensor", "Gather", "HostOp", "HostTransfer", "Load", "MatMul", "Op", "Program", "Reduce",
+    "DramTensor", "Gather", "HostOp", "HostTransfer", "Int4Unpack", "Load", "MatMul", "Op", "Program", "Reduce",
     "ReduceKind", "Scalar", "Select", "Slice", "SramRef", "Store", "Transpose", "Unary",
     "UnaryKind", "VCopy", "engine_core", "engine_kind", "numel", "sram_space",
 ]

@@ -191,16 +191,57 @@ DMA_OPS: tuple[type[Op], ...] = (Load, Store, Copy, Gather)
 
 
 @dataclass(frozen=True, slots=True)
+class Int4Unpack:
+    """How an array's input path reads packed int4 weights (two 4-bit codes a byte, as
+    torch's CPU int4 kernel packs them) and dequantizes them on the way in.
+
+    ``b`` is bytes ``[blocks, k, h]``: each block of ``2h`` output columns keeps its k
+    rows together. Within a block, at column ``r``, ``halves`` puts the code in the low
+    nibble of byte ``r`` for ``r < h`` and in the high nibble of byte ``r - h`` after;
+    pairs put it in nibble ``r % 2`` of byte ``r // 2``. The weight is ``(code - 8) *
+    scale + zero`` in f32 with the scale and zero of its group of ``group`` k rows (row
+    ``(phase + k) // group`` of the op's ``scales``), rounded to ``a``'s dtype: what the
+    array multiplies."""
+
+    group: int
+    phase: int
+    """k rows of the first group that precede the tile (its k offset in the group)."""
+    halves: bool
+
+    def byte_of(self, r: int, h: int) -> tuple[int, int]:
+        """(byte, nibble) of a block of ``h`` bytes holding the block's column ``r``."""
+        if self.halves:
+            nibble, c = divmod(r, h)
+        else:
+            c, nibble = divmod(r, 2)
+        return c, nibble
+
+
+@dataclass(frozen=True, slots=True)
 class MatMul(Op):
     """``out (+)= a @ b`` with a: [m, k], b: [k, n], out: [m, n] in the accumulator dtype.
     ``a`` may have more leading dims (``[..., k]``, rows = their product), so a strided
-    view can stream rows that skip some."""
+    view can stream rows that skip some.
+
+    With ``unpack`` (and ``scales``: ``[groups, n, 2]``, each group's scale and zero per
+    column), ``b`` is packed int4 weights, bytes ``[blocks, k, h]`` for ``n = 2 h
+    blocks``, dequantized in the array's input path (:class:`Int4Unpack`): read at half
+    a byte a weight."""
 
     a: SramRef
     b: SramRef
     out: SramRef
     accumulate: bool = False
+    scales: SramRef | None = None
+    unpack: Int4Unpack | None = None
     mnemonic = "matmul"
+
+    @property
+    def columns(self) -> int:
+        """``n``: output columns (two per byte of packed int4 ``b``)."""
+        if self.unpack is not None:
+            return 2 * self.b.shape[0] * self.b.shape[-1]
+        return self.b.shape[-1]
 
 
 # -- vector engine (coreN.vpu) -------------------------------------------------------

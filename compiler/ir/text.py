@@ -32,7 +32,9 @@ tokens is free, but a construct never spans lines)::
         | "store" sram "->" dram
         | "copy" sram "->" sram
         | "gather" dram "[" sram "]" "->" sram               (table rows picked by indices)
-        | "matmul" sram "," sram "->" sram [ "acc" ]
+        | "matmul" sram "," sram "->" sram [ "acc" ] [ int4 ]
+    int4 := "int4" sram "group" "=" INT "phase" "=" INT ( "halves" | "pairs" )
+                                      (b packed two codes a byte; sram: the groups' scales)
         | "unary" UNARY_KIND sram "->" sram
         | "binary" BINARY_KIND value "," value "->" sram
         | "select" sram "," value "," value "->" sram
@@ -168,6 +170,15 @@ def _operands(op: Op) -> str:
     return printer(op)
 
 
+def _format_unpack(op: MatMul) -> str:
+    """`` int4 SCALES group=G phase=P halves|pairs`` for packed int4 weights."""
+    u = op.unpack
+    if u is None or op.scales is None:
+        return ""
+    return (f" int4 {format_sram_ref(op.scales)} group={u.group} phase={u.phase} "
+            f"{'halves' if u.halves else 'pairs'}")
+
+
 def _chained(op: Unary | Binary | Cast) -> str:
     return " chained" if op.chained else ""
 
@@ -179,7 +190,8 @@ _PRINTERS: dict[type[Op], Callable[[Op], str]] = {
     Gather: lambda op: (f"{format_dram_ref(op.table)} [{format_sram_ref(op.indices)}] -> "
                         f"{format_sram_ref(op.dst)}"),
     MatMul: lambda op: (f"{format_sram_ref(op.a)}, {format_sram_ref(op.b)} -> "
-                        f"{format_sram_ref(op.out)}" + (" acc" if op.accumulate else "")),
+                        f"{format_sram_ref(op.out)}" + (" acc" if op.accumulate else "")
+                        + _format_unpack(op)),
     Unary: lambda op: (f"{op.kind.value} {format_sram_ref(op.src)} -> "
                        f"{format_sram_ref(op.dst)}" + _chained(op)),
     Binary: lambda op: (f"{op.kind.value} {_format_value(op.a)}, {_format_value(op.b)} -> "

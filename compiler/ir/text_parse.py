@@ -19,6 +19,7 @@ from compiler.ir.ops import (
     Gather,
     HostOp,
     HostTransfer,
+    Int4Unpack,
     Load,
     MatMul,
     Op,
@@ -79,7 +80,16 @@ def _parse_matmul(line: _Line) -> Op:
     b = _parse_sram(line, "matmul operand b")
     line.expect("->", "after matmul operand b")
     out = _parse_sram(line, "matmul output")
-    return MatMul(a, b, out, accumulate=line.accept("acc"))
+    accumulate = line.accept("acc")
+    if not line.accept("int4"):
+        return MatMul(a, b, out, accumulate)
+    scales = _parse_sram(line, "int4 scales")
+    values = []
+    for key in ("group", "phase"):
+        _parse_attribute(line, key, "matmul int4")
+        values.append(line.integer(f"int4 {key}"))
+    halves = line.choice({"halves": True, "pairs": False}, "int4 nibble layout")
+    return MatMul(a, b, out, accumulate, scales, Int4Unpack(*values, halves))
 
 
 def _parse_unary(line: _Line) -> Op:

@@ -202,23 +202,27 @@ _WIDENED_B = (DType.i8, DType.e4m3, DType.e5m2)
 @_checks(MatMul)
 def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                   ) -> Iterator[str]:
+    packed = op.unpack is not None
     flat = [(name, ref) for name, ref in (("b", op.b), ("out", op.out))
-            if len(ref.shape) != 2]
+            if len(ref.shape) != (3 if packed and name == "b" else 2)]
     if len(op.a.shape) < 2:
         flat.insert(0, ("a", op.a))
     for name, ref in flat:
         yield (f"field {name}: matmul operands must be 2-D (a may have more leading dims, "
-               f"which are its rows), got {_typed(ref)}")
+               f"which are its rows{'; packed int4 b is [blocks, k, bytes]' if packed else ''})"
+               f", got {_typed(ref)}")
     if flat:
         return
-    if op.a.dtype.is_int8:  # u8 x i8 as well as i8 x i8 (x86 VNNI's pairing)
+    if op.unpack is not None or op.scales is not None:
+        yield from _int4_problems(op)
+    elif op.a.dtype.is_int8:  # u8 x i8 as well as i8 x i8 (x86 VNNI's pairing)
         if not op.b.dtype.is_int8:
             yield f"field b: dtype {op.b.dtype} is not an 8-bit integer like a's {op.a.dtype}"
     elif not (op.a.dtype.is_float and op.b.dtype in _WIDENED_B):  # weight-only int8 (and
         yield from _same_dtype("b", op.b, "a", op.a.dtype)  # an fp8 KV cache): b is
         # widened on the way in
     yield from _matmul_dtype_problems(op.a.dtype, machine)
-    (m, k), (k_b, n) = (math.prod(op.a.shape[:-1]), op.a.shape[-1]), op.b.shape
+    (m, k), k_b, n = (math.prod(op.a.shape[:-1]), op.a.shape[-1]), op.b.shape[-2], op.columns
     if k_b != k:
         yield f"field b: shape {_typed(op.b)} does not match a's k={k}"
     if op.out.shape != (m, n):
@@ -230,6 +234,29 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
     elif op.out.dtype.value != machine.accumulator:
         yield (f"field out: dtype {op.out.dtype} is not the matrix array's accumulator "
                f"dtype {machine.accumulator}")
+
+
+def _int4_problems(op: MatMul) -> Iterator[str]:
+    """Packed int4 ``b`` (:class:`~compiler.ir.ops.Int4Unpack`): float ``a``, bytes
+    ``b``, and a scale and zero per group and column."""
+    unpack, scales = op.unpack, op.scales
+    if unpack is None or scales is None:
+        yield ("field scales: packed int4 weights need both scales and their unpacking "
+               "(int4 SCALES group=G phase=P halves|pairs)")
+        return
+    if not op.a.dtype.is_float:
+        yield f"field a: packed int4 weights are widened for float a, got {op.a.dtype}"
+    if op.b.dtype is not DType.u8:
+        yield f"field b: packed int4 weights are u8 bytes (two codes each), got {op.b.dtype}"
+    if unpack.group < 1 or not 0 <= unpack.phase < unpack.group:
+        yield (f"field unpack: group {unpack.group} and phase {unpack.phase} need group >= 1 "
+               f"and 0 <= phase < group")
+        return
+    k = op.a.shape[-1]
+    groups = (unpack.phase + k - 1) // unpack.group + 1
+    if scales.shape != (groups, op.columns, 2) or not scales.dtype.is_float:
+        yield (f"field scales: {_typed(scales)} should be float [{groups},{op.columns},2] "
+               f"(a scale and a zero per group of {unpack.group} k rows and column)")
 
 
 def _matmul_dtype_problems(dtype: DType, machine: Machine) -> Iterator[str]:
