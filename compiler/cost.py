@@ -109,13 +109,18 @@ def split_sizes(size: int, unit: int, parts: int) -> list[int]:
 
 
 def b_runs(kt: int, k: int, nt: int, n_unit: int) -> int:
-    """DRAM runs (so DMA commands) of one array's B tile: one, or for packed int4
-    weights (``n_unit`` > 1: their blocks of columns) one per block, since a block
-    keeps its k rows together, unless the tile spans all of ``k`` (the blocks are then
-    one run), and one for the scales."""
+    """DMA commands of one array's B tile: one, or for packed int4 weights (``n_unit`` >
+    1: their blocks of columns, stored ``[N, K / 2]``, so a stored row holds ``k /
+    n_unit`` k rows of a block) one per block, since a block keeps its k rows together,
+    three (a partial row, whole rows, a partial row) when the k steps do not start on a
+    stored row, one for all blocks when the tile spans all of ``k``; and one for the
+    scales."""
     if n_unit == 1:
         return 1
-    return (1 if kt >= k else -(-nt // n_unit)) + 1
+    if kt >= k:
+        return 1 + 1
+    per_block = 1 if kt * n_unit % k == 0 else 3
+    return -(-nt // n_unit) * per_block + 1
 
 
 def staging_bytes(sets: int, cores: int, sharing: int, a_bytes: int) -> int:
@@ -167,10 +172,10 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     best: MatmulTiling | None = None
     options: list[tuple[float, int, MatmulTiling]] = []
     per_array_n = -(-n // arrays)
+    widths = sorted({min(n, -(-nt // n_unit) * n_unit)  # whole units (packed blocks)
+                     for nt in split_sizes(per_array_n, matrix.cols, cores)})
     for mt, kt, nt in itertools.product(tile_sizes(m, matrix.rows), tile_sizes(k, matrix.rows),
-                                        split_sizes(per_array_n, matrix.cols, cores)):
-        if nt % n_unit and nt != n:
-            continue
+                                        widths):
         used = min(arrays, -(-n // nt))
         a_bytes, b_bytes = mt * kt * item, kt * nt * b_item
         steps = -(-k // kt)
