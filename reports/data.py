@@ -286,7 +286,7 @@ def report_data(result: ResultLike) -> ReportData:
 
 WEIGHT_FORMATS = {DType.u8: "int4 weights (two a byte, scaled per group)"}
 """What a float matmul's narrow ``b`` of each dtype holds when not named by it: bytes
-``b`` of a float matmul are packed int4 weights (``compiler.ir.ops.Int4Unpack``)."""
+``b`` of a float matmul are packed int4 weights (``compiler.ir.ops.Dequant``)."""
 
 
 def matrix_precision(config: NpuConfig,

@@ -9,10 +9,10 @@ from compiler.ir.ops import (
     Cast,
     Command,
     Copy,
+    Dequant,
     Gather,
     HostOp,
     HostTransfer,
-    Int4Unpack,
     Load,
     MatMul,
     Op,
@@ -30,8 +30,8 @@ from compiler.ir.ops import (
 )
 
 __all__ = [
-    "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "DType", "DramRef",
-    "DramTensor", "Gather", "HostOp", "HostTransfer", "Int4Unpack", "Load", "MatMul", "Op", "Program", "Reduce",
+    "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "Dequant", "DType", "DramRef",
+    "DramTensor", "Gather", "HostOp", "HostTransfer", "Load", "MatMul", "Op", "Program", "Reduce",
     "ReduceKind", "Scalar", "Select", "Slice", "SramRef", "Store", "Transpose", "Unary",
     "UnaryKind", "VCopy", "engine_core", "engine_kind", "numel", "sram_space",
 ]

@@ -32,9 +32,10 @@ tokens is free, but a construct never spans lines)::
         | "store" sram "->" dram
         | "copy" sram "->" sram
         | "gather" dram "[" sram "]" "->" sram               (table rows picked by indices)
-        | "matmul" sram "," sram "->" sram [ "acc" ] [ int4 ]
-    int4 := "int4" sram "group" "=" INT "phase" "=" INT ( "halves" | "pairs" )
-                                      (b packed two codes a byte; sram: the groups' scales)
+        | "matmul" sram "," sram "->" sram [ "acc" ] [ dequant ]
+    dequant := "dequant" sram "group" "=" INT "phase" "=" INT ( "halves" | "pairs" | "bytes" )
+                 (b dequantized on the way in: int4 codes two a byte, or one-byte values;
+                  sram: the groups' scales, and zeros)
         | "unary" UNARY_KIND sram "->" sram
         | "binary" BINARY_KIND value "," value "->" sram
         | "select" sram "," value "," value "->" sram
@@ -170,13 +171,14 @@ def _operands(op: Op) -> str:
     return printer(op)
 
 
-def _format_unpack(op: MatMul) -> str:
-    """`` int4 SCALES group=G phase=P halves|pairs`` for packed int4 weights."""
-    u = op.unpack
-    if u is None or op.scales is None:
+def _format_dequant(op: MatMul) -> str:
+    """`` dequant SCALES group=G phase=P halves|pairs|bytes`` for weights dequantized
+    on the way in."""
+    d = op.dequant
+    if d is None or op.scales is None:
         return ""
-    return (f" int4 {format_sram_ref(op.scales)} group={u.group} phase={u.phase} "
-            f"{'halves' if u.halves else 'pairs'}")
+    return (f" dequant {format_sram_ref(op.scales)} group={d.group} phase={d.phase} "
+            f"{d.nibbles or 'bytes'}")
 
 
 def _chained(op: Unary | Binary | Cast) -> str:
@@ -191,7 +193,7 @@ _PRINTERS: dict[type[Op], Callable[[Op], str]] = {
                         f"{format_sram_ref(op.dst)}"),
     MatMul: lambda op: (f"{format_sram_ref(op.a)}, {format_sram_ref(op.b)} -> "
                         f"{format_sram_ref(op.out)}" + (" acc" if op.accumulate else "")
-                        + _format_unpack(op)),
+                        + _format_dequant(op)),
     Unary: lambda op: (f"{op.kind.value} {format_sram_ref(op.src)} -> "
                        f"{format_sram_ref(op.dst)}" + _chained(op)),
     Binary: lambda op: (f"{op.kind.value} {_format_value(op.a)}, {_format_value(op.b)} -> "

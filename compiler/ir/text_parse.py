@@ -16,10 +16,10 @@ from compiler.ir.ops import (
     Cast,
     Command,
     Copy,
+    Dequant,
     Gather,
     HostOp,
     HostTransfer,
-    Int4Unpack,
     Load,
     MatMul,
     Op,
@@ -81,15 +81,16 @@ def _parse_matmul(line: _Line) -> Op:
     line.expect("->", "after matmul operand b")
     out = _parse_sram(line, "matmul output")
     accumulate = line.accept("acc")
-    if not line.accept("int4"):
+    if not line.accept("dequant"):
         return MatMul(a, b, out, accumulate)
-    scales = _parse_sram(line, "int4 scales")
+    scales = _parse_sram(line, "dequant scales")
     values = []
     for key in ("group", "phase"):
-        _parse_attribute(line, key, "matmul int4")
-        values.append(line.integer(f"int4 {key}"))
-    halves = line.choice({"halves": True, "pairs": False}, "int4 nibble layout")
-    return MatMul(a, b, out, accumulate, scales, Int4Unpack(*values, halves))
+        _parse_attribute(line, key, "matmul dequant")
+        values.append(line.integer(f"dequant {key}"))
+    nibbles = line.choice({"halves": "halves", "pairs": "pairs", "bytes": ""},
+                          "dequant layout")
+    return MatMul(a, b, out, accumulate, scales, Dequant(*values, nibbles))
 
 
 def _parse_unary(line: _Line) -> Op:

@@ -22,6 +22,7 @@ from compiler.ir.ops import (
     HostOp,
     HostTransfer,
     Load,
+    NIBBLES,
     MatMul,
     Op,
     Reduce,
@@ -202,7 +203,7 @@ _WIDENED_B = (DType.i8, DType.e4m3, DType.e5m2)
 @_checks(MatMul)
 def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                   ) -> Iterator[str]:
-    packed = op.unpack is not None
+    packed = op.dequant is not None and bool(op.dequant.nibbles)
     flat = [(name, ref) for name, ref in (("b", op.b), ("out", op.out))
             if len(ref.shape) != (3 if packed and name == "b" else 2)]
     if len(op.a.shape) < 2:
@@ -213,8 +214,8 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                f", got {_typed(ref)}")
     if flat:
         return
-    if op.unpack is not None or op.scales is not None:
-        yield from _int4_problems(op)
+    if op.dequant is not None or op.scales is not None:
+        yield from _dequant_problems(op)
     elif op.a.dtype.is_int8:  # u8 x i8 as well as i8 x i8 (x86 VNNI's pairing)
         if not op.b.dtype.is_int8:
             yield f"field b: dtype {op.b.dtype} is not an 8-bit integer like a's {op.a.dtype}"
@@ -236,27 +237,35 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                f"dtype {machine.accumulator}")
 
 
-def _int4_problems(op: MatMul) -> Iterator[str]:
-    """Packed int4 ``b`` (:class:`~compiler.ir.ops.Int4Unpack`): float ``a``, bytes
-    ``b``, and a scale and zero per group and column."""
-    unpack, scales = op.unpack, op.scales
-    if unpack is None or scales is None:
-        yield ("field scales: packed int4 weights need both scales and their unpacking "
-               "(int4 SCALES group=G phase=P halves|pairs)")
+def _dequant_problems(op: MatMul) -> Iterator[str]:
+    """Narrow ``b`` dequantized in the input path (:class:`~compiler.ir.ops.Dequant`):
+    float ``a``; packed int4 bytes or one-byte values; a scale (and a zero) per group
+    and column."""
+    dequant, scales = op.dequant, op.scales
+    if dequant is None or scales is None:
+        yield ("field scales: weights dequantized on the way in need both scales and how "
+               "(dequant SCALES group=G phase=P halves|pairs|bytes)")
         return
     if not op.a.dtype.is_float:
-        yield f"field a: packed int4 weights are widened for float a, got {op.a.dtype}"
-    if op.b.dtype is not DType.u8:
+        yield f"field a: dequantized weights are widened for float a, got {op.a.dtype}"
+    if dequant.nibbles and op.b.dtype is not DType.u8:
         yield f"field b: packed int4 weights are u8 bytes (two codes each), got {op.b.dtype}"
-    if unpack.group < 1 or not 0 <= unpack.phase < unpack.group:
-        yield (f"field unpack: group {unpack.group} and phase {unpack.phase} need group >= 1 "
-               f"and 0 <= phase < group")
+    if not dequant.nibbles and op.b.dtype not in _WIDENED_B:
+        yield (f"field b: dequantized weights are one-byte values "
+               f"({', '.join(d.value for d in _WIDENED_B)}), got {op.b.dtype}")
+    if dequant.nibbles not in ("", *NIBBLES):
+        yield f"field dequant: nibbles {dequant.nibbles!r} is not one of {', '.join(NIBBLES)}"
+    if dequant.group < 1 or not 0 <= dequant.phase < dequant.group:
+        yield (f"field dequant: group {dequant.group} and phase {dequant.phase} need group "
+               f">= 1 and 0 <= phase < group")
         return
     k = op.a.shape[-1]
-    groups = (unpack.phase + k - 1) // unpack.group + 1
-    if scales.shape != (groups, op.columns, 2) or not scales.dtype.is_float:
-        yield (f"field scales: {_typed(scales)} should be float [{groups},{op.columns},2] "
-               f"(a scale and a zero per group of {unpack.group} k rows and column)")
+    groups = (dequant.phase + k - 1) // dequant.group + 1
+    if (scales.shape[:2] != (groups, op.columns) or len(scales.shape) != 3
+            or scales.shape[2] not in (1, 2) or not scales.dtype.is_float):
+        yield (f"field scales: {_typed(scales)} should be float [{groups},{op.columns},1] or "
+               f"[{groups},{op.columns},2] (a scale, and a zero, per group of "
+               f"{dequant.group} k rows and column)")
 
 
 def _matmul_dtype_problems(dtype: DType, machine: Machine) -> Iterator[str]:

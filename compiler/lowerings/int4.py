@@ -16,7 +16,7 @@ packed it, so the lowering reads torch's CPU capability.
 
 Where the rows are whole blocks (every LLM shape), the matmul reads the bytes as stored,
 half a byte a weight, and the arrays' input path unpacks and dequantizes them
-(:meth:`GraphBuilder.matmul_int4`, :mod:`compiler.kernels.matmul_int4`). A partial last
+(:meth:`GraphBuilder.matmul_dequant`, :mod:`compiler.kernels.matmul_dequant`). A partial last
 block is unpacked and dequantized on the vector unit instead (a nibble is ``byte mod
 16`` and ``(byte - lo) / 16``, exact in f32; :func:`_dequantized`) into weights in the
 activations' dtype that a float matmul then reads, a DRAM round trip.
@@ -151,9 +151,9 @@ def lower_weight_int4pack_mm(b: GraphBuilder, x: Value, packed: Value, group_siz
     full, rest = _blocks(n, layout)
     rows = layout.block_rows
     if not rest:  # whole blocks: the arrays read the bytes as stored
-        packing = g.Int4Packing(group_size, rows, layout.halves)
+        spec = g.Dequantization(group_size, "halves" if layout.halves else "pairs", rows)
         blocks = b.view(packed, (full, k, rows // 2))
-        return b.cast(b.matmul_int4(x, blocks, scales_and_zeros, packing), x.dtype)
+        return b.cast(b.matmul_dequant(x, blocks, scales_and_zeros, spec), x.dtype)
     return b.cast(_dequantized(b, x, packed, scales_and_zeros, group_size), x.dtype)
 
 

@@ -15,13 +15,13 @@ import archsim
 import torch_bridge
 from torch_bridge.runtime import use_config
 from archsim.config import load_config
-from archsim.functional_steps import int4_weights
+from archsim.functional_steps import dequantized
 from archsim.matrix import MatrixEngine
 from compiler import compile as compile_module
 from compiler.cost import b_runs
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Int4Unpack, Load, MatMul
+from compiler.ir.ops import Dequant, Load, MatMul
 from compiler.ir.text import parse_program, print_program
 from compiler.ir.verify import find_problems
 from compiler.lowerings.int4 import cpu_layout
@@ -30,6 +30,9 @@ from serving.quant import Int4WeightOnlyLinear
 
 aten = torch.ops.aten
 TPU_V4 = load_config("tpu-v4")
+
+
+NIBBLES = "halves" if cpu_layout().halves else "pairs"
 
 
 def _packed(n: int, k: int, group: int, seed: int = 0):
@@ -52,7 +55,7 @@ def _reference(codes: torch.Tensor, sz: torch.Tensor, group: int) -> np.ndarray:
 
 def test_the_input_path_reads_torchs_packing_as_torch_dequantizes_it() -> None:
     codes, blocks, sz = _packed(128, 96, 32)
-    got = int4_weights(blocks.numpy(), sz.numpy(), Int4Unpack(32, 0, cpu_layout().halves),
+    got = dequantized(blocks.numpy(), sz.numpy(), Dequant(32, 0, NIBBLES),
                        DType.f32)
     np.testing.assert_array_equal(got, _reference(codes, sz, 32))
 
@@ -61,8 +64,8 @@ def test_a_k_step_inside_a_group_takes_its_groups_rows_from_the_phase() -> None:
     # k rows 48..80 of groups of 32: rows 48..63 use group 1, 64..79 group 2; the op
     # gets scale rows 1..2 and phase 16
     codes, blocks, sz = _packed(64, 128, 32, seed=1)
-    got = int4_weights(blocks[:, 48:80].numpy(), sz[1:3].numpy(),
-                       Int4Unpack(32, 16, cpu_layout().halves), DType.f32)
+    got = dequantized(blocks[:, 48:80].numpy(), sz[1:3].numpy(),
+                       Dequant(32, 16, NIBBLES), DType.f32)
     np.testing.assert_array_equal(got, _reference(codes, sz, 32)[48:80])
 
 
@@ -71,7 +74,8 @@ def test_the_two_nibble_layouts_put_each_column_where_torch_puts_its_row(halves)
     # one block of 4 columns, one k row: bytes 0x21 and 0x43 hold codes 1, 2, 3, 4
     packed = np.array([[[0x21, 0x43]]], dtype=np.uint8)
     ones = np.tile(np.array([1.0, 8.0], dtype=np.float32), (1, 4, 1))  # w = code
-    got = int4_weights(packed, ones, Int4Unpack(1, 0, halves), DType.f32)
+    got = dequantized(packed, ones, Dequant(1, 0, "halves" if halves else "pairs"),
+                      DType.f32)
     # halves: low nibbles are columns 0, 1, high ones 2, 3; pairs: byte c holds 2c, 2c+1
     expected = [1, 3, 2, 4] if halves else [1, 2, 3, 4]
     np.testing.assert_array_equal(got, [[e - 8 + 8 for e in expected]])
@@ -80,7 +84,7 @@ def test_the_two_nibble_layouts_put_each_column_where_torch_puts_its_row(halves)
 def test_weights_are_rounded_to_the_arrays_input_dtype() -> None:
     packed = np.array([[[0x99]]], dtype=np.uint8)  # codes 9 and 9
     scales = np.array([[[1 + 2.0 ** -10, 0.0], [1.0, 2.0 ** -12]]], dtype=np.float32)
-    got = int4_weights(packed, scales, Int4Unpack(1, 0, True), DType.bf16)
+    got = dequantized(packed, scales, Dequant(1, 0, "halves"), DType.bf16)
     np.testing.assert_array_equal(got, [[1.0, 1.0]])  # both round to 1 in bf16's 8 bits
 
 
@@ -90,7 +94,7 @@ def _op(n: int = 128, k: int = 128, m: int = 1) -> MatMul:
                   SramRef("sram0", 65536, (n // (2 * h), k, h), DType.u8),
                   SramRef("sram0", 131072, (m, n), DType.f32), False,
                   SramRef("sram0", 196608, (k // 128, n, 2), DType.bf16),
-                  Int4Unpack(128, 0, True))
+                  Dequant(128, 0, "halves"))
 
 
 def test_an_int4_tile_costs_the_array_what_its_unpacked_tile_costs() -> None:
@@ -106,26 +110,26 @@ def test_an_int4_tile_costs_the_array_what_its_unpacked_tile_costs() -> None:
 def test_the_op_prints_and_parses_back() -> None:
     text = ("program p target=tpu-v4\n"
             "0: core0.mxu0 matmul sram0[0] bf16[1,128], sram0[0x10000] u8[2,128,32] -> "
-            "sram0[0x20000] f32[1,128] int4 sram0[0x30000] bf16[2,128,2] group=64 phase=0 "
-            "pairs\n")
+            "sram0[0x20000] f32[1,128] dequant sram0[0x30000] bf16[2,128,2] group=64 "
+            "phase=0 pairs\n")
     program = parse_program(text)
     op = program.commands[0].op
-    assert op.unpack == Int4Unpack(64, 0, False) and op.columns == 128
+    assert op.dequant == Dequant(64, 0, "pairs") and op.columns == 128
     assert parse_program(print_program(program)).commands[0].op == op
     assert find_problems(program, TPU_V4) == []
 
 
 @pytest.mark.parametrize("tail,message", [
     ("sram0[0x30000] bf16[1,128,2] group=64 phase=0 halves",
-     "field scales: bf16[1,128,2] should be float [2,128,2] (a scale and a zero per group "
-     "of 64 k rows and column)"),
+     "field scales: bf16[1,128,2] should be float [2,128,1] or [2,128,2] (a scale, and a "
+     "zero, per group of 64 k rows and column)"),
     ("sram0[0x30000] bf16[2,128,2] group=64 phase=64 halves",
-     "field unpack: group 64 and phase 64 need group >= 1 and 0 <= phase < group"),
+     "field dequant: group 64 and phase 64 need group >= 1 and 0 <= phase < group"),
 ])
 def test_bad_int4_operands_are_named(tail: str, message: str) -> None:
     text = ("program p target=tpu-v4\n"
             "0: core0.mxu0 matmul sram0[0] bf16[1,128], sram0[0x10000] u8[2,128,32] -> "
-            f"sram0[0x20000] f32[1,128] int4 {tail}\n")
+            f"sram0[0x20000] f32[1,128] dequant {tail}\n")
     assert find_problems(parse_program(text), TPU_V4) == [
         f"command 0 (core0.mxu0 matmul): {message}"]
 
@@ -152,7 +156,7 @@ def test_a_compiled_int4_matmul_reads_half_a_byte_a_weight_and_no_vector_unpacks
     assert sum(c.op.dst.nbytes for c in commands if isinstance(c.op, Load)
                and c.op.src.tensor == weight) == n * k // 2
     matmuls = [c.op for c in commands if isinstance(c.op, MatMul)]
-    assert matmuls and all(op.unpack is not None for op in matmuls)
+    assert matmuls and all(op.dequant is not None for op in matmuls)
     assert sum(op.a.shape[-1] * op.columns for op in matmuls) == n * k
     # the vector unit only rounds the f32 results to bf16: nothing per weight
     vector = [c for c in commands if c.engine.endswith("vpu")]
@@ -190,7 +194,7 @@ def test_a_k_step_starting_inside_a_group_matches_cpu() -> None:
     compile_module.clear_cache()
     compiled = compile_module.compile_graph(torch.export.export(Mm(), (x, packed, sz)),
                                             small)
-    phases = {c.op.unpack.phase for c in compiled.program.commands
+    phases = {c.op.dequant.phase for c in compiled.program.commands
               if isinstance(c.op, MatMul)}
     assert phases - {0}, phases
     with use_config(small), torch_bridge.profile() as prof:
