@@ -98,6 +98,7 @@ MODULES: dict[str, list[str]] = {
         "tests/reports/test_reports_tie_rules.py",
     ],
     "compiler/ir/verify.py": [
+        "tests/compiler/ir/test_verify_mutants.py",
         "tests/compiler/ir/test_verify.py",
         "tests/compiler/ir/test_verify_shortcuts.py",
         "tests/compiler/ir/test_strided_sram.py",
