@@ -110,6 +110,7 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_strided_sram.py",
     ],
     "compiler/ir/verify_order.py": [
+        "tests/compiler/ir/test_verify_order_mutants.py",
         "tests/compiler/ir/test_verify.py",
         "tests/compiler/ir/test_verify_shortcuts.py",
         "tests/compiler/ir/test_strided_sram.py",
