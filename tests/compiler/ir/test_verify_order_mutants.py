@@ -42,9 +42,11 @@ def test_a_repeated_dep_counts_once(tiny: NpuConfig) -> None:
         "2: core0.dma0 copy sram0[0x100] f32[4] -> sram1[0x0] f32[4] after 1,0,1\n").commands)
     assert graph.deps == [(), (), (1, 0)]
     assert graph.waits == [(), (0,), (1, 0)]
-    assert problems(f"0: core0.vpu {RELU}",
-                    "1: core0.dma0 copy sram0[0x100] f32[4] -> sram1[0x0] f32[4] after 0,0",
-                    config=tiny) == []
+    twice = (f"0: core0.vpu {RELU}",
+             "1: core0.dma0 copy sram0[0x100] f32[4] -> sram1[0x0] f32[4] after 0,0")
+    program = parse_program("program p target=tiny\n" + "\n".join(twice) + "\n")
+    assert WaitGraph.build(program.commands).deps == [(), (0,)]
+    assert problems(*twice, config=tiny) == []
 
 
 # five engines; 0 alone, 1 -> 2 -> 3 -> 4 a chain of deps on the others, 5 after 2 and 3
