@@ -89,6 +89,26 @@ class TestCache:
         assert seen == [want["tiny"], want["atom"], want["tiny"], want["tiny"]]
         assert len(calls) == 3
 
+    def test_keyword_numbers_of_several_ops(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """addmm's beta and alpha, addcmul's and addcdiv's value, add's alpha: two values
+        each, every call's numbers from its program ("simulate" mode), on the device."""
+        monkeypatch.setattr(numerics, "_mode", "simulate")
+        bias, m1, m2 = torch.randn(4), torch.randn(4, 8), torch.randn(8, 4)
+        x, y, z = torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 4).abs() + 1
+        line = runtime.reset_timeline()
+        for beta, alpha in ((0.5, 2.0), (0.25, 3.0)):
+            assert_close(torch.addmm(bias.npu(), m1.npu(), m2.npu(), beta=beta,
+                                     alpha=alpha).cpu(),
+                         torch.addmm(bias, m1, m2, beta=beta, alpha=alpha))
+        for value in (0.5, 2.0):
+            assert_close(torch.addcmul(x.npu(), y.npu(), z.npu(), value=value).cpu(),
+                         torch.addcmul(x, y, z, value=value))
+            assert_close(torch.addcdiv(x.npu(), y.npu(), z.npu(), value=value).cpu(),
+                         torch.addcdiv(x, y, z, value=value))
+        for alpha in (2, 3):
+            assert_close(torch.add(x.npu(), y.npu(), alpha=alpha).cpu(), x + alpha * y)
+        assert {kind for _, kind, *_ in work(line)} == {"device"}
+
     def test_clear_cache_compiles_again(self, monkeypatch: pytest.MonkeyPatch) -> None:
         calls = counting_compiles(monkeypatch)
         x = torch.randn(4, 8)
