@@ -70,6 +70,12 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/test_matmul_panels.py",
         "tests/compiler/test_matmul_staging.py",
         "tests/quant/test_quantized.py",
+        "tests/quant/test_int4_input_path.py",  # weights dequantized on the way in
+    ],
+    "compiler/kernels/matmul_dequant.py": [
+        "tests/quant/test_int4_input_path.py",
+        "tests/quant/test_int4.py",
+        "tests/quant/test_exported_quantized.py",  # torchao's float8 weight-only
     ],
     "compiler/kernels/matmul_staging.py": [
         "tests/compiler/test_matmul_staging.py",
@@ -105,6 +111,7 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_strided_sram.py",
     ],
     "compiler/ir/verify_ops.py": [
+        "tests/quant/test_int4_input_path.py",  # the dequantizing matmul's checks
         "tests/compiler/ir/test_verify.py",
         "tests/compiler/ir/test_verify_shortcuts.py",
         "tests/compiler/ir/test_strided_sram.py",

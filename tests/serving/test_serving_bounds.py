@@ -4,6 +4,8 @@ and 2 K/V heads of 16, gated MLP 128, vocabulary 100, untied head, RMSNorms."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from archsim.config import load_config
@@ -141,3 +143,21 @@ def test_a_decode_step_waits_for_every_weight_to_enter_an_array() -> None:
     assert roof.decode_s == (weights / 8e9, weights / 8e9)
     # W8A8 in tiny's 2x int8 mode: a PE takes two k elements, twice the intake
     assert weight_intake(config, Request(1, 8, 2, weights="int8-a8")) == 16e9
+
+
+@pytest.mark.parametrize("dataflow,row", [("ws", 4), ("os", 4), ("is", 8)])
+def test_the_arrays_take_a_row_of_weights_a_cycle_along_their_dataflow(dataflow,
+                                                                        row) -> None:
+    # 8x4 arrays, two a core: ws shifts a tile's rows in (4 columns a cycle), os streams
+    # the weights along the columns, is along the 8 rows
+    tiny = load_config("tiny")
+    matrix = replace(tiny.core.matrix, rows=8, cols=4, arrays=2, dataflow=dataflow)
+    config = replace(tiny, core=replace(tiny.core, matrix=matrix))
+    assert weight_intake(config, Request(1, 8, 2)) == 2 * 2 * row * 1e9
+
+
+def test_a_one_token_prefill_waits_for_the_weights_to_enter_the_arrays() -> None:
+    config = load_config("tiny")
+    request = Request(batch=1, prefill=1, decode=1, weights="int4-g32")
+    weights = 2 * 36_864 + 64 * 100
+    assert roofline(SMALL, request, config).prefill_s == weights / 8e9
