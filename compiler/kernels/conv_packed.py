@@ -252,8 +252,17 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
     step_counts = [0] * cores
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     packs = [taps[t:t + tp] for t in range(0, ntaps, tp)]
+    started: set[int] = set()  # cores whose first tile is emitted
     for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, oh, ty, ow):
         core, q, mxu, nb, gi = tile.core, tile.q, tile.mxu, tile.nb, tile.gi
+        # weights the array reads as stored are needed only with the input windows:
+        # when the core's store queue is empty (nothing before this kernel stored
+        # there), the first tile's windows load on it alongside the weights, so the
+        # prologue pays one DMA latency, not two (weights to rearrange are needed
+        # first, and a queue holding earlier stores would hold the windows back)
+        prologue = direct and core not in started and \
+            ctx.em.idle(ctx.em.dma(core, "store"))
+        started.add(core)
         oo, rows, pix, no, b = tile.oo, tile.rows, tile.pix, tile.no, bufs[tile.core]
         chans = (gi * cg, gi * cg + cg)
         for s, pack in enumerate(packs):
@@ -262,7 +271,7 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
             first = s * tp  # the pack's first tap
 
             def load(core=core, b=b, xs=xs, q=q, pack=pack, s=s, nb=nb, rows=rows, oo=oo,
-                     no=no, pix=pix, chans=chans, first=first) -> None:
+                     no=no, pix=pix, chans=chans, first=first, prologue=prologue) -> None:
                 raw = sub(b["wraw"][q], (no, cg, kh, kw))
                 if s == 0:  # the tile's weights
                     wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(0, cg),
@@ -275,7 +284,7 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
                 for u, tap in enumerate(pack):
                     _load_rows(ctx, x, nb, chans, rows, tap, spec, core,
                                sub(b["x"][xs], (cg, nrows, span), u * cg * nrows * span),
-                               source)
+                               source, "store" if prologue and s == 0 else "load")
 
             def compute(core=core, b=b, xs=xs, q=q, pack=pack, first=first, s=s, no=no,
                         pix=pix, mxu=mxu) -> None:
@@ -338,7 +347,7 @@ def _finish(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
 
 def _load_rows(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple[int, int],
                tap: tuple[int, int], spec: g.Conv2d, core: int, dst: SramRef,
-               source: str) -> None:
+               source: str, queue: str = "load") -> None:
     """``dst`` [c, rows, span] := the input columns tap ``(i, j)`` reads for each output
     row (contiguous from its first pixel's column to its last's), zero in the padding:
     one strided DMA with one DRAM run per row."""
@@ -369,7 +378,7 @@ def _load_rows(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tup
     offset = ((ya - rows[0]) * span + ua) * dst.dtype.itemsize
     inside = SramRef(dst.space, dst.offset + offset, (1, nc, yb - ya, ub - ua), dst.dtype,
                      (nc * nrows * span, nrows * span, span, 1))
-    ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, inside), source)
+    ctx.em.emit(ctx.em.dma(core, queue), Load(ref, inside), source)
 
 
 def packed_inputs(ctx: Context, kernel: Kernel) -> dict:
