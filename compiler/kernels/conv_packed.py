@@ -166,10 +166,11 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
         # after the last matmul: the last tile's passes, behind what is left of the
         # previous tile's (they start when its matmul ends; the vector unit runs in
         # order, so a weight rearrangement of the last tile's second pack waits for
-        # them too, and only its first pack's matmul overlaps them)
+        # them too, and only its first pack's matmul overlaps them). A vector-bound
+        # tiling has that backlog in its vector time already.
         overlap = mxu_last if direct else mxu_last / npacks
-        tail_last = passes * (vlat + last * ow * ot / vector_rate(config, 4)) + \
-            (max(0.0, tail - overlap) if last < ty else 0.0)
+        backlog = max(0.0, tail - overlap) if last < ty else 0.0
+        tail_last = passes * (vlat + last * ow * ot / vector_rate(config, 4))
         # weight rearrangement (none when the array reads them as stored), zero fills
         # of the taps reaching into the padding
         rearrange = 0 if direct else vlat + weights / item / lanes  # the first pack's
@@ -181,7 +182,10 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
         # step's matmul)
         first_load = (dma_cycles / per_core + rearrange) / npacks
         exposed = min(first_load, mxu / npacks)
-        cost = Cost(mxu_cycles=per_core * mxu / min(arrays, per_core),
+        mxu_cycles = per_core * mxu / min(arrays, per_core)
+        if per_core * vpu < mxu_cycles:
+            tail_last += backlog
+        cost = Cost(mxu_cycles=mxu_cycles,
                     vpu_cycles=per_core * vpu, dma_cycles=dma_cycles,
                     dram_bytes=tiles * (taps_bytes + weights + out_bytes),
                     serial_cycles=exposed + tail_last + setup +
