@@ -65,7 +65,9 @@ def weights_as_stored(cg: int, ntaps: int) -> bool:
     kw]`` when there is one tap (a 1x1 convolution: K is the channels) or one channel
     per group (depthwise: K is the taps): the array then takes its stationary tile as a
     transposed view of them (the operand feed reads the tile by columns, as it reads
-    ``W^T`` in the channels-major orientation) and the vector unit rearranges nothing."""
+    ``W^T`` in the channels-major orientation) and the vector unit rearranges nothing.
+    The buffers the rearranged weights would take hold the next tiles' weights instead:
+    a tile's weights load while the tiles before it still compute on theirs."""
     return ntaps == 1 or cg == 1
 
 
@@ -75,8 +77,8 @@ def packed_sram_bytes(window: int, pix: int, ot: int, cg: int, ntaps: int, taps:
     """Scratchpad one core needs for a tile of ``pix`` output pixels whose tap windows
     are ``window`` elements per channel."""
     packed = taps * cg * window * item
-    # as loaded, and rearranged unless the array reads them as they are
-    weights = (1 if weights_as_stored(cg, ntaps) else 2) * ot * cg * ntaps * item
+    # as loaded, and rearranged (or, read as stored, a second tile's as loaded)
+    weights = 2 * ot * cg * ntaps * item
     acc = ot * pix * (4 * (1 + pixels_major) + (out_item if cast else 0) + epi)
     return sets * (packed + weights + acc + 16 * 64 * 8) + 8192
 
@@ -191,13 +193,13 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
                     serial_cycles=exposed + tail_last + setup +
                     out_bytes * last / ty / dma.bandwidth_bytes_per_cycle)
         commands = tiles * (ntaps * 2 + ceil_div(ntaps, tp) + 6)
-        options.append((cost.estimate(config), commands,
+        options.append((cost.estimate(config), -cores, commands,
                         PackedTiling(ty, ot, tp, pixels_major, cost)))
     if not options:
         return None
     fastest = min(o[0] for o in options)
     near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]
-    return min(near, key=lambda o: (o[1], o[0]))[2]
+    return min(near, key=lambda o: (o[2], o[0]))[3]
 
 
 def _tile_mxu(pix: int, ntaps: int, tp: int, cg: int, ot: int, pixels_major: bool,
@@ -241,7 +243,7 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
             "x": [alloc((tp * cg, ty * span), x.dtype, "conv packed taps")
                   for _ in range(sets)],
             "wraw": [alloc((ot, cg, kh, kw), x.dtype, "conv weight tile")
-                     for _ in range(sets)],
+                     for _ in range(sets * (2 if direct else 1))],
             "w": [alloc((ntaps * cg, ot), x.dtype, "conv weight taps") for _ in range(sets)]
             if not direct else None,
             "acc": [alloc((ot, ty * ow), acc_dtype, "conv accumulator") for _ in range(sets)],
@@ -257,6 +259,7 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     packs = [taps[t:t + tp] for t in range(0, ntaps, tp)]
     started: set[int] = set()  # cores whose first tile is emitted
+    loaded = [0] * cores  # tiles whose weights each core has loaded
     for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, oh, ty, ow):
         core, q, mxu, nb, gi = tile.core, tile.q, tile.mxu, tile.nb, tile.gi
         # weights the array reads as stored are needed only with the input windows:
@@ -267,6 +270,8 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
         prologue = direct and core not in started and \
             ctx.em.idle(ctx.em.dma(core, "store"))
         started.add(core)
+        wq = loaded[core] % len(bufs[core]["wraw"])  # the tile's weight buffer
+        loaded[core] += 1
         oo, rows, pix, no, b = tile.oo, tile.rows, tile.pix, tile.no, bufs[tile.core]
         chans = (gi * cg, gi * cg + cg)
         for s, pack in enumerate(packs):
@@ -275,8 +280,9 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
             first = s * tp  # the pack's first tap
 
             def load(core=core, b=b, xs=xs, q=q, pack=pack, s=s, nb=nb, rows=rows, oo=oo,
-                     no=no, pix=pix, chans=chans, first=first, prologue=prologue) -> None:
-                raw = sub(b["wraw"][q], (no, cg, kh, kw))
+                     no=no, pix=pix, chans=chans, first=first, prologue=prologue,
+                     wq=wq) -> None:
+                raw = sub(b["wraw"][wq], (no, cg, kh, kw))
                 if s == 0:  # the tile's weights
                     wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(0, cg),
                                                         Slice(0, kh), Slice(0, kw)))
@@ -291,11 +297,11 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
                                source, "store" if prologue and s == 0 else "load")
 
             def compute(core=core, b=b, xs=xs, q=q, pack=pack, first=first, s=s, no=no,
-                        pix=pix, mxu=mxu) -> None:
+                        pix=pix, mxu=mxu, wq=wq) -> None:
                 k, nrows = len(pack) * cg, pix // ow
                 packed = b["x"][xs]
                 if direct:  # [k, o] as a view of the weights [o, c, kh, kw]
-                    raw = b["wraw"][q]
+                    raw = b["wraw"][wq]
                     weights = SramRef(raw.space, raw.offset + first * raw.dtype.itemsize,
                                       (k, no), raw.dtype, (1, cg * ntaps))
                 else:
