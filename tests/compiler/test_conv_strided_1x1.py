@@ -113,8 +113,11 @@ def test_weights_as_stored_match_torch(shape, preset):
     c, f, k, stride, padding, groups, taps = shape
     torch.manual_seed(0)
     x, w = torch.randn(2, c, 11, 9), torch.randn(f, c // groups, k, k)
+    # two output rows and at most 4 channels a tile: many tiles a core, so the weight
+    # buffers rotate (twice the operand sets: weights_as_stored)
     compiled = _compile(x, w, stride, padding, groups, cfg=config(preset),
-                        packed=lambda t: dataclasses.replace(t, taps=taps))
+                        packed=lambda t: dataclasses.replace(
+                            t, taps=taps, out_rows=2, out_channels=min(4, f // groups)))
     ops = [c.op for c in compiled.program.commands]
     weights = {op.b.strides for op in ops if isinstance(op, MatMul)}
     assert weights == {(1, c // groups * k * k)}  # every matmul reads them as stored
