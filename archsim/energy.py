@@ -145,7 +145,7 @@ def command_energy(op: Op, engine: str, timing_links: tuple[int, ...], nbytes: f
     """Dynamic energy (pJ) of one command, per component."""
     out = np.zeros(len(COMPONENTS))
     if isinstance(op, MatMul):
-        macs = math.prod(op.a.shape) * op.b.shape[1]
+        macs = math.prod(op.a.shape) * op.columns
         matrix = config.core.matrix
         out[_COMPONENT["arrays"]] = (macs * passes(op.a.dtype, matrix)
                                      * table.mac_pj[mac_dtype(op, matrix)])

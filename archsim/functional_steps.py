@@ -21,9 +21,9 @@ from archsim.functional import (BINARY, REDUCE, UNARY, HostFunction, Memory, run
                                 to_stored, to_values)
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramTensor, Scalar, SramRef
-from compiler.ir.ops import (Binary, Cast, Command, Copy, Gather, HostOp, HostTransfer, Load,
-                             MatMul, Op, Reduce, ReduceKind, Select, Store, Transpose, Unary,
-                             VCopy)
+from compiler.ir.ops import (Binary, Cast, Command, Copy, Dequant, Gather, HostOp,
+                             HostTransfer, Load, MatMul, Op, Reduce, ReduceKind, Select, Store,
+                             Transpose, Unary, VCopy)
 
 Step = Callable[[], None]
 Binder = Callable[[Any, Memory], Step]
@@ -112,9 +112,38 @@ def _bind_gather(op: Gather, memory: Memory) -> Step:
     return gather
 
 
+def dequantized(b: np.ndarray, scales: np.ndarray, dequant: Dequant,
+                dtype: DType) -> np.ndarray:
+    """The ``[k, n]`` weights an array's input path makes of ``b`` (values ``[k, n]``,
+    or packed int4 bytes ``[blocks, k, h]``) and their groups' scales (and zeros)
+    ``[groups, n, 1 or 2]`` (f32 values), rounded to the array's input ``dtype``
+    (:class:`~compiler.ir.ops.Dequant`)."""
+    if dequant.nibbles:
+        blocks, k, h = b.shape
+        where = [dequant.byte_of(r, h) for r in range(2 * h)]
+        columns = np.array([c for c, _ in where])
+        shifts = np.array([4 * nibble for _, nibble in where], dtype=np.uint8)
+        codes = (b[:, :, columns] >> shifts) & 15  # [blocks, k, 2h]
+        values = codes.transpose(1, 0, 2).reshape(k, blocks * 2 * h).astype(np.float32) - 8
+    else:
+        values = b.astype(np.float32)
+    rows = (dequant.phase + np.arange(values.shape[0])) // dequant.group
+    plane = scales[rows]  # [k, n, 1 or 2]
+    weights = values * plane[..., 0]
+    if plane.shape[-1] == 2:
+        weights = weights + plane[..., 1]
+    return to_values(to_stored(weights.astype(np.float32), dtype), dtype)
+
+
 def _bind_matmul(op: MatMul, memory: Memory) -> Step:
     integer = op.a.dtype.is_int8
     read_a, read_b, k = _reader(memory, op.a), _reader(memory, op.b), op.a.shape[-1]
+    if op.dequant is not None and op.scales is not None:
+        read_stored, read_scales, dequant = read_b, _reader(memory, op.scales), op.dequant
+        dtype = op.a.dtype
+
+        def read_b() -> np.ndarray:
+            return dequantized(read_stored(), read_scales(), dequant, dtype)
     read_out, write = _reader(memory, op.out), _writer(memory, op.out)
     accumulate = op.accumulate
 

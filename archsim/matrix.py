@@ -105,6 +105,6 @@ class MatrixEngine:
     def timing(self, op: MatMul) -> CommandTiming:
         *rows, k = op.a.shape  # leading dims of a are all rows
         m = math.prod(rows)
-        n = op.b.shape[1]
+        n = op.columns  # two per byte of packed int4 weights
         cycles = matmul_cycles(m, k, n, self.config, op.a.dtype)
         return CommandTiming(fixed_cycles=cycles, flops=2 * m * k * n)

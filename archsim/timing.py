@@ -97,7 +97,7 @@ COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
     Store: _store_key,
     Copy: lambda op: (Copy, op.src.space, op.dst.space, op.src.shape, op.src.dtype),
     Gather: lambda op: _box(Gather, (op.indices.shape, op.dst.space), op.table),
-    MatMul: lambda op: (MatMul, op.a.shape, op.a.dtype, op.b.shape),
+    MatMul: lambda op: (MatMul, op.a.shape, op.a.dtype, op.b.shape, op.columns),
     Unary: lambda op: (Unary, op.kind, _shape(op.src), _shape(op.dst), op.chained),
     Binary: lambda op: (Binary, op.kind, _shape(op.a), _shape(op.b), _shape(op.dst),
                         op.chained),

@@ -75,6 +75,7 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/test_matmul_staging.py",
     ],
     "torch_bridge/eager.py": [
+        "tests/torch_bridge/test_eager_mutants.py",
         "tests/torch_bridge/test_eager_accounting.py",
         "tests/torch_bridge/test_eager_compiled.py",
         "tests/torch_bridge/test_runtime_overhead.py",
@@ -98,6 +99,7 @@ MODULES: dict[str, list[str]] = {
         "tests/reports/test_reports_tie_rules.py",
     ],
     "compiler/ir/verify.py": [
+        "tests/compiler/ir/test_verify_mutants.py",
         "tests/compiler/ir/test_verify.py",
         "tests/compiler/ir/test_verify_shortcuts.py",
         "tests/compiler/ir/test_strided_sram.py",
@@ -108,6 +110,7 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_strided_sram.py",
     ],
     "compiler/ir/verify_order.py": [
+        "tests/compiler/ir/test_verify_order_mutants.py",
         "tests/compiler/ir/test_verify.py",
         "tests/compiler/ir/test_verify_shortcuts.py",
         "tests/compiler/ir/test_strided_sram.py",
@@ -142,7 +145,9 @@ in-process caches of compiled schedules, Triton kernels, matmul tilings and eage
 mutmut forks each mutant's test run from a process that has already run the tests, so
 without it a test finds the schedule the unmutated code compiled, the mutated kernel
 code never runs and every mutant of ``compiler/kernels/matmul.py`` survives ("Unable to
-force test failures")."""
+force test failures"). It also forgets which host fallbacks were already warned of
+(once per process): a test that expects the warning fails when an earlier run in the
+same process gave it (``tests/torch_bridge/test_eager_compiled.py``)."""
 
 FRESH_CACHES_PLUGIN = '''"""Empty archsim's in-process caches before each test (benchmarks/mutation.py)."""
 import sys
@@ -156,6 +161,9 @@ def _fresh_caches():
         module = sys.modules.get(name)
         if module is not None:
             module.clear_cache()
+    fallback = sys.modules.get("torch_bridge.fallback")
+    if fallback is not None:  # fallback warnings are given once per process
+        fallback._warned_ops.clear()
     cost = sys.modules.get("compiler.cost")
     clear_tilings = getattr(getattr(cost, "choose_matmul_tiling", None), "cache_clear", None)
     if clear_tilings is not None:  # (not when cost.py itself is mutated)

@@ -108,6 +108,21 @@ def split_sizes(size: int, unit: int, parts: int) -> list[int]:
     return sorted(out)
 
 
+def b_runs(kt: int, k: int, nt: int, n_unit: int) -> int:
+    """DMA commands of one array's B tile: one, or for packed int4 weights (``n_unit`` >
+    1: their blocks of columns, stored ``[N, K / 2]``, so a stored row holds ``k /
+    n_unit`` k rows of a block) one per block, since a block keeps its k rows together,
+    three (a partial row, whole rows, a partial row) when the k steps do not start on a
+    stored row, one for all blocks when the tile spans all of ``k``; and one for the
+    scales."""
+    if n_unit == 1:
+        return 1
+    if kt >= k:
+        return 1 + 1
+    per_block = 1 if kt * n_unit % k == 0 else 3
+    return -(-nt // n_unit) * per_block + 1
+
+
 def staging_bytes(sets: int, cores: int, sharing: int, a_bytes: int) -> int:
     """Shared SRAM a staged matmul holds: ``sets`` buffer sets of one A tile per distinct
     row block a round of ``cores`` tiles meets (one more when a round straddles two
@@ -136,23 +151,31 @@ def load_bandwidth(config: NpuConfig) -> float:
 def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, dtype: DType,
                          out_dtype: DType, cores: int, arrays: int,
                          op_sets: int, epilogue_bytes: int, capacity: int,
-                         b_dtype: DType | None = None) -> MatmulTiling:
+                         b_dtype: DType | None = None, b_item_bytes: float = 0.0,
+                         n_unit: int = 1) -> MatmulTiling:
     """The tiling with the lowest estimated time that fits the scratchpad.
 
     ``epilogue_bytes`` is SRAM per output element the epilogue needs besides the
-    accumulator; ``b_dtype``: B's dtype when it differs (weight-only int8 weights)."""
+    accumulator; ``b_dtype``: B's dtype when it differs (weight-only int8 weights);
+    ``b_item_bytes``: bytes per B element when B is packed int4 weights (with their
+    scales); ``n_unit``: columns an array's tile must be a multiple of (unless it is all
+    of ``n``): the packed weights' blocks, each its own DRAM run unless a tile spans all
+    of ``k`` (:func:`b_runs`)."""
     matrix = config.core.matrix
     item = dtype.itemsize
-    b_item = (b_dtype or dtype).itemsize
+    b_item = b_item_bytes or (b_dtype or dtype).itemsize
     acc_item = 4
     dma_bw = config.core.dma.bandwidth_bytes_per_cycle
     setup = config.core.dma.setup_latency_cycles + config.dram.latency_cycles + \
         config.noc.latency_cycles
+    in_flight = max(1, config.core.dma.engines - 1) * config.core.dma.outstanding
     best: MatmulTiling | None = None
     options: list[tuple[float, int, MatmulTiling]] = []
     per_array_n = -(-n // arrays)
+    widths = sorted({min(n, -(-nt // n_unit) * n_unit)  # whole units (packed blocks)
+                     for nt in split_sizes(per_array_n, matrix.cols, cores)})
     for mt, kt, nt in itertools.product(tile_sizes(m, matrix.rows), tile_sizes(k, matrix.rows),
-                                        split_sizes(per_array_n, matrix.cols, cores)):
+                                        widths):
         used = min(arrays, -(-n // nt))
         a_bytes, b_bytes = mt * kt * item, kt * nt * b_item
         steps = -(-k // kt)
@@ -190,7 +213,11 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             # (a step in between takes at least its own transfer: a DMA-bound loop
             # hides the latency behind the transfers, not behind the arrays)
             transfer = (a_bytes + used * b_bytes) / load_bw
-            latency = setup
+            # a load's latency holds one of a core's in-flight transfers: a step of more
+            # loads than fit in flight waits for several in a row (counted for packed
+            # int4 weights, a run per block; the one-run tiles are calibrated as they are)
+            extra_runs = used * (b_runs(kt, k, nt, n_unit) - 1)
+            latency = setup * (-(-(used + 1 + extra_runs) // in_flight) if extra_runs else 1)
             if staged:  # A: DRAM -> shared SRAM, then shared SRAM -> the scratchpad
                 copy_bw = load_bandwidth(config)
                 transfer = a_bytes / copy_bw + used * b_bytes / load_bw
@@ -213,7 +240,8 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                         dma_cycles=per_core * dma,
                         dram_bytes=tiles * (load_bytes + used * mt * nt * out_dtype.itemsize),
                         serial_cycles=per_core * stall + setup + first_load + vpu + store)
-            options.append((cost.estimate(config), tiles * steps * (2 + used + staged),
+            options.append((cost.estimate(config),
+                            tiles * steps * (2 + used + staged + extra_runs),
                             MatmulTiling(mt, kt, nt, used, acc_sets, cost, sets, resident,
                                          steps, staged)))
     staged = [o for o in options if o[2].a_staged]

@@ -120,11 +120,31 @@ class View(Spec):
 
 
 @dataclass(frozen=True)
+class Dequantization:
+    """Weights a matmul dequantizes on the way in (:class:`compiler.ir.ops.Dequant`),
+    with a scale (and a zero) per ``group`` k rows and output column.
+
+    ``nibbles`` ``halves`` or ``pairs``: int4 codes packed as torch's CPU int4 kernel
+    packs them, ``N`` rows in blocks of ``block``, each block's bytes ``[K, block / 2]``.
+    Empty: one-byte values (int8, fp8) as stored."""
+
+    group: int
+    nibbles: str = ""
+    block: int = 0
+
+
+@dataclass(frozen=True)
 class MatMul(Spec):
     """Batched ``a @ b`` (a: [..., M, K], b: [..., K, N] or [..., N, K] if trans_b),
-    batch dims broadcast. f32 accumulation, output in the output value's dtype."""
+    batch dims broadcast. f32 accumulation, output in the output value's dtype.
+
+    ``dequant``: inputs ``(a, b, scales)``, ``b`` narrow weights dequantized in the
+    arrays' input path with ``scales [K / group, N, 1 or 2]`` (a scale, and a zero):
+    packed int4 bytes ``[N / block, K, block / 2]``, or one-byte values ``[K, N]``
+    (``[N, K]`` with ``trans_b``)."""
 
     trans_b: bool = False
+    dequant: Dequantization | None = None
 
 
 @dataclass(frozen=True)

@@ -213,6 +213,30 @@ class GraphBuilder:
         return self.add(g.MatMul(trans_b), (a, b), (*batch, m, n), out_dtype or dtype,
                         "matmul")
 
+    def matmul_dequant(self, a: Value, b: Value, scales: Value, spec: g.Dequantization,
+                       trans_b: bool = False) -> Value:
+        """``a [M, K] @ w`` (f32) with ``w`` narrow weights the arrays dequantize on the
+        way in, per group of ``spec.group`` k rows and column (``scales [K / group, N, 1
+        or 2]``): packed int4 bytes ``[N / block, K, block / 2]`` read at half a byte a
+        weight, or one-byte values ``[K, N]`` (``[N, K]`` with ``trans_b``) read as stored
+        (:class:`compiler.graph.Dequantization`)."""
+        m, k = a.shape
+        if spec.nibbles:
+            blocks, k_b, half = b.shape
+            n, stored = blocks * spec.block, f"u8 [N/{spec.block}, K, {spec.block // 2}]"
+            fits = b.dtype is DType.u8 and 2 * half == spec.block and not trans_b
+        else:
+            n, k_b = (b.shape[0], b.shape[1]) if trans_b else (b.shape[1], b.shape[0])
+            stored = "one-byte [N, K]" if trans_b else "one-byte [K, N]"
+            fits = b.dtype.itemsize == 1 and b.dtype is not DType.u8
+        if (not a.dtype.is_float or not fits or k_b != k or k % spec.group
+                or scales.shape[:2] != (k // spec.group, n) or scales.shape[2] not in (1, 2)):
+            raise LoweringError(
+                f"{self.source}: a dequantizing matmul takes float a [M, K], {stored} weights "
+                f"and scales [K/{spec.group}, N, 1 or 2]; got {a.dtype.value} {list(a.shape)},"
+                f" {b.dtype.value} {list(b.shape)}, {list(scales.shape)}")
+        return self.add(g.MatMul(trans_b, spec), (a, b, scales), (m, n), DType.f32, "matmul")
+
     def splat(self, value: float, shape: Shape, dtype: DType) -> Value:
         return self.add(g.Splat(float(value)), (), tuple(shape), dtype, "full")
 

@@ -146,3 +146,25 @@ def split_box(view: Shape, base: Shape, box: Box) -> list[tuple[Box, Box]]:
             pieces += split_box(view, base, sub)
             start += 1
     return pieces
+
+
+def flat_boxes(shape: Shape, lo: int, hi: int) -> list[Box]:
+    """Boxes of ``shape`` covering its row-major elements ``lo..hi`` (a contiguous run of
+    storage) in order, as few as rows allow: the rest of a first partial row, the whole
+    rows, the start of a last partial one (each partial row split the same way)."""
+    if hi <= lo:
+        return []
+    if len(shape) == 1:
+        return [((lo, hi),)]
+    inner = math.prod(shape[1:])
+    (r0, o0), (r1, o1) = divmod(lo, inner), divmod(hi, inner)
+    if r0 == r1:
+        return [((r0, r0 + 1),) + box for box in flat_boxes(shape[1:], o0, o1)]
+    boxes: list[Box] = []
+    if o0:
+        boxes += [((r0, r0 + 1),) + box for box in flat_boxes(shape[1:], o0, inner)]
+        r0 += 1
+    if r1 > r0:
+        boxes.append(((r0, r1),) + tuple((0, n) for n in shape[1:]))
+    boxes += [((r1, r1 + 1),) + box for box in flat_boxes(shape[1:], 0, o1)]
+    return boxes

@@ -284,6 +284,11 @@ def report_data(result: ResultLike) -> ReportData:
     return data
 
 
+WEIGHT_FORMATS = {DType.u8: "int4 weights (two a byte, scaled per group)"}
+"""What a float matmul's narrow ``b`` of each dtype holds when not named by it: bytes
+``b`` of a float matmul are packed int4 weights (``compiler.ir.ops.Dequant``)."""
+
+
 def matrix_precision(config: NpuConfig,
                      pairs: Iterable[tuple[DType, DType]] = ()) -> str:
     """E.g. ``bf16 arrays; f32 matmuls at 'default' precision (1 bf16 pass)``, then how
@@ -305,7 +310,8 @@ def matrix_precision(config: NpuConfig,
         text += (f"; {dtypes} matmuls in the arrays' {mode} mode ({rate}x)" if rate else
                  f"; {dtypes} matmuls widened to {matrix.input_dtype} (1x)")
     for a, b in sorted(p for p in pairs if p[0].is_float and p[0] != p[1]):
-        text += f"; {b} weights widened to {a} on the way in"
+        weights = WEIGHT_FORMATS.get(b, f"{b} weights")
+        text += f"; {weights} widened to {a} on the way in"
     return text
 
 

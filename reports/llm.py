@@ -51,7 +51,9 @@ def llm_table(result: Any) -> str:
     lines += _runtime_lines(result)
     lines.append("")
     lines.append("  rooflines: TTFT = max(FLOPs / peak, weights / HBM bandwidth); TPOT = "
-                 "(weights + KV cache) / HBM bandwidth, over all chips")
+                 "max((weights + KV cache) / HBM bandwidth, FLOPs / peak); both at least "
+                 "the matmul weights / the arrays' intake (a row of weights an array a "
+                 "cycle); over all chips")
     lines += [f"  note: {n}" for n in result.notes()]
     return "\n".join(lines)
 

@@ -5,6 +5,16 @@
   the chips' peak, or the weights read once over HBM bandwidth, whichever is longer.
 - A decode step: every weight and the batch's whole KV cache read once over HBM
   bandwidth, or the step's FLOPs over peak, whichever is longer.
+
+The linear layers' FLOPs count at the peak of the arrays' mode for their inputs: int8
+with ``--activations int8`` (W8A8), fp8 with fp8 weights (activations quantized to e4m3
+per token), where the preset has that mode (``core.matrix.rates``); attention's at the
+activations' dtype's.
+
+Both also wait for every matmul weight to enter an array once (:func:`weight_intake`):
+a weight-stationary array takes a row of its tile a cycle, whatever the weights' dtype,
+so at small batch quantized weights can stream from HBM faster than the arrays take
+them in.
 Bounds for ``chips`` chips assume perfect splitting and free communication.
 """
 
@@ -41,6 +51,28 @@ def peak_flops(config: NpuConfig, dtype: str) -> float:
     return config.peak_flops
 
 
+def linear_peak(config: NpuConfig, request: Request) -> float:
+    """Matrix peak of the linear layers: the arrays' narrow mode when the activations
+    are quantized into one, else :func:`peak_flops` of ``request.dtype``."""
+    if request.weights == "fp8":
+        return config.peak_ops("fp8")
+    if request.weights and request.format.activations == "int8":
+        return config.peak_ops("i8")
+    return peak_flops(config, request.dtype)
+
+
+def weight_intake(config: NpuConfig, request: Request) -> float:
+    """Matmul weights a second one chip's arrays take in: each array a row of weights a
+    cycle (``ws``: a tile's R rows shift in over R cycles; ``os``: the weights stream in
+    along the C columns; ``is``: along the R rows), times the K elements a PE packs in
+    the linear layers' narrow mode (divided by the passes of f32 on 16-bit arrays), as
+    :func:`archsim.matrix.matmul_cycles` times them."""
+    matrix = config.core.matrix
+    row = matrix.rows if matrix.dataflow == "is" else matrix.cols
+    mode = linear_peak(config, request) / config.peak_flops
+    return config.cores * matrix.arrays * row * mode * config.clock_hz
+
+
 def causal_pairs(spec: ModelSpec, tokens: int, layer: int = 0) -> int:
     """(query, key) pairs causal attention computes over a ``tokens``-token prompt in
     layer ``layer``."""
@@ -67,24 +99,31 @@ def weight_bytes(spec: ModelSpec, request: Request) -> float:
 
 def roofline(spec: ModelSpec, request: Request, config: NpuConfig, chips: int = 1) -> Roofline:
     peak = peak_flops(config, request.dtype) * chips
+    linear = linear_peak(config, request) * chips
+    intake = weight_intake(config, request) * chips
+    matmul_weights = spec.layers * spec.layer_matmul_weights + spec.hidden * spec.vocab
     bandwidth = config.dram_bandwidth_bytes_per_s * chips
     b, s = request.batch, request.prefill
     qk_width = spec.heads * spec.head_dim
     weights = weight_bytes(spec, request)
     head_flops = 2 * spec.hidden * spec.vocab
     pairs = sum(causal_pairs(spec, s, layer) for layer in range(spec.layers))
-    prefill_flops = b * (spec.layers * 2 * s * spec.layer_matmul_weights
-                         + 4 * qk_width * pairs + head_flops)
-    prefill_s = max(prefill_flops / peak, weights / bandwidth)
+    linear_flops = b * (spec.layers * 2 * s * spec.layer_matmul_weights + head_flops)
+    attention_flops = b * 4 * qk_width * pairs
+    prefill_flops = linear_flops + attention_flops
+    prefill_s = max(linear_flops / linear + attention_flops / peak, weights / bandwidth,
+                    matmul_weights / intake)
     decode_bytes, decode_s = [], []
     for context in request.contexts():
         seen = spec.kv_tokens(context)  # over all layers
         kv = b * seen * spec.kv_elements_per_token() * request.kv_item
-        flops = b * (spec.layers * 2 * spec.layer_matmul_weights + 4 * qk_width * seen
-                     + head_flops)
+        step_linear = b * (spec.layers * 2 * spec.layer_matmul_weights + head_flops)
         decode_bytes.append(weights + kv)
-        decode_s.append(max((weights + kv) / bandwidth, flops / peak))
+        decode_s.append(max((weights + kv) / bandwidth,
+                            step_linear / linear + b * 4 * qk_width * seen / peak,
+                            matmul_weights / intake))
     return Roofline(prefill_flops, prefill_s, tuple(decode_bytes), tuple(decode_s))
 
 
-__all__ = ["Roofline", "causal_pairs", "peak_flops", "roofline", "weight_bytes"]
+__all__ = ["Roofline", "causal_pairs", "linear_peak", "peak_flops", "roofline",
+           "weight_bytes", "weight_intake"]

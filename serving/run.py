@@ -144,10 +144,11 @@ class ServeResult:
                          f"attention of the windowed layers is timed as full causal "
                          f"attention (the kernel does not skip key tiles left of the window)")
         if request.weights.startswith("int4"):
-            notes.append("int4 weights are unpacked and dequantized on the vector unit and "
-                         "written back in the activations' dtype before each matmul reads "
-                         "them (the matmul kernel takes no packed operand yet): slower than "
-                         "16-bit weights, not what int4 hardware paths do")
+            notes.append("int4 weights are read at half a byte and dequantized per group in "
+                         "the arrays' input path; a weight tile still takes as many cycles "
+                         "to shift into an array as a 16-bit one, so small-batch decode "
+                         "cannot go below weights / (arrays x columns) cycles, whatever the "
+                         "packed HBM roofline says")
         if spec.attention_softcap:
             notes.append("attention logit soft-capping is not timed (inside the flash "
                          "kernel; transformers' SDPA path leaves it out too)")

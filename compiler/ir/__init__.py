@@ -9,6 +9,7 @@ from compiler.ir.ops import (
     Cast,
     Command,
     Copy,
+    Dequant,
     Gather,
     HostOp,
     HostTransfer,
@@ -29,7 +30,7 @@ from compiler.ir.ops import (
 )
 
 __all__ = [
-    "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "DType", "DramRef",
+    "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "Dequant", "DType", "DramRef",
     "DramTensor", "Gather", "HostOp", "HostTransfer", "Load", "MatMul", "Op", "Program", "Reduce",
     "ReduceKind", "Scalar", "Select", "Slice", "SramRef", "Store", "Transpose", "Unary",
     "UnaryKind", "VCopy", "engine_core", "engine_kind", "numel", "sram_space",

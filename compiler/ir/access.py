@@ -46,7 +46,7 @@ SRAM_READ_FIELDS: dict[type[Op], tuple[str, ...]] = {
     Store: ("src",),
     Copy: ("src",),
     Gather: ("indices",),
-    MatMul: ("a", "b"),          # + "out" when accumulate=True
+    MatMul: ("a", "b", "scales"),  # + "out" when accumulate=True
     Unary: ("src",),
     Binary: ("a", "b"),
     Select: ("cond", "a", "b"),

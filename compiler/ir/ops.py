@@ -190,17 +190,63 @@ DMA_OPS: tuple[type[Op], ...] = (Load, Store, Copy, Gather)
 # -- matrix engine (coreN.mxuM) ----------------------------------------------------
 
 
+NIBBLES = ("halves", "pairs")
+"""The nibble layouts of packed int4 codes (:class:`Dequant`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dequant:
+    """How an array's input path turns a narrow ``b`` into the weights it multiplies:
+    ``value * scale + zero`` in f32, with the scale (and the zero, when ``scales`` holds
+    two numbers a column, else 0) of the value's group of ``group`` k rows (row
+    ``(phase + k) // group`` of the op's ``scales``), rounded to ``a``'s dtype.
+
+    ``nibbles`` empty: ``b`` is ``[k, n]`` one-byte values as stored (i8, e4m3, e5m2).
+    ``halves`` or ``pairs``: ``b`` is bytes ``[blocks, k, h]`` of int4 codes two a byte,
+    as torch's CPU int4 kernel packs them (each block of ``2h`` columns keeps its k rows
+    together), and the value is ``code - 8``. Within a block, at column ``r``, halves put
+    the code in the low nibble of byte ``r`` for ``r < h`` and in the high nibble of
+    byte ``r - h`` after; pairs put it in nibble ``r % 2`` of byte ``r // 2``."""
+
+    group: int
+    phase: int = 0
+    """k rows of the first group that precede the tile (its k offset in the group)."""
+    nibbles: str = ""
+
+    def byte_of(self, r: int, h: int) -> tuple[int, int]:
+        """(byte, nibble) of a block of ``h`` bytes holding the block's column ``r``."""
+        if self.nibbles == "halves":
+            nibble, c = divmod(r, h)
+        else:
+            c, nibble = divmod(r, 2)
+        return c, nibble
+
+
 @dataclass(frozen=True, slots=True)
 class MatMul(Op):
     """``out (+)= a @ b`` with a: [m, k], b: [k, n], out: [m, n] in the accumulator dtype.
     ``a`` may have more leading dims (``[..., k]``, rows = their product), so a strided
-    view can stream rows that skip some."""
+    view can stream rows that skip some.
+
+    With ``dequant`` (and ``scales``: ``[groups, n, 1 or 2]``, each group's scale and
+    zero per column), ``b`` is narrow weights dequantized in the array's input path
+    (:class:`Dequant`): read at their stored size (packed int4: ``[blocks, k, h]``
+    bytes for ``n = 2 h blocks``, half a byte a weight)."""
 
     a: SramRef
     b: SramRef
     out: SramRef
     accumulate: bool = False
+    scales: SramRef | None = None
+    dequant: Dequant | None = None
     mnemonic = "matmul"
+
+    @property
+    def columns(self) -> int:
+        """``n``: output columns (two per byte of packed int4 ``b``)."""
+        if self.dequant is not None and self.dequant.nibbles:
+            return 2 * self.b.shape[0] * self.b.shape[-1]
+        return self.b.shape[-1]
 
 
 # -- vector engine (coreN.vpu) -------------------------------------------------------

@@ -32,7 +32,10 @@ tokens is free, but a construct never spans lines)::
         | "store" sram "->" dram
         | "copy" sram "->" sram
         | "gather" dram "[" sram "]" "->" sram               (table rows picked by indices)
-        | "matmul" sram "," sram "->" sram [ "acc" ]
+        | "matmul" sram "," sram "->" sram [ "acc" ] [ dequant ]
+    dequant := "dequant" sram "group" "=" INT "phase" "=" INT ( "halves" | "pairs" | "bytes" )
+                 (b dequantized on the way in: int4 codes two a byte, or one-byte values;
+                  sram: the groups' scales, and zeros)
         | "unary" UNARY_KIND sram "->" sram
         | "binary" BINARY_KIND value "," value "->" sram
         | "select" sram "," value "," value "->" sram
@@ -168,6 +171,16 @@ def _operands(op: Op) -> str:
     return printer(op)
 
 
+def _format_dequant(op: MatMul) -> str:
+    """`` dequant SCALES group=G phase=P halves|pairs|bytes`` for weights dequantized
+    on the way in."""
+    d = op.dequant
+    if d is None or op.scales is None:
+        return ""
+    return (f" dequant {format_sram_ref(op.scales)} group={d.group} phase={d.phase} "
+            f"{d.nibbles or 'bytes'}")
+
+
 def _chained(op: Unary | Binary | Cast) -> str:
     return " chained" if op.chained else ""
 
@@ -179,7 +192,8 @@ _PRINTERS: dict[type[Op], Callable[[Op], str]] = {
     Gather: lambda op: (f"{format_dram_ref(op.table)} [{format_sram_ref(op.indices)}] -> "
                         f"{format_sram_ref(op.dst)}"),
     MatMul: lambda op: (f"{format_sram_ref(op.a)}, {format_sram_ref(op.b)} -> "
-                        f"{format_sram_ref(op.out)}" + (" acc" if op.accumulate else "")),
+                        f"{format_sram_ref(op.out)}" + (" acc" if op.accumulate else "")
+                        + _format_dequant(op)),
     Unary: lambda op: (f"{op.kind.value} {format_sram_ref(op.src)} -> "
                        f"{format_sram_ref(op.dst)}" + _chained(op)),
     Binary: lambda op: (f"{op.kind.value} {_format_value(op.a)}, {_format_value(op.b)} -> "

@@ -16,6 +16,7 @@ from compiler.ir.ops import (
     Cast,
     Command,
     Copy,
+    Dequant,
     Gather,
     HostOp,
     HostTransfer,
@@ -79,7 +80,17 @@ def _parse_matmul(line: _Line) -> Op:
     b = _parse_sram(line, "matmul operand b")
     line.expect("->", "after matmul operand b")
     out = _parse_sram(line, "matmul output")
-    return MatMul(a, b, out, accumulate=line.accept("acc"))
+    accumulate = line.accept("acc")
+    if not line.accept("dequant"):
+        return MatMul(a, b, out, accumulate)
+    scales = _parse_sram(line, "dequant scales")
+    values = []
+    for key in ("group", "phase"):
+        _parse_attribute(line, key, "matmul dequant")
+        values.append(line.integer(f"dequant {key}"))
+    nibbles = line.choice({"halves": "halves", "pairs": "pairs", "bytes": ""},
+                          "dequant layout")
+    return MatMul(a, b, out, accumulate, scales, Dequant(*values, nibbles))
 
 
 def _parse_unary(line: _Line) -> Op:

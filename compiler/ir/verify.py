@@ -162,8 +162,10 @@ def _command_problems(cmd: Command, machine: Machine, tensors: dict[str, DramTen
 
 # ---------------------------------------------------------------- screening
 
-_REGION_PARTS = ("space", "offset", "shape", "dtype")
-"""What an SRAM operand's problems (and its part in the op's checks) depend on."""
+_REGION_PARTS = ("space", "offset", "shape", "dtype", "strides")
+"""What an SRAM operand's problems (and its part in the op's checks) depend on: the
+strides too, as they decide the bytes it spans (a strided view past the end of its
+space must not pass on the verdict of a dense one at the same offset)."""
 
 
 @dataclass(frozen=True)
@@ -209,8 +211,8 @@ class _Screen:
     commands with problems are explained (by :func:`_command_problems`).
 
     Apart from its deps and the bounds of its DRAM boxes, whether a command has a
-    problem depends only on its engine, its op class, the space, offset, shape and
-    dtype of its SRAM operands, the tensor and shape of its DRAM boxes and the op's
+    problem depends only on its engine, its op class, the space, offset, shape, dtype
+    and strides of its SRAM operands, the tensor and shape of its DRAM boxes and the op's
     other fields. Programs repeat those a lot (the same buffers, tiles and engines), so
     the verdict is remembered per such *key*: most commands cost a key and a lookup.
     """

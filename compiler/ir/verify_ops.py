@@ -22,6 +22,7 @@ from compiler.ir.ops import (
     HostOp,
     HostTransfer,
     Load,
+    NIBBLES,
     MatMul,
     Op,
     Reduce,
@@ -202,23 +203,27 @@ _WIDENED_B = (DType.i8, DType.e4m3, DType.e5m2)
 @_checks(MatMul)
 def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                   ) -> Iterator[str]:
+    packed = op.dequant is not None and bool(op.dequant.nibbles)
     flat = [(name, ref) for name, ref in (("b", op.b), ("out", op.out))
-            if len(ref.shape) != 2]
+            if len(ref.shape) != (3 if packed and name == "b" else 2)]
     if len(op.a.shape) < 2:
         flat.insert(0, ("a", op.a))
     for name, ref in flat:
         yield (f"field {name}: matmul operands must be 2-D (a may have more leading dims, "
-               f"which are its rows), got {_typed(ref)}")
+               f"which are its rows{'; packed int4 b is [blocks, k, bytes]' if packed else ''})"
+               f", got {_typed(ref)}")
     if flat:
         return
-    if op.a.dtype.is_int8:  # u8 x i8 as well as i8 x i8 (x86 VNNI's pairing)
+    if op.dequant is not None or op.scales is not None:
+        yield from _dequant_problems(op)
+    elif op.a.dtype.is_int8:  # u8 x i8 as well as i8 x i8 (x86 VNNI's pairing)
         if not op.b.dtype.is_int8:
             yield f"field b: dtype {op.b.dtype} is not an 8-bit integer like a's {op.a.dtype}"
     elif not (op.a.dtype.is_float and op.b.dtype in _WIDENED_B):  # weight-only int8 (and
         yield from _same_dtype("b", op.b, "a", op.a.dtype)  # an fp8 KV cache): b is
         # widened on the way in
     yield from _matmul_dtype_problems(op.a.dtype, machine)
-    (m, k), (k_b, n) = (math.prod(op.a.shape[:-1]), op.a.shape[-1]), op.b.shape
+    (m, k), k_b, n = (math.prod(op.a.shape[:-1]), op.a.shape[-1]), op.b.shape[-2], op.columns
     if k_b != k:
         yield f"field b: shape {_typed(op.b)} does not match a's k={k}"
     if op.out.shape != (m, n):
@@ -230,6 +235,37 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
     elif op.out.dtype.value != machine.accumulator:
         yield (f"field out: dtype {op.out.dtype} is not the matrix array's accumulator "
                f"dtype {machine.accumulator}")
+
+
+def _dequant_problems(op: MatMul) -> Iterator[str]:
+    """Narrow ``b`` dequantized in the input path (:class:`~compiler.ir.ops.Dequant`):
+    float ``a``; packed int4 bytes or one-byte values; a scale (and a zero) per group
+    and column."""
+    dequant, scales = op.dequant, op.scales
+    if dequant is None or scales is None:
+        yield ("field scales: weights dequantized on the way in need both scales and how "
+               "(dequant SCALES group=G phase=P halves|pairs|bytes)")
+        return
+    if not op.a.dtype.is_float:
+        yield f"field a: dequantized weights are widened for float a, got {op.a.dtype}"
+    if dequant.nibbles and op.b.dtype is not DType.u8:
+        yield f"field b: packed int4 weights are u8 bytes (two codes each), got {op.b.dtype}"
+    if not dequant.nibbles and op.b.dtype not in _WIDENED_B:
+        yield (f"field b: dequantized weights are one-byte values "
+               f"({', '.join(d.value for d in _WIDENED_B)}), got {op.b.dtype}")
+    if dequant.nibbles not in ("", *NIBBLES):
+        yield f"field dequant: nibbles {dequant.nibbles!r} is not one of {', '.join(NIBBLES)}"
+    if dequant.group < 1 or not 0 <= dequant.phase < dequant.group:
+        yield (f"field dequant: group {dequant.group} and phase {dequant.phase} need group "
+               f">= 1 and 0 <= phase < group")
+        return
+    k = op.a.shape[-1]
+    groups = (dequant.phase + k - 1) // dequant.group + 1
+    if (scales.shape[:2] != (groups, op.columns) or len(scales.shape) != 3
+            or scales.shape[2] not in (1, 2) or not scales.dtype.is_float):
+        yield (f"field scales: {_typed(scales)} should be float [{groups},{op.columns},1] or "
+               f"[{groups},{op.columns},2] (a scale, and a zero, per group of "
+               f"{dequant.group} k rows and column)")
 
 
 def _matmul_dtype_problems(dtype: DType, machine: Machine) -> Iterator[str]:

@@ -22,6 +22,7 @@ from compiler.ir.operands import SramRef
 from compiler.ir.ops import Copy, Load, MatMul
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline, unravel
 from compiler.kernels.epilogue import finish_tile, pass_order
+from compiler.kernels.matmul_dequant import DequantWeights
 from compiler.kernels.matmul_panels import TilePanels, panel_plan
 from compiler.kernels.matmul_staging import StagedA
 from compiler.kernels.vector import Order, bytes_per_element, layout, load_box, sub
@@ -42,7 +43,8 @@ def _operand_box(value: Value, batch_index: tuple[int, ...], rows: tuple[int, in
 
 def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     node = kernel.anchor
-    a, b = node.inputs
+    a, b = node.inputs[:2]
+    dq = DequantWeights.of(node)  # b: narrow weights dequantized in the input path
     out: Value = node.out
     trans_b = node.spec.trans_b
     group = kernel.group
@@ -59,7 +61,8 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     order = pass_order(group, out, cast_needed) if group else None  # the epilogue's pass
     tiling = choose_matmul_tiling(ctx.config, batch, m, k, n, a.dtype, out.dtype,
                                   ctx.cores, arrays, ctx.sets, max(0, epi_bytes), ctx.capacity,
-                                  b.dtype)
+                                  b.dtype, dq.item_bytes if dq else 0.0,
+                                  dq.n_unit if dq else 1)
     mt, kt, nt, used = tiling.mt, tiling.kt, tiling.nt, tiling.arrays
     n_tile = nt * used
     tiles = [(bi, m0, n0) for bi in range(batch) for m0 in range(0, m, mt)
@@ -76,7 +79,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                            len(k_steps)) if tiling.a_staged else None
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     bufs = [_allocate(ctx, c, tiling, (a.dtype, b.dtype), acc_dtype, out, cast_needed,
-                      trans_b, group, rank) for c in range(cores)]
+                      trans_b, group, rank, dq) for c in range(cores)]
     step_count = [0] * cores
     holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
     ranges: list[tuple[int, int, int]] = []  # (first, end command, panel) when in part
@@ -106,9 +109,9 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
             steps = TileSteps(
                 load=_loader(ctx, core, bufs[core], op_set, a_buf if load_a else None, a, b,
                              trans_b, batch_index, (m0, m1), (k0, k1), cols, kernel.name,
-                             staged),
+                             staged, dq),
                 compute=_multiplier(ctx, core, bufs[core], op_set, a_buf, q, (m1 - m0),
-                                    (k1 - k0), cols, s > 0, kernel.name),
+                                    (k0, k1), cols, s > 0, kernel.name, dq),
                 store=_epilogue(ctx, core, bufs[core], q, out, group, order, batch_index,
                                 (m0, m1), cols, cast_needed, kernel.name) if last else
                 (lambda: None),
@@ -139,6 +142,7 @@ class _Buffers:
     def __init__(self) -> None:
         self.a: list[SramRef] = []
         self.b: list[list[SramRef]] = []
+        self.scales: list[list[SramRef]] = []  # dequantized weights: their groups' scales
         self.acc: list[list[SramRef]] = []
         self.out: list[list[SramRef]] = []
         self.epilogue: list[list[tuple[dict[int, SramRef], dict[int, SramRef]]]] = []
@@ -146,17 +150,24 @@ class _Buffers:
 
 def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
               acc_dtype: DType, out: Value, cast_needed: bool, trans_b: bool, group,
-              rank: int) -> _Buffers:
+              rank: int, dq: DequantWeights | None = None) -> _Buffers:
     """SRAM of one core: A and B tiles in their operands' dtypes (``dtypes``; weight-only
-    int8 B tiles stay int8), accumulators, outputs and the epilogue's buffers."""
+    int8 B tiles stay int8, int4 ones packed; dequantized ones with their scales),
+    accumulators, outputs and the epilogue's buffers."""
     arena = Arena(sram_space(core), ctx.capacity)
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
     bufs = _Buffers()
     a_tiles = tiling.op_sets * (tiling.k_steps if tiling.a_resident else 1)
     bufs.a = [arena.alloc((mt, kt), dtypes[0], "matmul A tile") for _ in range(a_tiles)]
     for _ in range(tiling.op_sets):
-        bufs.b.append([arena.alloc((kt, nt), dtypes[1], "matmul B tile")
-                       for _ in range(tiling.arrays)])
+        if dq is not None and dq.packed:
+            bufs.b.append([dq.allocate_packed(arena, kt, nt) for _ in range(tiling.arrays)])
+        else:
+            bufs.b.append([arena.alloc((kt, nt), dtypes[1], "matmul B tile")
+                           for _ in range(tiling.arrays)])
+        if dq is not None:
+            bufs.scales.append([dq.allocate_scales(arena, kt, nt)
+                                for _ in range(tiling.arrays)])
     epi_tile = (1,) * (rank - 2) + (mt, nt)
     for _ in range(tiling.acc_sets):
         bufs.acc.append([arena.alloc((mt, nt), acc_dtype, "accumulator")
@@ -173,7 +184,8 @@ def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
 def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef | None,
             a: Value, b: Value, trans_b: bool, batch_index: tuple[int, ...],
             rows: tuple[int, int], ks: tuple[int, int], cols: list[tuple[int, int]],
-            source: str, staged: Callable[[], SramRef] | None = None):
+            source: str, staged: Callable[[], SramRef] | None = None,
+            dq: DequantWeights | None = None):
     """A k-step's loads: the A tile into ``a_tile`` (None: it is resident already), a B
     tile per array. ``staged``: A comes from shared SRAM (:mod:`.matmul_staging`)."""
     def load() -> None:
@@ -181,6 +193,11 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRe
         # the shared A tile for every array, and a DMA queue issues in order
         kk = ks[1] - ks[0]
         for j, (c0, c1) in enumerate(cols):
+            if dq is not None:
+                dq.load_scales(ctx, bufs.scales[op_set][j], ks, (c0, c1), core, source)
+                if dq.packed:
+                    dq.load_packed(ctx, bufs.b[op_set][j], ks, (c0, c1), core, source)
+                    continue
             b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
             if not trans_b:
                 load_box(ctx, b, _operand_box(b, batch_index, ks, (c0, c1)), b_buf, core,
@@ -213,14 +230,19 @@ def load_transposed(ctx: Context, b: Value, box: Box, dst: SramRef, core: int,
 
 
 def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef,
-                q: int, mm: int, kk: int, cols: list[tuple[int, int]], accumulate: bool,
-                source: str):
+                q: int, mm: int, ks: tuple[int, int], cols: list[tuple[int, int]],
+                accumulate: bool, source: str, dq: DequantWeights | None = None):
     def compute() -> None:
+        kk = ks[1] - ks[0]
         a_buf = sub(a_tile, (mm, kk))
         for j, (c0, c1) in enumerate(cols):
-            b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
             acc = sub(bufs.acc[q][j], (mm, c1 - c0))
-            ctx.em.emit(mxu_engine(core, j), MatMul(a_buf, b_buf, acc, accumulate), source)
+            if dq is not None:
+                op = dq.matmul(a_buf, bufs.b[op_set][j], bufs.scales[op_set][j], acc, ks,
+                               accumulate)
+            else:
+                op = MatMul(a_buf, sub(bufs.b[op_set][j], (kk, c1 - c0)), acc, accumulate)
+            ctx.em.emit(mxu_engine(core, j), op, source)
     return compute
 
 

@@ -14,13 +14,12 @@ c`` ("halves"); a partial last block (and every block without AVX-512/AVX2) hold
 ``2c`` and ``2c + 1`` ("pairs"). Which layout a tensor has depends on the CPU build that
 packed it, so the lowering reads torch's CPU capability.
 
-Here the bytes are unpacked and dequantized on the vector unit (a nibble is
-``byte mod 16`` and ``(byte - lo) / 16``, exact in f32) into weights in the activations'
-dtype that float matmuls then read: the matmul kernel has no packed-int4 operand that it
-could widen in the arrays' input path (as it does int8), so the dequantized weight makes
-a DRAM round trip (see BENCHMARKS.md, int4 weights). Where a group's bytes are whole
-rows of the packed tensor, one fused vector kernel does it all (:func:`_segment`); else
-the nibbles are interleaved and transposed first (:func:`_dequantized`).
+Where the rows are whole blocks (every LLM shape), the matmul reads the bytes as stored,
+half a byte a weight, and the arrays' input path unpacks and dequantizes them
+(:meth:`GraphBuilder.matmul_dequant`, :mod:`compiler.kernels.matmul_dequant`). A partial last
+block is unpacked and dequantized on the vector unit instead (a nibble is ``byte mod
+16`` and ``(byte - lo) / 16``, exact in f32; :func:`_dequantized`) into weights in the
+activations' dtype that a float matmul then reads, a DRAM round trip.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from archsim.errors import LoweringError
+from compiler import graph as g
 from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
 from compiler.ir.dtypes import DType
@@ -86,39 +86,6 @@ def _nibbles(b: GraphBuilder, packed: Value) -> tuple[Value, Value]:
     low = b.binary(BinaryKind.remainder, wide, 16.0)
     high = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, wide, low), 1 / 16)
     return low, high
-
-
-def _segment(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Value,
-             blocks: int, rows: int, halves: bool, group: int) -> Value:
-    """``x @ w.T`` (f32) for ``blocks`` full blocks of ``rows`` rows: one matmul for the
-    rows the low nibbles hold and one for the high ones, their weights dequantized by
-    one vector kernel, the two results interleaved as the rows are.
-
-    The nodes come in an order the fusion pass can keep in one vector kernel: the
-    scales and zeros first (small: a plane per nibble, in f32), then the bytes, read in
-    place as ``[groups, group, 1, blocks, C]`` (a permuted view), and the whole
-    unpack-and-dequantize chain over that space, writing only the two weights."""
-    k = x.shape[-1]
-    half, groups, count = rows // 2, k // group, blocks * rows
-    order = (0, 2, 4, 1, 3) if halves else (0, 3, 4, 1, 2)  # -> [groups, h, i, blocks, C]
-    split = (groups, blocks, 2, half, 2) if halves else (groups, blocks, half, 2, 2)
-    planes = b.permute(b.view(scales_and_zeros, split), order)
-    scale_zero = [[b.cast(b.slice(b.slice(planes, 1, h, h + 1), 2, i, i + 1), DType.f32)
-                   for i in (0, 1)] for h in (0, 1)]
-    body = b.view(packed, (blocks, groups, group, 1, half))
-    weights = []
-    for code, (scale, zero) in zip(_nibbles(b, b.permute(body, (1, 2, 3, 0, 4))),
-                                   scale_zero):
-        weight = b.binary(BinaryKind.add, b.binary(
-            BinaryKind.mul, b.binary(BinaryKind.sub, code, float(ZERO_CODE)), scale), zero)
-        weights.append(b.cast(weight, x.dtype))
-    axis = 2 if halves else 3
-    parts = []
-    for weight in weights:
-        out = b.matmul(x, b.view(weight, (k, blocks * half)), out_dtype=DType.f32)
-        shape = (blocks, 1, half) if halves else (blocks, half, 1)
-        parts.append(b.view(out, (x.shape[0], *shape)))
-    return b.view(lower_cat(b, parts, axis), (x.shape[0], count))
 
 
 def _interleave(b: GraphBuilder, low: Value, high: Value, halves: bool) -> Value:
@@ -183,12 +150,11 @@ def lower_weight_int4pack_mm(b: GraphBuilder, x: Value, packed: Value, group_siz
     layout = cpu_layout()
     full, rest = _blocks(n, layout)
     rows = layout.block_rows
-    if rest or group_size * rows // 2 % (k // 2):
-        # a group's bytes are not whole rows of the packed tensor: the fused kernel's
-        # tiles would be read in pieces of a few bytes, so take the general path
-        return b.cast(_dequantized(b, x, packed, scales_and_zeros, group_size), x.dtype)
-    out = _segment(b, x, packed, scales_and_zeros, full, rows, layout.halves, group_size)
-    return b.cast(out, x.dtype)
+    if not rest:  # whole blocks: the arrays read the bytes as stored
+        spec = g.Dequantization(group_size, "halves" if layout.halves else "pairs", rows)
+        blocks = b.view(packed, (full, k, rows // 2))
+        return b.cast(b.matmul_dequant(x, blocks, scales_and_zeros, spec), x.dtype)
+    return b.cast(_dequantized(b, x, packed, scales_and_zeros, group_size), x.dtype)
 
 
 @lowering(aten._convert_weight_to_int4pack_for_cpu.default)

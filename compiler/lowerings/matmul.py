@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -39,7 +40,53 @@ def _widened_weights(x: Value, w: Value) -> Value | None:
     return None
 
 
+ONE_BYTE_WEIGHTS = (DType.i8, DType.e4m3, DType.e5m2)
+"""Stored weights a scaled dequantization in the input path reads as they are."""
+
+
+def _scaled_weights(x: Value, w: Value) -> tuple[Value, Value] | None:
+    """If ``w`` is one-byte weights widened to f32, times a scale per output column (or
+    one for all), rounded to ``x``'s float dtype (torchao's float8 weight-only layers
+    exported: ``(w_e4m3.t().to(f32) * scale.t()).to(bf16)``), the stored weights and
+    the scale: the arrays do the same on the way in (:meth:`GraphBuilder.matmul_dequant`),
+    reading the weights at one byte each."""
+    cast = w.producer
+    if (cast is None or not isinstance(cast.spec, g.Cast) or not x.dtype.is_float
+            or w.dtype is not x.dtype or len(w.shape) != 2):
+        return None
+    mul = cast.inputs[0].producer
+    if mul is None or not isinstance(mul.spec, g.Binary) or mul.spec.kind is not BinaryKind.mul:
+        return None
+    n = w.shape[1]
+    for widened, scale in (mul.inputs, mul.inputs[::-1]):
+        widen = widened.producer if isinstance(widened, Value) else None
+        if (widen is not None and isinstance(widen.spec, g.Cast) and widened.dtype.is_float
+                and widen.inputs[0].dtype in ONE_BYTE_WEIGHTS and isinstance(scale, Value)
+                and scale.dtype.is_float and math.prod(scale.shape) in (1, n)
+                and scale.shape[-1:] in ((1,), (n,), ())):
+            return widen.inputs[0], scale
+    return None
+
+
+def _dequantizing(b: GraphBuilder, x: Value, values: Value, scale: Value) -> Value:
+    """``x @ (values * scale)`` with the scale applied per column in the arrays' input
+    path, rounded to ``x``'s dtype as torch rounds the dequantized weight."""
+    k, n = values.shape
+    scales = b.view(scale, (1, n, 1)) if math.prod(scale.shape) == n else \
+        b.binary(BinaryKind.mul, b.splat(1.0, (1, n, 1), scale.dtype), b.view(scale, (1, 1, 1)))
+    spec = g.Dequantization(k)
+    source = _transposed_source(values)
+    if source is not None:
+        out = b.matmul_dequant(x, source, scales, spec, trans_b=True)
+    else:
+        out = b.matmul_dequant(x, values, scales, spec)
+    return b.cast(out, x.dtype)
+
+
 def _mm(b: GraphBuilder, x: Value, w: Value, out_dtype: DType | None = None) -> Value:
+    scaled = _scaled_weights(x, w) if out_dtype is None and len(x.shape) == 2 else None
+    if scaled is not None:
+        return _dequantizing(b, x, *scaled)
     narrow = _widened_weights(x, w) if out_dtype is None else None
     if narrow is not None:
         source = _transposed_source(narrow)

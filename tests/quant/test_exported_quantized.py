@@ -104,3 +104,17 @@ def test_u8_and_i8_promote_to_a_type_holding_both() -> None:
     u8, i8 = Value((2,), DType.u8, "x"), Value((2,), DType.i8, "w")
     assert promote((u8, i8)) is DType.i32  # torch: int16, which the IR has not
     assert promote((u8, 3)) is DType.u8  # a python int keeps the tensor's type
+
+
+def test_float8_weight_only_reads_each_weight_at_one_byte_scaled_on_the_way_in() -> None:
+    # torchao exports (w_e4m3.t().to(f32) * scale.t()).to(bf16) before the matmul: the
+    # arrays widen each e4m3 weight, scale it per column in f32 and round it to bf16 on
+    # the way in, as torch does (a functional run checks the numbers against CPU)
+    result = _run(_model(quantization.Float8WeightOnlyConfig))
+    assert result.host_cycles == 0
+    assert dict(result.matmul_flops_by_dtypes) == {
+        (DType.bf16, DType.e4m3): 2 * M * (K * H + H * N)}
+    weights = K * H + H * N  # one byte each, read once; no dequantized copy written
+    others = 8 * (M * K * 2) + 8 * (M * H * 2) + 2 * (H + N) + 4 * (H + N) * 2
+    assert weights <= result.dram_bytes_read <= weights + others
+    assert result.dram_bytes_written <= 8 * (M * H * 2 + M * N * 2)

@@ -201,7 +201,7 @@ def test_the_llm_report_says_how_int4_runs_today() -> None:
                              "max_position_embeddings": 64}, "one-layer")
     notes = serve(spec, load_config("tiny"), Request(1, 8, 1, weights="int4-g32"),
                   Parallelism()).notes()
-    assert ("int4 weights are unpacked and dequantized on the vector unit and written "
-            "back in the activations' dtype before each matmul reads them (the matmul "
-            "kernel takes no packed operand yet): slower than 16-bit weights, not what "
-            "int4 hardware paths do") in notes
+    assert ("int4 weights are read at half a byte and dequantized per group in the "
+            "arrays' input path; a weight tile still takes as many cycles to shift into an "
+            "array as a 16-bit one, so small-batch decode cannot go below weights / (arrays "
+            "x columns) cycles, whatever the packed HBM roofline says") in notes

@@ -8,7 +8,7 @@ import pytest
 
 from archsim.config import load_config
 from serving.plan import Memory, Parallelism, Request, check, memory_per_chip
-from serving.roofline import causal_pairs, peak_flops, roofline, weight_bytes
+from serving.roofline import causal_pairs, peak_flops, roofline, weight_bytes, weight_intake
 from serving.spec import spec_from_config
 
 SMALL = spec_from_config({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
@@ -86,8 +86,27 @@ def test_the_roofline_of_a_prefill_and_a_decode_step() -> None:
     bandwidth = config.dram_bandwidth_bytes_per_s
     flops = 2 * 2 * matmul + 4 * 64 * 2 * 9 + 2 * 64 * 100
     assert roof.decode_s[0] == max((weights + kv[0]) / bandwidth, flops / config.peak_flops)
-    assert roof.prefill_s == max(roof.prefill_flops / config.peak_flops, weights / bandwidth)
+    assert roof.prefill_s == pytest.approx(
+        max(roof.prefill_flops / config.peak_flops, weights / bandwidth), rel=1e-12)
     assert roof.tpot_s == sum(roof.decode_s) / 2
+
+
+@pytest.mark.parametrize("weights,rate", [("int8-a8", 2), ("fp8", 2), ("int8", 1)])
+def test_quantized_activations_bound_the_linear_layers_at_the_narrow_peak(weights,
+                                                                          rate) -> None:
+    # tiny's arrays do int8 and fp8 at 2x: W8A8's and fp8's linear layers may take half
+    # the time of 16-bit ones, attention (bf16) not; weight-only int8 stays at 1x
+    config = load_config("tiny")
+    request = Request(batch=4, prefill=64, decode=2, weights=weights)
+    roof = roofline(SMALL, request, config)
+    matmul = 64 * (2 * 64 + 2 * 32) + 3 * 64 * 128
+    linear = 4 * (2 * 2 * 64 * matmul + 2 * 64 * 100)
+    attention = 4 * 2 * 4 * 64 * (64 * 65 // 2)
+    assert roof.prefill_flops == linear + attention
+    compute = linear / (rate * config.peak_flops) + attention / config.peak_flops
+    assert roof.prefill_s == pytest.approx(
+        max(compute, weight_bytes(SMALL, request) / config.dram_bandwidth_bytes_per_s),
+        rel=1e-12)
 
 
 def test_a_gpt2_style_model_plain_mlp_learned_positions_tied_head() -> None:
@@ -107,3 +126,18 @@ def test_a_gpt2_style_model_plain_mlp_learned_positions_tied_head() -> None:
     first, last = (matmul + rest) * 2 + embed, (matmul + rest) * 2 + head + 100 * 64 * 2
     assert first > last
     assert _memory(request, par, gpt2).weights == first
+
+
+def test_a_decode_step_waits_for_every_weight_to_enter_an_array() -> None:
+    # tiny: 2 cores of one 4x4 weight-stationary array, 1 GHz: 2 x 4 = 8 weights a
+    # nanosecond, whatever their dtype; SMALL's 2 layers of 36,864 matmul weights and a
+    # 64 x 100 head take 10.016 us to enter, more than int4's packed bytes take from HBM
+    config = load_config("tiny")
+    request = Request(batch=1, prefill=8, decode=2, weights="int4-g32")
+    assert weight_intake(config, request) == 8e9
+    roof = roofline(SMALL, request, config)
+    weights = 2 * 36_864 + 64 * 100
+    assert weight_bytes(SMALL, request) / config.dram_bandwidth_bytes_per_s < weights / 8e9
+    assert roof.decode_s == (weights / 8e9, weights / 8e9)
+    # W8A8 in tiny's 2x int8 mode: a PE takes two k elements, twice the intake
+    assert weight_intake(config, Request(1, 8, 2, weights="int8-a8")) == 16e9

@@ -1,0 +1,120 @@
+"""Weights the arrays dequantize on the way in, in the matmul kernel
+(:class:`compiler.graph.Dequantization`).
+
+Packed int4 weights: each array's B tile is the bytes of its blocks of columns as they
+lie in DRAM, ``[nt / block, kt, block / 2]`` (each block's k rows contiguous), so a
+weight moves at half a byte, each block's run in at most three boxes of the stored
+``[N, K / 2]`` tensor (a partial row, whole rows, a partial row), the blocks' runs as
+one when a tile spans all of ``k``. One-byte weights (int8, fp8) load as any B tile
+does. With either come the scales (and zeros) of the groups the k step meets,
+``[groups, nt, 1 or 2]``. The array's input path turns the weights into its input
+dtype (``compiler.ir.ops.Dequant``): no vector work, no dequantized copy in SRAM or DRAM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler import graph as g
+from compiler.emit import Arena
+from compiler.graph import Node, Value
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import DramRef, Slice, SramRef, numel
+from compiler.ir.ops import Dequant, Load, MatMul
+from compiler.kernels.common import Context, box_shape
+from compiler.kernels.vector import load_box, sub
+from compiler.views import flat_boxes
+
+
+@dataclass(frozen=True)
+class DequantWeights:
+    """The weights and scales of a dequantizing matmul node (inputs ``a, b, scales``)."""
+
+    b: Value
+    scales: Value
+    spec: g.Dequantization
+
+    @classmethod
+    def of(cls, node: Node) -> "DequantWeights | None":
+        spec = node.spec.dequant
+        if spec is None:
+            return None
+        return cls(node.inputs[1], node.inputs[2], spec)
+
+    @property
+    def packed(self) -> bool:
+        """int4 codes two a byte (else one-byte values, loaded as any B tile)."""
+        return bool(self.spec.nibbles)
+
+    @property
+    def n_unit(self) -> int:
+        """Columns an array's tile holds a multiple of: packed weights' whole blocks."""
+        return self.spec.block if self.packed else 1
+
+    @property
+    def item_bytes(self) -> float:
+        """DRAM and SRAM bytes per weight: its stored size and its share of its group's
+        scale (and zero)."""
+        planes = self.scales.shape[-1]
+        stored = 0.5 if self.packed else self.b.dtype.itemsize
+        return stored + planes * self.scales.dtype.itemsize / self.spec.group
+
+    def max_groups(self, kt: int) -> int:
+        """Groups a ``kt``-row k step can meet (it may start inside one)."""
+        group = self.spec.group
+        return min((kt + group - 2) // group + 1, self.scales.shape[0])
+
+    def allocate_packed(self, arena: Arena, kt: int, nt: int) -> SramRef:
+        """One array's B tile of packed bytes."""
+        block = self.spec.block
+        return arena.alloc((nt // block, kt, block // 2), DType.u8, "matmul int4 B tile")
+
+    def allocate_scales(self, arena: Arena, kt: int, nt: int) -> SramRef:
+        """One array's scales tile."""
+        return arena.alloc((self.max_groups(kt), nt, self.scales.shape[-1]),
+                           self.scales.dtype, "matmul weight scales")
+
+    def load_packed(self, ctx: Context, b_tile: SramRef, ks: tuple[int, int],
+                    cols: tuple[int, int], core: int, source: str) -> None:
+        """The bytes of columns ``cols`` over k rows ``ks``."""
+        (k0, k1), (c0, c1) = ks, cols
+        block = self.spec.block
+        view = ctx.view(self.b)
+        k, half = view.shape[1:]
+        runs: list[list[int]] = []  # storage runs (the view reshapes the bytes as stored)
+        for blk in range(c0 // block, c1 // block):
+            lo, hi = (blk * k + k0) * half, (blk * k + k1) * half
+            if runs and runs[-1][1] == lo:  # the tile spans all of k: blocks adjoin
+                runs[-1][1] = hi
+            else:
+                runs.append([lo, hi])
+        offset = 0
+        for lo, hi in runs:
+            for box in flat_boxes(view.base_shape, lo, hi):
+                ref = DramRef(view.tensor, tuple(Slice(a, b) for a, b in box))
+                ctx.em.emit(ctx.em.dma(core, "load"),
+                            Load(ref, sub(b_tile, box_shape(box), offset)), source)
+                offset += numel(box_shape(box))
+
+    def load_scales(self, ctx: Context, scales: SramRef, ks: tuple[int, int],
+                    cols: tuple[int, int], core: int, source: str) -> None:
+        """The scales (and zeros) of the groups k rows ``ks`` meet, columns ``cols``."""
+        (k0, k1), (c0, c1), group = ks, cols, self.spec.group
+        g0, g1 = k0 // group, (k1 - 1) // group + 1
+        planes = self.scales.shape[-1]
+        load_box(ctx, self.scales, ((g0, g1), (c0, c1), (0, planes)),
+                 sub(scales, (g1 - g0, c1 - c0, planes)), core, source, "load")
+
+    def matmul(self, a: SramRef, b_tile: SramRef, scales: SramRef, acc: SramRef,
+               ks: tuple[int, int], accumulate: bool) -> MatMul:
+        """The array's multiply of one k step, dequantizing ``b_tile`` on the way in."""
+        (k0, k1), n, group = ks, acc.shape[-1], self.spec.group
+        groups = (k1 - 1) // group - k0 // group + 1
+        if self.packed:
+            block = self.spec.block
+            b = sub(b_tile, (n // block, k1 - k0, block // 2))
+        else:
+            b = sub(b_tile, (k1 - k0, n))
+        return MatMul(a, b, acc, accumulate,
+                      sub(scales, (groups, n, self.scales.shape[-1])),
+                      Dequant(group, k0 % group, self.spec.nibbles))
