@@ -252,7 +252,20 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     if options:
         fastest = min(o[0] for o in options)
         near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]
-        best = min(near, key=lambda o: (o[1], o[0]))[2]
+        fewest = min(near, key=lambda o: (o[1], o[0]))
+        # a compute-bound matmul's traffic costs no time, but it is DRAM energy and
+        # bandwidth its neighbours could use: among the near ties estimated faster than
+        # the fewest-commands one and differing from it only in the row block and the
+        # k-step (the same columns per array, buffering and A reuse: what the estimate
+        # of one kernel does not see, its neighbours' overlap and the pipeline's depth,
+        # then stays as it was), the least traffic, then the fewest commands
+        def shape(t: MatmulTiling) -> tuple:
+            return (t.nt, t.arrays, t.op_sets, t.acc_sets, t.a_resident, t.a_staged)
+        pool = [fewest] + [o for o in near
+                           if o[0] < fewest[0] and shape(o[2]) == shape(fewest[2])]
+        least = min(o[2].cost.dram_bytes for o in pool)
+        best = min((o for o in pool if o[2].cost.dram_bytes <= least * (1 + COMMAND_TOLERANCE)),
+                   key=lambda o: (o[1], o[0]))[2]
     if best is None:
         raise CapacityError(f"matmul {m}x{k}x{n} ({dtype}): no tiling fits {capacity} B of "
                             f"scratchpad even at {matrix.rows}x{matrix.cols} tiles")

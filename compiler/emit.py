@@ -158,6 +158,10 @@ class Emitter:
         """Commands emitted so far (the next command's id)."""
         return len(self._engine_of)
 
+    def idle(self, engine: str) -> bool:
+        """No command of the program so far runs on ``engine`` (its queue starts empty)."""
+        return engine not in self._engine_of
+
     def reserve(self, count: int, source: str) -> None:
         """Refuse now, before a kernel builds its plan, if ``count`` more commands would
         pass the cap (a 100000^3 GEMM would otherwise fill the host's memory first)."""

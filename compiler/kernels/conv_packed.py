@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from archsim.config.model import ceil_div
+from archsim.config.model import MatrixConfig, ceil_div
 from archsim.config.names import sram_space, vpu_engine
 from archsim.matrix import matmul_cycles
 from compiler import graph as g
@@ -60,13 +60,25 @@ def row_span(ow: int, sw: int) -> int:
     return (ow - 1) * sw + 1
 
 
+def weights_as_stored(cg: int, ntaps: int) -> bool:
+    """K's (tap, channel) order is one stride in the weights as loaded ``[o, c, kh,
+    kw]`` when there is one tap (a 1x1 convolution: K is the channels) or one channel
+    per group (depthwise: K is the taps): the array then takes its stationary tile as a
+    transposed view of them (the operand feed reads the tile by columns, as it reads
+    ``W^T`` in the channels-major orientation) and the vector unit rearranges nothing.
+    The buffers the rearranged weights would take hold the next tiles' weights instead:
+    a tile's weights load while the tiles before it still compute on theirs."""
+    return ntaps == 1 or cg == 1
+
+
 def packed_sram_bytes(window: int, pix: int, ot: int, cg: int, ntaps: int, taps: int,
                       pixels_major: bool, item: int, out_item: int, cast: bool, epi: int,
                       sets: int) -> int:
     """Scratchpad one core needs for a tile of ``pix`` output pixels whose tap windows
     are ``window`` elements per channel."""
     packed = taps * cg * window * item
-    weights = 2 * ot * cg * ntaps * item  # as loaded, and rearranged
+    # as loaded, and rearranged (or, read as stored, a second tile's as loaded)
+    weights = 2 * ot * cg * ntaps * item
     acc = ot * pix * (4 * (1 + pixels_major) + (out_item if cast else 0) + epi)
     return sets * (packed + weights + acc + 16 * 64 * 8) + 8192
 
@@ -117,7 +129,9 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
     lanes = vector_rate(config, item)
     span = row_span(ow, stride[1])
     run_bytes = ceil_div(span * item, granule) * granule  # one DRAM run per window row
-    heights = sorted({ceil_div(oh, k) for k in range(1, oh + 1)})
+    # every height: the last tile of an image is what is left, and a short last tile
+    # shortens what shows after the last matmul (its transpose to NCHW and store)
+    heights = range(1, oh + 1)
     fill_rows = max(1, min(ntaps, matrix.rows // cg))  # taps filling the array's rows
     packs = sorted({ntaps, fill_rows, min(ntaps, 2 * fill_rows), ceil_div(ntaps, 2),
                     ceil_div(ntaps, 4)})
@@ -135,41 +149,68 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
         per_core = ceil_div(tiles, cores)
         load_bw = min(load_bandwidth(config),
                       config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY / cores)
-        mxu = 0
-        for t in range(0, ntaps, tp):
-            k = min(tp, ntaps - t) * cg
-            mxu += matmul_cycles(pix, k, ot, matrix, dtype) if pixels_major else \
-                matmul_cycles(ot, k, pix, matrix, dtype)
+        last = oh - (ceil_div(oh, ty) - 1) * ty  # the last tile's rows
+        mxu_full = _tile_mxu(pix, ntaps, tp, cg, ot, pixels_major, matrix, dtype)
+        mxu_last = _tile_mxu(last * ow, ntaps, tp, cg, ot, pixels_major, matrix, dtype)
+        # the mean tile (an image's row tiles: all full but the last)
+        mxu = mxu_full + (mxu_last - mxu_full) / ceil_div(oh, ty)
         taps_bytes = ntaps * cg * ty * run_bytes
         weights = ot * cg * ntaps * item
         out_bytes = pix * ot * (out_item + epi)
         dma_cycles = per_core * ((taps_bytes + weights) / load_bw +
                                  (ntaps + 1) * setup / max(1, dma.engines - 1) +
                                  out_bytes / dma.bandwidth_bytes_per_cycle)
-        # the accumulator's transpose to NCHW, the cast, the fused epilogue's passes
-        tail = (pixels_major + cast + epi_ops) * (vlat + pix * ot / vector_rate(config, 4))
-        # weight rearrangement, zero fills of the taps reaching into the padding
         npacks = ceil_div(ntaps, tp)
-        vpu = tail + (npacks + 1) * vlat + weights / item / lanes + 4 * fills[0] * vlat + \
+        direct = weights_as_stored(cg, ntaps)
+        # the accumulator's transpose to NCHW, the cast, the fused epilogue's passes
+        passes = pixels_major + cast + epi_ops
+        tail = passes * (vlat + pix * ot / vector_rate(config, 4))
+        # after the last matmul: the last tile's passes, behind what is left of the
+        # previous tile's (they start when its matmul ends; the vector unit runs in
+        # order, so a weight rearrangement of the last tile's second pack waits for
+        # them too, and only its first pack's matmul overlaps them). A vector-bound
+        # tiling has that backlog in its vector time already.
+        overlap = mxu_last if direct else mxu_last / npacks
+        backlog = max(0.0, tail - overlap) if last < ty else 0.0
+        tail_last = passes * (vlat + last * ow * ot / vector_rate(config, 4))
+        # weight rearrangement (none when the array reads them as stored), zero fills
+        # of the taps reaching into the padding
+        rearrange = 0 if direct else vlat + weights / item / lanes  # the first pack's
+        vpu = tail + vlat + (0 if direct else (npacks - 1) * vlat) + rearrange + \
+            4 * fills[0] * vlat + \
             fills[1] * cg / ceil_div(oh, ty) / lanes
         # a pipeline of steps (one pack each): the longer stage repeats, the shorter
         # one shows once (the first step's loads and weight rearrangement, or the last
         # step's matmul)
-        first_load = (dma_cycles / per_core + vlat + weights / item / lanes) / npacks
+        first_load = (dma_cycles / per_core + rearrange) / npacks
         exposed = min(first_load, mxu / npacks)
-        cost = Cost(mxu_cycles=per_core * mxu / min(arrays, per_core),
+        mxu_cycles = per_core * mxu / min(arrays, per_core)
+        if per_core * vpu < mxu_cycles:
+            tail_last += backlog
+        cost = Cost(mxu_cycles=mxu_cycles,
                     vpu_cycles=per_core * vpu, dma_cycles=dma_cycles,
                     dram_bytes=tiles * (taps_bytes + weights + out_bytes),
-                    serial_cycles=exposed + tail + setup + out_bytes /
-                    dma.bandwidth_bytes_per_cycle)
+                    serial_cycles=exposed + tail_last + setup +
+                    out_bytes * last / ty / dma.bandwidth_bytes_per_cycle)
         commands = tiles * (ntaps * 2 + ceil_div(ntaps, tp) + 6)
-        options.append((cost.estimate(config), commands,
+        options.append((cost.estimate(config), -cores, commands,
                         PackedTiling(ty, ot, tp, pixels_major, cost)))
     if not options:
         return None
     fastest = min(o[0] for o in options)
     near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]
-    return min(near, key=lambda o: (o[1], o[0]))[2]
+    return min(near, key=lambda o: (o[2], o[0]))[3]
+
+
+def _tile_mxu(pix: int, ntaps: int, tp: int, cg: int, ot: int, pixels_major: bool,
+              matrix: MatrixConfig, dtype: DType) -> int:
+    """Array cycles of one tile of ``pix`` pixels: one matmul per pack of ``tp`` taps."""
+    mxu = 0
+    for t in range(0, ntaps, tp):
+        k = min(tp, ntaps - t) * cg
+        mxu += matmul_cycles(pix, k, ot, matrix, dtype) if pixels_major else \
+            matmul_cycles(ot, k, pix, matrix, dtype)
+    return mxu
 
 
 def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> None:
@@ -190,6 +231,7 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
     sw = spec.stride[1]
     span = row_span(ow, sw)
+    direct = weights_as_stored(cg, ntaps)
     tiles = [(nb, gi, o0, y0) for nb in range(batch) for gi in range(groups)
              for o0 in range(0, og, ot) for y0 in range(0, oh, ty)]
     cores = min(ctx.cores, len(tiles))
@@ -201,8 +243,9 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
             "x": [alloc((tp * cg, ty * span), x.dtype, "conv packed taps")
                   for _ in range(sets)],
             "wraw": [alloc((ot, cg, kh, kw), x.dtype, "conv weight tile")
-                     for _ in range(sets)],
-            "w": [alloc((ntaps * cg, ot), x.dtype, "conv weight taps") for _ in range(sets)],
+                     for _ in range(sets * (2 if direct else 1))],
+            "w": [alloc((ntaps * cg, ot), x.dtype, "conv weight taps") for _ in range(sets)]
+            if not direct else None,
             "acc": [alloc((ot, ty * ow), acc_dtype, "conv accumulator") for _ in range(sets)],
             "nchw": [alloc((ot, ty * ow), acc_dtype, "conv output tile")
                      for _ in range(sets)] if pixels_major else None,
@@ -215,8 +258,20 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
     step_counts = [0] * cores
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     packs = [taps[t:t + tp] for t in range(0, ntaps, tp)]
+    started: set[int] = set()  # cores whose first tile is emitted
+    loaded = [0] * cores  # tiles whose weights each core has loaded
     for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, oh, ty, ow):
         core, q, mxu, nb, gi = tile.core, tile.q, tile.mxu, tile.nb, tile.gi
+        # weights the array reads as stored are needed only with the input windows:
+        # when the core's store queue is empty (nothing before this kernel stored
+        # there), the first tile's windows load on it alongside the weights, so the
+        # prologue pays one DMA latency, not two (weights to rearrange are needed
+        # first, and a queue holding earlier stores would hold the windows back)
+        prologue = direct and core not in started and \
+            ctx.em.idle(ctx.em.dma(core, "store"))
+        started.add(core)
+        wq = loaded[core] % len(bufs[core]["wraw"])  # the tile's weight buffer
+        loaded[core] += 1
         oo, rows, pix, no, b = tile.oo, tile.rows, tile.pix, tile.no, bufs[tile.core]
         chans = (gi * cg, gi * cg + cg)
         for s, pack in enumerate(packs):
@@ -225,38 +280,39 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
             first = s * tp  # the pack's first tap
 
             def load(core=core, b=b, xs=xs, q=q, pack=pack, s=s, nb=nb, rows=rows, oo=oo,
-                     no=no, pix=pix, chans=chans, first=first) -> None:
-                raw = sub(b["wraw"][q], (no, cg, kh, kw))
+                     no=no, pix=pix, chans=chans, first=first, prologue=prologue,
+                     wq=wq) -> None:
+                raw = sub(b["wraw"][wq], (no, cg, kh, kw))
                 if s == 0:  # the tile's weights
                     wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(0, cg),
                                                         Slice(0, kh), Slice(0, kw)))
                     ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, raw), source)
-                # the pack's taps of them as [taps x c, o] in (tap, c) order (one
-                # rearrangement per pack, so the next pack's overlaps this one's matmul)
-                ntp = len(pack)
-                taps_view = SramRef(raw.space, raw.offset + first * raw.dtype.itemsize,
-                                    (no, cg, ntp), raw.dtype, (cg * ntaps, ntaps, 1))
-                ctx.em.emit(vpu_engine(core), Transpose(
-                    taps_view, sub(b["w"][q], (ntp, cg, no), first * cg * no), (2, 1, 0)),
-                    source)
+                if not direct:  # else the array reads them as stored
+                    _rearrange(ctx, core, raw, sub(b["w"][q], (len(pack), cg, no),
+                                                   first * cg * no), first, source)
                 nrows = rows[1] - rows[0]
                 for u, tap in enumerate(pack):
                     _load_rows(ctx, x, nb, chans, rows, tap, spec, core,
                                sub(b["x"][xs], (cg, nrows, span), u * cg * nrows * span),
-                               source)
+                               source, "store" if prologue and s == 0 else "load")
 
             def compute(core=core, b=b, xs=xs, q=q, pack=pack, first=first, s=s, no=no,
-                        pix=pix, mxu=mxu) -> None:
+                        pix=pix, mxu=mxu, wq=wq) -> None:
                 k, nrows = len(pack) * cg, pix // ow
                 packed = b["x"][xs]
-                weights = sub(b["w"][q], (k, no), first * cg * no)
+                if direct:  # [k, o] as a view of the weights [o, c, kh, kw]
+                    raw = b["wraw"][wq]
+                    weights = SramRef(raw.space, raw.offset + first * raw.dtype.itemsize,
+                                      (k, no), raw.dtype, (1, cg * ntaps))
+                else:
+                    weights = sub(b["w"][q], (k, no), first * cg * no)
                 if pixels_major:  # X^T [pix, k] @ W [k, o]: every sw-th loaded column
                     xt = SramRef(packed.space, packed.offset, (nrows, ow, k), packed.dtype,
                                  (span, sw, nrows * span))
                     op = MatMul(xt, weights, sub(b["acc"][q], (pix, no)), s > 0)
                 else:  # W^T [o, k] @ X [k, pix]
                     wt = SramRef(weights.space, weights.offset, (no, k), weights.dtype,
-                                 (1, no))
+                                 (cg * ntaps, 1) if direct else (1, no))
                     op = MatMul(wt, sub(packed, (k, pix)), sub(b["acc"][q], (no, pix)),
                                 s > 0)
                 ctx.em.emit(mxu, op, source)
@@ -267,6 +323,18 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
                 store = _finish(ctx, kernel, core, b, q, box, (no, pix), cast, pixels_major)
             per_core[core].append(TileSteps(load, compute, store))
     pipeline(per_core, sets - 1)
+
+
+def _rearrange(ctx: Context, core: int, raw: SramRef, dst: SramRef, first: int,
+               source: str) -> None:
+    """``dst`` [taps, c, o] := a pack's taps of the tile's weights ``raw`` [o, c, kh, kw]
+    in (tap, c) order (one rearrangement per pack, so the next pack's overlaps this
+    one's matmul)."""
+    no, cg, kh, kw = raw.shape
+    ntaps, ntp = kh * kw, dst.shape[0]
+    taps_view = SramRef(raw.space, raw.offset + first * raw.dtype.itemsize, (no, cg, ntp),
+                        raw.dtype, (cg * ntaps, ntaps, 1))
+    ctx.em.emit(vpu_engine(core), Transpose(taps_view, dst, (2, 1, 0)), source)
 
 
 def _finish(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
@@ -289,7 +357,7 @@ def _finish(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
 
 def _load_rows(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple[int, int],
                tap: tuple[int, int], spec: g.Conv2d, core: int, dst: SramRef,
-               source: str) -> None:
+               source: str, queue: str = "load") -> None:
     """``dst`` [c, rows, span] := the input columns tap ``(i, j)`` reads for each output
     row (contiguous from its first pixel's column to its last's), zero in the padding:
     one strided DMA with one DRAM run per row."""
@@ -320,7 +388,7 @@ def _load_rows(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tup
     offset = ((ya - rows[0]) * span + ua) * dst.dtype.itemsize
     inside = SramRef(dst.space, dst.offset + offset, (1, nc, yb - ya, ub - ua), dst.dtype,
                      (nc * nrows * span, nrows * span, span, 1))
-    ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, inside), source)
+    ctx.em.emit(ctx.em.dma(core, queue), Load(ref, inside), source)
 
 
 def packed_inputs(ctx: Context, kernel: Kernel) -> dict:
