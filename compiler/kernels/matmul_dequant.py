@@ -26,6 +26,21 @@ from compiler.kernels.vector import load_box, sub
 from compiler.views import flat_boxes
 
 
+def block_runs(blocks: tuple[int, int], ks: tuple[int, int], k: int, half: int
+               ) -> list[tuple[int, int]]:
+    """The storage runs (byte ranges of the stored tensor, in order) of k rows ``ks`` of
+    packed blocks ``blocks`` (``[blocks, k, half]`` bytes): a run per block, one for all
+    when the rows span all of ``k`` (consecutive blocks then adjoin)."""
+    runs: list[tuple[int, int]] = []
+    for blk in range(*blocks):
+        lo, hi = (blk * k + ks[0]) * half, (blk * k + ks[1]) * half
+        if runs and runs[-1][1] == lo:
+            runs[-1] = (runs[-1][0], hi)
+        else:
+            runs.append((lo, hi))
+    return runs
+
+
 @dataclass(frozen=True)
 class DequantWeights:
     """The weights and scales of a dequantizing matmul node (inputs ``a, b, scales``)."""
@@ -77,19 +92,10 @@ class DequantWeights:
     def load_packed(self, ctx: Context, b_tile: SramRef, ks: tuple[int, int],
                     cols: tuple[int, int], core: int, source: str) -> None:
         """The bytes of columns ``cols`` over k rows ``ks``."""
-        (k0, k1), (c0, c1) = ks, cols
         block = self.spec.block
         view = ctx.view(self.b)
-        k, half = view.shape[1:]
-        runs: list[list[int]] = []  # storage runs (the view reshapes the bytes as stored)
-        for blk in range(c0 // block, c1 // block):
-            lo, hi = (blk * k + k0) * half, (blk * k + k1) * half
-            if runs and runs[-1][1] == lo:  # the tile spans all of k: blocks adjoin
-                runs[-1][1] = hi
-            else:
-                runs.append([lo, hi])
         offset = 0
-        for lo, hi in runs:
+        for lo, hi in block_runs((cols[0] // block, cols[1] // block), ks, *view.shape[1:]):
             for box in flat_boxes(view.base_shape, lo, hi):
                 ref = DramRef(view.tensor, tuple(Slice(a, b) for a, b in box))
                 ctx.em.emit(ctx.em.dma(core, "load"),
@@ -99,11 +105,10 @@ class DequantWeights:
     def load_scales(self, ctx: Context, scales: SramRef, ks: tuple[int, int],
                     cols: tuple[int, int], core: int, source: str) -> None:
         """The scales (and zeros) of the groups k rows ``ks`` meet, columns ``cols``."""
-        (k0, k1), (c0, c1), group = ks, cols, self.spec.group
-        g0, g1 = k0 // group, (k1 - 1) // group + 1
-        planes = self.scales.shape[-1]
-        load_box(ctx, self.scales, ((g0, g1), (c0, c1), (0, planes)),
-                 sub(scales, (g1 - g0, c1 - c0, planes)), core, source, "load")
+        (k0, k1), group = ks, self.spec.group
+        groups = (k0 // group, (k1 - 1) // group + 1)
+        load_box(ctx, self.scales, (groups, cols, (0, self.scales.shape[-1])), scales, core,
+                 source, "load")
 
     def matmul(self, a: SramRef, b_tile: SramRef, scales: SramRef, acc: SramRef,
                ks: tuple[int, int], accumulate: bool) -> MatMul:

@@ -6,11 +6,19 @@ from typing import Any
 
 import torch
 
+from archsim.agreement import array_config
 from archsim.config import load_config
 from compiler import compile_op
 from compiler.compile import CompiledProgram
 
 _CONFIGS: dict[str, Any] = {}
+
+ARRAY = array_config(128, 128, "ws").with_overrides({
+    "core.dma.bandwidth_bytes_per_cycle": 4096, "dram.channel_bandwidth_gb_per_s": 4096.0,
+    "noc.link_bandwidth_bytes_per_cycle": 4096,
+    "core.scratchpad.port_bandwidth_bytes_per_cycle": 8192, "core.vector.lanes": 128})
+"""One 128x128 weight-stationary array, one weight buffer, memory that does not bound
+(benchmarks/conv_mapping.py's configuration)."""
 
 
 def config(preset: str):

@@ -13,22 +13,13 @@ import pytest
 import torch
 
 import compiler.kernels.conv as conv
-from archsim.agreement import array_config
 from archsim.simulator import Simulator
 from compiler import compile_op
 from compiler.compile import clear_cache
 from compiler.ir.ops import MatMul
-from compiler_helpers import config
+from compiler_helpers import ARRAY, config
 
 aten = torch.ops.aten
-
-ARRAY = array_config(128, 128, "ws").with_overrides({
-    "core.dma.bandwidth_bytes_per_cycle": 4096, "dram.channel_bandwidth_gb_per_s": 4096.0,
-    "noc.link_bandwidth_bytes_per_cycle": 4096,
-    "core.scratchpad.port_bandwidth_bytes_per_cycle": 8192, "core.vector.lanes": 128})
-"""One 128x128 weight-stationary array, one weight buffer, memory that does not bound
-(benchmarks/conv_mapping.py's configuration)."""
-
 
 def _compile(mapping: str, monkeypatch, x, w, stride, padding, dilation=1, groups=1,
              cfg=ARRAY):

@@ -210,3 +210,44 @@ def test_the_summary_names_int4_weights_widened_on_the_way_in() -> None:
 
     assert matrix_precision(TPU_V4, [(DType.bf16, DType.u8)]).endswith(
         "; int4 weights (two a byte, scaled per group) widened to bf16 on the way in")
+
+
+def test_a_packed_tile_reads_a_run_per_block_or_one_for_all_of_k() -> None:
+    from compiler.kernels.matmul_dequant import block_runs
+
+    # blocks 2..3 of [blocks, k=8, 32 bytes]: block b's rows 2..6 are bytes
+    # (8b + 2) * 32 .. (8b + 6) * 32
+    assert block_runs((2, 4), (2, 6), 8, 32) == [(576, 704), (832, 960)]
+    assert block_runs((2, 4), (0, 8), 8, 32) == [(512, 1024)]  # all of k: one run
+    assert block_runs((0, 1), (0, 8), 8, 32) == [(0, 256)]
+
+
+@pytest.mark.parametrize("kt,group,groups", [
+    (2, 128, 2),  # two rows can straddle a group boundary
+    (128, 128, 2), (129, 128, 2), (130, 128, 3),  # mid-group starts meet one more
+    (1, 128, 1), (512, 128, 4),  # capped at the tensor's 4 groups
+])
+def test_a_k_step_holds_the_scales_of_every_group_it_can_meet(kt, group, groups) -> None:
+    from compiler.graph import Dequantization, Value
+    from compiler.kernels.matmul_dequant import DequantWeights
+
+    weights = DequantWeights(Value((8, 4 * group, 32), DType.u8, "w"),
+                             Value((4, 512, 2), DType.bf16, "s"),
+                             Dequantization(group, "halves", 64))
+    assert weights.max_groups(kt) == groups
+    assert weights.item_bytes == 0.5 + 2 * 2 / group  # half a byte, a scale and a zero
+
+
+def test_every_load_of_the_int4_matmul_is_its_own_and_on_a_load_engine() -> None:
+    module = Int4WeightOnlyLinear.of(torch.nn.Linear(256, 256, bias=False), torch.bfloat16,
+                                     128)
+    compile_module.clear_cache()
+    exported = torch.export.export(module, (torch.randn(2, 256, dtype=torch.bfloat16),))
+    compiled = compile_module.compile_graph(exported, TPU_V4)
+    weight, scales = compiled.input_names[:2]
+    loads = [c for c in compiled.program.commands if isinstance(c.op, Load)
+             and c.op.src.tensor in (weight, scales)]
+    assert {c.op.src.tensor for c in loads} == {weight, scales}
+    # the matmul's own commands, on the load engines (tpu-v4 keeps dma3 for stores)
+    assert {c.source for c in loads} == {"_weight_int4pack_mm_for_cpu"}
+    assert {c.engine.split(".")[1] for c in loads} <= {"dma0", "dma1", "dma2"}
