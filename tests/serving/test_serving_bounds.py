@@ -109,6 +109,9 @@ def test_quantized_activations_bound_the_linear_layers_at_the_narrow_peak(weight
     assert roof.prefill_s == pytest.approx(
         max(compute, weight_bytes(SMALL, request) / config.dram_bandwidth_bytes_per_s),
         rel=1e-12)
+    # two chips split both parts of the compute (and the weights' bytes)
+    assert roofline(SMALL, request, config, chips=2).prefill_s == pytest.approx(
+        compute / 2, rel=1e-12)
 
 
 def test_a_gpt2_style_model_plain_mlp_learned_positions_tied_head() -> None:
@@ -161,3 +164,12 @@ def test_a_one_token_prefill_waits_for_the_weights_to_enter_the_arrays() -> None
     request = Request(batch=1, prefill=1, decode=1, weights="int4-g32")
     weights = 2 * 36_864 + 64 * 100
     assert roofline(SMALL, request, config).prefill_s == weights / 8e9
+
+
+def test_a_one_token_bf16_prefill_waits_for_the_weights_bytes() -> None:
+    # bf16 on tiny: two bytes a weight over 16 GB/s outlast 8 weights a ns into the arrays
+    config = load_config("tiny")
+    request = Request(batch=1, prefill=1, decode=1)
+    bound = weight_bytes(SMALL, request) / config.dram_bandwidth_bytes_per_s
+    assert bound > (2 * 36_864 + 64 * 100) / 8e9
+    assert roofline(SMALL, request, config).prefill_s == bound
