@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from archsim.config.model import NpuConfig
 from archsim.errors import CapacityError
 from archsim.matrix import back_to_back_saving, matmul_cycles
+from compiler.emit import ALIGN_BYTES
 from compiler.ir.dtypes import DType
 
 
@@ -81,6 +82,10 @@ class MatmulTiling:
     """The cores multiplying the same A row block at the same time share its tiles: the
     task DMA loads each once from DRAM into shared SRAM and every core copies it into
     its scratchpad over the NoC (:mod:`compiler.kernels.matmul_staging`)."""
+    b_staged: bool = False
+    """B's tiles are kept in shared SRAM after the first row block loads them, and the
+    later row blocks copy them from there (:class:`compiler.kernels.matmul_staging.StagedB`):
+    B crosses DRAM once (:func:`with_staged_weights`)."""
 
     @property
     def n_tile(self) -> int:
@@ -269,4 +274,24 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     if best is None:
         raise CapacityError(f"matmul {m}x{k}x{n} ({dtype}): no tiling fits {capacity} B of "
                             f"scratchpad even at {matrix.rows}x{matrix.cols} tiles")
+    if batch == 1 and not b_item_bytes:
+        return with_staged_weights(best, config, m, k, n, b_item)
     return best
+
+
+def with_staged_weights(tiling: MatmulTiling, config: NpuConfig, m: int, k: int, n: int,
+                        b_item: float) -> MatmulTiling:
+    """``tiling`` with its weights kept in shared SRAM across row blocks (``b_staged``)
+    when there are several row blocks, the shared SRAM holds every B tile and A is not
+    staged there: each later row block copies B over the NoC instead of reading it from
+    DRAM again. The k loop's time is taken as it was (a copy from shared SRAM moves at
+    least as fast as a load from DRAM); DRAM carries B once."""
+    row_blocks = -(-m // tiling.mt)
+    column_tiles = -(-n // tiling.n_tile)
+    tile = -(-int(tiling.kt * tiling.nt * b_item) // ALIGN_BYTES) * ALIGN_BYTES
+    shared = column_tiles * tiling.k_steps * tiling.arrays * tile
+    if row_blocks < 2 or tiling.a_staged or shared > config.shared_sram.size_bytes:
+        return tiling
+    saved = (row_blocks - 1) * k * n * b_item
+    return replace(tiling, b_staged=True,
+                   cost=replace(tiling.cost, dram_bytes=tiling.cost.dram_bytes - saved))

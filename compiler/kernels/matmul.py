@@ -24,7 +24,7 @@ from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.matmul_dequant import DequantWeights
 from compiler.kernels.matmul_panels import TilePanels, panel_plan
-from compiler.kernels.matmul_staging import StagedA
+from compiler.kernels.matmul_staging import StagedA, StagedB
 from compiler.kernels.vector import Order, bytes_per_element, layout, load_box, sub
 from compiler.plan import Kernel, aligned
 
@@ -68,15 +68,22 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     tiles = [(bi, m0, n0) for bi in range(batch) for m0 in range(0, m, mt)
              for n0 in range(0, n, n_tile)]
     k_steps = list(range(0, k, kt))
-    panels = panel_plan(len(tiles), ctx.cores, m % mt == 0 and n % n_tile == 0,
-                        tiling.acc_sets, tiling.op_sets, len(k_steps), tiling.a_resident,
-                        -(-n // n_tile), 2 * len(tiles) * len(k_steps), ctx.partial_limit)
+    def plan_panels(limit: int):
+        return panel_plan(len(tiles), ctx.cores, m % mt == 0 and n % n_tile == 0,
+                          tiling.acc_sets, tiling.op_sets, len(k_steps), tiling.a_resident,
+                          -(-n // n_tile), 2 * len(tiles) * len(k_steps), limit)
+    panels = plan_panels(ctx.partial_limit)
+    # weights kept in shared SRAM only where no run compiles the matmul in part (its
+    # first panels would all load from DRAM): every door then gets the same schedule
+    keep_weights = tiling.b_staged and dq is None and plan_panels(1) is None
     if panels is not None:  # the first panels only (compiler.kernels.matmul_panels)
         tiles = panels.emitted(tiles)
     ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each
     cores = min(ctx.cores, len(tiles))
     staging = StagedA.plan(ctx, tiles, cores, (mt, kt), a.dtype, tiling.op_sets,
                            len(k_steps)) if tiling.a_staged else None
+    staged_b = StagedB.plan(ctx, -(-n // n_tile), len(k_steps), used, (kt, nt), b.dtype) \
+        if keep_weights else None
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     bufs = [_allocate(ctx, c, tiling, (a.dtype, b.dtype), acc_dtype, out, cast_needed,
                       trans_b, group, rank, dq) for c in range(cores)]
@@ -109,7 +116,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
             steps = TileSteps(
                 load=_loader(ctx, core, bufs[core], op_set, a_buf if load_a else None, a, b,
                              trans_b, batch_index, (m0, m1), (k0, k1), cols, kernel.name,
-                             staged, dq),
+                             staged, dq, (staged_b, n0 // n_tile, s) if staged_b else None),
                 compute=_multiplier(ctx, core, bufs[core], op_set, a_buf, q, (m1 - m0),
                                     (k0, k1), cols, s > 0, kernel.name, dq),
                 store=_epilogue(ctx, core, bufs[core], q, out, group, order, batch_index,
@@ -185,9 +192,11 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRe
             a: Value, b: Value, trans_b: bool, batch_index: tuple[int, ...],
             rows: tuple[int, int], ks: tuple[int, int], cols: list[tuple[int, int]],
             source: str, staged: Callable[[], SramRef] | None = None,
-            dq: DequantWeights | None = None):
+            dq: DequantWeights | None = None,
+            staged_b: tuple[StagedB, int, int] | None = None):
     """A k-step's loads: the A tile into ``a_tile`` (None: it is resident already), a B
-    tile per array. ``staged``: A comes from shared SRAM (:mod:`.matmul_staging`)."""
+    tile per array. ``staged``: A comes from shared SRAM (:mod:`.matmul_staging`);
+    ``staged_b``: B tiles kept in shared SRAM, with this tile's column tile and k-step."""
     def load() -> None:
         # B tiles first: each waits only for its own array to be done with its buffer,
         # the shared A tile for every array, and a DMA queue issues in order
@@ -199,12 +208,19 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRe
                     dq.load_packed(ctx, bufs.b[op_set][j], ks, (c0, c1), core, source)
                     continue
             b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
-            if not trans_b:
-                load_box(ctx, b, _operand_box(b, batch_index, ks, (c0, c1)), b_buf, core,
-                         source, "load")
-                continue
-            load_transposed(ctx, b, _operand_box(b, batch_index, (c0, c1), ks), b_buf, core,
-                            source)
+
+            def from_dram(b_buf: SramRef = b_buf, c0: int = c0, c1: int = c1) -> None:
+                if not trans_b:
+                    load_box(ctx, b, _operand_box(b, batch_index, ks, (c0, c1)), b_buf,
+                             core, source, "load")
+                else:
+                    load_transposed(ctx, b, _operand_box(b, batch_index, (c0, c1), ks), b_buf,
+                                    core, source)
+            if staged_b is None:
+                from_dram()
+            else:
+                shared, column, step = staged_b
+                shared.load(ctx, (column, step, j), b_buf, from_dram, core, source)
         if a_tile is not None and staged is not None:
             ctx.em.emit(ctx.em.dma(core, "load"),
                         Copy(staged(), sub(a_tile, (rows[1] - rows[0], kk))), source)

@@ -127,3 +127,35 @@ def test_the_task_dmas_loads_are_the_matmuls() -> None:
     sources = {c.source for c in program.commands if isinstance(c.op, MatMul)}
     assert len(sources) == 1
     assert {c.source for c in program.commands if c.engine == "tdma"} == sources
+
+
+def test_weights_cross_dram_once_and_later_row_blocks_copy_them_from_shared_sram() -> None:
+    # 512x128 @ 128x64 f32 on tiny: 128-row blocks (4), two 32-column tiles, 8 k steps
+    # of 16 (one array a core). The first row block loads each of the 16 B tiles [16, 32]
+    # from DRAM and copies it into shared SRAM on the store engine; the other three row
+    # blocks copy the 16 back: 48 copies in, 16 out, B read from DRAM once
+    torch.manual_seed(2)
+    a, b = torch.randn(512, 128), torch.randn(128, 64)
+    tiling = choose_matmul_tiling(TINY, 1, 512, 128, 64, DType.f32, DType.f32, 2, 1, 2, 0,
+                                  TINY.core.scratchpad.size_bytes)
+    assert (tiling.mt, tiling.kt, tiling.nt, tiling.b_staged) == (128, 16, 32, True)
+    result = run(Workload.of_module(_Mm(), (a, b)), TINY, mode="functional")  # vs torch
+    commands = result.program.commands
+    b_name = result.program.tensors[1].name
+    assert sum(c.op.dst.nbytes for c in commands if isinstance(c.op, Load)
+               and c.op.src.tensor == b_name) == 128 * 64 * 4
+    copies = [c for c in commands if isinstance(c.op, Copy)]
+    out = [c for c in copies if c.op.dst.space == "shared"]
+    back = [c for c in copies if c.op.src.space == "shared"]
+    assert (len(out), len(back)) == (16, 48)
+    assert all(c.engine.endswith("dma1") for c in out)  # tiny's store engine
+    # the cost model's traffic: A once per column tile (2), B once, C once
+    assert tiling.cost.dram_bytes == (2 * 512 * 128 + 128 * 64 + 512 * 64) * 4
+
+
+def test_weights_are_not_kept_when_shared_sram_cannot_hold_them() -> None:
+    small = TINY.with_overrides({"shared_sram.size_bytes": 16384})  # B is 32 KiB
+    tiling = choose_matmul_tiling(small, 1, 512, 128, 64, DType.f32, DType.f32, 2, 1, 2, 0,
+                                  small.core.scratchpad.size_bytes)
+    assert not tiling.b_staged and tiling.cost.dram_bytes > (2 * 512 * 128 + 128 * 64 +
+                                                              512 * 64) * 4
