@@ -149,6 +149,10 @@ def test_weights_cross_dram_once_and_later_row_blocks_copy_them_from_shared_sram
     back = [c for c in copies if c.op.src.space == "shared"]
     assert (len(out), len(back)) == (16, 48)
     assert all(c.engine.endswith("dma1") for c in out)  # tiny's store engine
+    assert all(c.engine.endswith("dma0") for c in back)  # and its load engine
+    # the copies are the matmul's own commands
+    assert {c.source for c in copies} == {c.source for c in commands
+                                          if isinstance(c.op, MatMul)}
     # the cost model's traffic: A once per column tile (2), B once, C once
     assert tiling.cost.dram_bytes == (2 * 512 * 128 + 128 * 64 + 512 * 64) * 4
 
