@@ -49,8 +49,6 @@ class Machine:
     cores: int
     dma_engines: int
     matrix_arrays: int
-    scratchpad_bytes: int
-    shared_bytes: int
     matrix_input: str
     accumulator: str
     spaces: dict[str, int]
@@ -65,8 +63,6 @@ class Machine:
             cores=config.cores,
             dma_engines=config.core.dma.engines,
             matrix_arrays=config.core.matrix.arrays,
-            scratchpad_bytes=config.core.scratchpad.size_bytes,
-            shared_bytes=config.shared_sram.size_bytes,
             matrix_input=config.core.matrix.input_dtype,
             accumulator=config.core.matrix.accumulator_dtype,
             spaces=spaces,

@@ -251,3 +251,62 @@ def test_every_load_of_the_int4_matmul_is_its_own_and_on_a_load_engine() -> None
     # the matmul's own commands, on the load engines (tpu-v4 keeps dma3 for stores)
     assert {c.source for c in loads} == {"_weight_int4pack_mm_for_cpu"}
     assert {c.engine.split(".")[1] for c in loads} <= {"dma0", "dma1", "dma2"}
+
+
+def _one_matmul(a: str, b: str, tail: str, out: str = "f32[1,128]") -> str:
+    return ("program p target=tpu-v4\n"
+            f"0: core0.mxu0 matmul sram0[0] {a}, sram0[0x10000] {b} -> sram0[0x20000] "
+            f"{out} dequant {tail}\n")
+
+
+@pytest.mark.parametrize("a,b,tail,message", [
+    ("i8[1,128]", "u8[2,128,32]", "sram0[0x30000] bf16[1,128,2] group=128 phase=0 halves",
+     "field a: dequantized weights are widened for float a, got i8"),
+    ("bf16[1,128]", "i8[2,128,32]", "sram0[0x30000] bf16[1,128,2] group=128 phase=0 halves",
+     "field b: packed int4 weights are u8 bytes (two codes each), got i8"),
+    ("bf16[1,128]", "bf16[128,128]", "sram0[0x30000] bf16[1,128,1] group=128 phase=0 bytes",
+     "field b: dequantized weights are one-byte values (i8, e4m3, e5m2), got bf16"),
+    ("bf16[1,128]", "i8[128,128]", "sram0[0x30000] i8[1,128,2] group=128 phase=0 bytes",
+     "field scales: i8[1,128,2] should be float [1,128,1] or [1,128,2] (a scale, and a "
+     "zero, per group of 128 k rows and column)"),
+    ("bf16[1,128]", "i8[128,128]", "sram0[0x30000] f32[1,128,3] group=128 phase=0 bytes",
+     "field scales: f32[1,128,3] should be float [1,128,1] or [1,128,2] (a scale, and a "
+     "zero, per group of 128 k rows and column)"),
+])
+def test_dequantized_operands_of_the_wrong_kind_are_named(a, b, tail, message) -> None:
+    problems = find_problems(parse_program(_one_matmul(a, b, tail)), TPU_V4)
+    assert f"command 0 (core0.mxu0 matmul): {message}" in problems
+
+
+@pytest.mark.parametrize("a,b,tail", [
+    # one-byte weights with one scale a column (no zero), a group of 1 k row each
+    ("bf16[1,128]", "e4m3[128,128]", "sram0[0x30000] f32[128,128,1] group=1 phase=0 bytes"),
+    # 65 k rows from the start of 64-row groups meet 2 groups
+    ("bf16[1,65]", "i8[65,128]", "sram0[0x30000] bf16[2,128,2] group=64 phase=0 bytes"),
+])
+def test_valid_dequantized_matmuls_pass(a, b, tail) -> None:
+    assert find_problems(parse_program(_one_matmul(a, b, tail)), TPU_V4) == []
+
+
+def test_a_dequantized_matmuls_rows_are_as_leading_dims_and_its_k_the_last() -> None:
+    # a [1, 2, 256]: 2 rows of k = 256, two 128-row groups
+    text = _one_matmul("bf16[1,2,256]", "u8[2,256,32]",
+                       "sram0[0x30000] bf16[2,128,2] group=128 phase=0 pairs", "f32[2,128]")
+    assert find_problems(parse_program(text), TPU_V4) == []
+
+
+def test_a_dequantizing_op_needs_its_scales_and_its_layout_named() -> None:
+    from dataclasses import replace as changed
+
+    packed = parse_program(_one_matmul(
+        "bf16[1,128]", "u8[2,128,32]", "sram0[0x30000] bf16[1,128,2] group=128 phase=0 halves"))
+    values = parse_program(_one_matmul(
+        "bf16[1,128]", "i8[128,128]", "sram0[0x30000] bf16[1,128,2] group=128 phase=0 bytes"))
+    messages = [find_problems(changed(program, commands=(changed(
+        program.commands[0], op=changed(program.commands[0].op, dequant=dequant)),)), TPU_V4)
+        for program, dequant in ((values, None), (packed, Dequant(128, 0, "quads")))]
+    assert messages[0] == [
+        "command 0 (core0.mxu0 matmul): field scales: weights dequantized on the way in need "
+        "both scales and how (dequant SCALES group=G phase=P halves|pairs|bytes)"]
+    assert ("command 0 (core0.mxu0 matmul): field dequant: nibbles 'quads' is not one of "
+            "halves, pairs") in messages[1]

@@ -183,3 +183,11 @@ class TestEdges:
         program = Program("p", (), (Command(0, "core0.vpu", object()),))  # type: ignore[arg-type]
         assert find_problems(program, tiny) == [
             "command 0 (core0.vpu ?): op: unknown op class object"]
+
+
+def test_an_operand_of_more_dims_than_dst_does_not_broadcast_to_it(tiny: NpuConfig) -> None:
+    # numpy would broadcast [1,4,4] with [4,4] to [1,4,4]: not dst's shape
+    assert problems("0: core0.vpu binary add sram0[0] f32[1,4,4], 1.0 -> sram0[64] f32[4,4]",
+                    config=tiny) == [
+        "command 0 (core0.vpu binary): field a: shape f32[1,4,4] does not broadcast to "
+        "dst's [4,4]"]
