@@ -86,7 +86,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         if keep_weights else None
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     bufs = [_allocate(ctx, c, tiling, (a.dtype, b.dtype), acc_dtype, out, cast_needed,
-                      trans_b, group, rank, dq) for c in range(cores)]
+                      group, rank, dq) for c in range(cores)]
     step_count = [0] * cores
     holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
     ranges: list[tuple[int, int, int]] = []  # (first, end command, panel) when in part
@@ -156,7 +156,7 @@ class _Buffers:
 
 
 def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
-              acc_dtype: DType, out: Value, cast_needed: bool, trans_b: bool, group,
+              acc_dtype: DType, out: Value, cast_needed: bool, group,
               rank: int, dq: DequantWeights | None = None) -> _Buffers:
     """SRAM of one core: A and B tiles in their operands' dtypes (``dtypes``; weight-only
     int8 B tiles stay int8, int4 ones packed; dequantized ones with their scales),
