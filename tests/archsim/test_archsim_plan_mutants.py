@@ -13,25 +13,12 @@ import numpy as np
 from archsim.config import load_config
 from archsim.plan import _CACHE, plan_for
 from archsim.simulator import Simulator
-from compiler.ir import DType, HostTransfer, Load, SramRef, Store, Unary, UnaryKind
+from compiler.ir import DType, Load, SramRef
 from compiler.ir.builder import ProgramBuilder
+from archsim_programs import copy_program
 
 TINY = load_config("tiny")
 F32 = DType.f32
-
-
-def copy_program():
-    """test_simulator.py's: host -> DRAM -> SRAM, exp, back (timeline derived there)."""
-    b = ProgramBuilder("copy")
-    b.tensor("x", (8, 8), F32, "in")
-    b.tensor("y", (8, 8), F32, "out")
-    t0, t1 = SramRef("sram0", 0, (8, 8), F32), SramRef("sram0", 256, (8, 8), F32)
-    up = b.add("hdma", HostTransfer(b.ref("x"), to_device=True))
-    load = b.add("core0.dma0", Load(b.ref("x"), t0), [up])
-    exp = b.add("core0.vpu", Unary(UnaryKind.exp, t0, t1), [load])
-    store = b.add("core0.dma0", Store(t1, b.ref("y")), [exp])
-    b.add("hdma", HostTransfer(b.ref("y"), to_device=False), [store])
-    return b.build()
 
 
 TIMELINE = [(0, 184), (184, 235), (235, 301), (301, 352), (352, 536)]

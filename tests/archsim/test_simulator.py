@@ -7,24 +7,12 @@ import pytest
 from archsim.config import load_config
 from archsim.errors import SimulationError
 from archsim.simulator import Simulator
-from compiler.ir import DType, HostTransfer, Load, SramRef, Store, Unary, UnaryKind
+from compiler.ir import DType, Load, SramRef, Unary, UnaryKind
 from compiler.ir.builder import ProgramBuilder
+from archsim_programs import copy_program
 
 TINY = load_config("tiny")
 F32 = DType.f32
-
-
-def copy_program():
-    b = ProgramBuilder("copy")
-    b.tensor("x", (8, 8), F32, "in")
-    b.tensor("y", (8, 8), F32, "out")
-    t0, t1 = SramRef("sram0", 0, (8, 8), F32), SramRef("sram0", 256, (8, 8), F32)
-    up = b.add("hdma", HostTransfer(b.ref("x"), to_device=True), source="to_device")
-    load = b.add("core0.dma0", Load(b.ref("x"), t0), [up], source="exp")
-    exp = b.add("core0.vpu", Unary(UnaryKind.exp, t0, t1), [load], source="exp")
-    store = b.add("core0.dma0", Store(t1, b.ref("y")), [exp], source="exp")
-    b.add("hdma", HostTransfer(b.ref("y"), to_device=False), [store], source="to_host")
-    return b.build()
 
 
 def test_statistics_add_up() -> None:
