@@ -10,6 +10,8 @@ data changes). Both go through the same binders, so they compute the same number
 
 from __future__ import annotations
 
+import functools
+
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -112,6 +114,15 @@ def _bind_gather(op: Gather, memory: Memory) -> Step:
     return gather
 
 
+@functools.lru_cache(maxsize=None)
+def _nibble_map(nibbles: str, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """For a block of ``h`` bytes in layout ``nibbles``, each of its ``2h`` columns'
+    byte and bit shift (worked out once per layout, not per command)."""
+    where = [Dequant(1, 0, nibbles).byte_of(r, h) for r in range(2 * h)]
+    return (np.array([c for c, _ in where]),
+            np.array([4 * nibble for _, nibble in where], dtype=np.uint8))
+
+
 def dequantized(b: np.ndarray, scales: np.ndarray, dequant: Dequant,
                 dtype: DType) -> np.ndarray:
     """The ``[k, n]`` weights an array's input path makes of ``b`` (values ``[k, n]``,
@@ -120,9 +131,7 @@ def dequantized(b: np.ndarray, scales: np.ndarray, dequant: Dequant,
     (:class:`~compiler.ir.ops.Dequant`)."""
     if dequant.nibbles:
         blocks, k, h = b.shape
-        where = [dequant.byte_of(r, h) for r in range(2 * h)]
-        columns = np.array([c for c, _ in where])
-        shifts = np.array([4 * nibble for _, nibble in where], dtype=np.uint8)
+        columns, shifts = _nibble_map(dequant.nibbles, h)
         codes = (b[:, :, columns] >> shifts) & 15  # [blocks, k, 2h]
         values = codes.transpose(1, 0, 2).reshape(k, blocks * 2 * h).astype(np.float32) - 8
     else:

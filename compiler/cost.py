@@ -274,7 +274,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     if best is None:
         raise CapacityError(f"matmul {m}x{k}x{n} ({dtype}): no tiling fits {capacity} B of "
                             f"scratchpad even at {matrix.rows}x{matrix.cols} tiles")
-    if batch == 1 and not b_item_bytes:
+    if batch == 1 and not b_item_bytes:  # not batched, not dequantized
         return with_staged_weights(best, config, m, k, n, b_item)
     return best
 
@@ -283,9 +283,11 @@ def with_staged_weights(tiling: MatmulTiling, config: NpuConfig, m: int, k: int,
                         b_item: float) -> MatmulTiling:
     """``tiling`` with its weights kept in shared SRAM across row blocks (``b_staged``)
     when there are several row blocks, the shared SRAM holds every B tile and A is not
-    staged there: each later row block copies B over the NoC instead of reading it from
-    DRAM again. The k loop's time is taken as it was (a copy from shared SRAM moves at
-    least as fast as a load from DRAM); DRAM carries B once."""
+    staged there, and B is not dequantized on the way in (its scales would need keeping
+    too): each later row block copies B over the NoC instead of reading it from DRAM
+    again, so DRAM carries B once. The estimate's time is left as it was: the copies
+    move at the shared SRAM's rate, about the DRAM share a core loads at on the presets
+    that have it, and simulated they cost a prefill 0.5-0.8% (BENCHMARKS.md)."""
     row_blocks = -(-m // tiling.mt)
     column_tiles = -(-n // tiling.n_tile)
     tile = -(-int(tiling.kt * tiling.nt * b_item) // ALIGN_BYTES) * ALIGN_BYTES

@@ -75,7 +75,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     panels = plan_panels(ctx.partial_limit)
     # weights kept in shared SRAM only where no run compiles the matmul in part (its
     # first panels would all load from DRAM): every door then gets the same schedule
-    keep_weights = tiling.b_staged and dq is None and plan_panels(1) is None
+    keep_weights = tiling.b_staged and plan_panels(1) is None
     if panels is not None:  # the first panels only (compiler.kernels.matmul_panels)
         tiles = panels.emitted(tiles)
     ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each

@@ -28,6 +28,13 @@ def _transposed_source(b: Value) -> Value | None:
     return None
 
 
+def _oriented(w: Value) -> tuple[Value, bool]:
+    """``w`` as the matmul reads it: the weight a 2-D permute came from, loaded
+    transposed (``trans_b``), else ``w`` itself."""
+    source = _transposed_source(w)
+    return (source, True) if source is not None else (w, False)
+
+
 def _widened_weights(x: Value, w: Value) -> Value | None:
     """If ``w`` is int8 weights cast to ``x``'s float dtype (torchao's weight-only
     layers exported: ``mm(x, w_int8.to(bf16))``, the scale applied after), the int8
@@ -62,9 +69,9 @@ def _scaled_weights(x: Value, w: Value) -> tuple[Value, Value] | None:
         widen = widened.producer if isinstance(widened, Value) else None
         if (widen is not None and isinstance(widen.spec, g.Cast) and widened.dtype.is_float
                 and widen.inputs[0].dtype in ONE_BYTE_WEIGHTS and isinstance(scale, Value)
-                and scale.dtype.is_float and math.prod(scale.shape) in (1, n)
-                and scale.shape[-1:] in ((1,), (n,), ())):
-            return widen.inputs[0], scale
+                and scale.dtype.is_float
+                and (scale.shape in ((n,), (1, n)) or math.prod(scale.shape) == 1)):
+            return widen.inputs[0], scale  # one scale a column ([N, 1] would scale rows)
     return None
 
 
@@ -74,12 +81,8 @@ def _dequantizing(b: GraphBuilder, x: Value, values: Value, scale: Value) -> Val
     k, n = values.shape
     scales = b.view(scale, (1, n, 1)) if math.prod(scale.shape) == n else \
         b.binary(BinaryKind.mul, b.splat(1.0, (1, n, 1), scale.dtype), b.view(scale, (1, 1, 1)))
-    spec = g.Dequantization(k)
-    source = _transposed_source(values)
-    if source is not None:
-        out = b.matmul_dequant(x, source, scales, spec, trans_b=True)
-    else:
-        out = b.matmul_dequant(x, values, scales, spec)
+    stored, trans_b = _oriented(values)
+    out = b.matmul_dequant(x, stored, scales, g.Dequantization(k), trans_b=trans_b)
     return b.cast(out, x.dtype)
 
 
@@ -89,14 +92,10 @@ def _mm(b: GraphBuilder, x: Value, w: Value, out_dtype: DType | None = None) -> 
         return _dequantizing(b, x, *scaled)
     narrow = _widened_weights(x, w) if out_dtype is None else None
     if narrow is not None:
-        source = _transposed_source(narrow)
-        if source is not None:
-            return b.matmul(x, source, trans_b=True, weight_only=True)
-        return b.matmul(x, narrow, weight_only=True)
-    source = _transposed_source(w)
-    if source is not None:
-        return b.matmul(x, source, trans_b=True, out_dtype=out_dtype)
-    return b.matmul(x, w, out_dtype=out_dtype)
+        stored, trans_b = _oriented(narrow)
+        return b.matmul(x, stored, trans_b=trans_b, weight_only=True)
+    stored, trans_b = _oriented(w)
+    return b.matmul(x, stored, trans_b=trans_b, out_dtype=out_dtype)
 
 
 def _scaled(b: GraphBuilder, x: Value, alpha: float) -> Value:

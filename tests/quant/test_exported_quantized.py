@@ -118,3 +118,26 @@ def test_float8_weight_only_reads_each_weight_at_one_byte_scaled_on_the_way_in()
     others = 8 * (M * K * 2) + 8 * (M * H * 2) + 2 * (H + N) + 4 * (H + N) * 2
     assert weights <= result.dram_bytes_read <= weights + others
     assert result.dram_bytes_written <= 8 * (M * H * 2 + M * N * 2)
+
+
+class _RowScaled(torch.nn.Module):
+    """e4m3 weights [K, N] times a scale per k row ([K, 1], K == N): not a column scale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.register_buffer("w", torch.randn(64, 64).to(torch.float8_e4m3fn))
+        self.register_buffer("s", torch.rand(64, 1) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ (self.w.to(torch.float32) * self.s).to(torch.bfloat16)
+
+
+def test_a_scale_per_k_row_is_not_taken_for_one_per_column() -> None:
+    from compiler.ir.ops import MatMul
+
+    x = torch.randn(8, 64, dtype=torch.bfloat16)
+    result = run(Workload.of_module(_RowScaled(), (x,)), "tiny", mode="functional")
+    # numbers checked against torch; the weights were scaled on the vector unit first
+    assert not [c for c in result.program.commands
+                if isinstance(c.op, MatMul) and c.op.dequant is not None]
