@@ -180,7 +180,11 @@ class _Fields:
     """Every other field (kinds, axes, flags, host tensors)."""
     key: Callable[[Op], tuple[object, ...]]
     """The region parts of every SRAM operand and the other fields, in one call (it
-    raises AttributeError when an operand is a Scalar)."""
+    raises AttributeError when an operand is a Scalar). An optional operand (a field
+    whose default is None, a matmul's ``scales``) is in it whole: a SramRef is its
+    region parts, and None then costs no exception."""
+    optional: tuple[str, ...] = ()
+    """The SRAM fields that may be None (their default)."""
 
     @classmethod
     def of(cls, op_type: type[Op]) -> "_Fields":
@@ -189,18 +193,24 @@ class _Fields:
         dram_names = {name for name, _ in dram}
         other = tuple(f.name for f in dataclasses.fields(op_type)
                       if f.name not in sram and f.name not in dram_names)
-        parts = [f"{field}.{part}" for field in sram for part in _REGION_PARTS]
+        optional = tuple(f.name for f in dataclasses.fields(op_type)
+                         if f.name in sram and f.default is None)
+        parts = [f"{field}.{part}" for field in sram if field not in optional
+                 for part in _REGION_PARTS]
         # two names at least, so the getter always returns a tuple
-        return cls(sram, dram, other, operator.attrgetter("__class__", *parts, *other))
+        return cls(sram, dram, other,
+                   operator.attrgetter("__class__", *parts, *optional, *other), optional)
 
     def slow_key(self, op: Op) -> tuple[object, ...]:
         """``key`` for an op with a Scalar operand (None stands for the Scalar)."""
         parts: list[object] = [type(op)]
         for field in self.sram:
+            if field in self.optional:
+                continue
             ref = getattr(op, field)
             parts += ([getattr(ref, part) for part in _REGION_PARTS]
                       if isinstance(ref, SramRef) else [None] * len(_REGION_PARTS))
-        return (*parts, *(getattr(op, field) for field in self.other))
+        return (*parts, *(getattr(op, field) for field in (*self.optional, *self.other)))
 
 
 _FIELDS: dict[type[Op], _Fields] = {op_type: _Fields.of(op_type) for op_type in ALL_OPS}

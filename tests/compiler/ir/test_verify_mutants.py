@@ -191,3 +191,19 @@ def test_an_operand_of_more_dims_than_dst_does_not_broadcast_to_it(tiny: NpuConf
                     config=tiny) == [
         "command 0 (core0.vpu binary): field a: shape f32[1,4,4] does not broadcast to "
         "dst's [4,4]"]
+
+
+def test_an_optional_operand_is_part_of_the_screens_key() -> None:
+    # the same dequantizing matmul twice, the second's scales past the end of the
+    # scratchpad (16 MiB on tpu-v4): its verdict is not the first's
+    from archsim.config import load_config
+
+    line = ("{i}: core0.mxu0 matmul sram0[0] bf16[1,128], sram0[0x10000] u8[2,128,32] -> "
+            "sram0[0x20000] f32[1,128] dequant sram0[{at}] bf16[1,128,2] group=128 phase=0 "
+            "halves")
+    text = ("program p target=tpu-v4\n" + line.format(i=0, at="0x30000") + "\n"
+            + line.format(i=1, at="0xffff00") + " after 0\n")
+    problems = find_problems(parse_program(text), load_config("tpu-v4"))
+    assert problems == [
+        "command 1 (core0.mxu0 matmul): field scales: region sram0[0xffff00:0x1000100] "
+        "(512 bytes) exceeds sram0 capacity of 16777216 bytes"]
