@@ -101,6 +101,24 @@ MODULES: dict[str, list[str]] = {
         "tests/serving/test_serving_run.py",
         "tests/quant/test_llm_weights.py",
     ],
+    "serving/scheduler.py": [  # request-level serving: admission, batching, preemption
+        "tests/serving/test_serve_mutants.py",
+        "tests/serving/test_serve_engine.py",
+        "tests/serving/test_serve_sim.py",
+        "tests/serving/test_serve_capacity.py",
+    ],
+    "serving/kv_cache.py": [
+        "tests/serving/test_serve_mutants.py",
+        "tests/serving/test_serve_engine.py",
+        "tests/serving/test_serve_sim.py",
+        "tests/serving/test_serve_capacity.py",
+    ],
+    "serving/metrics.py": [
+        "tests/serving/test_serve_mutants.py",
+        "tests/serving/test_serve_engine.py",
+        "tests/serving/test_serve_sim.py",
+        "tests/serving/test_serve_capacity.py",
+    ],
     "reports/critical_path.py": [
         "tests/reports/test_reports_critical_path.py",
         "tests/reports/test_reports_extended.py",  # the path through extended spans
