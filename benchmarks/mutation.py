@@ -57,6 +57,13 @@ MODULES: dict[str, list[str]] = {
         "tests/archsim/test_weight_buffers.py",  # back-to-back matmuls save their fill
         "tests/archsim/test_bandwidth_sharing.py",  # transfers in flight share links
     ],
+    "archsim/matrix.py": [  # the systolic arrays' closed forms
+        "tests/archsim/test_matrix_mutants.py",
+        "tests/archsim/test_timing.py",
+        "tests/archsim/test_weight_buffers.py",
+        "tests/archsim/test_precision_and_vector_bandwidth.py",
+        "tests/archsim/test_agreement.py",  # against SCALE-Sim's own cycle counts
+    ],
     "archsim/plan.py": [
         "tests/archsim/test_archsim_plan_mutants.py",
         "tests/archsim/test_simulator_mutants.py",
