@@ -103,49 +103,50 @@ def _one_byte(b: GraphBuilder, node: Node) -> Value:
     return b.view(weights, stored.shape)
 
 
-def _int4_blocks(b: GraphBuilder, node: Node) -> Value:
-    """A packed int4 matmul's weights as ``[blocks, K, block]`` in its activations'
-    dtype, in one pass over the bytes ``[blocks, K, block / 2]``: each byte's low
-    nibble ``byte mod 16`` and high one ``(byte - low) / 16`` (exact in f32), placed by
-    a 0/1 column selector so the pass needs no gather, minus 8, scaled and offset by
-    their group's scale and zero, rounded."""
+def _int4(b: GraphBuilder, node: Node) -> Value:
+    """A packed int4 matmul's weights as ``[K, N]`` in its activations' dtype. The bytes
+    ``[blocks, K, block / 2]`` are first put k-major (``[K, blocks, block / 2]``, a copy
+    at half a byte a weight: torch's CPU layout keeps each block's k rows together),
+    then one pass makes the weights: each byte's low nibble ``byte mod 16`` and high one
+    ``(byte - low) / 16`` (exact in f32), placed by a 0/1 column selector so the pass
+    needs no gather, minus 8, scaled and offset by their group's scale and zero,
+    rounded."""
     a, stored, scales = node.inputs
     spec: g.Dequantization = node.spec.dequant
     blocks, k, half = stored.shape
     groups, group = k // spec.group, spec.group
     halves = spec.nibbles == "halves"
-    pair = (1, half) if halves else (half, 1)  # where a byte's two nibbles go
-    columns = (2, half) if halves else (half, 2)
-    planes = [b.view(p, (blocks, groups, 1, *columns)) for p in _planes(
-        b, scales, (groups, blocks, *columns), (1, 0, 2, 3))]
+    columns = (blocks, 2, half) if halves else (blocks, half, 2)
+    planes = _planes(b, scales, (groups, 1, *columns), None)
     which = _constant(b, np.arange(2).reshape((1, 1, 1, 2, 1) if halves else (1, 1, 1, 1, 2)))
     # the scales first: the pass over the bytes then runs as one kernel through them
-    byte = b.cast(b.view(stored, (blocks, groups, group, *pair)), DType.f32)
+    k_major = b.permute(stored, (1, 0, 2))
+    pair = (blocks, 1, half) if halves else (blocks, half, 1)  # a byte's two nibbles
+    byte = b.cast(b.view(k_major, (groups, group, *pair)), DType.f32)
     low = b.binary(BinaryKind.remainder, byte, 16.0)
     high = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, byte, low), 1 / 16)
     codes = b.binary(BinaryKind.add, low, b.binary(
         BinaryKind.mul, which, b.binary(BinaryKind.sub, high, low)))
     values = b.binary(BinaryKind.sub, codes, float(ZERO_CODE))
     weights = _dequantize(b, values, planes, a.dtype)
-    return b.view(weights, (blocks, k, 2 * half))
+    return b.view(weights, (k, blocks * 2 * half))
 
 
 def vector_matmul(b: GraphBuilder, node: Node) -> Value:
     """The result of a narrow-weight matmul ``node`` (:func:`narrow_weights`) with its
     weights made on the vector unit in its activations' dtype and a plain matmul: int8
     weights a weight-only matmul widens, cast (exact); one-byte values scaled per group
-    and column; packed int4 blocks unpacked and scaled, multiplied block by block
-    (``a`` against each block's ``[K, block]``, the results' columns put back in order,
-    a pass over the ``[M, N]`` result instead of one over the weights)."""
+    and column; packed int4 blocks unpacked and scaled (:func:`_int4`)."""
     a, stored = node.inputs[:2]
     spec: g.MatMul = node.spec
     out = node.out
     if spec.dequant is None:
-        return b.matmul(a, b.cast(stored, a.dtype), trans_b=spec.trans_b, out_dtype=out.dtype)
-    if not spec.dequant.nibbles:
-        return b.matmul(a, _one_byte(b, node), trans_b=spec.trans_b, out_dtype=out.dtype)
-    per_block = b.matmul(a, _int4_blocks(b, node), out_dtype=out.dtype)  # [blocks, M, block]
-    return b.view(b.permute(per_block, (1, 0, 2)), out.shape)
+        weights = b.cast(stored, a.dtype)
+    elif spec.dequant.nibbles:
+        weights = _int4(b, node)
+    else:
+        weights = _one_byte(b, node)
+    return b.matmul(a, weights, trans_b=spec.trans_b, out_dtype=out.dtype)
 
 
 def narrow_weights(node: Node) -> bool:
