@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from archsim.errors import LoweringError
 from compiler import graph as g
 from compiler.graph import Node, Value
 from compiler.graph_builder import GraphBuilder
@@ -87,20 +88,22 @@ def scaled(b: GraphBuilder, values: Value, scales: Value, group: int) -> Value:
 
 def _one_byte(b: GraphBuilder, node: Node) -> Value:
     """A one-byte dequantizing matmul's weights (``[K, N]``, ``[N, K]`` with ``trans_b``)
-    in its activations' dtype: widen, scale, round, one pass over them."""
+    in its activations' dtype: widen, scale, round, one pass over them. The lowerings
+    give one-byte weights one group (a scale a column); several groups are taken on
+    ``[K, N]`` weights only."""
     a, stored, scales = node.inputs
     groups, n, _ = scales.shape
     group = node.spec.dequant.group
+    if groups == 1:  # no reshape of the weights: a scale (and a zero) a column
+        planes = _planes(b, scales, (n, 1) if node.spec.trans_b else (1, n), None)
+        return _dequantize(b, b.cast(stored, DType.f32), planes, a.dtype)
     if node.spec.trans_b:
-        planes = _planes(b, scales, (groups, n), (1, 0)) if groups > 1 else \
-            _planes(b, scales, (n, 1), None)
-        planes = [b.view(p, (n, groups, 1)) for p in planes]
-        values = b.view(stored, (n, groups, group))
-    else:
-        planes = _planes(b, scales, (groups, 1, n), None)
-        values = b.view(stored, (groups, group, n))
-    weights = _dequantize(b, b.cast(values, DType.f32), planes, a.dtype)
-    return b.view(weights, stored.shape)
+        raise LoweringError(f"{node.source}: one-byte weights read transposed with "
+                            f"{groups} groups of scales are not dequantized on the vector "
+                            f"unit (one group, or weights [K, N], are)")
+    planes = _planes(b, scales, (groups, 1, n), None)
+    values = b.cast(b.view(stored, (groups, group, n)), DType.f32)
+    return b.view(_dequantize(b, values, planes, a.dtype), stored.shape)
 
 
 def _int4(b: GraphBuilder, node: Node) -> Value:
