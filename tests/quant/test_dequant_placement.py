@@ -204,3 +204,29 @@ def test_every_preset_says_where_it_dequantizes() -> None:
             encoding="utf-8")
         line = next(ln for ln in text.splitlines() if ln.strip().startswith("dequant:"))
         assert "# public" in line or "# estimate" in line, (name, line)
+
+
+@pytest.mark.parametrize("config", ["Int8WeightOnlyConfig", "Float8WeightOnlyConfig"])
+def test_torchao_weight_only_layers_dequantize_on_the_vector_unit(config: str) -> None:
+    # torchao's exported patterns (mm of widened int8, or of scaled e4m3 rounded to
+    # bf16) take the vector placement too; a functional run checks the numbers
+    import warnings
+
+    from archsim.app.pipeline import run
+    from archsim.app.workload import Workload
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchao warns about its CUDA-only extensions
+        quantization = pytest.importorskip("torchao.quantization")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(K, N, bias=False).to(torch.bfloat16)
+    quantization.quantize_(model, getattr(quantization, config)())
+    x = torch.randn(M, K, dtype=torch.bfloat16)
+    result = run(Workload.of_module(model, (x,)), _tiny("vector"), mode="functional")
+    assert result.host_cycles == 0
+    matmuls = [c.op for c in result.program.commands if isinstance(c.op, MatMul)]
+    assert matmuls and all(op.b.dtype is DType.bf16 and op.dequant is None for op in matmuls)
+    # the one-byte weights are read once by the vector unit, which writes them in bf16
+    widened = [c.op for c in result.program.commands if c.engine.endswith(".vpu")
+               and isinstance(c.op, Cast) and c.op.src.dtype.itemsize == 1]
+    assert sum(op.src.shape[0] * op.src.shape[1] for op in widened) == N * K
