@@ -237,12 +237,30 @@ def load_transposed(ctx: Context, b: Value, box: Box, dst: SramRef, core: int,
     split over engines: their strided spans would overlap and serialize them anyway."""
     n, k = box_shape(box)[-2:]
     item = dst.dtype.itemsize
-    for ref, offset in ctx.em.dram_pieces(ctx.view(b), box):
+    view = ctx.view(b)
+    steps = _transposed_steps(view.shape, view.base_shape, n)
+    for ref, offset in ctx.em.dram_pieces(view, box):
         n0, k0 = divmod(offset, k)
-        lead = (0,) * (len(ref.shape) - 2)
-        view = SramRef(dst.space, dst.offset + (k0 * n + n0) * item, ref.shape, dst.dtype,
-                       lead + (1, n))
-        ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, view), source)
+        strides = tuple(step if size > 1 else 0 for step, size in zip(steps, ref.shape))
+        dst_view = SramRef(dst.space, dst.offset + (k0 * n + n0) * item, ref.shape, dst.dtype,
+                           strides)
+        ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, dst_view), source)
+
+
+def _transposed_steps(shape: tuple[int, ...], base_shape: tuple[int, ...], n: int
+                      ) -> tuple[int, ...]:
+    """Per dim of the stored tensor (``base_shape``, which ``b``'s ``[..., N, K]`` view
+    reshapes), how far one step along it moves in a ``[k, n]`` destination: a step of
+    ``d`` elements in the stored order is ``d // K`` rows of ``b`` (1 apart in the
+    destination) and ``d % K`` columns (``n`` apart). A stored dim of size 1 between
+    ``N`` and ``K`` (``w.view(N, 1, K)``) thus takes no place of its own."""
+    rows, cols = shape[-2:]
+    steps, step = [], 1
+    for size in reversed(base_shape):
+        down, across = divmod(step, cols)
+        steps.append(across * n + down % rows)
+        step *= size
+    return tuple(reversed(steps))
 
 
 def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef,
