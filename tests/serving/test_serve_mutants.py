@@ -270,3 +270,78 @@ class TestCacheBudget:
                                                     r"\(\d+% of a chip\)"):
             self.budget(utilization=(taken + 4_000) / capacity)
         assert self.budget(blocks=3).blocks == 3  # an override is taken as it is
+
+
+class TestSummaryEdges:
+    def test_slo_bounds_are_inclusive(self) -> None:
+        # 1.5 s and 0.25 s are exact in binary: the SLO's own value meets it
+        slo = Slo(ttft_ms=1500, tpot_ms=250)
+        assert slo.met_by(1.5, 0.25)
+        assert not slo.met_by(1.5009765625, 0.25) and not slo.met_by(1.5, 0.2509765625)
+        assert Slo().met_by(1e9, 1e9)  # no SLO: everything meets it
+
+    def test_one_token_requests_have_no_tpot_and_meet_any_tpot_slo(self) -> None:
+        # the pair above plus C (2, 1) at 0.5, which joins B's prefill:
+        # it 1 0 -> 1.04 A prefill; it 2 1.04 -> 2.18 A decode, B and C prefill 4 tokens
+        # (1 + 0.04 + 0.1), C done; it 3 2.18 -> 3.38 A and B decode
+        arrivals = [Arrival(0, 0.0, 4, 3), Arrival(1, 0.5, 2, 2), Arrival(2, 0.5, 2, 1)]
+        result = run_engine(arrivals, fake, Limits(8, 64), blocks=100, block_size=4)
+        # TPOT: A (3.38 - 1.04) / 2 = 1.17, B 1.2; C has none and is left out
+        assert summarize(result).latency_s["tpot"]["mean"] == pytest.approx(1.185)
+        # C meets a 900 ms TPOT SLO (no second token to wait for), A and B do not
+        assert summarize(result, Slo(tpot_ms=900)).goodput_requests == 1
+        alone = run_engine([Arrival(0, 0.0, 2, 1)], fake, Limits(8, 64), 10, 4)
+        assert summarize(alone, Slo(tpot_ms=500)).slo_attained is True
+
+    def test_the_span_starts_at_the_first_arrival(self) -> None:
+        result = run_engine([Arrival(0, 1.0, 2, 1)], fake, Limits(8, 64), 10, 4)
+        s = summarize(result)
+        assert s.span_s == pytest.approx(1.02)  # 1.0 -> 2.02
+        assert s.throughput_tokens_per_s == pytest.approx(1 / 1.02)
+        assert s.busy_fraction == pytest.approx(1.0)
+
+    def test_instant_iterations_give_zero_averages_not_nans(self) -> None:
+        # hardware that takes no time: nothing to average over
+        result = run_engine([Arrival(0, 0.0, 2, 2)], lambda p, s, c: 0.0, Limits(8, 64),
+                            10, 4)
+        s = summarize(result)
+        assert s.span_s == 0.0
+        assert (s.mean_in_system, s.mean_batch, s.mean_slots_idle, s.mean_padded,
+                s.mean_kv_use, s.busy_fraction) == (0.0,) * 6
+        assert s.peak_kv_use == pytest.approx(0.1)
+        assert (s.throughput_tokens_per_s, s.throughput_requests_per_s,
+                s.goodput_requests_per_s, s.arrival_rate) == (0.0,) * 4
+
+
+class TestContinuousBudget:
+    def test_running_sequences_first_then_admissions_within_the_budget(self) -> None:
+        # 2 tokens an iteration; A, B, C (1-token prompts, 2 tokens each) at 0.
+        # it 1 A and B prefill 1 each (the budget is spent, C waits): 1.02
+        # it 2 A and B decode: 1.2, both done at 2.22
+        # it 3 C prefill: 1.01; it 4 C decodes: 1.1, done at 4.33
+        arrivals = [Arrival(i, 0.0, 1, 2) for i in range(3)]
+        timing = Recorder()
+        result = run_engine(arrivals, timing, Limits(8, 2), blocks=100, block_size=4)
+        assert timing.calls == [(2, 0, 0.0), (0, 2, 2.0), (1, 0, 0.0), (0, 1, 2.0)]
+        assert list(result.iterations.seqs) == [2, 2, 1, 1]
+        assert list(result.iterations.waiting) == [1, 1, 0, 0]
+        assert result.records[2].finish_s == pytest.approx(4.33)
+
+    def test_every_running_sequence_decodes_when_the_budget_holds_them(self) -> None:
+        # 3 tokens an iteration, three 1-token prompts: it 2 decodes all three
+        arrivals = [Arrival(i, 0.0, 1, 2) for i in range(3)]
+        timing = Recorder()
+        run_engine(arrivals, timing, Limits(8, 3), blocks=100, block_size=4)
+        assert timing.calls == [(3, 0, 0.0), (0, 3, 2.0)]
+
+    def test_the_newest_running_sequence_is_preempted(self) -> None:
+        # 5 blocks of 2 tokens; A, B, C (2-token prompts, 3 tokens each) at 0 take one
+        # block each for their prompts. Their first decode needs a block each: A and B
+        # take the last two, C (the newest) finds none and is preempted, not B. A and B
+        # finish in it 3; C recomputes its 3 tokens in it 4 and decodes in it 5.
+        arrivals = [Arrival(i, 0.0, 2, 3) for i in range(3)]
+        timing = Recorder()
+        result = run_engine(arrivals, timing, Limits(8, 64), blocks=5, block_size=2)
+        assert [r.preemptions for r in result.records] == [0, 0, 1]
+        assert timing.calls == [(6, 0, 0.0), (0, 2, 3.0), (0, 2, 4.0), (3, 0, 0.0),
+                                (0, 1, 4.0)]
