@@ -23,7 +23,7 @@ from archsim.functional import (BINARY, REDUCE, UNARY, HostFunction, Memory, run
                                 to_stored, to_values)
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramTensor, Scalar, SramRef
-from compiler.ir.ops import (Binary, Cast, Command, Copy, Dequant, Gather, HostOp,
+from compiler.ir.ops import (Binary, Cast, Command, Copy, Dequant, Dequantize, Gather, HostOp,
                              HostTransfer, Load, MatMul, Op, Reduce, ReduceKind, Select, Store,
                              Transpose, Unary, VCopy)
 
@@ -214,6 +214,12 @@ def _bind_cast(op: Cast, memory: Memory) -> Step:
     return lambda: write(read())
 
 
+def _bind_dequantize(op: Dequantize, memory: Memory) -> Step:
+    read, read_scales = _reader(memory, op.src), _reader(memory, op.scales)
+    write, dequant, dtype = _writer(memory, op.dst), op.dequant, op.dst.dtype
+    return lambda: write(dequantized(read(), read_scales(), dequant, dtype))
+
+
 def _bind_reduce(op: Reduce, memory: Memory) -> Step:
     fn, read, write = REDUCE[op.kind], _reader(memory, op.src), _writer(memory, op.dst)
     summing = op.kind in (ReduceKind.sum, ReduceKind.mean)
@@ -249,6 +255,7 @@ BINDERS: dict[type[Op], Binder] = {
     Binary: _bind_binary,
     Select: _bind_select,
     Cast: _bind_cast,
+    Dequantize: _bind_dequantize,
     Reduce: _bind_reduce,
     Transpose: _bind_transpose,
     HostTransfer: _bind_host_transfer,

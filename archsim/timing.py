@@ -20,6 +20,7 @@ from compiler.ir.ops import (
     Binary,
     Cast,
     Copy,
+    Dequantize,
     Gather,
     HostOp,
     HostTransfer,
@@ -106,6 +107,8 @@ COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
     Reduce: lambda op: (Reduce, _shape(op.src), _shape(op.dst), op.axis),
     Transpose: lambda op: (Transpose, _shape(op.src), _shape(op.dst)),
     VCopy: lambda op: (VCopy, _shape(op.src), _shape(op.dst)),
+    Dequantize: lambda op: (Dequantize, _shape(op.src), _shape(op.scales), _shape(op.dst),
+                            op.dequant.nibbles),
     HostTransfer: lambda op: _box(HostTransfer, op.to_device, op.ref),
     HostOp: lambda op: (HostOp, op.cycles),
 }

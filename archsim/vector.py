@@ -30,6 +30,7 @@ from compiler.ir.ops import (
     TRANSCENDENTAL,
     Binary,
     Cast,
+    Dequantize,
     Op,
     Reduce,
     Select,
@@ -55,6 +56,8 @@ def op_class(op: Op) -> str:
         return "cast"
     if isinstance(op, (Transpose, VCopy)):
         return "copy"
+    if isinstance(op, Dequantize):
+        return "elementwise"
     raise TypeError(f"not a vector op: {type(op).__name__}")
 
 
@@ -88,6 +91,8 @@ class VectorEngine:
         cls = op_class(op)
         cost = getattr(self.config.costs, cls)
         compute = ceil_div(count, self.config.lanes) * cost
+        if isinstance(op, Dequantize):  # its element ops, in one pass over the tile
+            compute *= op.dequant.vector_passes
         if isinstance(op, Reduce):
             length = op.src.shape[op.axis]
             compute += math.ceil(math.log2(length)) if length > 1 else 0

@@ -157,7 +157,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                          out_dtype: DType, cores: int, arrays: int,
                          op_sets: int, epilogue_bytes: int, capacity: int,
                          b_dtype: DType | None = None, b_item_bytes: float = 0.0,
-                         n_unit: int = 1) -> MatmulTiling:
+                         n_unit: int = 1, widen: int = 0) -> MatmulTiling:
     """The tiling with the lowest estimated time that fits the scratchpad.
 
     ``epilogue_bytes`` is SRAM per output element the epilogue needs besides the
@@ -165,7 +165,10 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     ``b_item_bytes``: bytes per B element when B is packed int4 weights (with their
     scales); ``n_unit``: columns an array's tile must be a multiple of (unless it is all
     of ``n``): the packed weights' blocks, each its own DRAM run unless a tile spans all
-    of ``k`` (:func:`b_runs`)."""
+    of ``k`` (:func:`b_runs`); ``widen``: vector element operations per weight when the
+    vector unit dequantizes each B tile into A's dtype before its multiply
+    (``core.matrix.dequant: vector``; 0: the arrays' input path does, or B is plain):
+    the copies take scratchpad, and a k step waits for its tiles' dequantization."""
     matrix = config.core.matrix
     item = dtype.itemsize
     b_item = b_item_bytes or (b_dtype or dtype).itemsize
@@ -192,7 +195,8 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                 (False, True) if sharing > 1 and config.shared_sram.size_bytes else (False,)):
             if resident and staged:
                 continue
-            operands = sets * (used * b_bytes + (steps if resident else 1) * a_bytes)
+            operands = sets * (used * (b_bytes + (kt * nt * item if widen else 0))
+                               + (steps if resident else 1) * a_bytes)
             acc = acc_sets * used * mt * nt * (acc_item + epilogue_bytes)
             if operands + acc + 4096 > capacity or (
                     staged and staging_bytes(sets, cores, sharing, a_bytes) >
@@ -206,6 +210,10 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             # the k-steps of a tile follow each other on an array
             step_mxu = matmul_cycles(min(mt, m), min(kt, k), min(nt, n), matrix, dtype) - \
                 back_to_back_saving(matrix)
+            # the vector unit's dequantization of a step's B tiles, one after another
+            dequant = used * min(kt, k) * min(nt, n) * widen * \
+                config.core.vector.costs.elementwise / config.core.vector.lanes
+            step_mxu = max(step_mxu, dequant)
             mxu = steps * step_mxu + back_to_back_saving(matrix)
             # a resident A row block is loaded once per core that meets it, not per tile;
             # a staged one once per round from DRAM (the task DMA), copied to each core
@@ -241,12 +249,13 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             vpu = used * mt * nt * (1 + (epilogue_bytes > 0)) / vector_rate(config, acc_item)
             stall = store + vpu / max(steps, 1) if acc_sets == 1 else 0
             first_load = (a_bytes + used * b_bytes) / load_bw  # nothing to overlap it with
-            cost = Cost(mxu_cycles=per_core * mxu, vpu_cycles=per_core * vpu,
+            cost = Cost(mxu_cycles=per_core * mxu,
+                        vpu_cycles=per_core * (vpu + steps * dequant),
                         dma_cycles=per_core * dma,
                         dram_bytes=tiles * (load_bytes + used * mt * nt * out_dtype.itemsize),
                         serial_cycles=per_core * stall + setup + first_load + vpu + store)
             options.append((cost.estimate(config),
-                            tiles * steps * (2 + used + staged + extra_runs),
+                            tiles * steps * (2 + used * (1 + bool(widen)) + staged + extra_runs),
                             MatmulTiling(mt, kt, nt, used, acc_sets, cost, sets, resident,
                                          steps, staged)))
     staged = [o for o in options if o[2].a_staged]

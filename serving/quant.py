@@ -5,7 +5,8 @@
   weights with one scale per output channel, run as ``torch._weight_int8pack_mm`` (what
   torchao's ``Int8WeightOnlyConfig`` and CPU stacks call). The compiler reads those
   weights at one byte each and widens them where ``core.matrix.dequant`` says (the
-  arrays' input path or the vector unit, ``compiler.dequant_placement``); activations and the KV cache keep their dtypes.
+  arrays' input path or the vector unit, tile by tile in the matmul kernel); activations
+  and the KV cache keep their dtypes.
 - ``fp8``: :class:`Fp8Linear`, e4m3 weights with one f32 scale per output channel and
   the activations quantized to e4m3 per token on the fly (absmax / 448, on the vector
   unit), multiplied by ``torch._scaled_mm`` (f32 sums, both scales in the epilogue):

@@ -24,8 +24,8 @@ DequantPlacement = Literal["input_path", "vector"]
 DEQUANT_PLACEMENTS: tuple[str, ...] = ("input_path", "vector")
 """Where weight-only quantized weights (int4 packed, int8, fp8) are dequantized:
 ``input_path``, by the arrays as they read them (no vector work, no dequantized copy);
-``vector``, by the vector unit into the arrays' native dtype, written out, then read by
-a plain matmul (:mod:`compiler.dequant_placement`)."""
+``vector``, by the vector unit, a k step's tile at a time, into the arrays' input dtype
+in the scratchpad, which a plain multiply then reads (:mod:`compiler.kernels.matmul_dequant`)."""
 MATRIX_INPUT_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "i8")
 MATRIX_ACCUMULATOR_DTYPES: tuple[str, ...] = ("f32", "i32")
 

@@ -10,6 +10,7 @@ from compiler.ir.ops import (
     Command,
     Copy,
     Dequant,
+    Dequantize,
     Gather,
     HostOp,
     HostTransfer,
@@ -30,7 +31,7 @@ from compiler.ir.ops import (
 )
 
 __all__ = [
-    "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "Dequant", "DType", "DramRef",
+    "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "Dequant", "Dequantize", "DType", "DramRef",
     "DramTensor", "Gather", "HostOp", "HostTransfer", "Load", "MatMul", "Op", "Program", "Reduce",
     "ReduceKind", "Scalar", "Select", "Slice", "SramRef", "Store", "Transpose", "Unary",
     "UnaryKind", "VCopy", "engine_core", "engine_kind", "numel", "sram_space",

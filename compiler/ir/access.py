@@ -23,6 +23,7 @@ from compiler.ir.ops import (
     Binary,
     Cast,
     Copy,
+    Dequantize,
     Gather,
     HostOp,
     HostTransfer,
@@ -54,6 +55,7 @@ SRAM_READ_FIELDS: dict[type[Op], tuple[str, ...]] = {
     Reduce: ("src",),
     Transpose: ("src",),
     VCopy: ("src",),
+    Dequantize: ("src", "scales"),
     HostTransfer: (),
     HostOp: (),
 }
@@ -72,6 +74,7 @@ SRAM_WRITE_FIELDS: dict[type[Op], tuple[str, ...]] = {
     Reduce: ("dst",),
     Transpose: ("dst",),
     VCopy: ("dst",),
+    Dequantize: ("dst",),
     HostTransfer: (),
     HostOp: (),
 }

@@ -213,6 +213,14 @@ class Dequant:
     """k rows of the first group that precede the tile (its k offset in the group)."""
     nibbles: str = ""
 
+    @property
+    def vector_passes(self) -> int:
+        """Element operations per weight when the vector unit dequantizes
+        (:class:`Dequantize`): int4, a byte's two nibbles split (half an op a weight
+        each), widened, scaled, offset by the zero and rounded (5); one-byte values
+        widened, scaled and rounded (3)."""
+        return 5 if self.nibbles else 3
+
     def byte_of(self, r: int, h: int) -> tuple[int, int]:
         """(byte, nibble) of a block of ``h`` bytes holding the block's column ``r``."""
         if self.nibbles == "halves":
@@ -330,7 +338,24 @@ class VCopy(Op):
     mnemonic = "vcopy"
 
 
-VECTOR_OPS: tuple[type[Op], ...] = (Unary, Binary, Select, Cast, Reduce, Transpose, VCopy)
+@dataclass(frozen=True, slots=True)
+class Dequantize(Op):
+    """``dst [k, n]`` := narrow weights ``src`` dequantized as ``dequant`` says
+    (:class:`Dequant`, with ``src`` and ``scales`` laid out as a dequantizing
+    :class:`MatMul`'s ``b`` and ``scales``), rounded to ``dst``'s float dtype, in one pass
+    of the vector unit: what the arrays' input path does on chips whose arrays take only
+    their native inputs (``core.matrix.dequant: vector``), a tile at a time before its
+    matmul."""
+
+    src: SramRef
+    scales: SramRef
+    dst: SramRef
+    dequant: Dequant
+    mnemonic = "dequantize"
+
+
+VECTOR_OPS: tuple[type[Op], ...] = (Unary, Binary, Select, Cast, Reduce, Transpose, VCopy,
+                                    Dequantize)
 
 # -- host link (hdma) and host (host) -------------------------------------------------
 

@@ -33,9 +33,10 @@ tokens is free, but a construct never spans lines)::
         | "copy" sram "->" sram
         | "gather" dram "[" sram "]" "->" sram               (table rows picked by indices)
         | "matmul" sram "," sram "->" sram [ "acc" ] [ dequant ]
-    dequant := "dequant" sram "group" "=" INT "phase" "=" INT ( "halves" | "pairs" | "bytes" )
-                 (b dequantized on the way in: int4 codes two a byte, or one-byte values;
-                  sram: the groups' scales, and zeros)
+    dequant := "dequant" sram spec    (b dequantized on the way in; sram: the groups' scales,
+                                       and zeros)
+    spec    := "group" "=" INT "phase" "=" INT ( "halves" | "pairs" | "bytes" )
+                 (int4 codes two a byte, or one-byte values)
         | "unary" UNARY_KIND sram "->" sram
         | "binary" BINARY_KIND value "," value "->" sram
         | "select" sram "," value "," value "->" sram
@@ -43,6 +44,7 @@ tokens is free, but a construct never spans lines)::
         | "reduce" REDUCE_KIND sram "->" sram "axis" "=" INT
         | "transpose" sram "->" sram "perm" "=" "(" [ INT { "," INT } ] ")"
         | "vcopy" sram "->" sram
+        | "dequantize" sram "," sram "->" sram spec   (weights, their scales -> float tile)
         | "host_transfer" ( "to_device" | "to_host" ) dram
         | "host_op" NAME tensors "->" tensors "cycles" "=" INT
 
@@ -86,6 +88,8 @@ from compiler.ir.ops import (
     Cast,
     Command,
     Copy,
+    Dequant,
+    Dequantize,
     Gather,
     HostOp,
     HostTransfer,
@@ -174,11 +178,13 @@ def _operands(op: Op) -> str:
 def _format_dequant(op: MatMul) -> str:
     """`` dequant SCALES group=G phase=P halves|pairs|bytes`` for weights dequantized
     on the way in."""
-    d = op.dequant
-    if d is None or op.scales is None:
+    if op.dequant is None or op.scales is None:
         return ""
-    return (f" dequant {format_sram_ref(op.scales)} group={d.group} phase={d.phase} "
-            f"{d.nibbles or 'bytes'}")
+    return f" dequant {format_sram_ref(op.scales)} {_format_spec(op.dequant)}"
+
+
+def _format_spec(d: Dequant) -> str:
+    return f"group={d.group} phase={d.phase} {d.nibbles or 'bytes'}"
 
 
 def _chained(op: Unary | Binary | Cast) -> str:
@@ -206,6 +212,8 @@ _PRINTERS: dict[type[Op], Callable[[Op], str]] = {
     Transpose: lambda op: (f"{format_sram_ref(op.src)} -> {format_sram_ref(op.dst)} "
                            f"perm=({','.join(str(p) for p in op.perm)})"),
     VCopy: lambda op: f"{format_sram_ref(op.src)} -> {format_sram_ref(op.dst)}",
+    Dequantize: lambda op: (f"{format_sram_ref(op.src)}, {format_sram_ref(op.scales)} -> "
+                            f"{format_sram_ref(op.dst)} {_format_spec(op.dequant)}"),
     HostTransfer: lambda op: (("to_device " if op.to_device else "to_host ")
                               + format_dram_ref(op.ref)),
     HostOp: lambda op: (f"{_name(op.name)} {_format_tensors(op.inputs)} -> "

@@ -17,6 +17,7 @@ from compiler.ir.ops import (
     Command,
     Copy,
     Dequant,
+    Dequantize,
     Gather,
     HostOp,
     HostTransfer,
@@ -84,13 +85,27 @@ def _parse_matmul(line: _Line) -> Op:
     if not line.accept("dequant"):
         return MatMul(a, b, out, accumulate)
     scales = _parse_sram(line, "dequant scales")
+    return MatMul(a, b, out, accumulate, scales, _parse_spec(line, "matmul dequant"))
+
+
+def _parse_spec(line: _Line, what: str) -> Dequant:
+    """``group=G phase=P halves|pairs|bytes``."""
     values = []
     for key in ("group", "phase"):
-        _parse_attribute(line, key, "matmul dequant")
+        _parse_attribute(line, key, what)
         values.append(line.integer(f"dequant {key}"))
     nibbles = line.choice({"halves": "halves", "pairs": "pairs", "bytes": ""},
                           "dequant layout")
-    return MatMul(a, b, out, accumulate, scales, Dequant(*values, nibbles))
+    return Dequant(*values, nibbles)
+
+
+def _parse_dequantize(line: _Line) -> Op:
+    src = _parse_sram(line, "dequantize weights")
+    line.expect(",", "after dequantize weights")
+    scales = _parse_sram(line, "dequantize scales")
+    line.expect("->", "after dequantize scales")
+    dst = _parse_sram(line, "dequantize destination")
+    return Dequantize(src, scales, dst, _parse_spec(line, "dequantize"))
 
 
 def _parse_unary(line: _Line) -> Op:
@@ -169,6 +184,7 @@ _OP_PARSERS: dict[str, Callable[[_Line], Op]] = {
     Reduce.mnemonic: _parse_reduce,
     Transpose.mnemonic: _parse_transpose,
     VCopy.mnemonic: _parse_sram_to_sram(VCopy, "vcopy"),
+    Dequantize.mnemonic: _parse_dequantize,
     HostTransfer.mnemonic: _parse_host_transfer,
     HostOp.mnemonic: _parse_host_op,
 }

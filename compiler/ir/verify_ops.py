@@ -18,6 +18,8 @@ from compiler.ir.ops import (
     Binary,
     Cast,
     Copy,
+    Dequant,
+    Dequantize,
     Gather,
     HostOp,
     HostTransfer,
@@ -210,8 +212,13 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                f", got {_typed(ref)}")
     if flat:
         return
-    if op.dequant is not None or op.scales is not None:
-        yield from _dequant_problems(op)
+    if (op.dequant is None) != (op.scales is None):
+        yield ("field scales: weights dequantized on the way in need both scales and how "
+               "(dequant SCALES group=G phase=P halves|pairs|bytes)")
+    elif op.dequant is not None and op.scales is not None:
+        if not op.a.dtype.is_float:
+            yield f"field a: dequantized weights are widened for float a, got {op.a.dtype}"
+        yield from _dequant_problems(op.b, op.scales, op.dequant, op.a.shape[-1], op.columns)
     elif op.a.dtype.is_int8:  # u8 x i8 as well as i8 x i8 (x86 VNNI's pairing)
         if not op.b.dtype.is_int8:
             yield f"field b: dtype {op.b.dtype} is not an 8-bit integer like a's {op.a.dtype}"
@@ -233,35 +240,44 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                f"dtype {machine.accumulator}")
 
 
-def _dequant_problems(op: MatMul) -> Iterator[str]:
-    """Narrow ``b`` dequantized in the input path (:class:`~compiler.ir.ops.Dequant`):
-    float ``a``; packed int4 bytes or one-byte values; a scale (and a zero) per group
-    and column."""
-    dequant, scales = op.dequant, op.scales
-    if dequant is None or scales is None:
-        yield ("field scales: weights dequantized on the way in need both scales and how "
-               "(dequant SCALES group=G phase=P halves|pairs|bytes)")
-        return
-    if not op.a.dtype.is_float:
-        yield f"field a: dequantized weights are widened for float a, got {op.a.dtype}"
-    if dequant.nibbles and op.b.dtype is not DType.u8:
-        yield f"field b: packed int4 weights are u8 bytes (two codes each), got {op.b.dtype}"
-    if not dequant.nibbles and op.b.dtype not in _WIDENED_B:
+def _dequant_problems(b: SramRef, scales: SramRef, dequant: Dequant, k: int, columns: int
+                      ) -> Iterator[str]:
+    """Narrow weights ``b`` dequantized (:class:`~compiler.ir.ops.Dequant`, by an
+    array's input path or by the vector unit): packed int4 bytes or one-byte values; a
+    scale (and a zero) per group and column."""
+    if dequant.nibbles and b.dtype is not DType.u8:
+        yield f"field b: packed int4 weights are u8 bytes (two codes each), got {b.dtype}"
+    if not dequant.nibbles and b.dtype not in _WIDENED_B:
         yield (f"field b: dequantized weights are one-byte values "
-               f"({', '.join(d.value for d in _WIDENED_B)}), got {op.b.dtype}")
+               f"({', '.join(d.value for d in _WIDENED_B)}), got {b.dtype}")
     if dequant.nibbles not in ("", *NIBBLES):
         yield f"field dequant: nibbles {dequant.nibbles!r} is not one of {', '.join(NIBBLES)}"
     if dequant.group < 1 or not 0 <= dequant.phase < dequant.group:
         yield (f"field dequant: group {dequant.group} and phase {dequant.phase} need group "
                f">= 1 and 0 <= phase < group")
         return
-    k = op.a.shape[-1]
     groups = (dequant.phase + k - 1) // dequant.group + 1
-    if (scales.shape[:2] != (groups, op.columns) or len(scales.shape) != 3
+    if (scales.shape[:2] != (groups, columns) or len(scales.shape) != 3
             or scales.shape[2] not in (1, 2) or not scales.dtype.is_float):
-        yield (f"field scales: {_typed(scales)} should be float [{groups},{op.columns},1] or "
-               f"[{groups},{op.columns},2] (a scale, and a zero, per group of "
+        yield (f"field scales: {_typed(scales)} should be float [{groups},{columns},1] or "
+               f"[{groups},{columns},2] (a scale, and a zero, per group of "
                f"{dequant.group} k rows and column)")
+
+
+@_checks(Dequantize)
+def _check_dequantize(op: Dequantize, machine: Machine, tensors: dict[str, DramTensor]
+                      ) -> Iterator[str]:
+    if len(op.dst.shape) != 2 or not op.dst.dtype.is_float:
+        yield f"field dst: dequantized weights are a float [k, n] tile, got {_typed(op.dst)}"
+        return
+    (k, n), packed = op.dst.shape, bool(op.dequant.nibbles)
+    stored = op.src.shape
+    if packed and (len(stored) != 3 or stored[1] != k or 2 * stored[0] * stored[2] != n):
+        yield (f"field src: packed int4 weights of a [{k},{n}] tile are bytes "
+               f"[blocks, {k}, block/2] of {n} columns in all, got {_typed(op.src)}")
+    elif not packed and stored != (k, n):
+        yield f"field src: shape {_typed(op.src)} does not match dst's [{k},{n}]"
+    yield from _dequant_problems(op.src, op.scales, op.dequant, k, n)
 
 
 def _matmul_dtype_problems(dtype: DType, machine: Machine) -> Iterator[str]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from archsim.config.names import mxu_engine, sram_space
+from archsim.config.names import mxu_engine, sram_space, vpu_engine
 from compiler.cost import choose_matmul_tiling
 from compiler.emit import Arena
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Copy, Load, MatMul
+from compiler.ir.ops import Cast, Copy, Load, MatMul
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline, unravel
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.matmul_dequant import DequantWeights
@@ -41,10 +41,24 @@ def _operand_box(value: Value, batch_index: tuple[int, ...], rows: tuple[int, in
     return box + (rows, cols)
 
 
+WIDEN_PASSES = 1
+"""Vector element operations per weight of a weight-only int8 tile widened to A's dtype
+(a cast; its per-channel scale is applied to the output in the epilogue)."""
+
+
+def weight_only(a: DType, b: DType) -> bool:
+    """One-byte ``b`` weights a float ``a`` (16 or 32 bits) multiplies after widening
+    them (weight-only int8; not an fp8 x fp8 matmul on an array without an fp8 mode)."""
+    return a.is_float and a.itemsize >= 2 and b.itemsize == 1
+
+
 def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     node = kernel.anchor
     a, b = node.inputs[:2]
     dq = DequantWeights.of(node)  # b: narrow weights dequantized in the input path
+    # ... or on the vector unit, a tile at a time, where the preset says so
+    widen = ctx.config.core.matrix.dequant == "vector" and (
+        dq is not None or weight_only(a.dtype, b.dtype))
     out: Value = node.out
     trans_b = node.spec.trans_b
     group = kernel.group
@@ -62,7 +76,9 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     tiling = choose_matmul_tiling(ctx.config, batch, m, k, n, a.dtype, out.dtype,
                                   ctx.cores, arrays, ctx.sets, max(0, epi_bytes), ctx.capacity,
                                   b.dtype, dq.item_bytes if dq else 0.0,
-                                  dq.n_unit if dq else 1)
+                                  dq.n_unit if dq else 1,
+                                  widen=(dq.vector_passes if dq else WIDEN_PASSES)
+                                  if widen else 0)
     mt, kt, nt, used = tiling.mt, tiling.kt, tiling.nt, tiling.arrays
     n_tile = nt * used
     tiles = [(bi, m0, n0) for bi in range(batch) for m0 in range(0, m, mt)
@@ -86,7 +102,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         if keep_weights else None
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     bufs = [_allocate(ctx, c, tiling, (a.dtype, b.dtype), acc_dtype, out, cast_needed,
-                      group, rank, dq) for c in range(cores)]
+                      group, rank, dq, widen) for c in range(cores)]
     step_count = [0] * cores
     holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
     ranges: list[tuple[int, int, int]] = []  # (first, end command, panel) when in part
@@ -150,6 +166,7 @@ class _Buffers:
         self.a: list[SramRef] = []
         self.b: list[list[SramRef]] = []
         self.scales: list[list[SramRef]] = []  # dequantized weights: their groups' scales
+        self.wide: list[list[SramRef]] = []  # B tiles the vector unit dequantized
         self.acc: list[list[SramRef]] = []
         self.out: list[list[SramRef]] = []
         self.epilogue: list[list[tuple[dict[int, SramRef], dict[int, SramRef]]]] = []
@@ -157,10 +174,11 @@ class _Buffers:
 
 def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
               acc_dtype: DType, out: Value, cast_needed: bool, group,
-              rank: int, dq: DequantWeights | None = None) -> _Buffers:
+              rank: int, dq: DequantWeights | None = None, widen: bool = False) -> _Buffers:
     """SRAM of one core: A and B tiles in their operands' dtypes (``dtypes``; weight-only
-    int8 B tiles stay int8, int4 ones packed; dequantized ones with their scales),
-    accumulators, outputs and the epilogue's buffers."""
+    int8 B tiles stay int8, int4 ones packed; dequantized ones with their scales; with
+    ``widen``, the vector unit's dequantized copies in A's dtype), accumulators, outputs
+    and the epilogue's buffers."""
     arena = Arena(sram_space(core), ctx.capacity)
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
     bufs = _Buffers()
@@ -175,6 +193,9 @@ def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
         if dq is not None:
             bufs.scales.append([dq.allocate_scales(arena, kt, nt)
                                 for _ in range(tiling.arrays)])
+        if widen:
+            bufs.wide.append([arena.alloc((kt, nt), dtypes[0], "matmul dequantized B tile")
+                              for _ in range(tiling.arrays)])
     epi_tile = (1,) * (rank - 2) + (mt, nt)
     for _ in range(tiling.acc_sets):
         bufs.acc.append([arena.alloc((mt, nt), acc_dtype, "accumulator")
@@ -266,12 +287,21 @@ def _transposed_steps(shape: tuple[int, ...], base_shape: tuple[int, ...], n: in
 def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef,
                 q: int, mm: int, ks: tuple[int, int], cols: list[tuple[int, int]],
                 accumulate: bool, source: str, dq: DequantWeights | None = None):
+    """A k-step's multiplies, an array per column tile; with ``bufs.wide`` (weights the
+    vector unit dequantizes) each B tile is first turned into A's dtype there: by the
+    dequantization its format needs, or widened (weight-only int8, scaled after)."""
     def compute() -> None:
         kk = ks[1] - ks[0]
         a_buf = sub(a_tile, (mm, kk))
         for j, (c0, c1) in enumerate(cols):
             acc = sub(bufs.acc[q][j], (mm, c1 - c0))
-            if dq is not None:
+            if bufs.wide:
+                wide = sub(bufs.wide[op_set][j], (kk, c1 - c0))
+                ctx.em.emit(vpu_engine(core), dq.dequantize(
+                    bufs.b[op_set][j], bufs.scales[op_set][j], wide, ks) if dq is not None
+                    else Cast(sub(bufs.b[op_set][j], (kk, c1 - c0)), wide), source)
+                op = MatMul(a_buf, wide, acc, accumulate)
+            elif dq is not None:
                 op = dq.matmul(a_buf, bufs.b[op_set][j], bufs.scales[op_set][j], acc, ks,
                                accumulate)
             else:

@@ -9,6 +9,9 @@ one when a tile spans all of ``k``. One-byte weights (int8, fp8) load as any B t
 does. With either come the scales (and zeros) of the groups the k step meets,
 ``[groups, nt, 1 or 2]``. The array's input path turns the weights into its input
 dtype (``compiler.ir.ops.Dequant``): no vector work, no dequantized copy in SRAM or DRAM.
+Where the preset dequantizes on the vector unit instead (``core.matrix.dequant:
+vector``), the vector unit turns each k step's tile into the arrays' input dtype in the
+scratchpad (:class:`compiler.ir.ops.Dequantize`) and the arrays multiply that copy.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from compiler.emit import Arena
 from compiler.graph import Node, Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Slice, SramRef, numel
-from compiler.ir.ops import Dequant, Load, MatMul
+from compiler.ir.ops import Dequant, Dequantize, Load, MatMul
 from compiler.kernels.common import Context, box_shape
 from compiler.kernels.vector import load_box, sub
 from compiler.views import flat_boxes
@@ -74,6 +77,11 @@ class DequantWeights:
         stored = 0.5 if self.packed else self.b.dtype.itemsize
         return stored + planes * self.scales.dtype.itemsize / self.spec.group
 
+    @property
+    def vector_passes(self) -> int:
+        """Vector element operations per weight when the vector unit dequantizes."""
+        return Dequant(self.spec.group, 0, self.spec.nibbles).vector_passes
+
     def max_groups(self, kt: int) -> int:
         """Groups a ``kt``-row k step can meet (it may start inside one)."""
         group = self.spec.group
@@ -110,16 +118,28 @@ class DequantWeights:
         load_box(ctx, self.scales, (groups, cols, (0, self.scales.shape[-1])), scales, core,
                  source, "load")
 
-    def matmul(self, a: SramRef, b_tile: SramRef, scales: SramRef, acc: SramRef,
-               ks: tuple[int, int], accumulate: bool) -> MatMul:
-        """The array's multiply of one k step, dequantizing ``b_tile`` on the way in."""
-        (k0, k1), n, group = ks, acc.shape[-1], self.spec.group
+    def _operands(self, b_tile: SramRef, scales: SramRef, ks: tuple[int, int], n: int
+                  ) -> tuple[SramRef, SramRef, Dequant]:
+        """One k step's weights, scales and how to dequantize them, ``n`` columns."""
+        (k0, k1), group = ks, self.spec.group
         groups = (k1 - 1) // group - k0 // group + 1
         if self.packed:
             block = self.spec.block
             b = sub(b_tile, (n // block, k1 - k0, block // 2))
         else:
             b = sub(b_tile, (k1 - k0, n))
-        return MatMul(a, b, acc, accumulate,
-                      sub(scales, (groups, n, self.scales.shape[-1])),
-                      Dequant(group, k0 % group, self.spec.nibbles))
+        return (b, sub(scales, (groups, n, self.scales.shape[-1])),
+                Dequant(group, k0 % group, self.spec.nibbles))
+
+    def matmul(self, a: SramRef, b_tile: SramRef, scales: SramRef, acc: SramRef,
+               ks: tuple[int, int], accumulate: bool) -> MatMul:
+        """The array's multiply of one k step, dequantizing ``b_tile`` on the way in."""
+        b, tile_scales, dequant = self._operands(b_tile, scales, ks, acc.shape[-1])
+        return MatMul(a, b, acc, accumulate, tile_scales, dequant)
+
+    def dequantize(self, b_tile: SramRef, scales: SramRef, wide: SramRef,
+                   ks: tuple[int, int]) -> Dequantize:
+        """The vector unit's dequantization of one k step's weights into ``wide``
+        ``[k, n]`` (``core.matrix.dequant: vector``), for a plain matmul to read."""
+        b, tile_scales, dequant = self._operands(b_tile, scales, ks, wide.shape[-1])
+        return Dequantize(b, tile_scales, wide, dequant)

@@ -15,10 +15,9 @@ c`` ("halves"); a partial last block (and every block without AVX-512/AVX2) hold
 packed it, so the lowering reads torch's CPU capability.
 
 Where the rows are whole blocks (every LLM shape), the matmul reads the bytes as stored,
-half a byte a weight, and dequantizes them where the preset says (``core.matrix.dequant``,
-:mod:`compiler.dequant_placement`): in the arrays' input path
-(:meth:`GraphBuilder.matmul_dequant`, :mod:`compiler.kernels.matmul_dequant`) or on the
-vector unit. A partial last block is unpacked and dequantized on the vector unit always
+half a byte a weight, and dequantizes them where the preset says (``core.matrix.dequant``):
+in the arrays' input path or tile by tile on the vector unit
+(:meth:`GraphBuilder.matmul_dequant`, :mod:`compiler.kernels.matmul_dequant`). A partial last block is unpacked and dequantized on the vector unit always
 (:mod:`compiler.lowerings.dequant_vector`, :func:`_dequantized`) into weights in the
 activations' dtype that a float matmul then reads, a DRAM round trip.
 """

@@ -1,7 +1,7 @@
 """Where a weight-only matmul's dequantization happens (issue 30): ``core.matrix.dequant``
 ``input_path`` (the arrays widen and scale the weights as they read them: no vector
-work) or ``vector`` (the vector unit unpacks and scales them, writes them in the
-activations' dtype, and a plain matmul reads them). Weights are read from DRAM at their
+work) or ``vector`` (the vector unit unpacks and scales each k step's tile into the
+activations' dtype in the scratchpad, and a plain multiply reads it). Weights are read from DRAM at their
 packed size either way, and the numbers are torch's either way.
 
 Vector cycles are hand-derived on ``tiny`` (4 lanes, 2 cycles of pipeline latency, one
@@ -18,7 +18,7 @@ from archsim.config import load_config
 from archsim.errors import ConfigError
 from compiler import compile as compile_module
 from compiler.ir.dtypes import DType
-from compiler.ir.ops import Cast, Load, MatMul
+from compiler.ir.ops import Cast, Dequantize, Load, MatMul, Store
 
 aten = torch.ops.aten
 TINY = load_config("tiny")
@@ -95,21 +95,23 @@ def test_int4_in_the_input_path_is_no_vector_work() -> None:
     assert _vector_busy(result) == 0
 
 
-def test_int4_on_the_vector_unit_costs_eight_passes_a_weight() -> None:
+def test_int4_on_the_vector_unit_costs_five_passes_a_weight_a_tile_at_a_time() -> None:
     inputs = _int4_inputs()
     compiled = _compiled(_Int4Mm(), inputs, "vector")
     matmuls = [c.op for c in compiled.program.commands if isinstance(c.op, MatMul)]
     assert matmuls and all(op.dequant is None and op.b.dtype is DType.f32 for op in matmuls)
-    # per byte (K N / 2 of them): widen, byte mod 16 (remainder: 2 cycles), byte - low,
-    # x 1/16; per weight (K N): high - low is per byte, then select x (high - low), + low,
-    # - 8, x scale, + zero; the two scale planes copied out of scales_and_zeros
-    per_byte = 1 + 2 + 1 + 1 + 1
-    per_weight = 5
-    compute = (per_byte * N * K // 2 + per_weight * N * K + 2 * (K // GROUP) * N) // LANES
-    assert compute == (8 * N * K + 2 * K * N // GROUP) // LANES == 16512
+    # each k step's packed tile is dequantized in the scratchpad right before its
+    # multiply, no copy in DRAM: the only vector commands, each weight once (M = 2 rows:
+    # one row block), its bytes loaded once
     commands = _vector_commands(compiled)
+    assert commands and all(isinstance(c.op, Dequantize) for c in commands)
+    assert sum(c.op.dst.shape[0] * c.op.dst.shape[1] for c in commands) == N * K
+    stores = [c.op for c in compiled.program.commands if isinstance(c.op, Store)]
+    assert sum(op.src.shape[0] * op.src.shape[1] for op in stores) == M * N  # the result
+    # per weight: the byte's two nibbles split (half an op each), widened, scaled, the
+    # zero added, rounded: 5 element ops, 4 lanes
     _, result = compiled.run(*inputs)
-    assert _vector_busy(result) == compute + LATENCY * len(commands)
+    assert _vector_busy(result) == 5 * N * K // LANES + LATENCY * len(commands)
 
 
 @pytest.mark.parametrize("placement", ["input_path", "vector"])
@@ -227,6 +229,7 @@ def test_torchao_weight_only_layers_dequantize_on_the_vector_unit(config: str) -
     matmuls = [c.op for c in result.program.commands if isinstance(c.op, MatMul)]
     assert matmuls and all(op.b.dtype is DType.bf16 and op.dequant is None for op in matmuls)
     # the one-byte weights are read once by the vector unit, which writes them in bf16
+    # (int8 widened, fp8 scaled as well)
     widened = [c.op for c in result.program.commands if c.engine.endswith(".vpu")
-               and isinstance(c.op, Cast) and c.op.src.dtype.itemsize == 1]
+               and isinstance(c.op, (Cast, Dequantize)) and c.op.src.dtype.itemsize == 1]
     assert sum(op.src.shape[0] * op.src.shape[1] for op in widened) == N * K

@@ -18,6 +18,8 @@ from compiler.ir.ops import (
     Cast,
     Command,
     Copy,
+    Dequant,
+    Dequantize,
     Gather,
     HostOp,
     HostTransfer,
@@ -74,6 +76,10 @@ def every_op_program() -> Program:
         Command(15, "core0.dma0", Gather(DramRef("A", (Slice(0, 128), Slice(0, 256))),
                                          sram(0, (4,), DType.i64), sram(0x100, (4, 256))),
                 (), "aten.embedding"),
+        Command(16, "core0.vpu", Dequantize(sram(0, (1, 4, 2), DType.u8),
+                                            sram(0x100, (1, 4, 2)),
+                                            sram(0x200, (4, 4), DType.bf16),
+                                            Dequant(4, 0, "pairs")), (15,)),
     )
     tensors = (
         DramTensor("A", (128, 256), DType.f32, "in"),
@@ -106,6 +112,7 @@ dram %T : f16[] temp
 13: hdma       host_transfer to_host %Y[0:4:3] after 12
 14: host       host_op aten.cumsum.default (%X) -> (%Y) cycles=1200 after 7,13                         # aten.cumsum
 15: core0.dma0 gather %A[0:128, 0:256] [sram0[0x000000] i64[4]] -> sram0[0x000100] f32[4,256]          # aten.embedding
+16: core0.vpu  dequantize sram0[0x000000] u8[1,4,2], sram0[0x000100] f32[1,4,2] -> sram0[0x000200] bf16[4,4] group=4 phase=0 pairs after 15
 """
 
 
