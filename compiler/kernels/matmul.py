@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 
 from archsim.config.names import mxu_engine, sram_space
+from archsim.errors import LoweringError
 from compiler.cost import choose_matmul_tiling
 from compiler.emit import Arena
 from compiler.graph import Value
@@ -239,10 +240,27 @@ def load_transposed(ctx: Context, b: Value, box: Box, dst: SramRef, core: int,
     item = dst.dtype.itemsize
     for ref, offset in ctx.em.dram_pieces(ctx.view(b), box):
         n0, k0 = divmod(offset, k)
-        lead = (0,) * (len(ref.shape) - 2)
         view = SramRef(dst.space, dst.offset + (k0 * n + n0) * item, ref.shape, dst.dtype,
-                       lead + (1, n))
+                       _transposed_strides(ref.shape, min(math.prod(ref.shape), k), n))
         ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, view), source)
+
+
+def _transposed_strides(shape: tuple[int, ...], cols: int, n: int) -> tuple[int, ...]:
+    """SRAM strides of a piece of a transposed tile [k, n]: ``cols`` consecutive k of
+    one or more rows (a piece spans the box's width or lies in one row,
+    :func:`compiler.views.split_box`), stored as a box of ``shape`` of ``b``'s base
+    tensor. Its last dims hold a row's k (``n`` elements apart in SRAM), its first ones
+    the rows (1 apart): a weight [6, 15] viewed from a parameter [6, 3, 5] has pieces
+    [rows, 3, 5], whose middle dim steps 5 k. Size-1 leading dims get stride 0."""
+    splits = [s for s in range(len(shape), -1, -1) if math.prod(shape[s:]) == cols]
+    if not splits:
+        raise LoweringError(f"a transposed load's piece {list(shape)} does not hold rows "
+                            f"of {cols} elements")
+    last = len(shape) - 1  # [rows, k] or [1, ..., rows, k]: the usual strides (1, n)
+    split = last if last in splits else splits[0]
+    return tuple(0 if size == 1 and d < len(shape) - 2 else
+                 math.prod(shape[d + 1:split]) if d < split else
+                 math.prod(shape[d + 1:]) * n for d, size in enumerate(shape))
 
 
 def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef,
