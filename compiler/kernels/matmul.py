@@ -250,14 +250,14 @@ def _transposed_strides(shape: tuple[int, ...], cols: int, n: int) -> tuple[int,
     one or more rows (a piece spans the box's width or lies in one row,
     :func:`compiler.views.split_box`), stored as a box of ``shape`` of ``b``'s base
     tensor. Its last dims hold a row's k (``n`` elements apart in SRAM), its first ones
-    the rows (1 apart): a weight [6, 15] viewed from a parameter [6, 3, 5] has pieces
-    [rows, 3, 5], whose middle dim steps 5 k. Size-1 leading dims get stride 0."""
-    splits = [s for s in range(len(shape), -1, -1) if math.prod(shape[s:]) == cols]
-    if not splits:
+    the rows (1 apart): a weight [6, 6] viewed from a parameter [6, 2, 3] has pieces
+    [rows, 2, 3], whose middle dim steps 3 k. Size-1 leading dims get stride 0."""
+    split = len(shape) - 1  # the first of k's dims ([..., rows, k]: the last)
+    while split > 0 and math.prod(shape[split:]) != cols:
+        split -= 1
+    if math.prod(shape[split:]) != cols:
         raise LoweringError(f"a transposed load's piece {list(shape)} does not hold rows "
                             f"of {cols} elements")
-    last = len(shape) - 1  # [rows, k] or [1, ..., rows, k]: the usual strides (1, n)
-    split = last if last in splits else splits[0]
     return tuple(0 if size == 1 and d < len(shape) - 2 else
                  math.prod(shape[d + 1:split]) if d < split else
                  math.prod(shape[d + 1:]) * n for d, size in enumerate(shape))

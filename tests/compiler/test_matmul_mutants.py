@@ -21,12 +21,13 @@ from torch import nn
 import compiler
 import compiler.kernels.matmul as matmul_kernel
 from archsim.config import load_config
-from archsim.errors import ProgramTooLargeError
+from archsim.errors import LoweringError, ProgramTooLargeError
 from compiler import compile_graph, compile_op
 from compiler.compile import clear_cache
 from compiler.cost import choose_matmul_tiling
 from compiler.ir import DType
 from compiler.ir.ops import Binary, BinaryKind, Cast, Load, MatMul, Store, Unary, UnaryKind
+from compiler.kernels.matmul import _transposed_strides
 from compiler.options import CompileOptions
 
 aten = torch.ops.aten
@@ -339,3 +340,19 @@ def test_a_transposed_weight_in_pieces_lands_where_each_piece_belongs(shape) -> 
     if shape == (6, 3, 5):
         matmuls = [c.op for c in compiled.program.commands if isinstance(c.op, MatMul)]
         assert len(pieces) > len(matmuls)  # more than one piece a B tile
+
+
+@pytest.mark.parametrize("shape,cols,n,strides", [
+    ((3, 5), 5, 6, (1, 6)),               # [rows, k]: rows 1 apart, k n apart
+    ((1, 1, 4), 4, 8, (0, 1, 8)),         # a row of a 3-D base: as before, leading 0
+    ((4, 2, 3), 6, 4, (1, 12, 4)),        # rows, then k in 2 x 3: the 2 steps 3 k
+    ((4, 6, 1, 1), 6, 4, (1, 4, 4, 4)),   # a 1x1 convolution's weight
+])
+def test_the_strides_of_a_transposed_piece(shape, cols, n, strides) -> None:
+    assert _transposed_strides(shape, cols, n) == strides
+
+
+def test_a_piece_without_whole_rows_is_refused() -> None:
+    with pytest.raises(LoweringError, match=r"^a transposed load's piece \[2, 3\] does not "
+                                            r"hold rows of 4 elements$"):
+        _transposed_strides((2, 3), 4, 8)
