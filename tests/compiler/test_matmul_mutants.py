@@ -356,3 +356,19 @@ def test_a_piece_without_whole_rows_is_refused() -> None:
     with pytest.raises(LoweringError, match=r"^a transposed load's piece \[2, 3\] does not "
                                             r"hold rows of 4 elements$"):
         _transposed_strides((2, 3), 4, 8)
+
+
+class _Attention(nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_attentions_k_is_loaded_transposed_with_its_batch_and_head_dims() -> None:
+    """load_transposed also writes attention's K^T: a box [1, 1, 8 keys, 4] of K
+    [2, 2, 8, 4], its batch and head dims in front (stride 0), keys 1 apart, d 8 apart."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 8, 4) for _ in range(3))
+    compiled = _compiled(_Attention(), q, k, v)
+    k_name = compiled.program.tensors[1].name
+    assert {c.op.dst.strides for c in compiled.program.commands
+            if isinstance(c.op, Load) and c.op.src.tensor == k_name} == {(0, 0, 1, 8)}
