@@ -27,7 +27,8 @@ from compiler.compile import clear_cache
 from compiler.cost import choose_matmul_tiling
 from compiler.ir import DType
 from compiler.ir.ops import Binary, BinaryKind, Cast, Load, MatMul, Store, Unary, UnaryKind
-from compiler.kernels.matmul import _transposed_strides
+from compiler.ir.operands import DramRef, Slice
+from compiler.kernels.matmul import _row_parts, _transposed_strides
 from compiler.options import CompileOptions
 
 aten = torch.ops.aten
@@ -308,31 +309,33 @@ def test_batch_dims_of_size_one_broadcast(a_shape, b_shape) -> None:
 # -- a transposed weight loaded in pieces --------------------------------------------------------
 
 class _ReshapedWeight(nn.Module):
-    """A linear whose weight [N, K] is a view of a parameter of higher rank (``shape``):
-    each B tile is loaded transposed in pieces of that rank."""
+    """A linear whose weight [N, K] is a view of a parameter of another shape: each B
+    tile is loaded transposed in pieces of the parameter's rank."""
 
-    def __init__(self, shape: tuple[int, ...]) -> None:
+    def __init__(self, shape: tuple[int, ...], n: int) -> None:
         super().__init__()
         self.w = nn.Parameter(torch.randn(shape))
+        self.n = n
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = self.w.shape[0]
-        return nn.functional.linear(x, self.w.reshape(n, self.w.numel() // n))
+        return nn.functional.linear(x, self.w.reshape(self.n, self.w.numel() // self.n))
 
 
-@pytest.mark.parametrize("shape", [
-    (6, 3, 5),      # k steps of 8 cross the rows of 5: pieces [1, 1, 4], [1, 1, 1], ...
-    (6, 2, 3),      # a k step of all 6: pieces [rows, 2, 3], whose middle dim steps 3 k
-    (8, 2, 2),
-    (16, 2, 4),     # pieces [4, 1, 4]: 4 rows of the second half of k
-    (8, 6, 1, 1),   # a 1x1 convolution's weight as a linear's
+@pytest.mark.parametrize("shape,n", [
+    ((6, 3, 5), 6),      # k steps of 8 cross the rows of 5: pieces [1, 1, 4], [1, 1, 1], ...
+    ((6, 2, 3), 6),      # a k step of all 6: pieces [rows, 2, 3], whose middle dim steps 3 k
+    ((8, 2, 2), 8),
+    ((16, 2, 4), 16),    # pieces [4, 1, 4]: 4 rows of the second half of k
+    ((8, 6, 1, 1), 8),   # a 1x1 convolution's weight as a linear's
+    ((12, 3), 6),        # a row of 6 k is two rows of the parameter: pieces [2 x rows, 3]
+    ((2, 3, 4), 6),      # rows in two dims: pieces [2, 3, 4]
 ])
-def test_a_transposed_weight_in_pieces_lands_where_each_piece_belongs(shape) -> None:
+def test_a_transposed_weight_in_pieces_lands_where_each_piece_belongs(shape, n) -> None:
     """The pieces' rows and k land transposed in the B tile (numbers as torch's). Before
     the fix, a piece's leading dims got stride 0 and its last two (1, n), right only for
     pieces [1, ..., 1, rows, k]: [6, 2, 3] gave errors of 5."""
     torch.manual_seed(0)
-    compiled = _compiled(_ReshapedWeight(shape), torch.randn(4, math.prod(shape[1:])))
+    compiled = _compiled(_ReshapedWeight(shape, n), torch.randn(4, math.prod(shape) // n))
     weight = compiled.program.tensors[0].name
     pieces = [c.op for c in compiled.program.commands
               if isinstance(c.op, Load) and c.op.src.tensor == weight]
@@ -347,6 +350,9 @@ def test_a_transposed_weight_in_pieces_lands_where_each_piece_belongs(shape) -> 
     ((1, 1, 4), 4, 8, (0, 1, 8)),         # a row of a 3-D base: as before, leading 0
     ((4, 2, 3), 6, 4, (1, 12, 4)),        # rows, then k in 2 x 3: the 2 steps 3 k
     ((4, 6, 1, 1), 6, 4, (1, 4, 4, 4)),   # a 1x1 convolution's weight
+    ((1, 1), 1, 4, (1, 4)),               # one element: as before
+    ((2, 3), 6, 4, (12, 4)),              # one row of 6 k held as 2 x 3: all k's dims
+    ((2, 2, 3), 3, 4, (2, 1, 4)),         # 4 rows held as 2 x 2
 ])
 def test_the_strides_of_a_transposed_piece(shape, cols, n, strides) -> None:
     assert _transposed_strides(shape, cols, n) == strides
@@ -372,3 +378,15 @@ def test_attentions_k_is_loaded_transposed_with_its_batch_and_head_dims() -> Non
     k_name = compiled.program.tensors[1].name
     assert {c.op.dst.strides for c in compiled.program.commands
             if isinstance(c.op, Load) and c.op.src.tensor == k_name} == {(0, 0, 1, 8)}
+
+
+def test_a_piece_whose_dim_holds_rows_and_k_is_loaded_a_row_at_a_time() -> None:
+    """A weight [6, 6] viewed from [12, 3]: a piece of 4 rows is the parameter's
+    [8, 3], whose first dim steps half a row; each row of 6 k is its [2, 3] box, 6
+    elements further into the dense box. A piece [2, 3] of one row stays whole."""
+    piece = DramRef("w", (Slice(4, 12), Slice(0, 3)))
+    assert _row_parts(piece, 12, 6) == [
+        (DramRef("w", (Slice(4 + 2 * r, 6 + 2 * r), Slice(0, 3))), 12 + 6 * r)
+        for r in range(4)]
+    row = DramRef("w", (Slice(4, 6), Slice(0, 3)))
+    assert _row_parts(row, 12, 6) == [(row, 12)]
