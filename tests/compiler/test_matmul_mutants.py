@@ -329,6 +329,7 @@ class _ReshapedWeight(nn.Module):
     ((8, 6, 1, 1), 8),   # a 1x1 convolution's weight as a linear's
     ((12, 3), 6),        # a row of 6 k is two rows of the parameter: pieces [2 x rows, 3]
     ((2, 3, 4), 6),      # rows in two dims: pieces [2, 3, 4]
+    ((3, 4, 3), 6),      # the middle dim holds 2 rows of 2 x 3 k
 ])
 def test_a_transposed_weight_in_pieces_lands_where_each_piece_belongs(shape, n) -> None:
     """The pieces' rows and k land transposed in the B tile (numbers as torch's). Before
@@ -390,3 +391,8 @@ def test_a_piece_whose_dim_holds_rows_and_k_is_loaded_a_row_at_a_time() -> None:
         for r in range(4)]
     row = DramRef("w", (Slice(4, 6), Slice(0, 3)))
     assert _row_parts(row, 12, 6) == [(row, 12)]
+    # [3, 4, 3] as [6, 6]: the middle dim holds two rows' halves of k
+    plane = DramRef("w", (Slice(1, 2), Slice(0, 4), Slice(0, 3)))
+    assert _row_parts(plane, 12, 6) == [
+        (DramRef("w", (Slice(1, 2), Slice(0, 2), Slice(0, 3))), 12),
+        (DramRef("w", (Slice(1, 2), Slice(2, 4), Slice(0, 3))), 18)]
