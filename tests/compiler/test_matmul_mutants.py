@@ -128,7 +128,7 @@ def test_every_command_of_a_matmul_is_its_kernels(shape) -> None:
 def test_a_matmul_of_128_counted_commands_runs_whole_at_a_limit_of_128() -> None:
     """4096x32 @ 32x32 on tiny: 128x32 tiles, 2 k steps of 16, 2 accumulator and 2
     operand sets: 32 tiles, counted as a load and a multiply per tile and k step = 128.
-    Above a limit of 127 it runs in part: the accumulators alternate per round of 2
+    At a limit of 127 it runs in part: the accumulators alternate per round of 2
     cores and a tile's 2 k steps use both operand sets, so a panel is 2 rounds = 4 tiles,
     8 panels of them."""
     t = _tiling(TINY, 4096, 32, 32)
