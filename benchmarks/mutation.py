@@ -57,6 +57,13 @@ MODULES: dict[str, list[str]] = {
         "tests/archsim/test_weight_buffers.py",  # back-to-back matmuls save their fill
         "tests/archsim/test_bandwidth_sharing.py",  # transfers in flight share links
     ],
+    "archsim/matrix.py": [  # the systolic arrays' closed forms
+        "tests/archsim/test_matrix_mutants.py",
+        "tests/archsim/test_timing.py",
+        "tests/archsim/test_weight_buffers.py",
+        "tests/archsim/test_precision_and_vector_bandwidth.py",
+        "tests/archsim/test_agreement.py",  # against SCALE-Sim's own cycle counts
+    ],
     "archsim/plan.py": [
         "tests/archsim/test_archsim_plan_mutants.py",
         "tests/archsim/test_simulator_mutants.py",
@@ -101,6 +108,24 @@ MODULES: dict[str, list[str]] = {
         "tests/serving/test_serving_plan.py",
         "tests/serving/test_serving_run.py",
         "tests/quant/test_llm_weights.py",
+    ],
+    "serving/scheduler.py": [  # request-level serving: admission, batching, preemption
+        "tests/serving/test_serve_mutants.py",
+        "tests/serving/test_serve_engine.py",
+        "tests/serving/test_serve_sim.py",
+        "tests/serving/test_serve_capacity.py",
+    ],
+    "serving/kv_cache.py": [
+        "tests/serving/test_serve_mutants.py",
+        "tests/serving/test_serve_engine.py",
+        "tests/serving/test_serve_sim.py",
+        "tests/serving/test_serve_capacity.py",
+    ],
+    "serving/metrics.py": [
+        "tests/serving/test_serve_mutants.py",
+        "tests/serving/test_serve_engine.py",
+        "tests/serving/test_serve_sim.py",
+        "tests/serving/test_serve_capacity.py",
     ],
     "reports/critical_path.py": [
         "tests/reports/test_reports_critical_path.py",

@@ -22,6 +22,7 @@ import numpy as np
 from archsim.config.model import NpuConfig
 from archsim.errors import LoweringError
 from compiler import graph as g
+from compiler.dequant_placement import DequantPlacementPass
 from compiler.emit import Emitter
 from compiler.graph import Graph, Value, base_of
 from compiler.ir.collector import paused
@@ -254,6 +255,7 @@ def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name
                   ) -> tuple[Program, dict[int, str], dict[str, Callable[..., Any]],
                              dict[str, Any], list[Kernel], Context]:
     graph = DeadCodePass().apply(graph)
+    graph = DequantPlacementPass(config.core.matrix.dequant).apply(graph)
     if options.attention_fusion:
         graph = AttentionLayoutPass().apply(graph)
     if options.fusion:

@@ -277,8 +277,8 @@ def memory_per_chip(spec: ModelSpec, request: Request, par: Parallelism,
         + request.scale_bytes(matmul, outputs)
     embed = (shard.vocab + spec.position_rows) * h * request.item
     head = (0 if spec.tied_embeddings else shard.vocab * h * request.weight_item
-            + request.scale_bytes(shard.vocab * h, 0)) \
-        + spec.norm_parameters * request.item  # (int4: the head's group scales)
+            + request.scale_bytes(shard.vocab * h, shard.vocab)) \
+        + spec.norm_parameters * request.item  # the head's scales: a row's, or int4's groups'
     tokens = request.prefill + request.decode
     kv_token = request.batch * 2 * (kv * request.kv_item  # one cached token of one layer
                                     + shard.kv_heads * request.kv_scale_item)

@@ -4,8 +4,8 @@
 - ``int8``: every ``nn.Linear`` of a block becomes :class:`Int8WeightOnlyLinear`: int8
   weights with one scale per output channel, run as ``torch._weight_int8pack_mm`` (what
   torchao's ``Int8WeightOnlyConfig`` and CPU stacks call). The compiler reads those
-  weights at one byte each and widens them in the arrays' input path
-  (``compiler.lowerings.matmul``); activations and the KV cache keep their dtypes.
+  weights at one byte each and widens them where ``core.matrix.dequant`` says (the
+  arrays' input path or the vector unit, ``compiler.dequant_placement``); activations and the KV cache keep their dtypes.
 - ``fp8``: :class:`Fp8Linear`, e4m3 weights with one f32 scale per output channel and
   the activations quantized to e4m3 per token on the fly (absmax / 448, on the vector
   unit), multiplied by ``torch._scaled_mm`` (f32 sums, both scales in the epilogue):

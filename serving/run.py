@@ -143,7 +143,11 @@ class ServeResult:
             notes.append(f"prompt {request.prefill} > sliding window {window}: prefill "
                          f"attention of the windowed layers is timed as full causal "
                          f"attention (the kernel does not skip key tiles left of the window)")
-        if request.weights.startswith("int4"):
+        if request.weights.startswith("int4") and self.config.core.matrix.dequant == "vector":
+            notes.append("int4 weights are read at half a byte and dequantized per group on "
+                         "the vector unit (core.matrix.dequant=vector), which writes them "
+                         "out in the activations' dtype for a plain matmul to read back")
+        elif request.weights.startswith("int4"):
             notes.append("int4 weights are read at half a byte and dequantized per group in "
                          "the arrays' input path; a weight tile still takes as many cycles "
                          "to shift into an array as a 16-bit one, so small-batch decode "

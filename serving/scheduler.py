@@ -120,7 +120,6 @@ class Continuous(Scheduler):
     def schedule(self) -> Batch:
         budget = self.limits.max_num_batched_tokens
         batch = Batch()
-        scheduled: set[int] = set()
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
@@ -135,7 +134,6 @@ class Continuous(Scheduler):
                 if seq not in self.running:
                     break
             batch.work.append(Work(seq, new, seq.computed + new, seq.left == 1 and seq.generated > 0))
-            scheduled.add(id(seq))
             budget -= new
             i += 1
         while (self.waiting and budget > 0

@@ -5,7 +5,9 @@ compiler sees ATen graphs whose nodes carry ``meta["val"]`` (forward, and backwa
 training). Each graph becomes a :class:`GraphRunner`: on every call it compiles the
 graph for the current config (``compiler.compile_graph`` caches), runs the schedule on
 the simulator in functional mode and returns its outputs on the device the graph
-expects (npu outputs for npu inputs, CPU for CPU). The run is recorded on the device
+expects (npu outputs for npu inputs, CPU for CPU). The first run's outputs are checked
+against the graph run by torch on CPU: a disagreement is a ``NumericsError``, not a
+result. The run is recorded on the device
 timeline as ``"device"`` work named ``compiled forward 0`` etc., with its ``SimResult``
 for the profiler; ops the compiler put on the host inside the graph are in that result.
 
@@ -18,6 +20,7 @@ already: no host-link transfer is timed for them.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import warnings
 from collections.abc import Callable, Sequence
@@ -29,6 +32,7 @@ import torch.fx
 
 from compiler.frontend import node_source
 from torch_bridge import runtime, storage
+from torch_bridge.numerics import compare_outputs
 
 if TYPE_CHECKING:
     from compiler.compile import CompiledProgram
@@ -153,6 +157,8 @@ class GraphRunner:
             warnings.warn(f"{self.label} runs eagerly: {self.failure}", GraphFallbackWarning,
                           stacklevel=4)
             return self._run_eagerly(inputs)
+        if not self._verified:
+            self._check_numerics(inputs, outputs)
         self._verified = True
         note = f"{len(program.fallbacks)} ops on the host" if program.fallbacks else ""
         runtime.record_launch(self.label, len(program.kernels))
@@ -161,6 +167,19 @@ class GraphRunner:
                               sources=self.sources)
         return [_place(outputs[o.index], o.device) if o.index is not None else o.value
                 for o in self._layout]
+
+    def _check_numerics(self, inputs: list[Any], outputs: tuple[Any, ...]) -> None:
+        """Numbers are a contract: the first run's outputs against the graph run by
+        torch on CPU, a :class:`NumericsError` when they disagree (not for a graph that
+        draws random numbers: CPU would draw others)."""
+        if any(isinstance(n.target, torch._ops.OpOverload)
+               and torch.Tag.nondeterministic_seeded in n.target.tags
+               for n in self.gm.graph.nodes):
+            return
+        with torch.no_grad():
+            expected = _flat(_on_cpu(self.gm)(*(_host(a) for a in inputs)))
+        compare_outputs(tuple(outputs), tuple(e for e, o in zip(expected, self._layout)
+                                              if o.index is not None))
 
     def _run_eagerly(self, inputs: list[Any]) -> list[Any]:
         on_npu = any(isinstance(a, torch.Tensor) and a.device.type == "npu" for a in inputs)
@@ -175,6 +194,17 @@ class GraphRunner:
         runtime.record_host_op(self.label, max(counter.get_total_flops(), elements), 0, 0,
                                note=f"{self.failure}; ran on CPU")
         return outputs
+
+
+def _on_cpu(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose factory ops and copies make CPU tensors where it makes npu
+    ones: the reference run must not run (and record) npu work of its own."""
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
+        device = node.kwargs.get("device")
+        if device is not None and torch.device(device).type != "cpu":
+            node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
+    return torch.fx.GraphModule(gm, graph)
 
 
 def _op_name(target: Any) -> str:

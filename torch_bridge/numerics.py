@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from archsim.errors import ArchsimError
+from archsim.errors import ArchsimError, NumericsError
 
 MODES = ("checked", "simulate")
 
@@ -67,6 +67,43 @@ def cpu_results(op: Any, args: tuple[Any, ...],
     inputs = {a.untyped_storage().data_ptr() for a in flat_tensors((*args, *kwargs.values()))}
     return tuple(r.clone() if r.untyped_storage().data_ptr() in inputs else r
                  for r in results)
+
+
+def compare_outputs(outputs: tuple[Any, ...], expected: tuple[Any, ...],
+                    what: str = "output") -> float:
+    """The largest difference between ``outputs`` and torch's ``expected`` on CPU; a
+    :class:`NumericsError` when their count or a shape differs, an integer or boolean
+    value differs, NaNs differ, or a float is off by more than its dtype's tolerance
+    (:data:`TOLERANCE`, the absolute part scaled to the output's largest value)."""
+    if len(outputs) != len(expected):
+        raise NumericsError(f"the schedule returned {len(outputs)} outputs, torch on CPU "
+                            f"{len(expected)}")
+    worst = 0.0
+    for index, (got, want) in enumerate(zip(outputs, expected)):
+        if got.shape != want.shape:
+            raise NumericsError(f"{what} {index}: shape {tuple(got.shape)}, torch on CPU "
+                                f"{tuple(want.shape)}")
+        if not want.is_floating_point():
+            if not torch.equal(got.to(want.dtype), want):
+                raise NumericsError(f"{what} {index}: {want.dtype} values differ from "
+                                    f"torch on CPU")
+            continue
+        if not got.numel():
+            continue
+        rtol, atol = TOLERANCE.get(want.dtype, TOLERANCE[torch.float32])
+        got, want = got.double(), want.double()
+        if not bool((got.isnan() == want.isnan()).all()):
+            raise NumericsError(f"{what} {index}: NaN where torch on CPU has none, or "
+                                f"the reverse")
+        diff = float((got - want).nan_to_num(nan=0.0).abs().max())
+        allowed = max(atol, rtol * float(want.nan_to_num(nan=0.0, posinf=0.0,
+                                                         neginf=0.0).abs().max()))
+        if diff > allowed:
+            raise NumericsError(f"{what} {index}: max |npu - torch cpu| = {diff:.3g}, over "
+                                f"the {expected[index].dtype} tolerance {allowed:.3g} "
+                                f"(rtol {rtol:g} of the largest |value|, at least {atol:g})")
+        worst = max(worst, diff)
+    return worst
 
 
 def _repeatable(op: Any) -> bool:
@@ -116,4 +153,5 @@ def flat_tensors(values: Any) -> list[torch.Tensor]:
     return out
 
 
-__all__ = ["MODES", "agrees", "cpu_results", "flat_tensors", "mode", "set_mode"]
+__all__ = ["MODES", "TOLERANCE", "agrees", "compare_outputs", "cpu_results", "flat_tensors",
+           "mode", "set_mode"]

@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from archsim.app.progress import Progress
-from archsim.errors import NumericsError
+from torch_bridge.numerics import compare_outputs
 
 
 def split_outputs(exported: Any, outputs: tuple[Any, ...]
@@ -64,48 +64,12 @@ def check_numerics(module: Any, tensors: tuple[Any, ...], outputs: tuple[Any, ..
     with torch.no_grad(), _triton_on_cpu():
         expected = module(*tensors)
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-    worst = _compare(outputs, tuple(expected), "output")
+    worst = compare_outputs(outputs, tuple(expected), "output")
     if mutated:
-        worst = max(worst, _compare(tuple(v for _, v in mutated),
+        worst = max(worst, compare_outputs(tuple(v for _, v in mutated),
                                     tuple(tensors[i] for i, _ in mutated), "mutated input"))
     progress.note(f"numerics: max |npu - torch cpu| = {worst:.3g} over {len(outputs)} "
                   f"output(s)")
-    return worst
-
-
-def _compare(outputs: tuple[Any, ...], expected: tuple[Any, ...], what: str) -> float:
-    import torch
-
-    from torch_bridge.numerics import TOLERANCE
-
-    if len(outputs) != len(expected):
-        raise NumericsError(f"the schedule returned {len(outputs)} outputs, torch on CPU "
-                            f"{len(expected)}")
-    worst = 0.0
-    for index, (got, want) in enumerate(zip(outputs, expected)):
-        if got.shape != want.shape:
-            raise NumericsError(f"{what} {index}: shape {tuple(got.shape)}, torch on CPU "
-                                f"{tuple(want.shape)}")
-        if not want.is_floating_point():
-            if not torch.equal(got.to(want.dtype), want):
-                raise NumericsError(f"{what} {index}: {want.dtype} values differ from "
-                                    f"torch on CPU")
-            continue
-        if not got.numel():
-            continue
-        rtol, atol = TOLERANCE.get(want.dtype, TOLERANCE[torch.float32])
-        got, want = got.double(), want.double()
-        if not bool((got.isnan() == want.isnan()).all()):
-            raise NumericsError(f"{what} {index}: NaN where torch on CPU has none, or "
-                                f"the reverse")
-        diff = float((got - want).nan_to_num(nan=0.0).abs().max())
-        allowed = max(atol, rtol * float(want.nan_to_num(nan=0.0, posinf=0.0,
-                                                         neginf=0.0).abs().max()))
-        if diff > allowed:
-            raise NumericsError(f"{what} {index}: max |npu - torch cpu| = {diff:.3g}, over "
-                                f"the {expected[index].dtype} tolerance {allowed:.3g} "
-                                f"(rtol {rtol:g} of the largest |value|, at least {atol:g})")
-        worst = max(worst, diff)
     return worst
 
 

@@ -162,8 +162,10 @@ def configs(args: argparse.Namespace) -> int:
         return 0
 
     rows = []
+    placements: dict[str, list[str]] = {}
     for name in preset_names():
         c = load_config(name)
+        placements.setdefault(c.core.matrix.dequant, []).append(name)
         rows.append([
             name + (" (default)" if name == preset_names()[0] else ""),
             str(c.cores),
@@ -185,6 +187,8 @@ def configs(args: argparse.Namespace) -> int:
                         "node", "mm²", "TDP W"], rows))
     print("\ni8/i4/fp8 TOPS: the arrays' peak on narrow inputs (core.matrix.rates); '-': no "
           "such mode,\nthe compiler widens those inputs and they run at the native rate.")
+    print("Weight-only quantized weights dequantized (core.matrix.dequant): " + "; ".join(
+        f"{placement} on {', '.join(names)}" for placement, names in placements.items()))
     print("\nOverride any field with --set PATH=VALUE; a YAML file works as --config too.")
     print("Area (mm², estimated) and energy per component: archsim configs --energy PRESET.")
     return 0

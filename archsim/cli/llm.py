@@ -37,10 +37,11 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                                         "for large ones)")
     p.add_argument("--weights", choices=tuple(WEIGHT_BYTES), default="",
                    help="quantized matmul weights: int8 (weight-only: one byte each, a "
-                        "scale per output channel, widened in the arrays' input path); "
-                        "int4 (weight-only: half a byte each, a scale and zero point per "
-                        "--group-size inputs, torch's CPU int4 op, dequantized in the "
-                        "arrays' input path); fp8 (e4m3 weights with a scale per output channel, "
+                        "scale per output channel); int4 (weight-only: half a byte each, a "
+                        "scale and zero point per --group-size inputs, torch's CPU int4 "
+                        "op); both dequantized where core.matrix.dequant says (the arrays' "
+                        "input path, or the vector unit: --set core.matrix.dequant=vector); "
+                        "fp8 (e4m3 weights with a scale per output channel, "
                         "activations quantized to e4m3 per token, torch._scaled_mm at the "
                         "arrays' fp8 rate); default: --dtype")
     p.add_argument("--group-size", type=int, default=None, metavar="N",

@@ -20,6 +20,12 @@ F32_PASSES: dict[str, int] = {"default": 1, "high": 3, "highest": 6}
 """bf16 passes an f32 matmul takes on a 16-bit array under each precision policy, as
 XLA defines them (``jax.lax.Precision``): DEFAULT rounds the operands to bf16 (one
 pass), HIGH is bf16x3 (three passes), HIGHEST is bf16x6 (six passes)."""
+DequantPlacement = Literal["input_path", "vector"]
+DEQUANT_PLACEMENTS: tuple[str, ...] = ("input_path", "vector")
+"""Where weight-only quantized weights (int4 packed, int8, fp8) are dequantized:
+``input_path``, by the arrays as they read them (no vector work, no dequantized copy);
+``vector``, by the vector unit into the arrays' native dtype, written out, then read by
+a plain matmul (:mod:`compiler.dequant_placement`)."""
 MATRIX_INPUT_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "i8")
 MATRIX_ACCUMULATOR_DTYPES: tuple[str, ...] = ("f32", "i32")
 
@@ -93,6 +99,9 @@ class MatrixConfig:
     runs compute in f32. Ignored when the array's input_dtype is f32."""
     rates: NarrowRatesConfig = field(default_factory=NarrowRatesConfig)
     """Per narrow input dtype (i8, i4, fp8), MACs per PE per cycle (0: no such mode)."""
+    dequant: DequantPlacement = "input_path"
+    """Where weight-only quantized weights are dequantized (:data:`DEQUANT_PLACEMENTS`):
+    in the arrays' input path or on the vector unit."""
 
     def peak_macs_per_cycle(self, dtype: str) -> int:
         """MACs all arrays of a core do per cycle on inputs of IR dtype ``dtype``."""

@@ -46,7 +46,7 @@ def test_fp8_weights_are_one_byte_with_f32_scales() -> None:
     scales = 64 + 2 * 32 + 64 + 2 * 128 + 64  # one per output row: q, k, v, o, gate/up, down
     layer = MATMUL + NORMS * 2 + scales * 4
     assert memory_per_chip(SMALL, FP8, par, check(SMALL, FP8, par)).weights == \
-        2 * layer + 100 * 64 * 2 + HEAD + 64 * 2
+        2 * layer + 100 * 64 * 2 + HEAD + 100 * 4 + 64 * 2  # the head's 100 row scales
 
 
 def test_serving_fp8_weights_states_the_precision_and_keeps_above_the_roofline() -> None:

@@ -40,8 +40,9 @@ def test_memory_counts_packed_weights_and_their_scales() -> None:
     scales = 64 + 2 * 32 + 64 + 2 * 128 + 64  # one per output row: q, k, v, o, gate/up, down
     layer = MATMUL + NORMS * 2 + scales * 2
     embed = 100 * 64 * 2
+    head = HEAD + 100 * 2  # the LM head is quantized too: a scale per vocabulary row
     assert memory_per_chip(SMALL, INT8, par, shard).weights == \
-        2 * layer + embed + HEAD + 64 * 2
+        2 * layer + embed + head + 64 * 2
     assert memory_per_chip(SMALL, BF16, par, shard).weights == \
         (2 * (MATMUL + NORMS) + HEAD + 64) * 2 + embed
 

@@ -146,3 +146,31 @@ class TestCompileBackend:
         assert npu_event.note.endswith("ran op by op")
         after = line.events[line.events.index(npu_event) + 1:]
         assert any(e.op == "aten.addmm" and e.kind == "device" for e in after)
+
+
+def test_a_compiled_graph_that_disagrees_with_torch_is_an_error(monkeypatch) -> None:
+    """Numbers are a contract: the first run of each graph is checked against the graph
+    on CPU, and a schedule giving other numbers raises instead of returning them."""
+    from archsim.errors import NumericsError
+    from compiler.compile import CompiledProgram
+
+    real_run = CompiledProgram.run
+
+    def off_by_one(self, *args, **kwargs):
+        outs, result = real_run(self, *args, **kwargs)
+        return tuple(o + 1 for o in outs), result
+
+    monkeypatch.setattr(CompiledProgram, "run", off_by_one)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: torch.relu(x) * 2, backend="archsim")
+    with pytest.raises(NumericsError, match=r"output 0: max \|npu - torch cpu\| = 1, over "
+                                            r"the torch.float32 tolerance"):
+        f(torch.randn(4, 8))
+
+
+def test_a_graph_drawing_random_numbers_is_not_checked_against_cpu() -> None:
+    torch._dynamo.reset()
+    x = torch.ones(64, 64)
+    out = torch.compile(lambda x: torch.nn.functional.dropout(x, 0.5, training=True),
+                        backend="archsim")(x)
+    assert set(out.unique().tolist()) <= {0.0, 2.0}
