@@ -73,6 +73,7 @@ MODULES: dict[str, list[str]] = {
         "tests/archsim/test_replay.py",  # the bound program and its dependency order
     ],
     "compiler/kernels/matmul.py": [
+        "tests/compiler/test_matmul_mutants.py",
         "tests/compiler/test_matmul_tiling.py",
         "tests/compiler/test_matmul_panels.py",
         "tests/compiler/test_matmul_staging.py",

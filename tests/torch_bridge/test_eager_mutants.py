@@ -263,6 +263,19 @@ class TestFallbacks:
             ("aten.mul.Tensor", "(float64[4], int64[])", reason),
         ]
 
+    def test_every_host_node_of_a_call_is_named_in_its_reason(self) -> None:
+        """quantile decomposes into a sort and in-place steps of which three have no
+        lowering; the call runs on the host and its reason names the three, ", " apart."""
+        x = torch.randn(4, 4)
+        program = compiler.compile_op(aten.quantile.scalar, (x, 0.3), {},
+                                      runtime.get_config())
+        assert [name.split(":")[0] for name in program.fallbacks] == \
+            ["ceil_", "copy_", "squeeze_"]
+        got = eager.CompiledOpKernel(aten.quantile.scalar)(x.npu(), 0.3)
+        assert_close(got.cpu(), torch.quantile(x, 0.3))
+        reason = f"no device lowering for these arguments ({', '.join(program.fallbacks)})"
+        assert failures() == [("aten.quantile.scalar", "(float32[4, 4], 0.3)", reason)]
+
     def test_an_op_compiled_as_another_runs_on_the_host_as_that_op(self) -> None:
         """conv2d reaches the device as convolution_overrideable (compiled as
         convolution); in float64 it runs on the host as convolution, which CPU has."""
