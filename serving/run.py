@@ -145,8 +145,8 @@ class ServeResult:
                          f"attention (the kernel does not skip key tiles left of the window)")
         if request.weights.startswith("int4") and self.config.core.matrix.dequant == "vector":
             notes.append("int4 weights are read at half a byte and dequantized per group on "
-                         "the vector unit (core.matrix.dequant=vector), which writes them "
-                         "out in the activations' dtype for a plain matmul to read back")
+                         "the vector unit (core.matrix.dequant=vector), a tile at a time in "
+                         "the scratchpad before its multiply (5 vector ops a weight)")
         elif request.weights.startswith("int4"):
             notes.append("int4 weights are read at half a byte and dequantized per group in "
                          "the arrays' input path; a weight tile still takes as many cycles "
