@@ -18,6 +18,7 @@ outputs are compared with the same op on CPU. Then, by mode:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -106,6 +107,18 @@ def compare_outputs(outputs: tuple[Any, ...], expected: tuple[Any, ...],
     return worst
 
 
+def triton_on_cpu() -> Any:
+    """A context in which the CPU reference runs a model's Triton kernels on Triton's
+    interpreter (nothing to do when Triton is not imported)."""
+    import contextlib
+
+    if "triton" not in sys.modules:
+        return contextlib.nullcontext()
+    from torch_bridge.triton_launch import interpreted_on_cpu
+
+    return interpreted_on_cpu()
+
+
 def _repeatable(op: Any) -> bool:
     known = _REPEATABLE.get(op)
     if known is None:
@@ -154,4 +167,5 @@ def flat_tensors(values: Any) -> list[torch.Tensor]:
 
 
 __all__ = ["MODES", "TOLERANCE", "agrees", "compare_outputs", "cpu_results", "flat_tensors",
-           "mode", "set_mode"]
+           "mode", "set_mode",
+           "triton_on_cpu"]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from archsim.app.progress import Progress
-from torch_bridge.numerics import compare_outputs
+from torch_bridge.numerics import compare_outputs, triton_on_cpu
 
 
 def split_outputs(exported: Any, outputs: tuple[Any, ...]
@@ -61,7 +60,7 @@ def check_numerics(module: Any, tensors: tuple[Any, ...], outputs: tuple[Any, ..
     (index, new contents) are checked against the inputs after the CPU run."""
     import torch
 
-    with torch.no_grad(), _triton_on_cpu():
+    with torch.no_grad(), triton_on_cpu():
         expected = module(*tensors)
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
     worst = compare_outputs(outputs, tuple(expected), "output")
@@ -71,17 +70,6 @@ def check_numerics(module: Any, tensors: tuple[Any, ...], outputs: tuple[Any, ..
     progress.note(f"numerics: max |npu - torch cpu| = {worst:.3g} over {len(outputs)} "
                   f"output(s)")
     return worst
-
-
-def _triton_on_cpu() -> Any:
-    """The CPU reference runs a model's Triton kernels on Triton's interpreter."""
-    import contextlib
-
-    if "triton" not in sys.modules:
-        return contextlib.nullcontext()
-    from torch_bridge.triton_launch import interpreted_on_cpu
-
-    return interpreted_on_cpu()
 
 
 __all__ = ["check_numerics", "input_values", "split_outputs"]
