@@ -83,6 +83,8 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/test_lowerings.py::test_matmul_family",
     ],
     "compiler/kernels/matmul_dequant.py": [
+        "tests/quant/test_dequant_placement.py",  # the vector unit's tiles
+        "tests/quant/test_dequantize_op.py",
         "tests/quant/test_int4_input_path.py",
         "tests/quant/test_int4.py",
         "tests/quant/test_exported_quantized.py",  # torchao's float8 weight-only
@@ -139,6 +141,7 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_strided_sram.py",
     ],
     "compiler/ir/verify_ops.py": [
+        "tests/quant/test_dequantize_op.py",  # the vector unit's dequantize command
         "tests/quant/test_int4_input_path.py",  # the dequantizing matmul's checks
         "tests/compiler/ir/test_verify_mutants.py",
         "tests/compiler/ir/test_verify.py",
