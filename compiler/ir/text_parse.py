@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from archsim.errors import ParseError
-from compiler.ir.operands import ROLES, DramTensor
+from compiler.ir.operands import ROLES, DramTensor, SramRef
 from compiler.ir.ops import (
     Binary,
     Cast,
@@ -75,12 +75,19 @@ def _parse_sram_to_sram(make: Callable[..., Op], mnemonic: str, optional: str = 
     return parse
 
 
+def _parse_two_to_one(line: _Line, first: str, second: str, result: str
+                      ) -> tuple[SramRef, SramRef, SramRef]:
+    """``sram "," sram "->" sram``, each named in the errors."""
+    x = _parse_sram(line, first)
+    line.expect(",", f"after {first}")
+    y = _parse_sram(line, second)
+    line.expect("->", f"after {second}")
+    return x, y, _parse_sram(line, result)
+
+
 def _parse_matmul(line: _Line) -> Op:
-    a = _parse_sram(line, "matmul operand a")
-    line.expect(",", "after matmul operand a")
-    b = _parse_sram(line, "matmul operand b")
-    line.expect("->", "after matmul operand b")
-    out = _parse_sram(line, "matmul output")
+    a, b, out = _parse_two_to_one(line, "matmul operand a", "matmul operand b",
+                                  "matmul output")
     accumulate = line.accept("acc")
     if not line.accept("dequant"):
         return MatMul(a, b, out, accumulate)
@@ -100,11 +107,8 @@ def _parse_spec(line: _Line, what: str) -> Dequant:
 
 
 def _parse_dequantize(line: _Line) -> Op:
-    src = _parse_sram(line, "dequantize weights")
-    line.expect(",", "after dequantize weights")
-    scales = _parse_sram(line, "dequantize scales")
-    line.expect("->", "after dequantize scales")
-    dst = _parse_sram(line, "dequantize destination")
+    src, scales, dst = _parse_two_to_one(line, "dequantize weights", "dequantize scales",
+                                         "dequantize destination")
     return Dequantize(src, scales, dst, _parse_spec(line, "dequantize"))
 
 
