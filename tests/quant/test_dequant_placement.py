@@ -18,6 +18,7 @@ from archsim.config import load_config
 from archsim.errors import ConfigError
 from compiler import compile as compile_module
 from compiler.ir.dtypes import DType
+from compiler.ir.operands import SramRef
 from compiler.ir.ops import Cast, Dequantize, Load, MatMul, Store
 
 aten = torch.ops.aten
@@ -233,3 +234,50 @@ def test_torchao_weight_only_layers_dequantize_on_the_vector_unit(config: str) -
     widened = [c.op for c in result.program.commands if c.engine.endswith(".vpu")
                and isinstance(c.op, (Cast, Dequantize)) and c.op.src.dtype.itemsize == 1]
     assert sum(op.src.shape[0] * op.src.shape[1] for op in widened) == N * K
+
+
+class _IntMm(torch.nn.Module):
+    def forward(self, x, w):
+        return torch._int_mm(x, w)
+
+
+def test_the_vector_placement_widens_weight_only_matmuls_only() -> None:
+    # int8 x int8 (W8A8's torch._int_mm) runs in the arrays' int8 mode: nothing to widen
+    torch.manual_seed(3)
+    inputs = (torch.randint(-128, 128, (32, K), dtype=torch.int8),
+              torch.randint(-128, 128, (K, N), dtype=torch.int8))
+    compiled = _compiled(_IntMm(), inputs, "vector")
+    matmuls = [c.op for c in compiled.program.commands if isinstance(c.op, MatMul)]
+    assert matmuls and all(op.a.dtype is DType.i8 and op.b.dtype is DType.i8
+                           for op in matmuls)
+    assert not any(isinstance(c.op, (Cast, Dequantize)) for c in _vector_commands(compiled))
+    (out,), _ = compiled.run(*inputs)
+    assert torch.equal(out, torch._int_mm(*inputs))
+
+
+def test_a_widened_tile_is_the_matmuls_own_work() -> None:
+    # the vector unit's casts are charged to the matmul that needs them
+    compiled = _compiled(_Int8Mm(), _int8_inputs(), "vector")
+    casts = _widenings(compiled)
+    sources = {c.source for c in compiled.program.commands if isinstance(c.op, MatMul)}
+    assert casts and len(sources) == 1 and {c.source for c in casts} == sources
+
+
+class _ScaledMm(torch.nn.Module):
+    def forward(self, x, w, sx, sw):
+        return torch._scaled_mm(x, w, sx, sw, out_dtype=torch.bfloat16)
+
+
+def test_fp8_by_fp8_is_not_a_weight_only_matmul() -> None:
+    # both operands one byte: the arrays take them as they are (in their fp8 mode, or
+    # widened on the way in at the native rate); the vector unit reads no one-byte tile
+    torch.manual_seed(4)
+    x = torch.randn(16, K).to(torch.float8_e4m3fn)
+    w = torch.randn(N, K).to(torch.float8_e4m3fn).t()
+    inputs = (x, w, torch.tensor(0.5), torch.tensor(2.0))
+    compiled = _compiled(_ScaledMm(), inputs, "vector")
+    assert not [c for c in _vector_commands(compiled)
+                if isinstance(getattr(c.op, "src", None), SramRef)
+                and c.op.src.dtype.itemsize == 1]
+    (out,), _ = compiled.run(*inputs)
+    torch.testing.assert_close(out, _ScaledMm()(*inputs), rtol=2e-2, atol=2e-2)
