@@ -11,7 +11,6 @@ data changes). Both go through the same binders, so they compute the same number
 from __future__ import annotations
 
 import functools
-
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any

@@ -157,7 +157,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                          out_dtype: DType, cores: int, arrays: int,
                          op_sets: int, epilogue_bytes: int, capacity: int,
                          b_dtype: DType | None = None, b_item_bytes: float = 0.0,
-                         n_unit: int = 1, widen: int = 0) -> MatmulTiling:
+                         n_unit: int = 1, widen: float = 0.0) -> MatmulTiling:
     """The tiling with the lowest estimated time that fits the scratchpad.
 
     ``epilogue_bytes`` is SRAM per output element the epilogue needs besides the
@@ -165,8 +165,8 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     ``b_item_bytes``: bytes per B element when B is packed int4 weights (with their
     scales); ``n_unit``: columns an array's tile must be a multiple of (unless it is all
     of ``n``): the packed weights' blocks, each its own DRAM run unless a tile spans all
-    of ``k`` (:func:`b_runs`); ``widen``: vector element operations per weight when the
-    vector unit dequantizes each B tile into A's dtype before its multiply
+    of ``k`` (:func:`b_runs`); ``widen``: vector cycles a lane spends on each weight when
+    the vector unit dequantizes each B tile into A's dtype before its multiply
     (``core.matrix.dequant: vector``; 0: the arrays' input path does, or B is plain):
     the copies take scratchpad, and a k step waits for its tiles' dequantization."""
     matrix = config.core.matrix
@@ -211,8 +211,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             step_mxu = matmul_cycles(min(mt, m), min(kt, k), min(nt, n), matrix, dtype) - \
                 back_to_back_saving(matrix)
             # the vector unit's dequantization of a step's B tiles, one after another
-            dequant = used * min(kt, k) * min(nt, n) * widen * \
-                config.core.vector.costs.elementwise / config.core.vector.lanes
+            dequant = used * min(kt, k) * min(nt, n) * widen / config.core.vector.lanes
             step_mxu = max(step_mxu, dequant)
             mxu = steps * step_mxu + back_to_back_saving(matrix)
             # a resident A row block is loaded once per core that meets it, not per tile;

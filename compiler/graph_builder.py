@@ -18,6 +18,7 @@ from compiler.ir.ops import (
     KEEPS_DTYPE,
     BinaryKind,
     ReduceKind,
+    WIDENED_WEIGHTS,
     UnaryKind,
 )
 
@@ -228,7 +229,7 @@ class GraphBuilder:
         else:
             n, k_b = (b.shape[0], b.shape[1]) if trans_b else (b.shape[1], b.shape[0])
             stored = "one-byte [N, K]" if trans_b else "one-byte [K, N]"
-            fits = b.dtype.itemsize == 1 and b.dtype is not DType.u8
+            fits = b.dtype in WIDENED_WEIGHTS
         if (not a.dtype.is_float or not fits or k_b != k or k % spec.group
                 or scales.shape[:2] != (k // spec.group, n) or scales.shape[2] not in (1, 2)):
             raise LoweringError(

@@ -7,9 +7,9 @@ graph for the current config (``compiler.compile_graph`` caches), runs the sched
 the simulator in functional mode and returns its outputs on the device the graph
 expects (npu outputs for npu inputs, CPU for CPU). The first run's outputs are checked
 against the graph run by torch on CPU: a disagreement is a ``NumericsError``, not a
-result. The run is recorded on the device
-timeline as ``"device"`` work named ``compiled forward 0`` etc., with its ``SimResult``
-for the profiler; ops the compiler put on the host inside the graph are in that result.
+result. The run is recorded on the device timeline as ``"device"`` work named
+``compiled forward 0`` etc., with its ``SimResult`` for the profiler; ops the compiler
+put on the host inside the graph are in that result.
 
 A graph that does not compile (or whose simulation fails) runs eagerly instead — op by op on the npu (where each op
 is itself recorded) or on CPU (recorded as host work, FLOPs counted) — and every such

@@ -15,6 +15,7 @@ from functools import cached_property
 from types import MappingProxyType
 
 from archsim.config.names import ENGINE_PATTERN, engine_core, engine_kind  # noqa: F401
+from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, DramTensor, Scalar, SramRef
 
 # ---------------------------------------------------------------- vector op kinds
@@ -192,6 +193,11 @@ DMA_OPS: tuple[type[Op], ...] = (Load, Store, Copy, Gather)
 
 NIBBLES = ("halves", "pairs")
 """The nibble layouts of packed int4 codes (:class:`Dequant`)."""
+
+WIDENED_WEIGHTS = (DType.i8, DType.e4m3, DType.e5m2)
+"""One-byte weights a float matmul reads as stored and widens to its input dtype (in the
+arrays' input path, or on the vector unit): weight-only int8, and fp8 values with their
+scales (:class:`Dequant`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from compiler.ir.ops import (
     Store,
     Transpose,
     Unary,
+    WIDENED_WEIGHTS,
     VCopy,
 )
 from compiler.ir.text import format_dram_ref, format_shape, format_type
@@ -194,10 +195,6 @@ def _check_gather(op: Gather, machine: Machine, tensors: dict[str, DramTensor]
                f"{tensor.dtype} (DMA does not convert; use a cast)")
 
 
-_WIDENED_B = (DType.i8, DType.e4m3, DType.e5m2)
-"""One-byte ``b`` operands a float matmul widens in the arrays' input path."""
-
-
 @_checks(MatMul)
 def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
                   ) -> Iterator[str]:
@@ -222,7 +219,7 @@ def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
     elif op.a.dtype.is_int8:  # u8 x i8 as well as i8 x i8 (x86 VNNI's pairing)
         if not op.b.dtype.is_int8:
             yield f"field b: dtype {op.b.dtype} is not an 8-bit integer like a's {op.a.dtype}"
-    elif not (op.a.dtype.is_float and op.b.dtype in _WIDENED_B):  # weight-only int8 (and
+    elif not (op.a.dtype.is_float and op.b.dtype in WIDENED_WEIGHTS):  # weight-only int8 (and
         yield from _same_dtype("b", op.b, "a", op.a.dtype)  # an fp8 KV cache): b is
         # widened on the way in
     yield from _matmul_dtype_problems(op.a.dtype, machine)
@@ -247,9 +244,9 @@ def _dequant_problems(b: SramRef, scales: SramRef, dequant: Dequant, k: int, col
     scale (and a zero) per group and column."""
     if dequant.nibbles and b.dtype is not DType.u8:
         yield f"field b: packed int4 weights are u8 bytes (two codes each), got {b.dtype}"
-    if not dequant.nibbles and b.dtype not in _WIDENED_B:
+    if not dequant.nibbles and b.dtype not in WIDENED_WEIGHTS:
         yield (f"field b: dequantized weights are one-byte values "
-               f"({', '.join(d.value for d in _WIDENED_B)}), got {b.dtype}")
+               f"({', '.join(d.value for d in WIDENED_WEIGHTS)}), got {b.dtype}")
     if dequant.nibbles not in ("", *NIBBLES):
         yield f"field dequant: nibbles {dequant.nibbles!r} is not one of {', '.join(NIBBLES)}"
     if dequant.group < 1 or not 0 <= dequant.phase < dequant.group:

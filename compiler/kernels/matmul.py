@@ -20,7 +20,7 @@ from compiler.emit import Arena
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Slice, SramRef
-from compiler.ir.ops import Cast, Copy, Load, MatMul
+from compiler.ir.ops import WIDENED_WEIGHTS, Cast, Copy, Load, MatMul
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline, unravel
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.matmul_dequant import DequantWeights
@@ -43,15 +43,18 @@ def _operand_box(value: Value, batch_index: tuple[int, ...], rows: tuple[int, in
     return box + (rows, cols)
 
 
-WIDEN_PASSES = 1
-"""Vector element operations per weight of a weight-only int8 tile widened to A's dtype
-(a cast; its per-channel scale is applied to the output in the epilogue)."""
-
-
 def weight_only(a: DType, b: DType) -> bool:
     """One-byte ``b`` weights a float ``a`` (16 or 32 bits) multiplies after widening
     them (weight-only int8; not an fp8 x fp8 matmul on an array without an fp8 mode)."""
-    return a.is_float and a.itemsize >= 2 and b.itemsize == 1
+    return a.is_float and a.itemsize >= 2 and b in WIDENED_WEIGHTS
+
+
+def _widen_cost(ctx: Context, dq: DequantWeights | None) -> float:
+    """Vector cycles a lane spends on one weight the vector unit dequantizes: its element
+    ops (:attr:`compiler.ir.ops.Dequant.vector_passes`), or a weight-only int8 weight's
+    cast (its per-channel scale is applied to the output, in the epilogue)."""
+    costs = ctx.config.core.vector.costs
+    return dq.vector_passes * costs.elementwise if dq is not None else costs.cast
 
 
 def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
@@ -79,8 +82,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                                   ctx.cores, arrays, ctx.sets, max(0, epi_bytes), ctx.capacity,
                                   b.dtype, dq.item_bytes if dq else 0.0,
                                   dq.n_unit if dq else 1,
-                                  widen=(dq.vector_passes if dq else WIDEN_PASSES)
-                                  if widen else 0)
+                                  widen=_widen_cost(ctx, dq) if widen else 0.0)
     mt, kt, nt, used = tiling.mt, tiling.kt, tiling.nt, tiling.arrays
     n_tile = nt * used
     tiles = [(bi, m0, n0) for bi in range(batch) for m0 in range(0, m, mt)
@@ -263,8 +265,9 @@ def load_transposed(ctx: Context, b: Value, box: Box, dst: SramRef, core: int,
     for piece, offset in ctx.em.dram_pieces(ctx.view(b), box):
         for ref, at in _row_parts(piece, offset, k):
             n0, k0 = divmod(at, k)
+            strides = _transposed_strides(ref.shape, min(math.prod(ref.shape), k), n)
             view = SramRef(dst.space, dst.offset + (k0 * n + n0) * item, ref.shape,
-                           dst.dtype, _transposed_strides(ref.shape, min(math.prod(ref.shape), k), n))
+                           dst.dtype, strides)
             ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, view), source)
 
 

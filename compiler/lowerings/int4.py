@@ -17,9 +17,10 @@ packed it, so the lowering reads torch's CPU capability.
 Where the rows are whole blocks (every LLM shape), the matmul reads the bytes as stored,
 half a byte a weight, and dequantizes them where the preset says (``core.matrix.dequant``):
 in the arrays' input path or tile by tile on the vector unit
-(:meth:`GraphBuilder.matmul_dequant`, :mod:`compiler.kernels.matmul_dequant`). A partial last block is unpacked and dequantized on the vector unit always
-(:mod:`compiler.lowerings.dequant_vector`, :func:`_dequantized`) into weights in the
-activations' dtype that a float matmul then reads, a DRAM round trip.
+(:meth:`GraphBuilder.matmul_dequant`, :mod:`compiler.kernels.matmul_dequant`). A
+partial last block is unpacked and dequantized on the vector unit always (a nibble is
+``byte mod 16`` and ``(byte - lo) / 16``, exact in f32; :func:`_dequantized`) into
+weights in the activations' dtype that a float matmul then reads, a DRAM round trip.
 """
 
 from __future__ import annotations
@@ -34,12 +35,6 @@ from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind
-from compiler.lowerings.dequant_vector import (
-    ZERO_CODE,
-    interleave,
-    nibbles,
-    scaled,
-)
 from compiler.lowerings.movement import lower_cat
 from compiler.lowerings.registry import lowering
 
@@ -47,6 +42,10 @@ aten = torch.ops.aten
 
 GROUP_SIZES = (32, 64, 128, 256)
 """Group sizes the CPU op accepts."""
+
+ZERO_CODE = 8
+"""The code a weight of value ``zero`` has: ``w = (q - 8) * scale + zero``."""
+
 
 @dataclass(frozen=True)
 class CpuLayout:
@@ -82,6 +81,25 @@ def _blocks(n: int, layout: CpuLayout) -> tuple[int, int]:
     return divmod(n, layout.block_rows)
 
 
+def _nibbles(b: GraphBuilder, packed: Value) -> tuple[Value, Value]:
+    """Low and high nibbles of bytes, as f32 values 0..15 (vector unit): a nibble is
+    ``byte mod 16`` and ``(byte - low) / 16``, exact in f32."""
+    wide = b.cast(packed, DType.f32)
+    low = b.binary(BinaryKind.remainder, wide, 16.0)
+    high = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, wide, low), 1 / 16)
+    return low, high
+
+
+def _interleave(b: GraphBuilder, low: Value, high: Value, halves: bool) -> Value:
+    """``[..., C]`` low and high nibbles as ``[..., 2C]`` columns: ``h * C + c`` for
+    halves, ``2c + h`` for pairs."""
+    lead, c = low.shape[:-1], low.shape[-1]
+    axis = len(lead) if halves else len(lead) + 1
+    shape = (*lead, 1, c) if halves else (*lead, c, 1)
+    both = lower_cat(b, [b.view(low, shape), b.view(high, shape)], axis)
+    return b.view(both, (*lead, 2 * c))
+
+
 def unpack_cpu_int4(b: GraphBuilder, packed: Value, k: int) -> Value:
     """The codes (0..15, f32) of CPU-packed ``[N, K/2]`` bytes, as ``[K, N]`` (the
     general path: each block's nibbles interleaved, then transposed, in f32)."""
@@ -92,11 +110,11 @@ def unpack_cpu_int4(b: GraphBuilder, packed: Value, k: int) -> Value:
     parts = []
     if full:
         body = b.view(b.slice(packed, 0, 0, full * rows), (full, k, half))
-        codes = interleave(b, *nibbles(b, body), layout.halves)  # [full, K, rows]
+        codes = _interleave(b, *_nibbles(b, body), layout.halves)  # [full, K, rows]
         parts.append(b.view(b.permute(codes, (1, 0, 2)), (k, full * rows)))
     if rest:
         tail = b.view(b.slice(packed, 0, full * rows, n), (k, rest // 2))
-        parts.append(interleave(b, *nibbles(b, tail), False))  # [K, rest]
+        parts.append(_interleave(b, *_nibbles(b, tail), False))  # [K, rest]
     if len(parts) == 1:
         return parts[0]
     return lower_cat(b, parts, 1)
@@ -106,10 +124,15 @@ def _dequantized(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Val
                  group: int) -> Value:
     """``x @ w.T`` (f32) through :func:`unpack_cpu_int4`: the codes as ``[K, N]``,
     dequantized on the vector unit, rounded to ``x``'s dtype, one matmul."""
-    codes = unpack_cpu_int4(b, packed, x.shape[-1])
-    values = b.binary(BinaryKind.sub, codes, float(ZERO_CODE))
-    weight = scaled(b, values, scales_and_zeros, group)
-    return b.matmul(x, b.cast(weight, x.dtype), out_dtype=DType.f32)
+    k, n = x.shape[-1], packed.shape[0]
+    groups = k // group
+    codes = b.view(unpack_cpu_int4(b, packed, k), (groups, group, n))
+    wide = b.cast(scales_and_zeros, DType.f32)
+    scale = b.view(b.slice(wide, 2, 0, 1), (groups, 1, n))
+    zero = b.view(b.slice(wide, 2, 1, 2), (groups, 1, n))
+    weight = b.binary(BinaryKind.add, b.binary(
+        BinaryKind.mul, b.binary(BinaryKind.sub, codes, float(ZERO_CODE)), scale), zero)
+    return b.matmul(x, b.view(b.cast(weight, x.dtype), (k, n)), out_dtype=DType.f32)
 
 
 @lowering(aten._weight_int4pack_mm_for_cpu.default)

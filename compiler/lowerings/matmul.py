@@ -13,7 +13,7 @@ from compiler import graph as g
 from compiler.graph import Value
 from compiler.graph_builder import GraphBuilder
 from compiler.ir.dtypes import DType
-from compiler.ir.ops import BinaryKind
+from compiler.ir.ops import WIDENED_WEIGHTS, BinaryKind
 from compiler.lowerings.registry import lowering
 from compiler.torch_types import ir_dtype
 
@@ -47,10 +47,6 @@ def _widened_weights(x: Value, w: Value) -> Value | None:
     return None
 
 
-ONE_BYTE_WEIGHTS = (DType.i8, DType.e4m3, DType.e5m2)
-"""Stored weights a scaled dequantization in the input path reads as they are."""
-
-
 def _scaled_weights(x: Value, w: Value) -> tuple[Value, Value] | None:
     """If ``w`` is one-byte weights widened to f32, times a scale per output column (or
     one for all), rounded to ``x``'s float dtype (torchao's float8 weight-only layers
@@ -68,7 +64,7 @@ def _scaled_weights(x: Value, w: Value) -> tuple[Value, Value] | None:
     for widened, scale in (mul.inputs, mul.inputs[::-1]):
         widen = widened.producer if isinstance(widened, Value) else None
         if (widen is not None and isinstance(widen.spec, g.Cast) and widened.dtype.is_float
-                and widen.inputs[0].dtype in ONE_BYTE_WEIGHTS and isinstance(scale, Value)
+                and widen.inputs[0].dtype in WIDENED_WEIGHTS and isinstance(scale, Value)
                 and scale.dtype.is_float
                 and (scale.shape in ((n,), (1, n)) or math.prod(scale.shape) == 1)):
             return widen.inputs[0], scale  # one scale a column ([N, 1] would scale rows)
