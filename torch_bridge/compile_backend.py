@@ -32,7 +32,7 @@ import torch.fx
 
 from compiler.frontend import node_source
 from torch_bridge import runtime, storage
-from torch_bridge.numerics import compare_outputs, triton_on_cpu
+from torch_bridge.numerics import UNINITIALIZED, compare_outputs, triton_on_cpu
 
 if TYPE_CHECKING:
     from compiler.compile import CompiledProgram
@@ -174,7 +174,7 @@ class GraphRunner:
         draws random numbers or reads uninitialized memory: CPU would get others)."""
         if any(isinstance(n.target, torch._ops.OpOverload) and (
                 torch.Tag.nondeterministic_seeded in n.target.tags
-                or n.target._opname in _UNINITIALIZED) for n in self.gm.graph.nodes):
+                or n.target._opname in UNINITIALIZED) for n in self.gm.graph.nodes):
             return
         with torch.no_grad(), triton_on_cpu():
             expected = _flat(_on_cpu(self.gm)(*(_host(a) for a in inputs)))
@@ -194,11 +194,6 @@ class GraphRunner:
         runtime.record_host_op(self.label, max(counter.get_total_flops(), elements), 0, 0,
                                note=f"{self.failure}; ran on CPU")
         return outputs
-
-
-_UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
-                            "new_empty_strided"})
-"""Ops whose results are whatever memory held (``torch.empty``): no reference for them."""
 
 
 def _on_cpu(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -38,9 +38,9 @@ def lower_nll_loss2d(b: GraphBuilder, x: Value, target: Value, weight: Value | N
         chosen = b.reduce(ReduceKind.sum, b.select(hit, table, 0.0), (1,), False)
         pixel_weight = b.select(kept, chosen, 0.0)
     loss = b.unary(UnaryKind.neg, b.binary(BinaryKind.mul, picked, pixel_weight))
+    if reduction == 0:  # torch leaves the total weight 0 when it does not reduce
+        return loss, b.splat(0.0, (), x.dtype)
     total_weight = b.reduce(ReduceKind.sum, pixel_weight, (), False)
-    if reduction == 0:
-        return loss, total_weight
     total = b.reduce(ReduceKind.sum, loss, (), False)
     if reduction == 1:
         total = b.binary(BinaryKind.div, total, total_weight)
