@@ -88,6 +88,17 @@ class TestDtype:
         assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
+class _Total(torch.nn.Module):
+    """(x @ x).sum() times a parameter of 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x @ x).sum() * self.scale
+
+
 class TestNumerics:
     def test_agreeing_outputs_pass_with_their_worst_difference(self) -> None:
         model, x = _mlp(torch.float32), torch.randn(4, 64)
@@ -102,6 +113,20 @@ class TestNumerics:
         with pytest.raises(NumericsError, match=r"^output 0: max \|npu - torch cpu\| = 0\.5, "
                                                 r"over the torch.float32 tolerance "):
             check_numerics(model, (x,), (wrong,), Notes())
+
+    def test_a_sum_in_another_order_passes_against_float64(self) -> None:
+        """A model summing 4,096 terms with cancellation: the same terms added smallest
+        first are 4x the output-scaled tolerance from torch's float32 sum but as close
+        to the float64 sum as torch is (within ORDER_SLACK): rounding, not a wrong
+        number; 1% off is still an error. The model's parameters stay float32."""
+        torch.manual_seed(35)
+        x = torch.randn(64, 64)
+        model = _Total()
+        other_order = torch.tensor(sorted((x @ x).flatten().tolist(), key=abs)).sum()
+        assert check_numerics(model, (x,), (other_order,), Notes()) > 1.73e-5
+        with pytest.raises(NumericsError, match=r"^output 0: max \|npu - torch cpu\|"):
+            check_numerics(model, (x,), (other_order * 1.01,), Notes())
+        assert model.scale.dtype == torch.float32
 
     def test_nan_and_shape_mismatches_are_errors(self) -> None:
         model, x = _mlp(torch.float32), torch.randn(4, 64)
