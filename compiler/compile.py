@@ -33,6 +33,7 @@ from compiler.kernels.common import Context
 from compiler.kernels.matmul_panels import TilePanels
 from compiler.options import CompileOptions
 from compiler.plan import ANCHORS, FusionPass, Kernel
+from compiler.residency import keep_on_chip
 from compiler.passes import (
     AttentionLayoutPass,
     DeadCodePass,
@@ -302,7 +303,10 @@ def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name
         if spec_type is g.HostCall:
             host_functions[fn_name] = kernel.anchor.spec.fn
     constants.update(ctx.constants)
-    return em.build(), ctx.tensors, host_functions, constants, kernels, ctx
+    program = em.build()
+    if options.on_chip_temps:
+        program = keep_on_chip(program, config)
+    return program, ctx.tensors, host_functions, constants, kernels, ctx
 
 
 def _graph_key(program: Any) -> str:

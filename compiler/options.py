@@ -30,6 +30,9 @@ class CompileOptions:
     """Evaluate ops whose inputs are all compile-time constants (masks, aranges)."""
     fold_limit_elements: int = 1 << 24
     """Largest constant the compiler folds."""
+    on_chip_temps: bool = True
+    """Keep intermediate tensors that fit in the shared SRAM instead of DRAM (memory-space
+    assignment, :mod:`compiler.residency`); no effect without shared SRAM."""
     partial_matmul_commands: int = 0
     """Performance-only: when the program's last kernel is a matmul that would emit more
     commands than this (and its output tiles fall into identical panels), only its first

@@ -14,6 +14,7 @@ from compiler_helpers import check_op, config
 from archsim.simulator import Simulator
 from compiler import compile_op
 from compiler.kernels.attention_decode import _splits, key_chunks
+from compiler.options import CompileOptions
 
 aten = torch.ops.aten
 SDPA = aten.scaled_dot_product_attention.default
@@ -86,9 +87,10 @@ def test_masked_causal_or_short_attention_keeps_the_flash_kernel(case: str) -> N
 
 # ------------------------------------------------------------------ DRAM bytes and time
 
-def _run(args: tuple, preset: str, kwargs: dict | None = None):
+def _run(args: tuple, preset: str, kwargs: dict | None = None, on_chip: bool = True):
     cfg = config(preset)
-    compiled = compile_op(SDPA, args, kwargs or {}, cfg)
+    compiled = compile_op(SDPA, args, kwargs or {}, cfg,
+                          CompileOptions(on_chip_temps=on_chip))
     return compiled, Simulator(cfg).run(compiled.program)
 
 
@@ -109,14 +111,17 @@ def test_split_k_adds_only_its_partials() -> None:
     """One f16 item over atom's 8 cores: K and V once, the query once per split (each
     core needs it), the output once; each split writes its partial acc [1, 64] f32 and
     its m and l (4 bytes each, charged atom's 32-byte access granule), and the combine
-    step reads the 8 splits' [1, 66] f32 rows in one run."""
+    step reads the 8 splits' [1, 66] f32 rows in one run. With the partials kept in
+    atom's shared SRAM (the default) they cross no DRAM."""
     rows, keys, dim, splits = 1, 4096, 64, 8
-    compiled, result = _run(_qkv(1, 1, 1, rows, keys, dim, torch.float16, "meta"), "atom")
-    assert f"{splits} split(s)" in _choice(compiled)
     moved = 2 * keys * dim * 2 + splits * rows * dim * 2 + rows * dim * 2
     written = splits * (rows * dim * 4 + 2 * 32)
     read = splits * rows * (dim + 2) * 4
-    assert result.dram_bytes == moved + written + read
+    for on_chip, dram in ((False, moved + written + read), (True, moved)):
+        compiled, result = _run(_qkv(1, 1, 1, rows, keys, dim, torch.float16, "meta"),
+                                "atom", on_chip=on_chip)
+        assert f"{splits} split(s)" in _choice(compiled)
+        assert result.dram_bytes == dram
 
 
 def test_decode_streams_the_cache_at_dram_bandwidth() -> None:

