@@ -19,23 +19,26 @@ attention over them is added, :meth:`IterationTimer.chunk_attention_s` -- what t
 layers' attention blocks take with ``c`` queries over a cache of ``s`` keys less with a
 cache of 1 (simulated, every layer, its sliding window included). The same term
 removes what the one sequence counts and separate sequences do not: a chunk placed
-after ``p`` tokens in it (the decoding tokens first, then the chunks in scheduling
-order) attends to those ``p`` keys of other sequences, so ``chunk_attention_s(c, p)``
-is taken off. Static batching's padded prefill is still timed as one sequence (its
-line beyond the grid treats each sequence's attention as its own).
+after ``p`` tokens of other chunks in it (in scheduling order) attends to those ``p``
+keys, so ``chunk_attention_s(c, p)`` is taken off. Static batching's padded prefill is
+still timed as one sequence (its line beyond the grid treats each sequence's attention
+as its own).
 
-Simplifications (the report says them): the decoding tokens' causal triangle among
-themselves in the one-sequence prefill stays (a triangle of at most ``max_num_seqs``
-tokens); with ``--pp`` the stages of an iteration run one after another, not overlapped
-with the next iteration's.
+Simplifications (the report says them): in a mixed iteration's one-sequence prefill
+the decoding tokens (first) attend to each other and the chunks to them (a triangle of
+at most ``max_num_seqs`` tokens and a few keys more per chunk query, against the chunks'
+own triangles: 10 decoding tokens and a 512-token chunk, 0.03% of the iteration;
+correcting it would simulate a grid point for nearly every chunk size); with ``--pp`` the stages of
+an iteration run one after another, not overlapped with the next iteration's.
 
 Speed: each distinct shape is simulated once and cached; iterations between shapes are
 interpolated linearly -- prefill on a grid of token counts (1, 16, 24, 32, 48, ...,
 steps of about sqrt(2)), decode on a grid of batch sizes (powers of two), each with two
 contexts (attention's work is linear in the context; its time steps with the kernel's key
 tiles, which the line through two contexts averages); a chunk's attention over its
-cache on the prefill grid of chunk sizes by a grid of cached tokens (1, 128, 256, 512,
-..., powers of two), bilinearly, one attention block per point and window.
+cache on the prefill grid of chunk sizes by a grid of cached tokens (1, 1024, then
+steps of 4x, the model's positions last), bilinearly, one attention block per point
+and window.
 """
 
 from __future__ import annotations
@@ -55,10 +58,13 @@ PREFILL_GRID = (1, 16) + tuple(n for k in range(3, 14) for n in (3 << k, 4 << k)
 (up to the iteration's token budget),
 steps of about sqrt(2) (powers of two alone were 3-12% off between them on tiny and
 tpu-v4)."""
-CACHED_GRID = (1,) + tuple(128 << k for k in range(12))
-"""Cached tokens a prefill chunk's attention is simulated at (as needed): 1, 128, 256,
-..., 262144 (up to the model's positions). Its time is linear in them past a few
-thousand (one step per key tile, which the grid's lines average) and bends below."""
+CACHED_GRID = (1, 1024, 4096, 16384, 65536, 262144)
+"""Cached tokens a prefill chunk's attention is simulated at (as needed), the model's
+positions the last point. Past about a thousand its time is a line (one step per key
+tile; Llama-3-8B on tpu-v4, 512 new tokens: 73 us a layer at 1,024, then 101 us per
+1,024 more to 8,192, within 0.1 us); below it bends (5 us at 128, where the line from
+1 gives 9), which points there would follow at a simulation each for every chunk size
+a short prompt's chunks and offsets take."""
 CONTEXT_HI = 1024
 """The longer context of a batch size's two decode points (less when the KV cache of
 that many sequences would not fit)."""
@@ -166,7 +172,7 @@ class IterationTimer:
         c = max(1, round(context))
         if not prefill:
             return self.pass_s(seqs, 1, c) if seqs else 0.0
-        time = self._chunks_s(chunks, seqs, self.chunk_direct_s)
+        time = self._chunks_s(chunks, self.chunk_direct_s)
         if not seqs:
             return self.pass_s(1, prefill, 0) + time
         return (self.pass_s(1, prefill + seqs, 0) + self.pass_s(seqs, 1, c)
@@ -181,12 +187,11 @@ class IterationTimer:
 
     def chunk_attention_s(self, new: int, cached: float) -> float:
         """:meth:`chunk_direct_s` interpolated: bilinearly between the prefill grid's
-        chunk sizes and :data:`CACHED_GRID`'s cached tokens (up to the model's
-        positions); 0 with no cache."""
+        chunk sizes and :data:`CACHED_GRID`'s cached tokens; 0 with no cache."""
         if cached <= 0:
             return 0.0
-        top = bisect.bisect_left(CACHED_GRID, self.spec.max_positions)
-        cached_grid = CACHED_GRID[:top + 1]
+        end = self.spec.max_positions
+        cached_grid = tuple(n for n in CACHED_GRID if n < end) + (end,)
         return sum(wn * wc * self._chunk_point(n, c)
                    for n, wn in _around(self._prefill_grid(), new)
                    for c, wc in _around(cached_grid, cached))
@@ -201,13 +206,11 @@ class IterationTimer:
         return found
 
     @staticmethod
-    def _chunks_s(chunks: Chunks, decoding: int,
-                  attention: Callable[[int, float], float]) -> float:
+    def _chunks_s(chunks: Chunks, attention: Callable[[int, float], float]) -> float:
         """What the chunks' own contexts add to the one-sequence prefill of all new
-        tokens (``decoding`` tokens first, then the chunks in order): each chunk's
-        attention over its cached tokens, less its attention over the tokens before it
-        in that one sequence, which are other sequences'."""
-        time, before = 0.0, decoding
+        tokens: each chunk's attention over its cached tokens, less its attention over
+        the chunks before it in that one sequence, which are other sequences'."""
+        time, before = 0.0, 0
         for new, cached in chunks:
             time += attention(new, cached) - attention(new, before)
             before += new
@@ -241,7 +244,7 @@ class IterationTimer:
         if not prefill:
             return self.decode_s(seqs, context) if seqs else 0.0
         # one forward over every new token, each chunk with its own context
-        time = self.prefill_s(prefill + seqs) + self._chunks_s(chunks, seqs,
+        time = self.prefill_s(prefill + seqs) + self._chunks_s(chunks,
                                                                self.chunk_attention_s)
         if seqs:  # plus the decoding sequences' cached context
             time += self.attention_s(seqs, context)

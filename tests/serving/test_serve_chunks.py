@@ -31,7 +31,7 @@ WINDOWED = spec_from_config({**SMALL_CONFIG, "sliding_window": 64,
                             "windowed")
 OPTIONS = ServeOptions(max_num_seqs=8, max_num_batched_tokens=16)
 """16 tokens an iteration: the prefill grid is 1, 16; the cached-token grid (to the
-model's 256 positions) 1, 128, 256."""
+model's 256 positions) 1, 256."""
 
 
 def server(spec: ModelSpec = SMALL) -> Server:
@@ -69,17 +69,15 @@ def blocks() -> Blocks:
 def test_grid_points_are_the_layers_attention_blocks_and_lines_between(small,
                                                                        blocks) -> None:
     timer = small.timing
-    e128, e256 = blocks.extra(16, 128), blocks.extra(16, 256)
-    assert e256 > e128 > 0
-    assert timer.chunk_attention_s(16, 128) == pytest.approx(e128, rel=1e-12)
+    e256 = blocks.extra(16, 256)
+    assert e256 > 0
     assert timer.chunk_attention_s(16, 256) == pytest.approx(e256, rel=1e-12)
-    # between cached 1 (nothing) and 128; between 128 and 256
-    assert timer.chunk_attention_s(16, 64) == pytest.approx(e128 * 63 / 127, rel=1e-12)
-    assert timer.chunk_attention_s(16, 200) == pytest.approx(
-        e128 + (e256 - e128) * 72 / 128, rel=1e-12)
+    # between cached 1 (nothing) and 256
+    assert timer.chunk_attention_s(16, 64) == pytest.approx(e256 * 63 / 255, rel=1e-12)
+    assert timer.chunk_attention_s(16, 200) == pytest.approx(e256 * 199 / 255, rel=1e-12)
     # 8 new tokens: between the prefill grid's 1 and 16
-    e1 = blocks.extra(1, 128)
-    assert timer.chunk_attention_s(8, 128) == pytest.approx(e1 * 8 / 15 + e128 * 7 / 15,
+    e1 = blocks.extra(1, 256)
+    assert timer.chunk_attention_s(8, 256) == pytest.approx(e1 * 8 / 15 + e256 * 7 / 15,
                                                             rel=1e-12)
     # what the grid stands for: the same blocks at the exact shape
     assert timer.chunk_direct_s(16, 200) == pytest.approx(blocks.extra(16, 200), rel=1e-12)
@@ -109,28 +107,33 @@ def test_a_chunked_prompt_s_ttft_grows_by_its_later_chunks_attention(small,
     before = as_one.run(arrivals).engine.records[0].ttft_s
     assert before == pytest.approx(4 * timer.prefill_s(16), rel=1e-12)
     after = small.run(arrivals).engine.records[0].ttft_s
-    # cached 16, 32, 48 lie on the line from 1 to 128
-    e128 = blocks.extra(16, 128)
-    assert after - before == pytest.approx(e128 * (15 + 31 + 47) / 127, rel=1e-9)
+    # cached 16, 32, 48 lie on the line from 1 to 256
+    e256 = blocks.extra(16, 256)
+    assert after - before == pytest.approx(e256 * (15 + 31 + 47) / 255, rel=1e-9)
 
 
 def test_chunks_of_different_sequences_do_not_attend_to_each_other(small, blocks) -> None:
     timer = small.timing
-    e1, e16 = blocks.extra(1, 128), blocks.extra(16, 128)
+    e1, e16 = blocks.extra(1, 256), blocks.extra(16, 256)
 
     def at8(cached: int) -> float:  # 8 new tokens: 8/15 of the 1-token line, 7/15 of 16
-        return (e1 * 8 / 15 + e16 * 7 / 15) * (cached - 1) / 127
+        return (e1 * 8 / 15 + e16 * 7 / 15) * (cached - 1) / 255
 
     # two fresh 8-token prompts: one 16-token prefill, less the second's attention to
     # the first's 8 tokens
     assert timer(16, 0, 0.0, ((8, 0), (8, 0))) == pytest.approx(
         timer.prefill_s(16) - at8(8), rel=1e-12)
-    # a chunk of 14 with 32 cached after 2 decoding tokens: its 32 cached tokens in,
-    # the 2 decoding ones out; 14 new tokens are 2/15 of the way from 1 to 16
-    at14 = (e1 * 2 / 15 + e16 * 13 / 15) / 127
+    # and two chunks after a fresh 4-token one, of 2 and 10 tokens with 32 and 48
+    # cached: each reads its cache, and not the 4 and 6 tokens before it
+    at2 = (e1 * 14 / 15 + e16 * 1 / 15) / 255
+    at10 = (e1 * 6 / 15 + e16 * 9 / 15) / 255
+    assert timer(16, 0, 0.0, ((4, 0), (2, 32), (10, 48))) == pytest.approx(
+        timer.prefill_s(16) + at2 * (31 - 3) + at10 * (47 - 5), rel=1e-12)
+    # with 2 decoding tokens (first in the one sequence, their keys left in): a chunk
+    # of 14 with 32 cached; 14 new tokens are 2/15 of the way from 1 to 16
+    at14 = (e1 * 2 / 15 + e16 * 13 / 15) / 255
     assert timer(14, 2, 10.0, ((14, 32),)) == pytest.approx(
-        timer.prefill_s(16) + timer.attention_s(2, 10.0) + at14 * 31 - at14 * 1,
-        rel=1e-12)
+        timer.prefill_s(16) + timer.attention_s(2, 10.0) + at14 * 31, rel=1e-12)
 
 
 def test_a_sliding_window_layer_reads_its_window_only() -> None:
