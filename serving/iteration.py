@@ -20,9 +20,12 @@ layers' attention blocks take with ``c`` queries over a cache of ``s`` keys less
 cache of 1 (simulated, every layer, its sliding window included). The same term
 removes what the one sequence counts and separate sequences do not: a chunk placed
 after ``p`` tokens of other chunks in it (in scheduling order) attends to those ``p``
-keys, so ``chunk_attention_s(c, p)`` is taken off. Static batching's padded prefill is
-still timed as one sequence (its line beyond the grid treats each sequence's attention
-as its own).
+keys, so ``chunk_attention_s(c, p)`` is taken off (at a chunk's attention rate: the
+one sequence's causal kernel spends more per query-key pair, 1.4x on Llama-2-7B and
+1.6x on Llama-3-8B for two 512-token prompts on tpu-v4, so part of the overcount
+stays; BENCHMARKS.md). Static
+batching's padded prefill is still timed as one sequence (its line beyond the grid
+treats each sequence's attention as its own).
 
 Simplifications (the report says them): in a mixed iteration's one-sequence prefill
 the decoding tokens (first) attend to each other and the chunks to them (a triangle of
@@ -61,7 +64,7 @@ tpu-v4)."""
 CACHED_GRID = (1, 1024, 4096, 16384, 65536, 262144)
 """Cached tokens a prefill chunk's attention is simulated at (as needed), the model's
 positions the last point. Past about a thousand its time is a line (one step per key
-tile; Llama-3-8B on tpu-v4, 512 new tokens: 73 us a layer at 1,024, then 101 us per
+tile; Llama-3-8B on tpu-v4, 512 new tokens: 72 us a layer at 1,024, then 101 us per
 1,024 more to 8,192, within 0.1 us); below it bends (5 us at 128, where the line from
 1 gives 9), which points there would follow at a simulation each for every chunk size
 a short prompt's chunks and offsets take."""
