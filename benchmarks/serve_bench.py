@@ -4,7 +4,9 @@ against direct simulation at off-grid shapes, and the highest request rate meeti
 TTFT/TPOT SLO on several presets and chip counts.
 
 Run: ``python benchmarks/serve_bench.py`` (``--quick``: the 1,000-request run and the
-interpolation check only). Prints markdown tables; figures go into BENCHMARKS.md by
+interpolation check only; ``--chunks``: prefill chunks' attention over their cache on
+Llama-3-8B, its grid against direct simulation, and two prompts in one iteration
+against a batch of two). Prints markdown tables; figures go into BENCHMARKS.md by
 hand with the machine and the date.
 """
 
@@ -59,6 +61,32 @@ def interpolation() -> None:
               f"{(grid / direct - 1) * 100:+.2f}% |", flush=True)
 
 
+CHUNKS = [(512, 600), (512, 2500), (512, 6000), (384, 3000), (200, 5000), (2048, 3000),
+          (1500, 7000)]
+"""(new tokens, cached tokens) of prefill chunks off the grid."""
+
+
+def chunks() -> None:
+    server = Server.build("llama-3-8b", load_config("tpu-v4"))  # 2,048 tokens an iteration
+    timer = server.timing
+    print("\n| new tokens | cached | grid (ms) | direct (ms) | error | one pass of the new "
+          "tokens (ms) |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for new, cached in CHUNKS:
+        grid, direct = timer.chunk_attention_s(new, cached), timer.chunk_direct_s(new, cached)
+        print(f"| {new} | {cached} | {grid * 1e3:.2f} | {direct * 1e3:.2f} | "
+              f"{(grid / direct - 1) * 100:+.2f}% | {timer.prefill_s(new) * 1e3:.2f} |",
+              flush=True)
+    print("\n| prompts in one iteration | as one sequence (ms) | chunks apart (ms) | "
+          "a batch of them, simulated (ms) |")
+    print("|---|---:|---:|---:|")
+    for n, tokens in ((2, 512), (2, 1024), (4, 512)):
+        one = timer.prefill_s(n * tokens)
+        apart = timer(n * tokens, 0, 0.0, ((tokens, 0),) * n)
+        print(f"| {n} x {tokens} | {one * 1e3:.2f} | {apart * 1e3:.2f} | "
+              f"{timer.pass_s(n, tokens, 0) * 1e3:.2f} |", flush=True)
+
+
 def capacity(requests: int) -> None:
     print(f"\nSLO: TTFT <= {SLO.ttft_ms:g} ms and TPOT <= {SLO.tpot_ms:g} ms at "
           f"p{SLO.percentile:g}; {requests} ShareGPT-like requests a probe\n")
@@ -77,9 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--chunks", action="store_true",
+                        help="only the prefill chunks' attention figures")
     parser.add_argument("--requests", type=int, default=300,
                         help="requests per capacity probe (default 300)")
     args = parser.parse_args(argv)
+    if args.chunks:
+        chunks()
+        return 0
     print("| requests | rate (req/s) | wall (s) | shapes simulated | iterations | "
           "tokens/s | TTFT p90 (ms) | TPOT p90 (ms) |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")

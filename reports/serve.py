@@ -64,9 +64,13 @@ def serve_table(result: Any, probes: list | None = None) -> str:
               f"  - iteration times from archsim's simulation of {result.simulated} "
               f"distinct shapes on {cfg.name} (runtime overheads included), interpolated "
               f"linearly between them (serving.iteration)",
-              "  - prefill chunks of an iteration timed as one sequence of their total "
-              "length; a mixed iteration as one forward over all its new tokens plus the "
-              "decoding sequences' attention to their cached context (at their mean)"]
+              "  - an iteration timed as one forward over all its new tokens (one "
+              "sequence), plus each prefill chunk's attention to its sequence's cached "
+              "tokens, less its attention to other sequences' tokens in that one sequence "
+              "(simulated attention blocks), plus the decoding sequences' attention to "
+              "their cached context (at their mean)"
+              + ("; static batching's padded prefill as one sequence"
+                 if opt.scheduler == "static" else "")]
     if par.pp > 1:
         lines.append("  - with --pp an iteration's stages run one after another (no "
                      "overlap with the next iteration): throughput is a lower bound")

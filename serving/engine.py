@@ -5,7 +5,8 @@ A discrete-event loop over iterations in plain Python: between iterations nothin
 changes but arrivals, so the loop jumps from one iteration's end to the next (or to
 the next arrival when nothing is left to run). A token is out when the iteration that
 sampled it ends. The iteration's time comes from ``timing(prefill_tokens,
-decode_sequences, mean_decode_context)`` (:class:`serving.iteration.IterationTimer`, or
+decode_sequences, mean_decode_context, prefill_chunks)``, the chunks as (new tokens,
+tokens of their sequence already cached) (:class:`serving.iteration.IterationTimer`, or
 any function for tests).
 """
 
@@ -19,8 +20,9 @@ from serving.kv_cache import BlockPool
 from serving.scheduler import SCHEDULERS, Limits, Sequence
 from serving.workload import Arrival, WorkloadError
 
-IterationTime = Callable[[int, int, float], float]
-"""(prefill tokens, decode sequences, their mean context) -> seconds."""
+IterationTime = Callable[[int, int, float, tuple[tuple[int, int], ...]], float]
+"""(prefill tokens, decode sequences, their mean context, prefill chunks as (new,
+cached) tokens) -> seconds."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def run_engine(arrivals: Seq[Arrival], timing: IterationTime, limits: Limits,
             continue
         prefill = batch.prefill_tokens
         decode, context = batch.decode_shape()
-        dt = timing(prefill, decode, context)
+        dt = timing(prefill, decode, context, batch.prefill_chunks())
         iters.start_s.append(now)  # the iteration's start
         iters.time_s.append(dt)
         iters.prefill_tokens.append(prefill)

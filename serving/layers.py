@@ -18,7 +18,10 @@ DRAM as the cache. Decode: the block takes the cache as inputs of ``context`` to
 once; grouped-query heads fold into the query rows of their K/V head, so each cache
 byte is read once per step; with a KV cache in another dtype the query is cast to it
 (the cache is read as stored). The new token's own K/V enter the attention through its
-cache slot (same bytes moved as writing it there first).
+cache slot (same bytes moved as writing it there first). Several new tokens with a
+cache (what a prefill chunk's attention over its cached prefix costs,
+:mod:`serving.iteration`): each attends to the whole cache and not to the others, the
+heads as a prefill's attention takes them.
 
 An int8 or fp8 KV cache (``kv_dtype`` ``torch.int8`` or ``torch.float8_e4m3fn``) holds
 each token's K and V per head as int8 (or e4m3) with one scale (absmax / 127, or / 448,
@@ -166,6 +169,12 @@ class AttentionBlock(nn.Module):
             attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
                                                   enable_gqa=self.heads != self.kv_heads)
             attn = attn.transpose(1, 2).reshape(b, t, -1)
+        elif t > 1:  # a prefill chunk over the cache alone, as a prefill attends
+            k_cache, v_cache = dequantize_kv(k_cache), dequantize_kv(v_cache)
+            attn = F.scaled_dot_product_attention(q.to(k_cache.dtype), k_cache, v_cache,
+                                                  scale=scale,
+                                                  enable_gqa=self.heads != self.kv_heads)
+            attn = attn.transpose(1, 2).reshape(b, t, -1).to(x.dtype)
         else:  # one token: the query heads of each K/V head become its query rows
             k_cache, v_cache = dequantize_kv(k_cache), dequantize_kv(v_cache)
             group = self.heads // self.kv_heads

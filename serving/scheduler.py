@@ -66,6 +66,11 @@ class Work:
     """Tokens its attention reads after this iteration (cached and new)."""
     decode: bool
 
+    @property
+    def cached(self) -> int:
+        """Tokens of its sequence already in the cache, which its new tokens read."""
+        return self.context - self.new
+
 
 @dataclass
 class Batch:
@@ -80,6 +85,13 @@ class Batch:
         if self.padded_prefill:
             return self.padded_prefill
         return sum(w.new for w in self.work if not w.decode)
+
+    def prefill_chunks(self) -> tuple[tuple[int, int], ...]:
+        """(new tokens, cached tokens) of each prefill chunk, in order; none for static
+        batching's padded prefill (timed as one sequence)."""
+        if self.padded_prefill:
+            return ()
+        return tuple((w.new, w.cached) for w in self.work if not w.decode)
 
     def decode_shape(self) -> tuple[int, float]:
         """(sequences, mean context) of the decode part."""

@@ -70,7 +70,8 @@ class TrafficResult:
     summary: Summary
     slo: Slo
     simulated: int
-    """Distinct shapes simulated so far (by this server, all runs)."""
+    """Distinct shapes simulated so far (by this server, all runs): passes, and points
+    of the chunk-attention grid."""
 
 
 @dataclass
@@ -116,7 +117,8 @@ class Server:
                             Limits(o.max_num_seqs, o.max_num_batched_tokens),
                             self.budget.blocks, self.budget.block_size, o.scheduler)
         self.runs += 1
-        simulated = len(getattr(self.timing, "simulated", ()))
+        simulated = (len(getattr(self.timing, "simulated", ()))
+                     + len(getattr(self.timing, "chunk_points", ())))
         return TrafficResult(self.spec, self.config, self.par, o, self.budget, engine,
                              summarize(engine, slo), slo, simulated)
 

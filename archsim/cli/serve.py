@@ -59,7 +59,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="sequences in an iteration at most (default 256)")
     s.add_argument("--max-num-batched-tokens", type=positive, default=2048,
                    help="tokens an iteration computes at most; longer prompts are "
-                        "prefilled in chunks (default 2048)")
+                        "prefilled in chunks, each also attending to the part of its "
+                        "prompt already cached (default 2048)")
     s.add_argument("--block-size", type=positive, default=16,
                    help="tokens per KV-cache block (default 16)")
     s.add_argument("--kv-blocks", type=positive, default=None,

@@ -16,12 +16,12 @@ from serving.scheduler import Limits
 from serving.workload import Arrival, WorkloadError, lengths, read_trace, synthetic
 
 
-def fake(prefill: int, seqs: int, context: float) -> float:
+def fake(prefill: int, seqs: int, context: float, chunks: tuple = ()) -> float:
     """1 s an iteration, 10 ms a prefill token, 100 ms a decoding sequence."""
     return 1.0 + 0.01 * prefill + 0.1 * seqs
 
 
-def quick(prefill: int, seqs: int, context: float) -> float:
+def quick(prefill: int, seqs: int, context: float, chunks: tuple = ()) -> float:
     """Batching pays: 10 ms an iteration, 0.1 ms a token or sequence in it."""
     return 0.01 + 1e-4 * (prefill + seqs)
 

@@ -20,19 +20,23 @@ from serving.spec import spec_from_config
 from serving.workload import Arrival
 
 
-def fake(prefill: int, seqs: int, context: float) -> float:
+def fake(prefill: int, seqs: int, context: float, chunks: tuple = ()) -> float:
     """1 s an iteration, 10 ms a prefill token, 100 ms a decoding sequence."""
     return 1.0 + 0.01 * prefill + 0.1 * seqs
 
 
 class Recorder:
-    """``fake``, remembering every (prefill, seqs, context) it was asked."""
+    """``fake``, remembering every (prefill, seqs, context) it was asked, and the
+    prefill chunks, (new, cached) tokens, apart."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, int, float]] = []
+        self.chunks: list[tuple[tuple[int, int], ...]] = []
 
-    def __call__(self, prefill: int, seqs: int, context: float) -> float:
+    def __call__(self, prefill: int, seqs: int, context: float,
+                 chunks: tuple[tuple[int, int], ...] = ()) -> float:
         self.calls.append((prefill, seqs, context))
+        self.chunks.append(chunks)
         return fake(prefill, seqs, context)
 
 
@@ -51,6 +55,7 @@ def continuous_pair():
 def test_continuous_iteration_log_column_by_column() -> None:
     result, timing = continuous_pair()
     assert timing.calls == [(4, 0, 0.0), (2, 1, 5.0), (0, 2, 4.5)]
+    assert timing.chunks == [((4, 0),), ((2, 0),), ()]  # nothing cached before
     it = result.iterations
     assert len(it) == 3
     assert list(it.start_s) == pytest.approx([0.0, 1.04, 2.16])
@@ -141,6 +146,7 @@ def test_static_batching_pads_prefill_and_decode_by_hand() -> None:
     result = run_engine(arrivals, timing, Limits(8, 64), blocks=100, block_size=4,
                         scheduler="static")
     assert timing.calls == [(8, 0, 0.0), (0, 2, 5.0), (0, 2, 6.0)]
+    assert timing.chunks == [(), (), ()]  # the padded prefill is one sequence
     it = result.iterations
     assert list(it.seqs) == [2, 2, 1] and list(it.running) == [2, 2, 2]
     assert list(it.kv_blocks) == [3, 3, 3]
@@ -180,6 +186,8 @@ def test_continuous_admission_stops_at_slots_budget_and_blocks() -> None:
     budget = Recorder()
     chunked = run_engine(arrivals, budget, Limits(8, 5), blocks=100, block_size=4)
     assert budget.calls[:2] == [(5, 0, 0.0), (1, 1, 5.0)]
+    # B's second chunk reads the token its first chunk cached
+    assert budget.chunks[:2] == [((4, 0), (1, 0)), ((1, 1),)]
     assert chunked.records[1].first_token_s == pytest.approx(1.05 + 1.11)
     # 3 blocks of 4: A (8, 1) takes 2 for its prompt; B's 6-token prompt needs 2, one
     # is free, so B waits until A is done and prefills alone
@@ -302,7 +310,7 @@ class TestSummaryEdges:
 
     def test_instant_iterations_give_zero_averages_not_nans(self) -> None:
         # hardware that takes no time: nothing to average over
-        result = run_engine([Arrival(0, 0.0, 2, 2)], lambda p, s, c: 0.0, Limits(8, 64),
+        result = run_engine([Arrival(0, 0.0, 2, 2)], lambda p, s, c, k: 0.0, Limits(8, 64),
                             10, 4)
         s = summarize(result)
         assert s.span_s == 0.0
@@ -345,3 +353,15 @@ class TestContinuousBudget:
         assert [r.preemptions for r in result.records] == [0, 0, 1]
         assert timing.calls == [(6, 0, 0.0), (0, 2, 3.0), (0, 2, 4.0), (3, 0, 0.0),
                                 (0, 1, 4.0)]
+        # C's recompute reads no cache: its blocks were freed with it
+        assert timing.chunks == [((2, 0), (2, 0), (2, 0)), (), (), ((3, 0),), ()]
+
+    def test_a_long_prompt_s_chunks_read_what_the_earlier_ones_cached(self) -> None:
+        # 4 tokens an iteration, A's 10-token prompt in chunks of 4, 4 and 2 (cached
+        # before each: 0, 4, 8); its first token ends it 3, its second (context 11) it 4
+        timing = Recorder()
+        result = run_engine([Arrival(0, 0.0, 10, 2)], timing, Limits(8, 4), blocks=100,
+                            block_size=4)
+        assert timing.calls == [(4, 0, 0.0), (4, 0, 0.0), (2, 0, 0.0), (0, 1, 11.0)]
+        assert timing.chunks == [((4, 0),), ((4, 4),), ((2, 8),), ()]
+        assert result.records[0].first_token_s == pytest.approx(3 + 0.1)
