@@ -14,8 +14,11 @@ from compiler.graph import Graph, Node, Shape, base_of
 from compiler.options import CompileOptions
 
 VECTOR_SPECS: tuple[type[g.Spec], ...] = (g.Unary, g.Binary, g.Select, g.Cast, g.Broadcast,
-                                          g.Reduce, g.Permute, g.Slice)
+                                          g.Reduce, g.RotateHalf, g.Permute, g.Slice)
 LEAF_ONLY: tuple[type[g.Spec], ...] = (g.Permute, g.Slice)
+WHOLE_ROWS: tuple[type[g.Spec], ...] = (g.Reduce, g.RotateHalf)
+"""Specs that need axes of their tile whole (a reduction's, a rotate-half's last): never a
+matmul's epilogue, whose tiles split the output's columns."""
 ANCHORS: tuple[type[g.Spec], ...] = (g.MatMul, g.Conv2d, g.Pool2d)
 NO_CODE: tuple[type[g.Spec], ...] = (g.View, g.Splat, g.Constant, g.Input)
 
@@ -120,6 +123,8 @@ def _add(group: Group, node: Node, space: Shape) -> None:
         src = node.inputs[0]
         off = len(space) - len(src.shape)
         group.whole_axes |= {a + off for a in node.spec.axes if src.shape[a] != 1}
+    if isinstance(node.spec, g.RotateHalf):
+        group.whole_axes.add(len(space) - 1)  # it swaps the halves of the last axis
     group.nodes.append(node)
     group.members |= {v.id for v in node.outputs}
 
@@ -139,7 +144,7 @@ def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
     if isinstance(node.spec, LEAF_ONLY):
         return False
     if anchor is not None:
-        if isinstance(node.spec, (g.Reduce,) + LEAF_ONLY):
+        if isinstance(node.spec, WHOLE_ROWS + LEAF_ONLY):
             return False
         if anchor.out.dtype.value == "bool":
             return False
