@@ -32,6 +32,8 @@ class Group:
     members: set[int] = field(default_factory=set)
     whole_axes: set[int] = field(default_factory=set)
     """Axes of ``shape`` a tile must not split (reduced axes)."""
+    reads: set[int] = field(default_factory=set)
+    """Ids of the values its nodes read."""
 
 
 @dataclass(eq=False)
@@ -79,28 +81,48 @@ class FusionPass:
         kernels: list[Kernel] = []
         current: Kernel | None = None
         owner: dict[int, Kernel] = {}
+        position: dict[int, int] = {}  # id(kernel) -> its index in ``kernels``
         for node in graph.nodes:
             spec = node.spec
             if isinstance(spec, NO_CODE):
                 continue
             if isinstance(spec, VECTOR_SPECS):
-                joined = options.fusion and current is not None and \
-                    _try_join(current, node, owner)
-                if not joined:
-                    current = Kernel(None, _new_group(node))
+                target = _join(node, current, owner, position) if options.fusion else None
+                if target is None:
+                    current = target = Kernel(None, _new_group(node))
+                    position[id(current)] = len(kernels)
                     kernels.append(current)
                 for v in node.outputs:
-                    owner[v.id] = current
+                    owner[v.id] = target
                 if not options.fusion:
                     current = None
                 continue
             current = Kernel(node, None)
+            position[id(current)] = len(kernels)
             kernels.append(current)
             for v in node.outputs:
                 owner[v.id] = current
             if not isinstance(spec, ANCHORS):
                 current = None
         return kernels
+
+
+def _join(node: Node, current: Kernel | None, owner: dict[int, Kernel],
+          position: dict[int, int]) -> Kernel | None:
+    """The kernel ``node`` joins: the current one, or else the vector group that
+    produced its latest input, if the node can join it there (every other input was
+    made before it). The second case keeps a group whole when the program interleaves
+    independent work: transformers' attention permutes Q, K and V before it rotates Q
+    and K, and each rotary joins the group of its own permute."""
+    if current is not None and _try_join(current, node, owner):
+        return current
+    producers = [owner[base_of(v).id] for v in node.value_inputs() if base_of(v).id in owner]
+    if not producers:
+        return None
+    latest = max(producers, key=lambda k: position[id(k)])
+    if latest is current or latest.anchor is not None or not _try_join(latest, node, owner):
+        return None
+    return latest
 
 
 def _new_group(node: Node) -> Group:
@@ -127,6 +149,7 @@ def _add(group: Group, node: Node, space: Shape) -> None:
         group.whole_axes.add(len(space) - 1)  # it swaps the halves of the last axis
     group.nodes.append(node)
     group.members |= {v.id for v in node.outputs}
+    group.reads |= {v.id for v in node.value_inputs()}
 
 
 def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
@@ -135,7 +158,8 @@ def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
     inputs = node.value_inputs()
     internal = [v for v in inputs if group is not None and v.id in group.members
                 or anchor is not None and v.producer is anchor]
-    if not internal:
+    shared = anchor is None and group is not None and any(v.id in group.reads for v in inputs)
+    if not internal and not shared:
         return False
     for v in inputs:
         base = base_of(v)

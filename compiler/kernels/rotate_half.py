@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 
+from archsim.errors import LoweringError
 from compiler.emit import Emitter
 from compiler.ir.operands import SramRef
 from compiler.ir.ops import Unary, UnaryKind, VCopy
+from compiler.ir.text import format_type
 
 
 def halves(ref: SramRef) -> tuple[SramRef, SramRef]:
@@ -24,12 +26,16 @@ def halves(ref: SramRef) -> tuple[SramRef, SramRef]:
                          (size, 1)) for start in (0, half))
 
 
-def emit_rotate_half(em: Emitter, x: SramRef, out: SramRef, vpu: str, source: str) -> None:
-    """``out[..., :h] = -x[..., h:]`` and ``out[..., h:] = x[..., :h]``: the high half
-    negated into the low one (an elementwise op), the low half copied into the high one
-    (a copy). Together they cost what one copy pass over the tile does, as a lane
-    permutation on a vector unit does (each element read and written once), plus one
-    more pipeline latency."""
+def emit_rotate_half(em: Emitter, x: SramRef, out: SramRef, length: int, vpu: str,
+                     source: str) -> None:
+    """``out[..., :h] = -x[..., h:]`` and ``out[..., h:] = x[..., :h]`` on a tile of a
+    value whose last axis is ``length`` long: the high half negated into the low one (an
+    elementwise op), the low half copied into the high one (a copy). Together they cost
+    what one copy pass over the tile does, as a lane permutation on a vector unit does
+    (each element read and written once), plus one more pipeline latency."""
+    if x.shape[-1] != length or length % 2:
+        raise LoweringError(f"{source}: rotate-half of {format_type(x.dtype, x.shape)} "
+                            f"needs its last axis whole and even")
     (x_low, x_high), (out_low, out_high) = halves(x), halves(out)
     em.emit(vpu, Unary(UnaryKind.neg, x_high, out_low), source)
     em.emit(vpu, VCopy(x_low, out_high), source)

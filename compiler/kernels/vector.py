@@ -325,7 +325,8 @@ def emit_compute(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int
             shape = box_shape(own_box(node.out, box))
             em.emit(vpu, VCopy(sub(scratch[node.out.id], shape), sub(out, shape)), src)
         elif isinstance(spec, g.RotateHalf):
-            emit_rotate_half(em, operand(ctx, node.inputs[0], box, bufs), out, vpu, src)
+            emit_rotate_half(em, operand(ctx, node.inputs[0], box, bufs), out,
+                             node.out.shape[-1], vpu, src)
         elif isinstance(spec, g.Reduce):
             _emit_reduce(ctx, node, box, vpu, bufs, scratch, out, src)
         else:
