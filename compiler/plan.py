@@ -1,8 +1,12 @@
 """Planning: the graph becomes a list of kernels (the unit the scheduler tiles).
 
-:class:`FusionPass` groups consecutive vector nodes into one :class:`Group` (one pass
-over SRAM per tile) and attaches elementwise groups that consume a matmul/conv/pool
-result to it as an epilogue. With fusion off, every vector node is its own group.
+:class:`FusionPass` groups vector nodes into one :class:`Group` (one pass over SRAM per
+tile) and attaches elementwise groups that consume a matmul/conv/pool result to it as an
+epilogue. A vector node joins the current group when it reads one of the group's values
+or a value the group already loads (siblings: a rotary's ``x * cos`` and
+``rotate_half(x)``, Q's and K's rotaries sharing cos and sin), else the vector group that
+made its latest input, past kernels that came between. With fusion off, every vector
+node is its own group.
 """
 
 from __future__ import annotations

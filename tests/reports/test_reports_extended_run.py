@@ -79,7 +79,9 @@ def test_utilization_agrees_between_text_json_and_html(out, document, sections):
     from_json = {e: f"{100 * u:.1f}%" for e, u in zip(document["engines"]["names"],
                                                        document["engines"]["utilization"])}
     assert text and all(from_json[e] == shown for e, shown in text.items())
-    assert text["core0.mxu0"] == "91.1%"  # the real Llama-2 computation (embedding, head)
+    # the real Llama-2 computation (embedding, head); 91.1% of a run 2.8% longer before
+    # the rotary was one kernel (187.46 -> 182.22 ms, the arrays' busy time unchanged)
+    assert text["core0.mxu0"] == "93.8%"
 
 
 def test_trace_covers_the_whole_run(out, document):
