@@ -107,6 +107,16 @@ class Slice(Spec):
 
 
 @dataclass(frozen=True)
+class RotateHalf(Spec):
+    """Rotary's lane permutation along the last dim (``rotate_half`` of transformers'
+    Llama, GPT-NeoX, Mistral...): with ``h`` half its length, ``out[..., :h] =
+    -x[..., h:]`` and ``out[..., h:] = x[..., :h]``. The lowering of
+    ``cat((-x[..., h:], x[..., :h]), -1)`` (:func:`compiler.lowerings.movement.lower_cat`);
+    the vector kernel computes it in the scratchpad with the last axis whole, so a
+    rotary embedding ``x * cos + rotate_half(x) * sin`` is one pass over ``x``."""
+
+
+@dataclass(frozen=True)
 class Reduce(Spec):
     """Reduce along ``axes``; the output keeps them with length 1."""
 
@@ -214,7 +224,8 @@ class TritonCall(Spec):
 
 
 ELEMENTWISE: tuple[type[Spec], ...] = (Unary, Binary, Select, Cast, Broadcast)
-"""Specs the vector kernel fuses freely (plus Reduce, Permute, Slice as leaves)."""
+"""Specs the vector kernel fuses freely (plus Reduce and RotateHalf with their axes whole,
+Permute and Slice as leaves)."""
 
 
 @dataclass(eq=False)

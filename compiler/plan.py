@@ -1,8 +1,12 @@
 """Planning: the graph becomes a list of kernels (the unit the scheduler tiles).
 
-:class:`FusionPass` groups consecutive vector nodes into one :class:`Group` (one pass
-over SRAM per tile) and attaches elementwise groups that consume a matmul/conv/pool
-result to it as an epilogue. With fusion off, every vector node is its own group.
+:class:`FusionPass` groups vector nodes into one :class:`Group` (one pass over SRAM per
+tile) and attaches elementwise groups that consume a matmul/conv/pool result to it as an
+epilogue. A vector node joins the current group when it reads one of the group's values
+or a value the group already loads (siblings: a rotary's ``x * cos`` and
+``rotate_half(x)``, Q's and K's rotaries sharing cos and sin), else the vector group that
+made its latest input, past kernels that came between. With fusion off, every vector
+node is its own group.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ from compiler.graph import Graph, Node, Shape, base_of
 from compiler.options import CompileOptions
 
 VECTOR_SPECS: tuple[type[g.Spec], ...] = (g.Unary, g.Binary, g.Select, g.Cast, g.Broadcast,
-                                          g.Reduce, g.Permute, g.Slice)
+                                          g.Reduce, g.RotateHalf, g.Permute, g.Slice)
 LEAF_ONLY: tuple[type[g.Spec], ...] = (g.Permute, g.Slice)
+WHOLE_ROWS: tuple[type[g.Spec], ...] = (g.Reduce, g.RotateHalf)
+"""Specs that need axes of their tile whole (a reduction's, a rotate-half's last): never a
+matmul's epilogue, whose tiles split the output's columns."""
 ANCHORS: tuple[type[g.Spec], ...] = (g.MatMul, g.Conv2d, g.Pool2d)
 NO_CODE: tuple[type[g.Spec], ...] = (g.View, g.Splat, g.Constant, g.Input)
 
@@ -29,6 +36,8 @@ class Group:
     members: set[int] = field(default_factory=set)
     whole_axes: set[int] = field(default_factory=set)
     """Axes of ``shape`` a tile must not split (reduced axes)."""
+    reads: set[int] = field(default_factory=set)
+    """Ids of the values its nodes read."""
 
 
 @dataclass(eq=False)
@@ -76,28 +85,48 @@ class FusionPass:
         kernels: list[Kernel] = []
         current: Kernel | None = None
         owner: dict[int, Kernel] = {}
+        position: dict[int, int] = {}  # id(kernel) -> its index in ``kernels``
         for node in graph.nodes:
             spec = node.spec
             if isinstance(spec, NO_CODE):
                 continue
             if isinstance(spec, VECTOR_SPECS):
-                joined = options.fusion and current is not None and \
-                    _try_join(current, node, owner)
-                if not joined:
-                    current = Kernel(None, _new_group(node))
+                target = _join(node, current, owner, position) if options.fusion else None
+                if target is None:
+                    current = target = Kernel(None, _new_group(node))
+                    position[id(current)] = len(kernels)
                     kernels.append(current)
                 for v in node.outputs:
-                    owner[v.id] = current
+                    owner[v.id] = target
                 if not options.fusion:
                     current = None
                 continue
             current = Kernel(node, None)
+            position[id(current)] = len(kernels)
             kernels.append(current)
             for v in node.outputs:
                 owner[v.id] = current
             if not isinstance(spec, ANCHORS):
                 current = None
         return kernels
+
+
+def _join(node: Node, current: Kernel | None, owner: dict[int, Kernel],
+          position: dict[int, int]) -> Kernel | None:
+    """The kernel ``node`` joins: the current one, or else the vector group that
+    produced its latest input, if the node can join it there (every other input was
+    made before it). The second case keeps a group whole when the program interleaves
+    independent work: transformers' attention permutes Q, K and V before it rotates Q
+    and K, and each rotary joins the group of its own permute."""
+    if current is not None and _try_join(current, node, owner):
+        return current
+    producers = [owner[base_of(v).id] for v in node.value_inputs() if base_of(v).id in owner]
+    if not producers:
+        return None
+    latest = max(producers, key=lambda k: position[id(k)])
+    if latest is current or latest.anchor is not None or not _try_join(latest, node, owner):
+        return None
+    return latest
 
 
 def _new_group(node: Node) -> Group:
@@ -120,8 +149,11 @@ def _add(group: Group, node: Node, space: Shape) -> None:
         src = node.inputs[0]
         off = len(space) - len(src.shape)
         group.whole_axes |= {a + off for a in node.spec.axes if src.shape[a] != 1}
+    if isinstance(node.spec, g.RotateHalf):
+        group.whole_axes.add(len(space) - 1)  # it swaps the halves of the last axis
     group.nodes.append(node)
     group.members |= {v.id for v in node.outputs}
+    group.reads |= {v.id for v in node.value_inputs()}
 
 
 def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
@@ -130,7 +162,8 @@ def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
     inputs = node.value_inputs()
     internal = [v for v in inputs if group is not None and v.id in group.members
                 or anchor is not None and v.producer is anchor]
-    if not internal:
+    shared = anchor is None and group is not None and any(v.id in group.reads for v in inputs)
+    if not internal and not shared:
         return False
     for v in inputs:
         base = base_of(v)
@@ -139,7 +172,7 @@ def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
     if isinstance(node.spec, LEAF_ONLY):
         return False
     if anchor is not None:
-        if isinstance(node.spec, (g.Reduce,) + LEAF_ONLY):
+        if isinstance(node.spec, WHOLE_ROWS + LEAF_ONLY):
             return False
         if anchor.out.dtype.value == "bool":
             return False

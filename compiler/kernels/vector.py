@@ -19,6 +19,7 @@ from compiler.graph import Node, Value
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Store, Transpose, Unary, VCopy
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
+from compiler.kernels.rotate_half import emit_rotate_half
 from compiler.plan import Group, Kernel, aligned
 
 MIN_TILE_BYTES = 32 * 1024
@@ -323,6 +324,9 @@ def emit_compute(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int
         elif isinstance(spec, g.Slice):
             shape = box_shape(own_box(node.out, box))
             em.emit(vpu, VCopy(sub(scratch[node.out.id], shape), sub(out, shape)), src)
+        elif isinstance(spec, g.RotateHalf):
+            emit_rotate_half(em, operand(ctx, node.inputs[0], box, bufs), out,
+                             node.out.shape[-1], vpu, src)
         elif isinstance(spec, g.Reduce):
             _emit_reduce(ctx, node, box, vpu, bufs, scratch, out, src)
         else:

@@ -12,7 +12,7 @@ from compiler import graph as g
 from compiler.graph import Value, base_of
 from compiler.graph_builder import GraphBuilder, normalize_dim
 from compiler.ir.dtypes import DType
-from compiler.ir.ops import BinaryKind, ReduceKind
+from compiler.ir.ops import BinaryKind, ReduceKind, UnaryKind
 from compiler.lowerings.indexing import (INDEX_DTYPES, gather_along, index_rows,
                                           gather_rows, stored)
 from compiler.lowerings.registry import lowering
@@ -162,11 +162,42 @@ def lower_cat(b: GraphBuilder, tensors: list[Value], dim: int = 0) -> Value:
     if len(parts) == 1:
         return parts[0]
     dim = normalize_dim(dim, len(parts[0].shape), b.source)
+    rotated = rotate_half_source(parts, dim)
+    if rotated is not None:
+        return b.add(g.RotateHalf(), (rotated,), rotated.shape, rotated.dtype, "rotate_half")
     dtype = parts[0].dtype
     parts = [b.cast(p, dtype) for p in parts]
     shape = list(parts[0].shape)
     shape[dim] = sum(p.shape[dim] for p in parts)
     return b.add(g.Cat(dim), parts, tuple(shape), dtype, "cat")
+
+
+def rotate_half_source(parts: list[Value], dim: int) -> Value | None:
+    """``x`` when ``parts`` along the last dim ``dim`` are ``(-x[..., h:], x[..., :h])``
+    with ``h`` half of ``x``'s last dim (rotary's ``rotate_half``), else None. The
+    slices and the negation become dead code: a :class:`compiler.graph.RotateHalf` reads
+    ``x`` whole, in the scratchpad, where a cat would copy its two halves through DRAM
+    after a kernel apiece stored them there."""
+    if len(parts) != 2 or not parts[0].shape or dim != len(parts[0].shape) - 1:
+        return None
+    negated, low = (p.producer for p in parts)
+    if negated is None or low is None or not isinstance(negated.spec, g.Unary) or \
+            negated.spec.kind is not UnaryKind.neg:
+        return None
+    high = negated.inputs[0].producer
+    if high is None or not isinstance(high.spec, g.Slice) or \
+            not isinstance(low.spec, g.Slice):
+        return None
+    x = high.inputs[0]
+    if low.inputs[0] is not x or x.dtype is not parts[0].dtype or \
+            x.dtype is not parts[1].dtype:
+        return None
+    size = x.shape[dim]
+    half = size // 2
+    if size % 2 or high.spec != g.Slice(dim, half, size, 1) or \
+            low.spec != g.Slice(dim, 0, half, 1):
+        return None
+    return x
 
 
 @lowering(aten.constant_pad_nd.default)

@@ -79,8 +79,10 @@ def test_utilization_agrees_between_text_json_and_html(out, document, sections):
     from_json = {e: f"{100 * u:.1f}%" for e, u in zip(document["engines"]["names"],
                                                        document["engines"]["utilization"])}
     assert text and all(from_json[e] == shown for e, shown in text.items())
-    # the real Llama-2 computation (embedding, head; hand-offs in shared SRAM)
-    assert text["core0.mxu0"] == "92.7%"
+    # the real Llama-2 computation (embedding, head): 91.1% before its rotary was one
+    # kernel and its hand-offs went through shared SRAM (a shorter run, the arrays'
+    # busy time unchanged)
+    assert text["core0.mxu0"] == "94.3%"
 
 
 def test_trace_covers_the_whole_run(out, document):
