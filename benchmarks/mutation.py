@@ -155,6 +155,15 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_verify_shortcuts.py",
         "tests/compiler/ir/test_strided_sram.py",
     ],
+    "compiler/residency.py": [  # intermediate tensors in shared SRAM
+        "tests/compiler/test_residency_mutants.py",
+        "tests/compiler/test_residency.py",
+    ],
+    "torch_bridge/numerics.py": [  # eager's first-call check, float64 judging rounding
+        "tests/torch_bridge/test_numerics.py",
+        "tests/app/test_pipeline.py::TestNumerics",
+        "tests/torch_bridge/test_compile_backend.py",
+    ],
     "compiler/ir/verify_races.py": [
         "tests/compiler/ir/test_verify.py",
         "tests/compiler/ir/test_verify_shortcuts.py",

@@ -165,3 +165,114 @@ def test_agreement_is_per_dtype_tolerance_with_exact_integers() -> None:
     i = torch.arange(4)
     assert numerics.agrees((i,), (i.clone(),)) and not numerics.agrees((i + 1,), (i,))
     assert not numerics.agrees((i,), None) and not numerics.agrees((i,), (i, i))
+
+
+def test_set_mode_is_what_mode_reports(program_runs):
+    numerics.set_mode("simulate")
+    assert numerics.mode() == "simulate"
+    numerics.set_mode("checked")
+    assert numerics.mode() == "checked"
+
+
+def _judge(got: list[float], want: list[float], truth: list[float],
+           dtype: torch.dtype = torch.float32) -> float:
+    """:func:`numerics.check_close` of one device output against torch's ``want`` (in
+    ``dtype``), with ``truth`` the float64 result."""
+    return numerics.check_close((torch.tensor(got, dtype=dtype),),
+                                (torch.tensor(want, dtype=dtype),),
+                                lambda: (torch.tensor(truth, dtype=torch.float64),))
+
+
+class TestFloat64Judge:
+    """Where a device output is outside :func:`numerics.compare_outputs`' tolerance,
+    :func:`numerics.check_close` accepts it when it is within ``ORDER_SLACK`` (16)
+    times torch's own error of the float64 result, plus the dtype's tolerance scaled to
+    the float64 result's largest finite value. The numbers are powers of two so each
+    bound is exact."""
+
+    def test_the_bound_is_sixteen_torch_errors_plus_the_scaled_tolerance(self) -> None:
+        """float32 at 1024 (float32's spacing there: 2^-13). torch is 2^-13 off the
+        float64 value, so the bound is 16 x 2^-13 + 1.3e-6 x 1024 = 3.284e-3 from it:
+        26 x 2^-13 (3.174e-3) below it passes, 27 x 2^-13 (3.296e-3) does not. Both
+        are outside compare_outputs' 1.3e-6 x 1024 = 1.331e-3 of torch's."""
+        ulp = 2.0 ** -13
+        assert numerics.ORDER_SLACK == 16
+        assert _judge([1024 - 26 * ulp], [1024 + ulp], [1024.0]) == 27 * ulp
+        with pytest.raises(NumericsError, match=r"^output 0: max \|npu - torch cpu\| = "
+                                                r"0\.00342, over the torch\.float32 "
+                                                r"tolerance 0\.00133"):
+            _judge([1024 - 27 * ulp], [1024 + ulp], [1024.0])
+
+    def test_at_the_bound_exactly_passes(self) -> None:
+        """float64 outputs take float32's tolerance. torch off by 2^-20 at 0: the
+        bound is 16 x 2^-20 + 1e-5 (the absolute floor); a result exactly that far
+        from the float64 value passes, the next float64 beyond it does not."""
+        bound = 16 * 2.0 ** -20 + 1e-5
+        assert _judge([-bound], [2.0 ** -20], [0.0], torch.float64) == bound + 2.0 ** -20
+        beyond = float(torch.nextafter(torch.tensor(-bound, dtype=torch.float64),
+                                       torch.tensor(-1.0, dtype=torch.float64)))
+        with pytest.raises(NumericsError):
+            _judge([beyond], [2.0 ** -20], [0.0], torch.float64)
+
+    @pytest.mark.parametrize("special", [float("nan"), float("inf"), float("-inf")])
+    def test_bfloat16_and_values_that_are_not_finite(self, special: float) -> None:
+        """bfloat16 (rtol 1.6e-2). torch is 2^-10 off at the second element; the
+        largest finite |value| is 0.5 (NaN and infinities left out of the scale), so
+        the bound is 16 x 2^-10 + 1.6e-2 x 0.5 = 0.023625: 11 x 2^-9 (0.0215) below the
+        float64 value passes, 13 x 2^-9 (0.0254) does not. Both are outside
+        compare_outputs' 1.6e-2 x 0.5 = 0.008. The non-finite element, the same in
+        all three, is no error of anyone's."""
+        want, truth = [0.5, 2.0 ** -10, special], [0.5, 0.0, special]
+        assert _judge([0.5 - 11 * 2.0 ** -9, 0.0, special], want, truth,
+                      torch.bfloat16) == 11 * 2.0 ** -9
+        with pytest.raises(NumericsError, match=r"^output 0: .* over the torch\.bfloat16 "
+                                                r"tolerance 0\.008 "):
+            _judge([0.5 - 13 * 2.0 ** -9, 0.0, special], want, truth, torch.bfloat16)
+
+    def test_without_a_float64_result_the_first_error_stands(self) -> None:
+        """The float64 run may be unavailable (None), fail, or return fewer outputs:
+        then compare_outputs' error is the answer."""
+        got, want = (torch.tensor([1.0 - 2e-4]),), (torch.tensor([1.0 + 2e-4]),)
+
+        def fails() -> tuple[torch.Tensor, ...]:
+            raise RuntimeError("no float64 kernel")
+
+        for exact in (lambda: None, fails, lambda: ()):
+            with pytest.raises(NumericsError, match=r"^output 0: max \|npu - torch cpu\| "
+                                                    r"= 0\.0004, over the torch\.float32 "
+                                                    r"tolerance 1e-05"):
+                numerics.check_close(got, want, exact)
+
+    def test_integer_outputs_must_equal_torchs_and_empty_ones_pass(self) -> None:
+        """Beside a float output within the bound (the first test's 26 x 2^-13), an
+        empty float output and an integer output equal to torch's pass; an integer
+        output that differs, before or after the float one, is an error (the message is
+        compare_outputs' first)."""
+        ulp = 2.0 ** -13
+        floats = (torch.tensor([1024 - 26 * ulp]), torch.tensor([1024 + ulp]),
+                  torch.tensor([1024.0], dtype=torch.float64))
+        empty = torch.zeros(0)
+        index, other = torch.tensor([3, 1]), torch.tensor([3, 2])
+
+        def judge(got: tuple, want: tuple, truth: tuple) -> float:
+            return numerics.check_close(got, want, lambda: truth)
+
+        assert judge((index, empty, floats[0]), (index, empty, floats[1]),
+                     (index, empty.double(), floats[2])) == 27 * ulp
+        with pytest.raises(NumericsError, match=r"^output 0: max \|npu - torch cpu\|"):
+            judge((floats[0], other), (floats[1], index), (floats[2], index))
+        with pytest.raises(NumericsError, match=r"^output 0: torch\.int64 values differ"):
+            judge((other, floats[0]), (index, floats[1]), (index, floats[2]))
+        wrong = torch.tensor([1024 - 27 * ulp])  # outside the bound, after an integer
+        with pytest.raises(NumericsError, match=r"^output 1: max \|npu - torch cpu\|"):
+            judge((index, wrong), (index, floats[1]), (index, floats[2]))
+
+
+def test_in_float64_converts_floats_inside_containers_and_leaves_the_rest() -> None:
+    x, i = torch.ones(2), torch.arange(2)
+    out = numerics.in_float64(((x, [i, 1.5]), {"w": x, "n": i, "k": 3}))
+    (tx, (ti, scalar)), kwargs = out
+    assert (tx.dtype, ti.dtype, scalar) == (torch.float64, torch.int64, 1.5)
+    assert {k: getattr(v, "dtype", v) for k, v in kwargs.items()} == {
+        "w": torch.float64, "n": torch.int64, "k": 3}
+    assert isinstance(out[0][1], list) and torch.equal(kwargs["w"], x.double())
