@@ -170,15 +170,12 @@ def _rewritten(command: Command, placed: dict[str, tuple[int, DramTensor]]) -> C
 
 
 def _on_chip(ref: DramRef, placed: dict[str, tuple[int, DramTensor]]) -> SramRef:
-    """The shared SRAM view of the DRAM box ``ref``: its tensor lies dense and
-    row-major at its offset."""
+    """The shared SRAM region of the DRAM box ``ref``, its tensor lying dense and
+    row-major at its offset: one run of bytes from the box's first element (only such
+    boxes are placed, :func:`_contiguous`)."""
     offset, tensor = placed[ref.tensor]
-    strides = _row_major(tensor.shape)
-    start = sum(s.start * st for s, st in zip(ref.slices, strides))
-    box = tuple(s.step * st for s, st in zip(ref.slices, strides))
-    shape = ref.shape
-    return SramRef(SHARED, offset + start * tensor.dtype.itemsize, shape, tensor.dtype,
-                   None if box == _row_major(shape) else box)
+    start = sum(s.start * st for s, st in zip(ref.slices, _row_major(tensor.shape)))
+    return SramRef(SHARED, offset + start * tensor.dtype.itemsize, ref.shape, tensor.dtype)
 
 
 def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
