@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from compiler import graph as g
 from compiler.graph import Graph, base_of
-from compiler.plan import ANCHORS
+from compiler.plan import ANCHORS, aligned
 
 
 @dataclass(frozen=True)
@@ -118,20 +118,25 @@ def _sink(node: g.Node) -> list[g.Node] | None:
     if not views:
         return None
     # sink below the view of a matmul/conv result if there is one (the epilogue to
-    # join); other inputs that are views of same-shaped results take their sources too
+    # join), of the output's own shape unless the node reduces; other inputs that are
+    # views of same-shaped results, or of results they only add or drop leading unit
+    # dims to (a norm's ``x * rsqrt(mean)``, whose [1, 1, 1] factor views a [1, 1]
+    # one), take their sources too
+    reduce = isinstance(node.spec, g.Reduce)
     anchored = [x for x in views if isinstance(x.producer.inputs[0].producer.spec, ANCHORS)]
-    view = (anchored or views)[-1]
-    source = view.producer.inputs[0]
-    siblings = {x.id: x.producer.inputs[0] for x in views
-                if x is not view and x.shape == view.shape and
-                x.producer.inputs[0].shape == source.shape}
-    if len(views) - 1 != len(siblings):
+    fitting = [x for x in anchored or views if reduce or x.shape == node.out.shape]
+    if not fitting:
         return None
+    view = fitting[-1]
+    source = view.producer.inputs[0]
     t = _trailing(view.shape, source.shape)
     if t == 0 or len(view.shape) == len(source.shape) and t == len(view.shape):
         return None
-    reduce = isinstance(node.spec, g.Reduce)
-    if not reduce and node.out.shape != view.shape:
+    siblings = {x.id: x.producer.inputs[0] for x in views
+                if x is not view and (x.shape == view.shape and
+                                      x.producer.inputs[0].shape == source.shape or
+                                      _unit_view(x, t))}
+    if len(views) - 1 != len(siblings):
         return None
     shift = len(source.shape) - len(view.shape)
     spec = node.spec
@@ -166,6 +171,15 @@ def _sink(node: g.Node) -> list[g.Node] | None:
     back = g.Node(g.View(), (inner,), (out,), node.source)
     out.producer = back
     return extra + [computed, back]
+
+
+def _unit_view(view: g.Value, t: int) -> bool:
+    """Whether ``view`` only adds or drops leading unit dims to the value it views, and
+    that value spans at most the trailing ``t`` dims: read in its place, it broadcasts
+    the same way over a space whose trailing ``t`` dims are the view's."""
+    source = view.producer.inputs[0]
+    return len(source.shape) <= t and all(n == 1 for n in view.shape[:-t]) and \
+        aligned(source.shape, t) == aligned(view.shape[-t:], t)
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ class FusionPass:
     name: str = "fusion"
 
     def apply(self, graph: Graph, options: CompileOptions) -> list[Kernel]:
+        deferred = _reduction_inputs(graph) if options.fusion else set()
         kernels: list[Kernel] = []
         current: Kernel | None = None
         owner: dict[int, Kernel] = {}
@@ -91,7 +92,8 @@ class FusionPass:
             if isinstance(spec, NO_CODE):
                 continue
             if isinstance(spec, VECTOR_SPECS):
-                target = _join(node, current, owner, position) if options.fusion else None
+                target = _join(node, current, owner, position, id(node) in deferred) \
+                    if options.fusion else None
                 if target is None:
                     current = target = Kernel(None, _new_group(node))
                     position[id(current)] = len(kernels)
@@ -111,14 +113,65 @@ class FusionPass:
         return kernels
 
 
+def _reduction_inputs(graph: Graph) -> set[int]:
+    """Ids (``id(node)``) of vector nodes that stay out of a matmul's epilogue and start
+    the pass of the reduction they feed: nodes whose results serve only reductions,
+    directly or through each other (a norm's square before its mean, its cast to float32
+    read by that square and by the scaling that waits for the mean), whose inputs are
+    stored anyway (read by others, or made in that pass). In an epilogue, whose tiles
+    split the rows a reduction needs whole, they would write values the reduction only
+    reads back; Llama's MLP norm then reads the residual sum, which the next residual
+    add reads too, in one pass. A node that would make the matmul store a value no one
+    else reads (BERT's bias and residual adds before its LayerNorm) stays in the
+    epilogue: moving it would move vector work, not save traffic."""
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    waits: dict[int, frozenset[int]] = {}  # node -> reductions it waits on, through vector nodes
+    for node in graph.nodes:
+        if isinstance(node.spec, VECTOR_SPECS + (g.View,)):
+            above = {r for v in node.value_inputs() if v.producer is not None
+                     for r in waits.get(id(v.producer), ())}
+            if isinstance(node.spec, g.Reduce):
+                above.add(id(node))
+            waits[id(node)] = frozenset(above)
+    feeds: dict[int, set[int]] = {}  # node -> reductions reading it, through vector nodes
+    serving: set[int] = set()
+    for node in reversed(graph.nodes):
+        if id(node) not in waits or any(v.id in outputs for v in node.outputs):
+            continue
+        readers = [r for v in node.outputs for r in users.get(v.id, ())]
+        below = {r for reader in readers for r in feeds.get(id(reader), ())}
+        below |= {id(r) for r in readers if isinstance(r.spec, g.Reduce)}
+        feeds[id(node)] = below
+        if (readers or isinstance(node.spec, g.View)) and all(
+                isinstance(r.spec, g.Reduce) or id(r) in serving or
+                waits.get(id(r), frozenset()) & below for r in readers):
+            serving.add(id(node))
+
+    def stored(value: g.Value) -> bool:
+        made = value.producer
+        return made is None or isinstance(made.spec, NO_CODE) or id(made) in found or \
+            value.id in outputs or \
+            any(id(r) not in serving for r in users.get(value.id, ()))
+
+    found: set[int] = set()
+    for node in graph.nodes:
+        if id(node) in serving and not isinstance(node.spec, g.View) and \
+                all(stored(base_of(v)) for v in node.value_inputs()):
+            found.add(id(node))
+    return found
+
+
 def _join(node: Node, current: Kernel | None, owner: dict[int, Kernel],
-          position: dict[int, int]) -> Kernel | None:
+          position: dict[int, int], deferred: bool = False) -> Kernel | None:
     """The kernel ``node`` joins: the current one, or else the vector group that
     produced its latest input, if the node can join it there (every other input was
     made before it). The second case keeps a group whole when the program interleaves
     independent work: transformers' attention permutes Q, K and V before it rotates Q
-    and K, and each rotary joins the group of its own permute."""
-    if current is not None and _try_join(current, node, owner):
+    and K, and each rotary joins the group of its own permute. A ``deferred`` node
+    (see :func:`_reduction_inputs`) joins no matmul's epilogue."""
+    if current is not None and not (deferred and current.anchor is not None) and \
+            _try_join(current, node, owner):
         return current
     producers = [owner[base_of(v).id] for v in node.value_inputs() if base_of(v).id in owner]
     if not producers:
