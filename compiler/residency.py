@@ -39,6 +39,10 @@ ALIGNMENT = 64
 """Bytes: each placed tensor starts on this boundary (a DMA burst)."""
 
 
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGNMENT) * ALIGNMENT
+
+
 @dataclass
 class _Temp:
     tensor: DramTensor
@@ -48,7 +52,7 @@ class _Temp:
 
     @property
     def size(self) -> int:
-        return -(-self.tensor.nbytes // ALIGNMENT) * ALIGNMENT
+        return _aligned(self.tensor.nbytes)
 
 
 @dataclass
@@ -65,7 +69,7 @@ def keep_on_chip(program: Program, config: NpuConfig) -> Program:
     temps = _candidates(program)
     if capacity <= 0 or not temps:
         return program
-    base = -(-program.sram_high_water.get(SHARED, 0) // ALIGNMENT) * ALIGNMENT
+    base = _aligned(program.sram_high_water.get(SHARED, 0))
     offsets = _place(program.commands, temps, base, capacity)
     if not offsets:
         return program
