@@ -54,15 +54,23 @@ def test_a_temp_between_two_kernels_moves_to_shared_sram_with_the_same_numbers()
                  if isinstance(c.op, Load) and c.op.src.tensor == temp
                  or isinstance(c.op, Store) and c.op.dst.tensor == temp]
     assert transfers  # the exp kernel stores it, the matmul loads it
-    copies = [c.op for c in placed.program.commands if isinstance(c.op, Copy)
-              and "shared" in (c.op.src.space, c.op.dst.space)]
-    assert len(copies) == len(transfers)
-    assert {op.src.space if isinstance(op.dst.space, str) and op.dst.space != "shared"
-            else op.dst.space for op in copies} == {"shared"}
-    # nothing else of the program changes
-    others = [c for c in kept.program.commands if c.op not in transfers]
-    assert [c.op for c in placed.program.commands if not isinstance(c.op, Copy)] == \
-        [c.op for c in others if not isinstance(c.op, Copy)]
+    # command by command: each store of the temp becomes a copy from the same
+    # scratchpad region into shared SRAM, each load a copy from shared SRAM into the
+    # same region; nothing else of the program changes
+    assert len(placed.program.commands) == len(kept.program.commands)
+    for before, after in zip(kept.program.commands, placed.program.commands):
+        assert (after.engine, after.deps, after.source) == \
+            (before.engine, before.deps, before.source)
+        if before.op not in transfers:
+            assert after.op == before.op
+        elif isinstance(before.op, Store):
+            assert isinstance(after.op, Copy) and after.op.src == before.op.src
+            assert after.op.dst.space == "shared"
+            assert after.op.dst.nbytes == before.op.src.nbytes
+        else:
+            assert isinstance(after.op, Copy) and after.op.dst == before.op.dst
+            assert after.op.src.space == "shared"
+            assert after.op.src.nbytes == before.op.dst.nbytes  # a k step's 16 values
     x, w = _inputs()
     torch.testing.assert_close(_output(placed), x.exp() @ w)
     # the temp (64 f32) crosses DRAM no more: written once, read by both cores

@@ -263,9 +263,12 @@ class TestFloat64Judge:
             judge((floats[0], other), (floats[1], index), (floats[2], index))
         with pytest.raises(NumericsError, match=r"^output 0: torch\.int64 values differ"):
             judge((other, floats[0]), (index, floats[1]), (index, floats[2]))
-        wrong = torch.tensor([1024 - 27 * ulp])  # outside the bound, after an integer
+        wrong = torch.tensor([1024 - 27 * ulp])  # outside the bound, after an integer or
+        # an empty output
         with pytest.raises(NumericsError, match=r"^output 1: max \|npu - torch cpu\|"):
             judge((index, wrong), (index, floats[1]), (index, floats[2]))
+        with pytest.raises(NumericsError, match=r"^output 1: max \|npu - torch cpu\|"):
+            judge((empty, wrong), (empty, floats[1]), (empty.double(), floats[2]))  # after
 
 
 def test_in_float64_converts_floats_inside_containers_and_leaves_the_rest() -> None:
