@@ -1,0 +1,93 @@
+"""Channels-last images without rearranging them: a graph pass.
+
+torch holds a channels-last image NHWC; the frontend stores such a user input (and a
+channels-last graph output) NHWC too, as a permute of the stored tensor
+(:data:`compiler.frontend.CHANNELS_FIRST`) on the way in and one
+(:data:`~compiler.frontend.CHANNELS_LAST`) on the way out. A convolution reading that
+permute reads the stored image instead, and one whose only reader is the outgoing
+permute writes NHWC itself: the implicit-GEMM convolution works channels last inside
+(:mod:`compiler.kernels.conv`), so both the input window's rearrangement and the
+output's transpose back to NCHW disappear, as on an NPU whose activations stay NHWC
+between layers. What is not folded stays a permute kernel: numbers are unchanged
+either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from compiler import graph as g
+from compiler.graph import Graph, Node, Value
+
+CHANNELS_LAST = (0, 2, 3, 1)
+"""NCHW -> NHWC: the dim order a channels-last image is stored in."""
+CHANNELS_FIRST = (0, 3, 1, 2)
+"""NHWC -> NCHW, its inverse."""
+
+
+def _permute_of(value: Value, perm: tuple[int, ...]) -> Value | None:
+    """The stored tensor ``value`` permutes by ``perm``, if a Permute node computes it
+    from one (not from a reshaped view: the convolution kernels address their image by
+    its own dims, as SegFormer's ``x.reshape(b, h, w, c).permute(0, 3, 1, 2)`` is not)."""
+    node = value.producer
+    if node is None or not isinstance(node.spec, g.Permute) or node.spec.perm != perm:
+        return None
+    source = node.inputs[0]
+    if source.producer is not None and isinstance(source.producer.spec, g.View):
+        return None
+    return source
+
+
+@dataclass(frozen=True)
+class ChannelsLastConvPass:
+    """Fold the permutes around convolutions into the convolutions (see the module)."""
+
+    name: str = "channels-last-conv"
+
+    def apply(self, graph: Graph) -> Graph:
+        users = graph.users()
+        outputs = {v.id for v in graph.outputs}
+        folded_out: dict[int, Node] = {}  # permute output id -> the conv writing it
+        nodes: list[Node] = []
+        for node in graph.nodes:
+            spec = node.spec
+            if isinstance(spec, g.Conv2d) and not spec.channels_last_in:
+                stored = _permute_of(node.inputs[0], CHANNELS_FIRST)
+                if stored is not None:
+                    node = _rebuilt(node, replace(spec, channels_last_in=True),
+                                    (stored, *node.inputs[1:]), node.outputs)
+            if isinstance(node.spec, g.Permute) and node.spec.perm == CHANNELS_LAST:
+                conv = node.inputs[0].producer
+                if conv is not None and conv.out.id not in outputs and \
+                        isinstance(conv.spec, g.Conv2d) and \
+                        not conv.spec.channels_last_out and \
+                        [n.out.id for n in users.get(conv.out.id, [])] == [node.out.id]:
+                    folded_out[node.out.id] = conv
+            nodes.append(node)
+        if not folded_out:
+            graph.nodes = nodes
+            return graph
+        rebuilt: list[Node] = []
+        drop = {id(conv) for conv in folded_out.values()}
+        by_input = {}
+        for node in nodes:
+            if isinstance(node.spec, g.Conv2d) and id(node) in drop:
+                by_input[node.out.id] = node
+                continue
+            conv = folded_out.get(node.out.id)
+            if conv is not None:  # the conv writes the permute's value, NHWC
+                node = _rebuilt(by_input[node.inputs[0].id],
+                                replace(conv.spec, channels_last_out=True),
+                                None, node.outputs)
+            rebuilt.append(node)
+        graph.nodes = rebuilt
+        return graph
+
+
+def _rebuilt(node: Node, spec: g.Spec, inputs: tuple | None,
+             outputs: tuple[Value, ...]) -> Node:
+    """``node`` with another spec (and inputs), writing ``outputs``."""
+    new = Node(spec, node.inputs if inputs is None else inputs, outputs, node.source)
+    for v in outputs:
+        v.producer = new
+    return new
