@@ -181,3 +181,49 @@ def test_the_eager_device_keeps_the_logical_order():
     (out,), _ = compiled.run(x, w)
     torch.testing.assert_close(out, torch.nn.functional.conv2d(x, w, padding=1),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_only_the_convolutions_at_the_boundary_fold_and_keep_their_source():
+    # conv1 reads the channels-last input and feeds a ReLU (its result stays NCHW);
+    # conv2 reads that ReLU (not a permute) and writes the channels-last output
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, 1, 1, bias=False),
+                                torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 8, 3, 2, 1, bias=False)
+                                ).to(memory_format=CL)
+    x = torch.randn(2, 8, 12, 12).to(memory_format=CL)
+    exported = torch.export.export(model, (x,))
+    graph, _, _ = build(exported, CompileOptions())
+    graph = DeadCodePass().apply(ChannelsLastConvPass().apply(graph))
+    convs = [n for n in graph.nodes if isinstance(n.spec, Conv2d)]
+    assert [(c.spec.channels_last_in, c.spec.channels_last_out) for c in convs] == \
+        [(True, False), (False, True)]
+    assert [c.source for c in convs] == ["0:conv2d", "2:conv2d_1"]
+    compiled, out, _ = _run(exported, x, config("atom"))
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    assert out.is_contiguous(memory_format=CL)
+    sources = {c.source for c in compiled.program.commands}
+    assert {"0:conv2d", "2:conv2d_1"} <= sources
+
+
+def test_a_permute_other_than_channels_first_is_not_folded():
+    # x.permute(0, 1, 3, 2) (a transpose of H and W) into a convolution: the conv reads
+    # the permute's result, computed by a permute kernel, never the input as NHWC
+    class Swapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 4, 3, 1, 1, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv(x.permute(0, 1, 3, 2))
+
+    torch.manual_seed(0)
+    model = Swapped()
+    x = torch.randn(1, 4, 6, 10)
+    exported = torch.export.export(model, (x,))
+    graph, _, _ = build(exported, CompileOptions())
+    graph = DeadCodePass().apply(ChannelsLastConvPass().apply(graph))
+    (conv,) = [n for n in graph.nodes if isinstance(n.spec, Conv2d)]
+    assert not conv.spec.channels_last_in and not conv.spec.channels_last_out
+    _, out, _ = _run(exported, x, config("atom"))
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
