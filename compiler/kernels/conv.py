@@ -129,7 +129,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
                                     (spec.channels_last_in, spec.channels_last_out))
         packed_cycles = packed.cost.estimate(ctx.config) if packed is not None else None
         gemm_cycles = tiling.cost.estimate(ctx.config) if tiling is not None else None
-        ctx.choices[node.source] = _choice(packed_cycles, gemm_cycles)
+        ctx.choices[node.source] = _choice(packed_cycles, gemm_cycles) + _layout_note(spec)
         if packed_cycles is not None and (gemm_cycles is None or packed_cycles < gemm_cycles):
             lower_conv_packed(ctx, kernel, packed)
             return
@@ -465,6 +465,13 @@ def _columns(ref: SramRef, span: tuple[int, int]) -> SramRef:
     lo, hi = span
     return SramRef(ref.space, ref.offset + lo * ref.dtype.itemsize, (rows, hi - lo),
                    ref.dtype, (width, 1))
+
+
+def _layout_note(spec: g.Conv2d) -> str:
+    """``; NHWC in and out`` when the image or the result is stored channels last."""
+    sides = [side for side, on in (("in", spec.channels_last_in),
+                                   ("out", spec.channels_last_out)) if on]
+    return f"; NHWC {' and '.join(sides)}" if sides else ""
 
 
 def _choice(packed: float | None, gemm: float | None) -> str:

@@ -61,8 +61,10 @@ def test_channels_last_convolution_matches_torch_and_returns_channels_last(
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
     assert out.is_contiguous(memory_format=CL) and not out.is_contiguous()
     assert torch.equal(x, before)
-    # one kernel: the convolution, reading and writing NHWC (no permute kernels)
+    # one kernel: the convolution, reading and writing NHWC (no permute kernels),
+    # which the report's mapping line says
     assert len(compiled.kernels) == 1
+    assert list(compiled.choices.values())[0].endswith("; NHWC in and out")
     graph, _, _ = build(exported, CompileOptions())
     graph = DeadCodePass().apply(ChannelsLastConvPass().apply(graph))
     (conv,) = graph.nodes
@@ -156,6 +158,7 @@ def test_a_convolution_with_bias_reads_nhwc_and_its_output_keeps_torchs_strides(
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
     assert out.is_contiguous(memory_format=CL)
     assert len(compiled.kernels) == 2
+    assert list(compiled.choices.values())[0].endswith("; NHWC in")
 
 
 def test_layouts_are_part_of_the_schedule_cache_key():
