@@ -45,6 +45,7 @@ class ChannelsLastConvPass:
     name: str = "channels-last-conv"
 
     def apply(self, graph: Graph) -> Graph:
+        _sink_outgoing(graph)
         users = graph.users()
         outputs = {v.id for v in graph.outputs}
         folded_out: dict[int, Node] = {}  # permute output id -> the conv writing it
@@ -82,6 +83,95 @@ class ChannelsLastConvPass:
             rebuilt.append(node)
         graph.nodes = rebuilt
         return graph
+
+
+_ELEMENTWISE = (g.Unary, g.Binary, g.Cast)
+"""Ops an outgoing permute moves above: computed the same in any dim order."""
+
+
+def _per_channel(shape: tuple[int, ...], channels: int) -> tuple[int, ...] | None:
+    """The NHWC shape of an operand broadcast along an NCHW image's channels (a bias or
+    a batch norm's ``[C, 1, 1]``) or along nothing; None for any other shape."""
+    if len(shape) > 4:
+        return None
+    n, c, h, w = (1,) * (4 - len(shape)) + tuple(shape)
+    if (n, h, w) != (1, 1, 1) or c not in (1, channels):
+        return None
+    return (1, 1, 1, c)
+
+
+def _from_conv(value: Value, users: dict[int, list[Node]]) -> bool:
+    """``value`` is a convolution's result, directly or through elementwise ops each
+    read only by the next."""
+    node = value.producer
+    while node is not None and isinstance(node.spec, _ELEMENTWISE):
+        images = [x for x in node.value_inputs() if x.shape == node.out.shape]
+        if len(images) != 1 or len(users.get(images[0].id, [])) != 1:
+            return False
+        node = images[0].producer
+    return node is not None and isinstance(node.spec, g.Conv2d) and \
+        len(users.get(node.out.id, [])) == 1
+
+
+def _sink_outgoing(graph: Graph) -> None:
+    """Move an outgoing permute above the elementwise ops between it and a convolution
+    (a bias, a batch norm, an activation: ``permute(relu(conv + b))`` becomes
+    ``relu(permute(conv) + b')``, ``b'`` the bias viewed ``[1, 1, 1, C]``), so that it
+    reaches the convolution, which then writes NHWC with those ops as its epilogue."""
+    outputs = {v.id for v in graph.outputs}
+    moved = True
+    while moved:
+        moved = False
+        users = graph.users()
+        for p in graph.nodes:
+            if not isinstance(p.spec, g.Permute) or p.spec.perm != CHANNELS_LAST:
+                continue
+            e = p.inputs[0].producer
+            if e is None or not isinstance(e.spec, _ELEMENTWISE) or \
+                    e.out.id in outputs or len(users.get(e.out.id, [])) != 1:
+                continue
+            images = [x for x in e.value_inputs() if x.shape == e.out.shape]
+            if len(images) != 1 or not _from_conv(images[0], users):
+                continue
+            image = images[0]
+            operands = [x for x in e.value_inputs() if x is not image]
+            shapes = [_per_channel(x.shape, image.shape[1]) for x in operands]
+            if None in shapes:
+                continue
+            _move_above(graph, p, e, image, dict(zip((x.id for x in operands), shapes)))
+            moved = True
+            break
+
+
+def _move_above(graph: Graph, p: Node, e: Node, image: Value,
+                shapes: dict[int, tuple[int, ...]]) -> None:
+    """``p`` (the permute of ``e``'s result) moved above ``e``: ``e`` rebuilt on the
+    permuted image and its other operands viewed as ``shapes`` says, writing ``p``'s
+    value."""
+    added: list[Node] = []
+    permuted = Value(tuple(image.shape[d] for d in CHANNELS_LAST), image.dtype,
+                     f"{image.name}.nhwc")
+    added.append(Node(g.Permute(CHANNELS_LAST), (image,), (permuted,), p.source))
+    permuted.producer = added[-1]
+    inputs = []
+    for x in e.inputs:
+        if x is image:
+            inputs.append(permuted)
+        elif isinstance(x, Value) and x.shape != shapes[x.id]:
+            view = Value(shapes[x.id], x.dtype, f"{x.name}.nhwc")
+            added.append(Node(g.View(), (x,), (view,), e.source))
+            view.producer = added[-1]
+            inputs.append(view)
+        else:
+            inputs.append(x)
+    rebuilt = _rebuilt(e, e.spec, tuple(inputs), p.outputs)
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        if node is e:
+            nodes += [*added, rebuilt]
+        elif node is not p:
+            nodes.append(node)
+    graph.nodes = nodes
 
 
 def _rebuilt(node: Node, spec: g.Spec, inputs: tuple | None,

@@ -227,8 +227,6 @@ def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
     if anchor is not None:
         if isinstance(node.spec, WHOLE_ROWS + LEAF_ONLY):
             return False
-        if isinstance(anchor.spec, g.Conv2d) and anchor.spec.channels_last_out:
-            return False  # its tiles store NHWC; epilogues run on NCHW tiles
         if anchor.out.dtype.value == "bool":
             return False
         space = anchor.out.shape

@@ -94,7 +94,8 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
                      for _ in range(sets)] if not spec.channels_last_out else [],
             "out": [alloc((ni, ot, ty * ow), out.dtype, "conv output") if cast else None
                     for _ in range(sets)],
-            "epi": [layout(ctx, kernel.group, (ni, ot, ty, ow), arena, 1, {out.id})
+            "epi": [layout(ctx, kernel.group, (ni, ty, ow, ot) if spec.channels_last_out
+                           else (ni, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
         })
     return _Layout(tiling, tap_groups, tiles, cores, bufs, [{} for _ in range(cores)])
@@ -446,7 +447,8 @@ class _Step:
             offset = ni * pixels * lo
             block = {"acc": [sub(self.b["acc"][self.q], (ni * pixels * (hi - lo),), offset)],
                      "out": [sub(self.b["out"][self.q], (ni * pixels * (hi - lo),), offset)
-                             if cast else None]}
+                             if cast else None],
+                     "epi": [self.b["epi"][self.q]]}
             stores.append(finisher(self.ctx, kernel, self.core, block, 0,
                                    (box[0], (o0 + lo, o0 + hi), box[2], box[3]),
                                    (ni * pixels, hi - lo), cast, nhwc_tile=True))

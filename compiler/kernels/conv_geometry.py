@@ -159,21 +159,37 @@ def finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
 def _nhwc_store(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
                 box: tuple[tuple[int, int], ...], shape: tuple[int, ...], cast: bool,
                 nhwc_tile: bool) -> Callable[[], None]:
-    out, source = kernel.anchor.out, kernel.anchor.source
+    """The finisher of a tile whose output is stored NHWC. A channels-last tile is cast,
+    stored and given its epilogue as it is (on the box in NHWC order); a channels-first
+    one without an epilogue is stored through a permuted view (the DMA writes runs of
+    channels), with one it is transposed into ``b["tile"]`` first."""
+    out, group, source = kernel.anchor.out, kernel.group, kernel.anchor.source
     (n0, n1), (c0, c1), (r0, r1), (w0, w1) = box
-    lengths = (n1 - n0, c1 - c0, r1 - r0, w1 - w0)
+    n, c, r, w = lengths = (n1 - n0, c1 - c0, r1 - r0, w1 - w0)
+    nhwc_box = ((n0, n1), (r0, r1), (w0, w1), (c0, c1))
+    order = pass_order(group, out, cast) if group else None
 
     def store() -> None:
-        value = sub(b["acc"][q], shape)
-        if cast:
-            ctx.em.emit(vpu_engine(core), Cast(value, sub(b["out"][q], shape)), source)
-            value = sub(b["out"][q], shape)
-        n, c, r, w = lengths
-        src = sub(value, (n, r, w, c)) if nhwc_tile else \
-            _permuted(sub(value, lengths), (0, 2, 3, 1))
-        dst = DramRef(ctx.view(out).tensor, (Slice(n0, n1), Slice(r0, r1), Slice(w0, w1),
-                                              Slice(c0, c1)))
-        ctx.em.emit(ctx.em.dma(core, "store"), Store(src, dst), source)
+        acc = sub(b["acc"][q], shape)
+        if not nhwc_tile and group is None:
+            value = acc
+            if cast:
+                value = sub(b["out"][q], shape)
+                ctx.em.emit(vpu_engine(core), Cast(acc, value), source)
+            dst = DramRef(ctx.view(out).tensor, tuple(Slice(*span) for span in nhwc_box))
+            ctx.em.emit(ctx.em.dma(core, "store"),
+                        Store(_permuted(sub(value, lengths), (0, 2, 3, 1)), dst), source)
+            return
+        if not nhwc_tile:
+            tile = sub(b["tile"][q], (n, r * w, c))
+            ctx.em.emit(vpu_engine(core), Transpose(sub(acc, (n, c, r * w)), tile, (0, 2, 1)),
+                        source)
+            acc = tile
+        lay = b["epi"][q] if group else None
+        finish_tile(ctx, core, sub(acc, (n, r, w, c)),
+                    sub(b["out"][q], (n, r, w, c)) if cast else None, out, group,
+                    (lay.buffers[0], lay.scratch[0]) if lay else None, order, nhwc_box,
+                    source)
     return store
 
 

@@ -251,8 +251,12 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
                      for _ in range(sets)] if pixels_major else None,
             "out": [alloc((ot, ty * ow), out.dtype, "conv output") if cast else None
                     for _ in range(sets)],
-            "epi": [layout(ctx, kernel.group, (1, ot, ty, ow), arena, 1, {out.id})
+            "epi": [layout(ctx, kernel.group, (1, ty, ow, ot) if spec.channels_last_out
+                           else (1, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
+            "tile": [alloc((ty * ow, ot), acc_dtype, "conv channels-last tile")
+                     for _ in range(sets)]
+            if spec.channels_last_out and kernel.group and not pixels_major else [],
         })
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     step_counts = [0] * cores

@@ -43,7 +43,8 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
         pixels = ty * ow
         need = (sets * ct * pixels * item + 2 * sets * ot * ct * kh * kw * item +
                 sets * ot * pixels * (4 + (out.dtype.itemsize if cast else 0)) +
-                sets * (epi * ot * pixels + 64 * 16) + 8192)
+                sets * (epi * ot * pixels + 64 * 16) + 8192 +
+                (sets * ot * pixels * 4 if spec.channels_last_out and kernel.group else 0))
         if need <= ctx.capacity or (ty == 1 and ot == 1 and ct == 1):
             break
         if ty > 1:
@@ -72,8 +73,11 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
                     for _ in range(sets)],
             "out": [arena.alloc((ot, ty * ow), out.dtype, "conv output") if cast else None
                     for _ in range(sets)],
-            "epi": [layout(ctx, kernel.group, (1, ot, ty, ow), arena, 1, {out.id})
+            "epi": [layout(ctx, kernel.group, (1, ty, ow, ot) if spec.channels_last_out
+                           else (1, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
+            "tile": [arena.alloc((ty * ow, ot), acc_dtype, "conv channels-last tile")
+                     for _ in range(sets)] if spec.channels_last_out and kernel.group else [],
         })
     step_counts = [0] * cores
     chunk_counts = [0] * cores

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import compiler
+import compiler.kernels.conv as conv_kernel
 from archsim.agreement import ConvLayer, conv_agreement
 from archsim.simulator import Simulator
 from compiler import CompileOptions
@@ -150,15 +151,56 @@ def test_resnet_shortcut_on_one_array_within_a_quarter_of_scale_sim():
     assert Simulator(ARRAY).run(nchw.program).total_cycles > 1.5 * scalesim
 
 
-def test_a_convolution_with_bias_reads_nhwc_and_its_output_keeps_torchs_strides():
-    # the bias add reads the convolution's result, so the outgoing permute stays a
-    # kernel of its own; the input side still folds
+def test_a_convolution_with_bias_writes_nhwc_with_the_bias_as_its_epilogue():
+    # permute(conv + b) becomes permute(conv) + b viewed [1, 1, 1, C]: the permute
+    # reaches the convolution, which writes NHWC and adds the bias on its tiles
     model, x, exported = _exported(8, 16, 3, 1, 1, 10, bias=True)
     compiled, out, _ = _run(exported, x, config("atom"))
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
     assert out.is_contiguous(memory_format=CL)
-    assert len(compiled.kernels) == 2
-    assert list(compiled.choices.values())[0].endswith("; NHWC in")
+    assert len(compiled.kernels) == 1
+    assert list(compiled.choices.values())[0].endswith("; NHWC in and out")
+    graph, _, _ = build(exported, CompileOptions())
+    graph = DeadCodePass().apply(ChannelsLastConvPass().apply(graph))
+    conv, view, add = graph.nodes[-3:]  # after the bias's own [C, 1, 1] view
+    assert conv.spec.channels_last_out and conv.out.shape == (2, 10, 10, 16)
+    assert view.out.shape == (1, 1, 1, 16) and add.inputs == (conv.out, view.out)
+    assert add.out is graph.outputs[0]
+
+
+@pytest.mark.parametrize("mapping", ["auto", "packed", "implicit", "per_tap"])
+def test_every_mapping_runs_an_epilogue_on_nhwc_tiles(monkeypatch, mapping):
+    # batch norm and ReLU after a stride-2 convolution, channels-last in and out: the
+    # implicit GEMM's tiles are channels last already; the packed taps' (pixels
+    # streamed as columns) and the per-tap kernel's are transposed once first
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, 2, 1, bias=False),
+                                torch.nn.BatchNorm2d(32), torch.nn.ReLU()).eval()
+    norm = model[1]
+    norm.running_mean.uniform_(-1, 1)
+    norm.running_var.uniform_(0.5, 2)
+    norm.weight.data.uniform_(0.5, 2)
+    norm.bias.data.uniform_(-1, 1)
+    model = model.to(memory_format=CL)
+    x = torch.randn(2, 16, 17, 17).to(memory_format=CL)
+    exported = torch.export.export(model, (x,))
+    with monkeypatch.context() as patch:
+        if mapping in ("packed", "per_tap"):
+            patch.setattr(conv_kernel, "choose_conv_tiling", lambda *a, **k: None)
+        if mapping in ("implicit", "per_tap"):
+            patch.setattr(conv_kernel, "choose_packed_tiling", lambda *a, **k: None)
+        compiled, out, _ = _run(exported, x, config("atom"))
+    clear_cache()
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    assert out.is_contiguous(memory_format=CL)
+    choice = [c for s, c in compiled.choices.items() if "conv" in s][0]
+    assert choice.startswith({"auto": "implicit GEMM", "implicit": "implicit GEMM",
+                              "packed": "taps packed into K",
+                              "per_tap": "one tap at a time"}[mapping])
+    assert choice.endswith("; NHWC in and out")
+    # the convolution's kernel ends with the normalized, rectified NHWC stores
+    stores = _ops(compiled, Store)
+    assert stores and all(s.dst.tensor == compiled.output_names[0] for s in stores)
 
 
 def test_layouts_are_part_of_the_schedule_cache_key():
