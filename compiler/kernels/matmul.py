@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 
 from archsim.config.names import mxu_engine, sram_space, vpu_engine
-from archsim.errors import LoweringError
+from archsim.errors import CapacityError, LoweringError
 from compiler.cost import choose_matmul_tiling
 from compiler.emit import Arena
 from compiler.graph import Value
@@ -105,8 +105,15 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     staged_b = StagedB.plan(ctx, -(-n // n_tile), len(k_steps), used, (kt, nt), b.dtype) \
         if keep_weights else None
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
-    bufs = [_allocate(ctx, c, tiling, (a.dtype, b.dtype), acc_dtype, out, cast_needed,
-                      group, rank, dq, widen) for c in range(cores)]
+    def allocate(base: int) -> list[_Buffers]:
+        return [_allocate(ctx, operand_arena(ctx, c, base), tiling, (a.dtype, b.dtype),
+                          acc_dtype, out, cast_needed, group, rank, dq, widen)
+                for c in range(cores)]
+    try:  # after the previous matmul kernel's buffers, or from 0 if they do not fit
+        bufs = allocate(ctx.matmul_sram_end)
+    except CapacityError:
+        bufs = allocate(0)
+    ctx.matmul_sram_end = bufs[0].end
     step_count = [0] * cores
     holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
     ranges: list[tuple[int, int, int]] = []  # (first, end command, panel) when in part
@@ -152,6 +159,22 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                                      panels.tiles_per_panel)
 
 
+def operand_arena(ctx: Context, core: int, base: int) -> Arena:
+    """The scratchpad of ``core`` from byte ``base`` on, for a matmul kernel's buffers.
+
+    Each matmul kernel places its buffers where the previous one's end (wrapping to 0
+    when they do not fit), as a compiler that prefetches the next op's weights gives
+    that prefetch buffers of its own: the SRAM dependencies then let the next kernel's
+    first weight loads start as soon as the DMA queues reach them, while this one's
+    last multiplies still read their tiles. With the same buffers, those loads
+    waited for the multiplies that last read each byte (a one-row-weight GEMV on
+    ``tpu-v4`` left the arrays idle ~1,200 cycles at each projection's start, the DRAM
+    half idle meanwhile)."""
+    arena = Arena(sram_space(core), ctx.capacity)
+    arena.top = base
+    return arena
+
+
 def _tagged(ctx: Context, steps: TileSteps, panel: int,
             ranges: list[tuple[int, int, int]]) -> TileSteps:
     """``steps`` noting the commands each phase emits as ``panel``'s."""
@@ -174,16 +197,16 @@ class _Buffers:
         self.acc: list[list[SramRef]] = []
         self.out: list[list[SramRef]] = []
         self.epilogue: list[list[tuple[dict[int, SramRef], dict[int, SramRef]]]] = []
+        self.end = 0  # the scratchpad byte after the last buffer
 
 
-def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
+def _allocate(ctx: Context, arena: Arena, tiling, dtypes: tuple[DType, DType],
               acc_dtype: DType, out: Value, cast_needed: bool, group,
               rank: int, dq: DequantWeights | None = None, widen: bool = False) -> _Buffers:
-    """SRAM of one core: A and B tiles in their operands' dtypes (``dtypes``; weight-only
-    int8 B tiles stay int8, int4 ones packed; dequantized ones with their scales; with
-    ``widen``, the vector unit's dequantized copies in A's dtype), accumulators, outputs
-    and the epilogue's buffers."""
-    arena = Arena(sram_space(core), ctx.capacity)
+    """SRAM of one core (in ``arena``): A and B tiles in their operands' dtypes
+    (``dtypes``; weight-only int8 B tiles stay int8, int4 ones packed; dequantized ones
+    with their scales; with ``widen``, the vector unit's dequantized copies in A's
+    dtype), accumulators, outputs and the epilogue's buffers."""
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
     bufs = _Buffers()
     a_tiles = tiling.op_sets * (tiling.k_steps if tiling.a_resident else 1)
@@ -210,6 +233,7 @@ def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
             lays = [layout(ctx, group, epi_tile, arena, 1, {out.id})
                     for _ in range(tiling.arrays)]
             bufs.epilogue.append([(lay.buffers[0], lay.scratch[0]) for lay in lays])
+    bufs.end = arena.top
     return bufs
 
 
