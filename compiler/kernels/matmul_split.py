@@ -147,17 +147,15 @@ def rebalanced(tiles: list[Tile], cores: int, n: int, k: int, tile: tuple[int, i
     return tiles[:len(tiles) - len(last)], tail
 
 
-def rebalanced_for(config: NpuConfig, tiles: list[Tile], cores: int, rows: int, n: int,
+def rebalanced_for(config: NpuConfig, tiles: list[Tile], cores: int, m: int, n: int,
                    k: int, tiling: MatmulTiling, a_dtype: DType
                    ) -> tuple[list[Tile], list[TailTile]]:
-    """A one-row-block matmul's tiles without their last round, and that round dealt
-    evenly over every array (:func:`rebalanced`), if the array cycles that saves on
-    the busiest core outweigh loading A again for each tile of the new round (all of
-    K each; a plain tile of a resident A row block loads none): a decode GEMV's A is
-    one row, a prefill's a block as large as its weights. Not for weights dequantized
-    on the way in: their loads (a DMA run per block of columns, and scales) bind
-    before the arrays do (a 4096 -> 11008 int4 GEMV on ``tpu-v4`` took 1.7% longer
-    balanced), so the split steps would only add loads."""
+    """An ``m``-row matmul's tiles (one row block) without their last round, and that
+    round dealt evenly over every array (:func:`rebalanced`), if the array cycles that
+    saves on the busiest core outweigh loading A again for each tile of the new round
+    (all of K each; a plain tile of a resident A row block loads none): a decode GEMV's
+    A is one row, a prefill's a block as large as its weights (Llama-2-7B's TTFT on
+    ``tpu-v4`` rose 1.6% with every prefill projection rebalanced)."""
     matrix = config.core.matrix
     kt, nt = tiling.kt, tiling.nt
     k_unit = matrix.rows * matrix.rates.of(a_dtype.rate_name)  # K rows of a fold
@@ -166,9 +164,9 @@ def rebalanced_for(config: NpuConfig, tiles: list[Tile], cores: int, rows: int, 
         return rows * width <= kt * nt
 
     def worth(folds: int, tail_tiles: int) -> bool:
-        fold = matmul_cycles(rows, k_unit, matrix.cols, matrix, a_dtype) - \
+        fold = matmul_cycles(m, k_unit, matrix.cols, matrix, a_dtype) - \
             back_to_back_saving(matrix)
-        a_bytes = tail_tiles * rows * k * a_dtype.itemsize
+        a_bytes = tail_tiles * m * k * a_dtype.itemsize
         return folds * fold > a_bytes / load_bandwidth(config)
     return rebalanced(tiles, cores, n, k, (kt, nt), tiling.arrays, matrix.cols, k_unit, fits,
                       worth)
