@@ -159,6 +159,9 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/test_channels_last_pass.py",
         "tests/compiler/test_channels_last.py",
     ],
+    "compiler/layout_regions.py": [  # activations NHWC between convolutions
+        "tests/compiler/test_channels_last_regions.py",
+    ],
     "compiler/residency.py": [  # intermediate tensors in shared SRAM
         "tests/compiler/test_residency_mutants.py",
         "tests/compiler/test_residency.py",

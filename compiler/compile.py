@@ -33,6 +33,7 @@ from compiler.kernels.common import Context
 from compiler.kernels.matmul_panels import TilePanels
 from compiler.frontend import channels_last
 from compiler.layout import ChannelsLastConvPass
+from compiler.layout_regions import ChannelsLastActivationsPass
 from compiler.options import CompileOptions
 from compiler.plan import ANCHORS, FusionPass, Kernel
 from compiler.residency import keep_on_chip
@@ -272,6 +273,8 @@ def _materialize(graph: Graph, kernels: list[Kernel], scalars: dict[int, float])
 def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name: str
                   ) -> tuple[Program, dict[int, str], dict[str, Callable[..., Any]],
                              dict[str, Any], list[Kernel], Context]:
+    if options.channels_last:
+        graph = ChannelsLastActivationsPass().apply(graph)
     graph = DeadCodePass().apply(ChannelsLastConvPass().apply(graph))
     if options.attention_fusion:
         graph = AttentionLayoutPass().apply(graph)

@@ -91,7 +91,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
                        for _ in range(sets)] if packed else [],
             "acc": [alloc((m, ot), acc_dtype, "conv accumulator") for _ in range(sets)],
             "nchw": [alloc((ni, ot, ty * ow), acc_dtype, "conv output tile")
-                     for _ in range(sets)] if not spec.channels_last_out else [],
+                     for _ in range(sets)],
             "out": [alloc((ni, ot, ty * ow), out.dtype, "conv output") if cast else None
                     for _ in range(sets)],
             "epi": [layout(ctx, kernel.group, (ni, ty, ow, ot) if spec.channels_last_out
@@ -436,28 +436,26 @@ class _Step:
 
     def _nhwc_finisher(self, kernel: Kernel, cast: bool,
                        box: tuple[tuple[int, int], ...]):
-        """The channels-last accumulator stored as it is into the NHWC output: one
-        store per array's column block (each array accumulates its columns densely)."""
-        ni, pixels = self.ni, self.ty * self.geo.out_cols
-        (o0, _) = self.oo
-        stores = []
-        for _, by, (lo, hi) in self._split():
-            if by != "cols":
-                lo, hi = 0, self.no
-            offset = ni * pixels * lo
-            block = {"acc": [sub(self.b["acc"][self.q], (ni * pixels * (hi - lo),), offset)],
-                     "out": [sub(self.b["out"][self.q], (ni * pixels * (hi - lo),), offset)
-                             if cast else None],
-                     "epi": [self.b["epi"][self.q]]}
-            stores.append(finisher(self.ctx, kernel, self.core, block, 0,
-                                   (box[0], (o0 + lo, o0 + hi), box[2], box[3]),
-                                   (ni * pixels, hi - lo), cast, nhwc_tile=True))
-            if by != "cols":
-                break
+        """The channels-last accumulator into the NHWC output: as it is when one array
+        or several by rows computed it; when the arrays took column blocks (each
+        accumulating its columns densely), the blocks are first copied side by side
+        into one ``[pixels, o]`` tile (as the NCHW path transposes them into one), so
+        the epilogue and the store run once over the whole tile."""
+        ni, no, pixels = self.ni, self.no, self.ty * self.geo.out_cols
+        b, q = self.b, self.q
+        blocks = [(lo, hi) for _, by, (lo, hi) in self._split() if by == "cols"]
+        tile = {**b, "acc": b["nchw"]} if blocks else b
+        finish = finisher(self.ctx, kernel, self.core, tile, q, box, (ni * pixels, no),
+                          cast, nhwc_tile=True)
 
         def store() -> None:
-            for each in stores:
-                each()
+            whole = b["nchw"][q]
+            for lo, hi in blocks:
+                src = sub(b["acc"][q], (ni * pixels, hi - lo), ni * pixels * lo)
+                dst = SramRef(whole.space, whole.offset + lo * whole.dtype.itemsize,
+                              (ni * pixels, hi - lo), whole.dtype, (no, 1))
+                self.emit(self.vpu, VCopy(src, dst))
+            finish()
         return store
 
 
