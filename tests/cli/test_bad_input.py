@@ -63,6 +63,18 @@ def test_non_positive_sizes(flag: str, capsys) -> None:
     assert f"argument {flag}: expected a positive integer, got -5" in err
 
 
+@pytest.mark.parametrize("flag, value", [
+    ("--micro-batches", "0"),  # was taken as "not given" and served
+    ("--batch", "-1"),  # was "batch must be >= 1, got -1; micro-batches must be ..."
+    ("--pp", "0"),  # was also blamed on the micro-batches nobody gave
+    ("--chips", "0"),  # was "--chips 0 is not --tp 1 x --pp 1 = 1"
+    ("--tp", "0"), ("--prefill", "0")])
+def test_llm_counts_must_be_positive(flag: str, value: str, capsys) -> None:
+    err = _error(capsys, "argparse", "llm", "llama-2-7b", flag, value)
+    assert err.splitlines()[-1] == (f"archsim llm: error: argument {flag}: expected a "
+                                    f"positive integer, got {value}")
+
+
 def test_json_into_a_missing_directory_is_refused_before_simulating(tmp_path: Path,
                                                                     capsys) -> None:
     target = tmp_path / "missing" / "result.json"
