@@ -59,6 +59,20 @@ def test_compare_table(mm_result, simulate, programs):
         compare_table([mm_result, other], labels=["x"])
 
 
+def test_compare_table_keeps_small_speedups_readable(mm_result):
+    # Runs 200x and 8x slower than the first: 0.005x (it read 0.01x, edge against
+    # atom 0.00x) and 0.125 at two decimals.
+    import dataclasses
+
+    from reports.data import report_data
+
+    data = report_data(mm_result)
+    slower = [dataclasses.replace(data, total_cycles=data.total_cycles * n) for n in (200, 8)]
+    speedup = next(r for r in compare_table([data, *slower], labels=["a", "b", "c"])
+                   .splitlines() if r.strip().startswith("speedup vs a"))
+    assert speedup.split()[-3:] == ["1.00x", "0.005x", "0.12x"]
+
+
 def test_summary_states_the_matrix_precision(mm_result):
     from archsim.config import load_config
     from reports.data import matrix_precision
