@@ -282,6 +282,8 @@ def report(args: argparse.Namespace) -> int:
     print(reports.summary(data))
     print()
     print(reports.op_table(data, top=args.top))
+    print()
+    print(reports.critical_path_text(data, max_rows=12))
     if args.out:
         out = output_dir(args.out)
         reports.write_html(data, out / "report.html")

@@ -97,6 +97,17 @@ class TestRun:
         assert code == 0
         assert "168 cycles" in out
 
+    def test_report_renders_what_run_printed(self, capsys, tmp_path: Path,
+                                             program_file: Path) -> None:
+        # `report` is "re-render the report of a saved result.json": the same summary,
+        # op table and critical path as the run (the critical path was left out).
+        code, printed, _ = run_cli(capsys, "run", str(program_file), "--config", "tiny",
+                                   "--json", str(tmp_path / "r.json"))
+        assert code == 0 and "Critical path" in printed
+        code, rendered, _ = run_cli(capsys, "report", str(tmp_path / "r.json"))
+        assert code == 0
+        assert rendered == printed
+
     def test_overrides_change_the_machine(self, capsys, program_file: Path) -> None:
         code, out, _ = run_cli(capsys, "run", str(program_file), "--config", "tiny", "-q",
                                "--set", "core.vector.lanes=8")
