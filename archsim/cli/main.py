@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also write summary.txt, trace.json (Perfetto), result.json, "
                           "report.html and figures to DIR")
     run.add_argument("--json", metavar="FILE", type=output_file, help="write the result as JSON to FILE")
+    run.add_argument("--save-program", metavar="FILE", type=output_file,
+                     help="write the scheduled program the run simulated as text (.rbln) "
+                          "to FILE: 'archsim show FILE' prints and verifies it, 'archsim "
+                          "run FILE' simulates it again (of a run whose layers or tiles "
+                          "were extended, the simulated part)")
     run.add_argument("--list", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(handler=commands.run)
 
