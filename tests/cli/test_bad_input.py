@@ -163,3 +163,19 @@ def test_llm_trace_into_a_missing_directory_is_refused_before_serving(tmp_path: 
     target = tmp_path / "missing" / "trace.json"
     err = _error(capsys, "argparse", "llm", "llama-2-7b", "--trace", str(target))
     assert f"argument --trace: {target}: directory '{target.parent}' does not exist" in err
+
+
+def test_run_of_a_json_that_is_no_transformers_config(tmp_path: Path, capsys) -> None:
+    # An archsim result.json given to `run` was read as a transformers config, and
+    # transformers' error listed its ~900 model types in the one line.
+    result = tmp_path / "result.json"
+    result.write_text('{"format": "archsim.report", "version": 1}')
+    err = _error(capsys, "run", str(result))
+    assert err.strip() == (f"archsim: error: {result}: not a transformers config.json: it has "
+                           f"no 'model_type'; it is an archsim result: re-render it with "
+                           f"'archsim report {result}'")
+    unknown = tmp_path / "foo.json"
+    unknown.write_text('{"model_type": "foo"}')
+    err = _error(capsys, "run", str(unknown))
+    assert err.strip() == (f"archsim: error: {unknown}: transformers cannot read this config "
+                           f"(Unrecognized model identifier: foo.)")
