@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "the top ops and the critical path.")
     workload_args(run)
     config_args(run)
-    run.add_argument("--top", type=int, default=10, help="ops to list (default 10)")
+    run.add_argument("--top", type=positive, default=10, help="ops to list (default 10)")
     run.add_argument("--out", metavar="DIR",
                      help="also write summary.txt, trace.json (Perfetto), result.json, "
                           "report.html and figures to DIR")
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="re-render the report of a saved result.json")
     report.add_argument("result", metavar="RESULT.json")
-    report.add_argument("--top", type=int, default=10, help="ops to list (default 10)")
+    report.add_argument("--top", type=positive, default=10, help="ops to list (default 10)")
     report.add_argument("--out", metavar="DIR", help="write HTML and figures to DIR")
     report.set_defaults(handler=commands.report)
     return parser

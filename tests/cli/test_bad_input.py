@@ -63,6 +63,13 @@ def test_non_positive_sizes(flag: str, capsys) -> None:
     assert f"argument {flag}: expected a positive integer, got -5" in err
 
 
+@pytest.mark.parametrize("command", ["run", "report"])
+def test_top_must_be_positive(command: str, capsys) -> None:
+    # --top -1 listed every op but the last (a Python slice), --top 0 none.
+    err = _error(capsys, "argparse", command, "x.json", "--top", "-1")
+    assert "argument --top: expected a positive integer, got -1" in err
+
+
 @pytest.mark.parametrize("flag, value", [
     ("--micro-batches", "0"),  # was taken as "not given" and served
     ("--batch", "-1"),  # was "batch must be >= 1, got -1; micro-batches must be ..."
