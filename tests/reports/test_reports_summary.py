@@ -16,6 +16,19 @@ def test_summary_headline(mm_result):
     assert "of 16.0 GB/s" in text               # tiny: one 16 GB/s channel
 
 
+def test_summary_runs_per_second_below_one_are_not_rounded_to_whole_runs(mm_result):
+    # tiny runs at 1 GHz: 1.6e9 cycles = 1.6 s = 0.625 runs/s (it read "1 runs/s");
+    # 3.2e9 cycles read "0 runs/s"; 4,000 cycles = 250,000 runs/s stays whole.
+    import dataclasses
+
+    from reports.data import report_data
+
+    data = report_data(mm_result)
+    for cycles, rate in ((1_600_000_000, "(0.625 runs/s)"), (3_200_000_000, "(0.312 runs/s)"),
+                         (4_000, "(250,000 runs/s)")):
+        assert rate in summary(dataclasses.replace(data, total_cycles=cycles))
+
+
 def test_summary_lists_host_work_with_its_time(mm_result):
     text = summary(mm_result)
     assert "Host work: 2 commands, 2,468 cycles" in text
