@@ -41,9 +41,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from archsim.result import SimResult
 from compiler.ir.ops import Program
 from reports.compulsory import compulsory_tensor_bytes
-from archsim.result import SimResult
 from reports.data import UNATTRIBUTED, ReportData, report_data
 from reports.ops import OpRow, op_rows
 
