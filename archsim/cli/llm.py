@@ -110,6 +110,9 @@ def parallelism(args: argparse.Namespace) -> Any:
     from serving.plan import Parallelism
 
     tp, pp, chips = args.tp, args.pp, args.chips
+    for flag, given in (("--tp", tp), ("--pp", pp)):
+        if chips is not None and given is not None and chips % given:
+            raise ModelConfigError(f"--chips {chips} is not a multiple of {flag} {given}")
     if chips is not None:  # the missing factor follows from --chips
         if tp is None:
             tp = chips // pp if pp and chips % pp == 0 else (chips if pp is None else None)
