@@ -110,7 +110,7 @@ def parallelism(args: argparse.Namespace) -> Any:
     from serving.plan import Parallelism
 
     tp, pp, chips = args.tp, args.pp, args.chips
-    for flag, given in (("--tp", tp), ("--pp", pp)):
+    for flag, given in (("--tp", tp), ("--pp", pp)) if (tp is None) != (pp is None) else ():
         if chips is not None and given is not None and chips % given:
             raise ModelConfigError(f"--chips {chips} is not a multiple of {flag} {given}")
     if chips is not None:  # the missing factor follows from --chips
