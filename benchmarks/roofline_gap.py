@@ -4,18 +4,22 @@
 Runs a small model zoo performance-only (ResNet-18 and ResNet-50; MobileNetV2 and one
 ViT-B/16 layer from transformers' default configs; one BERT-base layer; Llama-2-7B
 blocks as a 2048-token prefill and as a one-token step, i.e. the decode-shaped GEMVs
-without a KV cache), each in the config's native dtype, on each config, and for every op of the per-op table
-(:mod:`reports.ops`) compares its time with its roofline (:mod:`reports.roofline_gap`):
-the largest of its matrix FLOPs at the matrix peak, its other FLOPs at the vector peak,
-and its *compulsory* bytes (each element of each tensor it reads read once, each it
-writes written once, at its stored size: :mod:`reports.compulsory`, the op table's
-DRAM/min) at DRAM bandwidth, except that an intermediate tensor the chip's shared SRAM
-could hold counts at the shared SRAM port's bandwidth instead. That is the least time
-any schedule of the op could take: keeping a hand-off on chip is one schedule, so its
-bytes cannot count at DRAM speed in a lower bound; yet whether the compiler does keep
-it on chip does not move the bound (the bytes come from each model compiled a second
-time without :mod:`compiler.residency`), so an op's gap drops exactly when it gets
-faster, and a hand-off left in DRAM that could have stayed on chip shows as a gap.
+without a KV cache), each in the config's native dtype, on each config, and for every op
+of the per-op table (:mod:`reports.ops`) compares its time with its roofline
+(:mod:`reports.roofline_gap`): the largest of its matrix FLOPs at the matrix peak, its
+other FLOPs at the vector peak, and its *compulsory* bytes (each element of each tensor
+it reads read once, each it writes written once, at its stored size:
+:mod:`reports.compulsory`, the op table's DRAM/min) at DRAM bandwidth, except that an
+intermediate tensor the chip's shared SRAM could hold counts at the shared SRAM port's
+bandwidth instead. That is the least time any schedule of the op could take: keeping a
+hand-off on chip is one schedule, so its bytes cannot count at DRAM speed in a lower
+bound; yet whether the compiler does keep it on chip does not move the bound (the bytes
+come from each model compiled a second time without :mod:`compiler.residency`), so an
+op's gap drops exactly when it gets faster, and a hand-off left in DRAM that could have
+stayed on chip shows as a gap. Each intermediate is judged by itself (it fits in the
+whole shared SRAM), the loosest reading, so the bound holds even where an op's tensors
+could not all be on chip at once. Before, the roofline took the op's own DRAM bytes:
+BERT's embedding add went 8.83x -> 18.92x on tpu-v4 as residency made it faster.
 
 An op's time is the cycles its busiest engine kind ran its commands (its coverage; not
 its span, which for an epilogue fused into a matmul's tiles covers the whole matmul).
