@@ -31,6 +31,8 @@ from compiler.ir.dtypes import DType
 from compiler.ir.ops import Program
 from compiler.kernels.common import Context
 from compiler.kernels.matmul_panels import TilePanels
+from compiler.frontend import channels_last
+from compiler.layout import ChannelsLastConvPass
 from compiler.options import CompileOptions
 from compiler.plan import ANCHORS, FusionPass, Kernel
 from compiler.residency import keep_on_chip
@@ -49,7 +51,18 @@ class OutputSpec:
 
     tensor: str
     shape: tuple[int, ...]
+    """The shape it is stored as."""
     dtype: str
+    perm: tuple[int, ...] | None = None
+    """Set when stored in another dim order than the caller's (a channels-last result):
+    the caller gets ``stored.permute(argsort(perm))``, torch's channels-last strides."""
+
+
+def logical(tensor: Any, perm: tuple[int, ...] | None) -> Any:
+    """A stored tensor as the caller sees it: ``perm`` undone, as a view."""
+    if perm is None:
+        return tensor
+    return tensor.permute(tuple(sorted(range(len(perm)), key=perm.__getitem__)))
 
 
 @dataclass(frozen=True)
@@ -124,8 +137,11 @@ class CompiledProgram:
             args = tuple(given.get(n, self.bound.get(n)) for n in names)
         feed: dict[str, np.ndarray] = {}
         shapes = self._tensor_shapes
-        for name, arg in zip(names, args):
+        for name, arg, spec in zip(names, args, self.inputs):
             array = to_numpy(arg) if isinstance(arg, torch.Tensor) else np.asarray(arg)
+            if spec.perm is not None:  # stored channels-last, as torch held it
+                array = np.ascontiguousarray(
+                    np.transpose(array.reshape(spec.shape), spec.perm))
             feed[name] = array.reshape(shapes[name]) if array.shape != shapes[name] else array
         for name, const in self.constants.items():
             array = const if isinstance(const, np.ndarray) else const.array()
@@ -160,7 +176,7 @@ class CompiledProgram:
         outs = []
         for spec, dtype in zip(self.outputs, self._output_dtypes):
             array = np.asarray(result.outputs[spec.tensor]).reshape(spec.shape)
-            outs.append(torch.from_numpy(np.array(array)).to(dtype))
+            outs.append(logical(torch.from_numpy(np.array(array)).to(dtype), spec.perm))
         return tuple(outs), result
 
     def _reference(self, *args: Any) -> tuple[Any, ...]:
@@ -172,8 +188,10 @@ class CompiledProgram:
             raise LoweringError(f"{self.program.name}: no reference graph to run without "
                                 f"simulation")
         feed = self.feed(*args)
-        tensors = [torch.from_numpy(np.array(feed[name])).reshape(spec.shape).to(
-            torch_dtype(DType(spec.dtype))) for name, spec in zip(self.input_names, self.inputs)]
+        tensors = [logical(torch.from_numpy(np.array(feed[name])).reshape(
+            spec.shape if spec.perm is None else [spec.shape[d] for d in spec.perm]),
+            spec.perm).to(torch_dtype(DType(spec.dtype)))
+            for name, spec in zip(self.input_names, self.inputs)]
         outs = self.reference(*tensors)
         flat = [outs] if isinstance(outs, torch.Tensor) else list(outs)
         return tuple(t for t in flat if isinstance(t, torch.Tensor))
@@ -254,7 +272,7 @@ def _materialize(graph: Graph, kernels: list[Kernel], scalars: dict[int, float])
 def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name: str
                   ) -> tuple[Program, dict[int, str], dict[str, Callable[..., Any]],
                              dict[str, Any], list[Kernel], Context]:
-    graph = DeadCodePass().apply(graph)
+    graph = DeadCodePass().apply(ChannelsLastConvPass().apply(graph))
     if options.attention_fusion:
         graph = AttentionLayoutPass().apply(graph)
     if options.fusion:
@@ -316,8 +334,9 @@ def _graph_key(program: Any) -> str:
     parts = [gm.code]
     for node in gm.graph.nodes:
         val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            parts.append(f"{node.name}:{tuple(val.shape)}:{val.dtype}")
+        if isinstance(val, torch.Tensor):  # with its layout where the compiler keeps it
+            parts.append(f"{node.name}:{tuple(val.shape)}:{val.dtype}:"
+                         f"{'nhwc' if channels_last(val) else ''}")
         if node.op == "get_attr":  # folded into the program: its values are part of it
             parts.append(_tensor_digest(_fetch_attr(gm, str(node.target))))
     if isinstance(program, torch.export.ExportedProgram):
@@ -384,8 +403,9 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
         prog, tensors, host_functions, constants, kernels, ctx = build_program(
             graph, config, options, name)
         check_dram_capacity(prog, config)
-    outputs = tuple(OutputSpec(tensors[base_of(v).id], v.shape, v.dtype.value)
-                    for v in graph.outputs)
+    outputs = tuple(OutputSpec(tensors[base_of(v).id], v.shape, v.dtype.value,
+                               graph.output_perms.get(i))
+                    for i, v in enumerate(graph.outputs))
     compiled = CompiledProgram(
         program=prog, config=config, options=options, inputs=tuple(input_specs),
         input_names=tuple(tensors[v.id] for v in graph.inputs), outputs=outputs,

@@ -24,6 +24,7 @@ from compiler.causal_mask import CausalMaskPass
 from compiler.export import lifted_constants
 from compiler.graph import Graph, Value
 from compiler.graph_builder import GraphBuilder
+from compiler.layout import CHANNELS_FIRST, CHANNELS_LAST
 from compiler.lowerings import LOWERINGS
 from compiler.lowerings.registry import lowering_for
 from compiler.lowerings.attention import lower_sdpa
@@ -46,7 +47,18 @@ class InputSpec:
     kind: str  # user_input | parameter | buffer | constant_tensor
     target: str
     shape: tuple[int, ...]
+    """The shape the caller gives (logical)."""
     dtype: str
+    perm: tuple[int, ...] | None = None
+    """Set when the tensor is stored in another dim order: the DRAM tensor holds
+    ``tensor.permute(perm)`` (a channels-last image: ``(0, 2, 3, 1)``)."""
+
+
+def channels_last(val: Any) -> bool:
+    """A 4-D tensor whose strides are channels-last and not also contiguous (with one
+    channel, or 1x1 images, the two orders are the same bytes)."""
+    return isinstance(val, torch.Tensor) and val.dim() == 4 and not val.is_contiguous() \
+        and val.is_contiguous(memory_format=torch.channels_last)
 
 
 def _meta_tensors(val: Any) -> list[torch.Tensor | None]:
@@ -138,14 +150,20 @@ class Frontend:
         if not isinstance(val, torch.Tensor):
             raise LoweringError(f"placeholder {node.name}: needs a tensor in meta['val'], "
                                 f"got {type(val).__name__}")
-        value = Value(_static_shape(val, node.name), ir_dtype(val.dtype, node.name), node.name)
+        shape = _static_shape(val, node.name)
+        perm = CHANNELS_LAST if self.options.channels_last and kind == "user_input" and \
+            channels_last(val) else None
+        stored = shape if perm is None else tuple(shape[d] for d in perm)
+        value = Value(stored, ir_dtype(val.dtype, node.name), node.name)
         self.graph.inputs.append(value)
         if lifted is not None:  # a constant of the model whose values a meta export lost
             self.const[value.id] = lifted
         if kind != "user_input":
             self.graph.weights.add(value.id)
-        self.inputs.append(InputSpec(node.name, kind, target, value.shape, value.dtype.value))
-        self.env[node] = value
+        self.inputs.append(InputSpec(node.name, kind, target, shape, value.dtype.value, perm))
+        # the graph computes on the logical dims: a channels-last image is a permuted
+        # view of what DRAM holds (compiler.layout folds it into the convolution)
+        self.env[node] = value if perm is None else self.builder.permute(value, CHANNELS_FIRST)
 
     def _get_attr(self, gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
         attr = getattr(gm, str(node.target))
@@ -159,6 +177,10 @@ class Frontend:
             value = self.env.get(item) if isinstance(item, torch.fx.Node) else item
             if not isinstance(value, Value):
                 raise LoweringError(f"graph output {item}: not a tensor ({value!r})")
+            if self.options.channels_last and isinstance(item, torch.fx.Node) and \
+                    channels_last(item.meta.get("val")):  # returned as torch holds it
+                self.graph.output_perms[len(self.graph.outputs)] = CHANNELS_LAST
+                value = self.builder.permute(value, CHANNELS_LAST)
             self.graph.outputs.append(value)
 
     # -- call_function -----------------------------------------------------------------

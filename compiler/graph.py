@@ -185,12 +185,24 @@ class Pad(Spec):
 @dataclass(frozen=True)
 class Conv2d(Spec):
     """NCHW conv; weight [O, C/groups, kh, kw]; ``padding`` (rows, cols) of zeros on
-    each side, by addressing (the padded input is never stored)."""
+    each side, by addressing (the padded input is never stored). With
+    ``channels_last_in`` the input value is the image stored NHWC, with
+    ``channels_last_out`` the output value is (:mod:`compiler.layout`)."""
 
     stride: tuple[int, int]
     dilation: tuple[int, int]
     groups: int
     padding: tuple[int, int] = (0, 0)
+    channels_last_in: bool = False
+    channels_last_out: bool = False
+
+    def image_shape(self, value: Value, stored_nhwc: bool) -> tuple[int, int, int, int]:
+        """An image operand's (N, C, H, W), whichever order it is stored in."""
+        if stored_nhwc:
+            n, h, w, c = value.shape
+            return (n, c, h, w)
+        n, c, h, w = value.shape
+        return (n, c, h, w)
 
 
 @dataclass(frozen=True)
@@ -261,6 +273,9 @@ class Graph:
     """Value id -> numpy array for Constant values."""
     weights: set[int] = field(default_factory=set)
     """Ids of inputs that are parameters, buffers or lifted constants (not user data)."""
+    output_perms: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Output position -> the dim order its tensor is stored in (the caller gets
+    ``stored.permute(inverse)``: a channels-last result)."""
 
     def add(self, spec: Spec, inputs: tuple[Operand, ...], out_types: list[tuple[Shape, DType]],
             name: str, source: str = "") -> Node:

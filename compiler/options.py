@@ -33,6 +33,11 @@ class CompileOptions:
     on_chip_temps: bool = True
     """Keep intermediate tensors that fit in the shared SRAM instead of DRAM (memory-space
     assignment, :mod:`compiler.residency`); no effect without shared SRAM."""
+    channels_last: bool = True
+    """Honor channels-last (NHWC) 4-D user inputs and graph outputs: such a tensor is
+    stored NHWC in DRAM, as torch holds it, and a convolution reading or writing it
+    does so without rearranging it (:mod:`compiler.layout`). Off: every tensor is
+    stored in its logical (NCHW) order and convolutions transpose on the vector unit."""
     partial_matmul_commands: int = 0
     """Performance-only: when the program's last kernel is a matmul that would emit more
     commands than this (and its output tiles fall into identical panels), only its first

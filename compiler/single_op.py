@@ -6,6 +6,7 @@ Ops the compiler lowers become a one-node graph; ops without a lowering of their
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,9 @@ def compile_op(op: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None,
 
     kwargs = dict(kwargs or {})
     from compiler.lowerings.registry import LOWERINGS
+
+    # the eager device hands over and takes back tensors in their logical order
+    options = dataclasses.replace(options or CompileOptions(), channels_last=False)
 
     # inference batch norm saves no statistics: its second and third results are empty
     _DATA_OUTPUTS.setdefault(torch.ops.aten._native_batch_norm_legit_no_training.default, (0,))

@@ -30,6 +30,10 @@ class Context:
     of output tiles (set for the program's last kernel; 0: whole)."""
     tile_panels: TilePanels | None = None
     """Set by a matmul kernel compiled in part."""
+    matmul_sram_end: int = 0
+    """Where the scratchpad buffers of the last matmul kernel end (the same offset on
+    every core): the next matmul kernel places its buffers from there
+    (:func:`compiler.kernels.matmul.operand_arena`)."""
     choices: dict[str, str] = field(default_factory=dict)
     """Kernel source -> the mapping a kernel chose among several, and why (reports
     show them: ``CompiledProgram.choices``)."""

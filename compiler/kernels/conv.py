@@ -29,7 +29,7 @@ from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import Geometry, epilogue_bytes, finisher
 from compiler.kernels.conv_packed import choose_packed_tiling, lower_conv_packed, packed_inputs
-from compiler.kernels.conv_per_tap import lower_conv_per_tap
+from compiler.kernels.conv_per_tap import lower_conv_per_tap, valid_range
 from compiler.kernels.conv_tiling import ConvTiling, choose_conv_tiling, packed_groups
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import layout, sub
@@ -56,10 +56,12 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
     """Allocate every core's buffers for ``tiling``; raises CapacityError when they do
     not fit the scratchpad."""
     node = kernel.anchor
+    spec: g.Conv2d = node.spec
     (x, w), out = node.inputs, node.out
-    batch, groups = x.shape[0], node.spec.groups
+    batch, groups = x.shape[0], spec.groups
     cout, cg, kh, kw = w.shape
-    og, oh, ow = cout // groups, out.shape[2], out.shape[3]
+    _, _, oh, ow = spec.image_shape(out, spec.channels_last_out)
+    og = cout // groups
     ni, ty, ot, ct, ntap = (tiling.images, tiling.out_rows, tiling.out_channels,
                             tiling.in_channels, tiling.taps)
     taps = [(i, j) for i in range(kh) for j in range(kw)]
@@ -76,7 +78,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
         alloc = arena.alloc
         bufs.append({
             "raw": [alloc((ni, ct, rows, geo.cols), x.dtype, "conv input window")
-                    for _ in range(sets)],
+                    for _ in range(sets)] if not tiling.direct_phases else [],
             "planes": [alloc((ni * rows * geo.cols, ct), x.dtype, "conv input planes")
                        for _ in range(sets)],
             "wraw": [alloc((ot, ct, kh, kw), x.dtype, "conv weight tile") for _ in range(sets)],
@@ -89,10 +91,11 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
                        for _ in range(sets)] if packed else [],
             "acc": [alloc((m, ot), acc_dtype, "conv accumulator") for _ in range(sets)],
             "nchw": [alloc((ni, ot, ty * ow), acc_dtype, "conv output tile")
-                     for _ in range(sets)],
+                     for _ in range(sets)] if not spec.channels_last_out else [],
             "out": [alloc((ni, ot, ty * ow), out.dtype, "conv output") if cast else None
                     for _ in range(sets)],
-            "epi": [layout(ctx, kernel.group, (ni, ot, ty, ow), arena, 1, {out.id})
+            "epi": [layout(ctx, kernel.group, (ni, ty, ow, ot) if spec.channels_last_out
+                           else (ni, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
         })
     return _Layout(tiling, tap_groups, tiles, cores, bufs, [{} for _ in range(cores)])
@@ -102,9 +105,9 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     node = kernel.anchor
     spec: g.Conv2d = node.spec
     (x, w), out = node.inputs, node.out
-    batch, _, height, width = x.shape
+    batch, _, height, width = spec.image_shape(x, spec.channels_last_in)
     cout, cg, kh, kw = w.shape
-    _, _, oh, ow = out.shape
+    _, _, oh, ow = spec.image_shape(out, spec.channels_last_out)
     view = ctx.view(x)
     if view.shape != view.base_shape:
         raise LoweringError(f"{node.source}: convolution input must be a stored tensor, "
@@ -123,10 +126,11 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     while True:
         tiling = choose_conv_tiling(ctx, geo, batch, spec.groups, cg, cout // spec.groups,
                                     x.dtype, out.dtype.itemsize, cast,
-                                    epilogue_bytes(ctx, kernel, out), epi_ops, arrays, budget)
+                                    epilogue_bytes(ctx, kernel, out), epi_ops, arrays, budget,
+                                    (spec.channels_last_in, spec.channels_last_out))
         packed_cycles = packed.cost.estimate(ctx.config) if packed is not None else None
         gemm_cycles = tiling.cost.estimate(ctx.config) if tiling is not None else None
-        ctx.choices[node.source] = _choice(packed_cycles, gemm_cycles)
+        ctx.choices[node.source] = _choice(packed_cycles, gemm_cycles) + _layout_note(spec)
         if packed_cycles is not None and (gemm_cycles is None or packed_cycles < gemm_cycles):
             lower_conv_packed(ctx, kernel, packed)
             return
@@ -223,14 +227,24 @@ class _Step:
     def load(self, w: SramRef, rearrange: Transpose | None) -> None:
         geo, ni, nc, ty = self.geo, self.ni, self.nc, self.ty
         rows, cols = geo.rows(ty), geo.cols
-        raw = sub(self.b["raw"][self.xs], (ni, nc, rows, cols))
-        self._window(raw)
         self.w = w
         sh, sw = geo.stride
         planes = self.b["planes"][self.xs]
-        self.emit(self.vpu, Transpose(
-            sub(raw, (ni, nc, rows // sh, sh, geo.plane_cols, sw)),
-            sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)), (3, 5, 0, 2, 4, 1)))
+        nhwc = self.node.spec.channels_last_in
+        if nhwc and self.plan.tiling.direct_phases:
+            self._phases(sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)))
+        elif nhwc:  # the window as stored, its phases split on the vector unit
+            raw = sub(self.b["raw"][self.xs], (1, 1, ni, rows, cols, nc))
+            self._phases(raw)
+            self.emit(self.vpu, Transpose(
+                sub(raw, (ni, rows // sh, sh, geo.plane_cols, sw, nc)),
+                sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)), (2, 4, 0, 1, 3, 5)))
+        else:
+            raw = sub(self.b["raw"][self.xs], (ni, nc, rows, cols))
+            self._window(raw)
+            self.emit(self.vpu, Transpose(
+                sub(raw, (ni, nc, rows // sh, sh, geo.plane_cols, sw)),
+                sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)), (3, 5, 0, 2, 4, 1)))
         if rearrange is not None:
             self.emit(self.vpu, rearrange)
         m = ni * ty * geo.out_cols
@@ -293,6 +307,53 @@ class _Step:
             self.emit(self.ctx.em.dma(self.core, "load"),
                       Load(ref, strip(top, inner, left, across)))
 
+    def _phases(self, planes: SramRef) -> None:
+        """``planes`` [sh, sw, ni, plane rows, plane cols, c] := the zero-padded window's
+        stride phases, read from the NHWC image: per phase, zero the border strips
+        the padding covers and one strided DMA of the interior (runs of c channels).
+        With ``sh = sw = 1`` it is the window itself."""
+        node = self.node
+        x = node.inputs[0]
+        (ph, pw) = node.spec.padding
+        _, height, width, _ = x.shape
+        sh, sw, ni, prow, pcol, nc = planes.shape
+        r0 = self.rows[0] * self.geo.stride[0]  # first window row, in padded coordinates
+        strides = (prow * pcol * nc, pcol * nc, nc, 1)
+        item = planes.dtype.itemsize
+        layouts = []
+        read = self.geo.phases_read() if (sh, sw) == self.geo.stride else {(0, 0)}
+        for a in range(sh):
+            for c in range(sw):
+                if (a, c) not in read:  # no tap reads this phase: left unloaded
+                    continue
+                base = planes.offset + (a * sw + c) * ni * prow * pcol * nc * item
+                ya, yb = valid_range(0, prow, r0 + a - ph, sh, height)
+                xa, xb = valid_range(0, pcol, c - pw, sw, width)
+                layouts.append((base, ya, yb, xa, xb))
+        shape = ("nhwc", *planes.shape, *layouts)
+        if self.plan.zeroed[self.core].get(self.xs) != shape:
+            self.plan.zeroed[self.core][self.xs] = shape
+            for base, ya, yb, xa, xb in layouts:
+                for row, nrows, col, ncols in ((0, ya, 0, pcol), (yb, prow - yb, 0, pcol),
+                                               (ya, yb - ya, 0, xa),
+                                               (ya, yb - ya, xb, pcol - xb)):
+                    if nrows > 0 and ncols > 0:
+                        strip = SramRef(planes.space, base + (row * pcol + col) * nc * item,
+                                        (ni, nrows, ncols, nc), planes.dtype, strides)
+                        self.emit(self.vpu, Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
+                                                   strip))
+        tensor = self.ctx.view(x).tensor
+        for (a, c), (base, ya, yb, xa, xb) in zip(sorted(read), layouts):
+            if yb <= ya or xb <= xa:
+                continue
+            u0 = r0 + a + ya * sh - ph
+            v0 = c + xa * sw - pw
+            ref = DramRef(tensor, (Slice(*self.images), Slice(u0, u0 + (yb - ya - 1) * sh + 1, sh),
+                                   Slice(v0, v0 + (xb - xa - 1) * sw + 1, sw), Slice(*self.cc)))
+            inside = SramRef(planes.space, base + (ya * pcol + xa) * nc * item,
+                             (ni, yb - ya, xb - xa, nc), planes.dtype, strides)
+            self.emit(self.ctx.em.dma(self.core, "load"), Load(ref, inside))
+
     def compute_first(self) -> None:
         self._compute(first=True)
 
@@ -354,6 +415,8 @@ class _Step:
         ni, no, pixels = self.ni, self.no, self.ty * self.geo.out_cols
         box = (self.images, self.oo, self.rows, (0, self.geo.out_cols))
         b, q = self.b, self.q
+        if self.node.spec.channels_last_out:
+            return self._nhwc_finisher(kernel, cast, box)
         finish = finisher(self.ctx, kernel, self.core, {**b, "acc": b["nchw"]}, q, box,
                           (ni, no, pixels), cast)
 
@@ -371,6 +434,32 @@ class _Step:
             finish()
         return store
 
+    def _nhwc_finisher(self, kernel: Kernel, cast: bool,
+                       box: tuple[tuple[int, int], ...]):
+        """The channels-last accumulator stored as it is into the NHWC output: one
+        store per array's column block (each array accumulates its columns densely)."""
+        ni, pixels = self.ni, self.ty * self.geo.out_cols
+        (o0, _) = self.oo
+        stores = []
+        for _, by, (lo, hi) in self._split():
+            if by != "cols":
+                lo, hi = 0, self.no
+            offset = ni * pixels * lo
+            block = {"acc": [sub(self.b["acc"][self.q], (ni * pixels * (hi - lo),), offset)],
+                     "out": [sub(self.b["out"][self.q], (ni * pixels * (hi - lo),), offset)
+                             if cast else None],
+                     "epi": [self.b["epi"][self.q]]}
+            stores.append(finisher(self.ctx, kernel, self.core, block, 0,
+                                   (box[0], (o0 + lo, o0 + hi), box[2], box[3]),
+                                   (ni * pixels, hi - lo), cast, nhwc_tile=True))
+            if by != "cols":
+                break
+
+        def store() -> None:
+            for each in stores:
+                each()
+        return store
+
 
 def _columns(ref: SramRef, span: tuple[int, int]) -> SramRef:
     """Columns ``span`` of a dense 2-D matrix, as a strided view."""
@@ -378,6 +467,13 @@ def _columns(ref: SramRef, span: tuple[int, int]) -> SramRef:
     lo, hi = span
     return SramRef(ref.space, ref.offset + lo * ref.dtype.itemsize, (rows, hi - lo),
                    ref.dtype, (width, 1))
+
+
+def _layout_note(spec: g.Conv2d) -> str:
+    """``; NHWC in and out`` when the image or the result is stored channels last."""
+    sides = [side for side, on in (("in", spec.channels_last_in),
+                                   ("out", spec.channels_last_out)) if on]
+    return f"; NHWC {' and '.join(sides)}" if sides else ""
 
 
 def _choice(packed: float | None, gemm: float | None) -> str:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from archsim.config.model import ceil_div
 from archsim.config.names import mxu_engine, vpu_engine
 from archsim.errors import LoweringError
-from compiler.graph import Value
+from compiler.graph import Conv2d, Value
 from compiler.ir.operands import DramRef, Slice, SramRef
-from compiler.ir.ops import Transpose
+from compiler.ir.ops import Cast, Load, Store, Transpose
 from compiler.kernels.common import Context, unravel
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.vector import bytes_per_element, sub
@@ -97,6 +97,12 @@ class Geometry:
         return all(y0 * sh + self.rows(min(ty, self.out_rows - y0)) <= self.in_rows
                    for y0 in range(0, self.out_rows, ty))
 
+    def phases_read(self) -> frozenset[tuple[int, int]]:
+        """The stride phases some tap reads (a 1x1 convolution with stride 2 reads one
+        of four: the others need not be loaded)."""
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
+        return frozenset(((i * dh) % sh, (j * dw) % sw) for i in range(kh) for j in range(kw))
+
     def shift(self, ty: int, i: int, j: int, images: int = 1) -> int:
         """Pixel offset of tap (i, j)'s operand in the phase planes of a ``ty``-row tile
         of ``images`` stacked images (``[sh, sw, images, plane rows, plane cols, c]``)."""
@@ -106,12 +112,41 @@ class Geometry:
         return (phase * plane_rows + (i * dh) // sh) * self.plane_cols + (j * dw) // sw
 
 
+def _permuted(ref: SramRef, perm: tuple[int, ...]) -> SramRef:
+    """``ref`` (dense or strided) with its dims read in ``perm`` order: a view."""
+    strides = ref.strides
+    if strides is None:
+        strides, step = [], 1
+        for n in reversed(ref.shape):
+            strides.insert(0, step)
+            step *= n
+    return SramRef(ref.space, ref.offset, tuple(ref.shape[d] for d in perm), ref.dtype,
+                   tuple(strides[d] for d in perm))
+
+
+def image_load(ctx: Context, x: Value, nhwc: bool, images: tuple[int, int],
+               chans: tuple[int, int], rows: Slice, cols: Slice, dst: SramRef) -> Load:
+    """The Load of an image box (images, channels, rows, cols) into ``dst``, a
+    ``[n, c, rows, cols]`` view. From an image stored NHWC the DMA reads runs of
+    channels and writes them through the view's strides."""
+    tensor = ctx.view(x).tensor
+    if not nhwc:
+        return Load(DramRef(tensor, (Slice(*images), Slice(*chans), rows, cols)), dst)
+    return Load(DramRef(tensor, (Slice(*images), rows, cols, Slice(*chans))),
+                _permuted(dst, (0, 2, 3, 1)))
+
+
 def finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
              box: tuple[tuple[int, int], ...], shape: tuple[int, ...],
-             cast: bool) -> Callable[[], None]:
+             cast: bool, nhwc_tile: bool = False) -> Callable[[], None]:
     """The tile's last step (:func:`compiler.kernels.epilogue.finish_tile`) on
-    ``b["acc"][q]``, its epilogue one pass over the tile as a matmul's."""
+    ``b["acc"][q]``, its epilogue one pass over the tile as a matmul's. ``box`` is
+    (images, channels, rows, cols) whichever order the output is stored in; when it
+    is stored NHWC (``channels_last_out``: no epilogue then) the tile, channels first
+    or with ``nhwc_tile`` channels last, is cast and stored through a view."""
     out, group = kernel.anchor.out, kernel.group
+    if isinstance(kernel.anchor.spec, Conv2d) and kernel.anchor.spec.channels_last_out:
+        return _nhwc_store(ctx, kernel, core, b, q, box, shape, cast, nhwc_tile)
     order = pass_order(group, out, cast) if group else None
 
     def store() -> None:
@@ -120,6 +155,43 @@ def finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
                     else None, out, group, (lay.buffers[0], lay.scratch[0]) if lay else None,
                     order, box, kernel.anchor.source)
     return store
+
+def _nhwc_store(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
+                box: tuple[tuple[int, int], ...], shape: tuple[int, ...], cast: bool,
+                nhwc_tile: bool) -> Callable[[], None]:
+    """The finisher of a tile whose output is stored NHWC. A channels-last tile is cast,
+    stored and given its epilogue as it is (on the box in NHWC order); a channels-first
+    one without an epilogue is stored through a permuted view (the DMA writes runs of
+    channels), with one it is transposed into ``b["tile"]`` first."""
+    out, group, source = kernel.anchor.out, kernel.group, kernel.anchor.source
+    (n0, n1), (c0, c1), (r0, r1), (w0, w1) = box
+    n, c, r, w = lengths = (n1 - n0, c1 - c0, r1 - r0, w1 - w0)
+    nhwc_box = ((n0, n1), (r0, r1), (w0, w1), (c0, c1))
+    order = pass_order(group, out, cast) if group else None
+
+    def store() -> None:
+        acc = sub(b["acc"][q], shape)
+        if not nhwc_tile and group is None:
+            value = acc
+            if cast:
+                value = sub(b["out"][q], shape)
+                ctx.em.emit(vpu_engine(core), Cast(acc, value), source)
+            dst = DramRef(ctx.view(out).tensor, tuple(Slice(*span) for span in nhwc_box))
+            ctx.em.emit(ctx.em.dma(core, "store"),
+                        Store(_permuted(sub(value, lengths), (0, 2, 3, 1)), dst), source)
+            return
+        if not nhwc_tile:
+            tile = sub(b["tile"][q], (n, r * w, c))
+            ctx.em.emit(vpu_engine(core), Transpose(sub(acc, (n, c, r * w)), tile, (0, 2, 1)),
+                        source)
+            acc = tile
+        lay = b["epi"][q] if group else None
+        finish_tile(ctx, core, sub(acc, (n, r, w, c)),
+                    sub(b["out"][q], (n, r, w, c)) if cast else None, out, group,
+                    (lay.buffers[0], lay.scratch[0]) if lay else None, order, nhwc_box,
+                    source)
+    return store
+
 
 def to_channels_first(ctx: Context, core: int, b: dict, q: int, channels: int, ty: int,
                       geo: Geometry, source: str) -> SramRef:

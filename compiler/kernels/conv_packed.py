@@ -34,7 +34,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
-from compiler.kernels.conv_geometry import conv_tiles, epilogue_bytes, finisher
+from compiler.kernels.conv_geometry import conv_tiles, epilogue_bytes, finisher, image_load
 from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import layout, sub
@@ -218,9 +218,9 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
     node = kernel.anchor
     spec: g.Conv2d = node.spec
     (x, w), out = node.inputs, node.out
-    batch, cin = x.shape[:2]
+    batch, cin, _, _ = spec.image_shape(x, spec.channels_last_in)
     cout, cg, kh, kw = w.shape
-    _, _, oh, ow = out.shape
+    _, _, oh, ow = spec.image_shape(out, spec.channels_last_out)
     groups = spec.groups
     og, ntaps = cout // groups, kh * kw
     ty, ot, tp, pixels_major = (tiling.out_rows, tiling.out_channels, tiling.taps,
@@ -251,8 +251,12 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
                      for _ in range(sets)] if pixels_major else None,
             "out": [alloc((ot, ty * ow), out.dtype, "conv output") if cast else None
                     for _ in range(sets)],
-            "epi": [layout(ctx, kernel.group, (1, ot, ty, ow), arena, 1, {out.id})
+            "epi": [layout(ctx, kernel.group, (1, ty, ow, ot) if spec.channels_last_out
+                           else (1, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
+            "tile": [alloc((ty * ow, ot), acc_dtype, "conv channels-last tile")
+                     for _ in range(sets)]
+            if spec.channels_last_out and kernel.group and not pixels_major else [],
         })
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     step_counts = [0] * cores
@@ -344,6 +348,9 @@ def _finish(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
     ``[o, pix]`` first."""
     if not pixels_major:
         return finisher(ctx, kernel, core, b, q, box, shape, cast)
+    if kernel.anchor.spec.channels_last_out:  # [pix, o] is the NHWC tile already
+        no, pix = shape
+        return finisher(ctx, kernel, core, b, q, box, (pix, no), cast, nhwc_tile=True)
     finish = finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box, shape, cast)
     no, pix = shape
 
@@ -362,7 +369,7 @@ def _load_rows(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tup
     row (contiguous from its first pixel's column to its last's), zero in the padding:
     one strided DMA with one DRAM run per row."""
     (i, j), (sh, _), (dh, dw), (ph, pw) = tap, spec.stride, spec.dilation, spec.padding
-    height, width = x.shape[-2:]
+    _, _, height, width = spec.image_shape(x, spec.channels_last_in)
     nc, nrows, span = dst.shape
     row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
     ya, yb = valid_range(rows[0], rows[1], row0, sh, height)
@@ -382,13 +389,13 @@ def _load_rows(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tup
             ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
                                                  strip), source)
     r = row0 + ya * sh
-    ref = DramRef(ctx.view(x).tensor, (Slice(n, n + 1), Slice(*chans),
-                                       Slice(r, r + (yb - ya - 1) * sh + 1, sh),
-                                       Slice(col0 + ua, col0 + ub)))
     offset = ((ya - rows[0]) * span + ua) * dst.dtype.itemsize
     inside = SramRef(dst.space, dst.offset + offset, (1, nc, yb - ya, ub - ua), dst.dtype,
                      (nc * nrows * span, nrows * span, span, 1))
-    ctx.em.emit(ctx.em.dma(core, queue), Load(ref, inside), source)
+    ctx.em.emit(ctx.em.dma(core, queue),
+                image_load(ctx, x, spec.channels_last_in, (n, n + 1), chans,
+                           Slice(r, r + (yb - ya - 1) * sh + 1, sh),
+                           Slice(col0 + ua, col0 + ub), inside), source)
 
 
 def packed_inputs(ctx: Context, kernel: Kernel) -> dict:
@@ -398,9 +405,11 @@ def packed_inputs(ctx: Context, kernel: Kernel) -> dict:
     cout, cg, kh, kw = w.shape
     acc_dtype = accumulator_dtype(x.dtype)
     spec = node.spec
+    image = spec.image_shape(x, spec.channels_last_in)[2:]
+    geo_out = spec.image_shape(out, spec.channels_last_out)[2:]
     fills = padding_fills((kh, kw), tuple(spec.stride), tuple(spec.dilation),
-                        tuple(spec.padding), tuple(x.shape[2:]), tuple(out.shape[2:]))
-    return dict(geo_out=tuple(out.shape[2:]), kernel=(kh, kw), stride=tuple(spec.stride),
+                          tuple(spec.padding), image, geo_out)
+    return dict(geo_out=geo_out, kernel=(kh, kw), stride=tuple(spec.stride),
                 fills=fills, batch=x.shape[0], groups=node.spec.groups, cg=cg,
                 og=cout // node.spec.groups, dtype=x.dtype, out_item=out.dtype.itemsize,
                 cast=out.dtype is not acc_dtype, epi=epilogue_bytes(ctx, kernel, out),

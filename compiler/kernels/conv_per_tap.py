@@ -13,7 +13,7 @@ from compiler.graph import Value
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
-from compiler.kernels.conv_geometry import conv_tiles, epilogue_bytes, finisher
+from compiler.kernels.conv_geometry import conv_tiles, epilogue_bytes, finisher, image_load
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import layout, sub
 from compiler.plan import Kernel
@@ -25,9 +25,9 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
     spec: g.Conv2d = node.spec
     x, w = node.inputs
     out = node.out
-    batch, cin, _, _ = x.shape
+    batch, cin, _, _ = spec.image_shape(x, spec.channels_last_in)
     cout, cg, kh, kw = w.shape
-    _, _, oh, ow = out.shape
+    _, _, oh, ow = spec.image_shape(out, spec.channels_last_out)
     groups = spec.groups
     og = cout // groups
     item = x.dtype.itemsize
@@ -43,7 +43,8 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
         pixels = ty * ow
         need = (sets * ct * pixels * item + 2 * sets * ot * ct * kh * kw * item +
                 sets * ot * pixels * (4 + (out.dtype.itemsize if cast else 0)) +
-                sets * (epi * ot * pixels + 64 * 16) + 8192)
+                sets * (epi * ot * pixels + 64 * 16) + 8192 +
+                (sets * ot * pixels * 4 if spec.channels_last_out and kernel.group else 0))
         if need <= ctx.capacity or (ty == 1 and ot == 1 and ct == 1):
             break
         if ty > 1:
@@ -72,8 +73,11 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
                     for _ in range(sets)],
             "out": [arena.alloc((ot, ty * ow), out.dtype, "conv output") if cast else None
                     for _ in range(sets)],
-            "epi": [layout(ctx, kernel.group, (1, ot, ty, ow), arena, 1, {out.id})
+            "epi": [layout(ctx, kernel.group, (1, ty, ow, ot) if spec.channels_last_out
+                           else (1, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
+            "tile": [arena.alloc((ty * ow, ot), acc_dtype, "conv channels-last tile")
+                     for _ in range(sets)] if spec.channels_last_out and kernel.group else [],
         })
     step_counts = [0] * cores
     chunk_counts = [0] * cores
@@ -135,7 +139,7 @@ def load_tap(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple
         raise LoweringError(f"{source}: convolution input must be a stored tensor, got a "
                             f"reshaped view")
     (i, j), (sh, sw), (dh, dw), (ph, pw) = tap, spec.stride, spec.dilation, spec.padding
-    height, width = x.shape[-2:]
+    _, _, height, width = spec.image_shape(x, spec.channels_last_in)
     row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
     ya, yb = valid_range(rows[0], rows[1], row0, sh, height)
     xa, xb = valid_range(0, ow, col0, sw, width)
@@ -146,10 +150,10 @@ def load_tap(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple
     if yb <= ya or xb <= xa:
         return
     r, c = row0 + ya * sh, col0 + xa * sw
-    ref = DramRef(view.tensor, (Slice(n, n + 1), Slice(*chans),
-                                       Slice(r, r + (yb - ya - 1) * sh + 1, sh),
-                                       Slice(c, c + (xb - xa - 1) * sw + 1, sw)))
     offset = ((ya - rows[0]) * ow + xa) * dst.dtype.itemsize
     inside = SramRef(dst.space, dst.offset + offset, (1, nc, yb - ya, xb - xa), dst.dtype,
                      (nc * pix, pix, ow, 1))
-    ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, inside), source)
+    ctx.em.emit(ctx.em.dma(core, "load"),
+                image_load(ctx, x, spec.channels_last_in, (n, n + 1), chans,
+                           Slice(r, r + (yb - ya - 1) * sh + 1, sh),
+                           Slice(c, c + (xb - xa - 1) * sw + 1, sw), inside), source)

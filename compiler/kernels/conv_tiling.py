@@ -38,6 +38,9 @@ class ConvTiling:
     taps: int
     resident_weights: bool
     cost: Cost
+    direct_phases: bool = False
+    """From an NHWC image: each stride phase of the window loads by its own strided
+    DMA (else the window loads whole and the vector unit splits its phases)."""
 
 
 def packed_groups(ntaps: int, taps: int) -> int:
@@ -63,12 +66,17 @@ def sram_bytes(geo: Geometry, ni: int, ty: int, ot: int, ct: int, taps: int,
 def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin: int,
                        cout: int, dtype: DType, out_item: int, cast: bool, epi: int,
                        epi_ops: int, arrays: int,
-                       capacity: int | None = None) -> ConvTiling | None:
+                       capacity: int | None = None,
+                       channels_last: tuple[bool, bool] = (False, False)
+                       ) -> ConvTiling | None:
     """The tiling with the lowest estimated time (``compiler.cost``) that fits the
     scratchpad; None when none fits (the caller falls back to the per-tap kernel).
 
     ``cin``/``cout`` are per group. ``capacity`` (default: the scratchpad) is the SRAM
-    budget the estimate must fit."""
+    budget the estimate must fit. ``channels_last`` (input, output): an image stored
+    NHWC, whose window loads as stride phases (one DMA each, no rearrangement) or
+    whose output tile stores as it is (no transpose)."""
+    nhwc_in, nhwc_out = channels_last
     config = ctx.config
     capacity = ctx.capacity if capacity is None else capacity
     matrix, vector, dma = config.core.matrix, config.core.vector, config.core.dma
@@ -96,7 +104,10 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                       config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY / cores)
         chunks = ceil_div(cin, ct)
         most = min(ntaps, max(1, matrix.rows // ct))
-        for g, resident in itertools.product(sorted({1, most}), (all_weights, 0)):
+        # from an NHWC image with a stride, the phases load directly or are split
+        modes = (True, False) if nhwc_in and geo.stride != (1, 1) else (nhwc_in,)
+        for g, resident, direct in itertools.product(sorted({1, most}), (all_weights, 0),
+                                                     modes):
             need = sram_bytes(geo, ni, ty, ot, ct, g, resident, item, out_item, cast, epi,
                               ctx.sets)
             if need > capacity:
@@ -104,32 +115,53 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
             mm_groups = ceil_div(ntaps, g)
             mxu = chunks * sum(matmul_cycles(m, min(g, ntaps - t) * ct, ot, matrix, dtype)
                                for t in range(0, ntaps, g))
-            window = ni * ct * rows * ceil_div(geo.cols * item, granule) * granule
+            if nhwc_in:  # runs of a pixel's channels, or of a row's when all are loaded
+                run = ct * item * (1 if ct < cin or direct and geo.stride != (1, 1)
+                                   else geo.cols)
+                window = ni * rows * geo.cols * ct * item // run * \
+                    ceil_div(run, granule) * granule
+            else:
+                window = ni * ct * rows * ceil_div(geo.cols * item, granule) * granule
+            if direct:  # only the phases some tap reads
+                window = window * len(geo.phases_read()) // (geo.stride[0] * geo.stride[1])
+            window_loads = len(geo.phases_read()) if direct else 1
             weights = ot * ct * ntaps * item
             weight_share = min(per_core * chunks * weights, all_weights) if resident else \
                 per_core * chunks * weights
             out_bytes = m * ot * (out_item + epi)
             loads = per_core * chunks * window + weight_share
             dma_cycles = loads / load_bw + per_core * (
-                chunks * 2 * setup / max(1, dma.engines - 1) +
+                chunks * (1 + window_loads) * setup / max(1, dma.engines - 1) +
                 out_bytes / dma.bandwidth_bytes_per_cycle)
             # phase split, border fills, weight rearrangement
-            vpu = chunks * (6 * vlat + 2 * ni * rows * geo.cols * ct / lanes) + \
-                weight_share / per_core / item / lanes
+            split = 0 if direct else 2 * ni * rows * geo.cols * ct / lanes
+            vpu = chunks * (6 * vlat + split) + weight_share / per_core / item / lanes
             if g > 1:  # per packed matmul: g tap copies, one transpose of all g
                 vpu += chunks * packed_groups(ntaps, g) * ((g + 1) * vlat + 2 * g * m * ct / lanes)
-            tail = (3 + epi_ops) * (vlat + m * ot / vector_rate(config, 4))
+            # after the last matmul: the transpose to NCHW and its passes, or for an
+            # NHWC output (no epilogue) only the cast, if any
+            passes = cast + epi_ops if nhwc_out else 3 + epi_ops
+            tail = passes * (vlat + m * ot / vector_rate(config, 4))
             vpu += tail
             share = min(arrays, per_core)
+            # the first matmul waits for the vector work on the first step's loads (the
+            # window's phases, the weights' rearrangement, one tap group): the arrays
+            # start that much later (when the vector unit bounds the kernel, this work
+            # is already inside its time). Counted for an NHWC output only, whose
+            # short tail otherwise makes one-tile tilings look free (BENCHMARKS.md,
+            # "Channels-last images"); on NCHW it misranks small batched convolutions
+            # (4 x 8 x 8 x 8, 3x3: 2,515 -> 3,338 cycles), so their estimate is as it was
+            first = 6 * vlat + split + weights / item / lanes + \
+                ((g + 1) * vlat + 2 * g * m * ct / lanes if g > 1 else 0) if nhwc_out else 0
             fill = 2 * setup + (window + weights) / load_bw
-            cost = Cost(mxu_cycles=per_core * mxu / share, vpu_cycles=per_core * vpu,
+            cost = Cost(mxu_cycles=per_core * mxu / share + first, vpu_cycles=per_core * vpu,
                         dma_cycles=dma_cycles,
                         dram_bytes=cores * loads + tiles * out_bytes,
                         serial_cycles=fill + tail + setup + out_bytes /
                         dma.bandwidth_bytes_per_cycle)
             commands = tiles * (chunks * (8 + mm_groups * (1 + (g + 1) * (g > 1))) + 4)
             options.append((cost.estimate(config), commands,
-                            ConvTiling(ni, ty, ot, ct, g, resident > 0, cost)))
+                            ConvTiling(ni, ty, ot, ct, g, resident > 0, cost, direct)))
     if not options:
         return None
     fastest = min(o[0] for o in options)

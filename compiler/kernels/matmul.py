@@ -5,7 +5,9 @@ Per output tile ``[mt, nt * arrays]`` on a core: for each k step, load the A til
 by the arrays) and one B tile per array (when the weight is stored [N, K], the DMA
 writes the tile transposed: its SRAM side is a strided view), then one matmul per
 array accumulates into its own f32 accumulator. The epilogue casts to the output
-dtype, runs the fused group and stores.
+dtype, runs the fused group and stores. A one-row-block matmul (a decode GEMV) deals
+its last round of tiles evenly over every array, splitting the columns left over by K
+(:mod:`.matmul_split`); column lists are (array, columns) pairs.
 """
 
 from __future__ import annotations
@@ -14,21 +16,23 @@ import math
 from collections.abc import Callable
 
 from archsim.config.names import mxu_engine, sram_space, vpu_engine
-from archsim.errors import LoweringError
+from archsim.errors import CapacityError
 from compiler.cost import choose_matmul_tiling
 from compiler.emit import Arena
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
-from compiler.ir.operands import DramRef, Slice, SramRef
-from compiler.ir.ops import WIDENED_WEIGHTS, Cast, Copy, Load, MatMul
-from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline, unravel
+from compiler.ir.operands import SramRef
+from compiler.ir.ops import WIDENED_WEIGHTS, Binary, BinaryKind, Cast, Copy, MatMul
+from compiler.kernels.common import Box, Context, TileSteps, pipeline, unravel
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.matmul_dequant import DequantWeights
 from compiler.kernels.matmul_panels import TilePanels, panel_plan
+from compiler.kernels.matmul_split import TailTile, rebalanced_for
 from compiler.kernels.matmul_staging import StagedA, StagedB
+from compiler.kernels.matmul_transposed import (  # noqa: F401 (re-exported)
+    _row_parts, _transposed_strides, load_transposed)
 from compiler.kernels.vector import Order, bytes_per_element, layout, load_box, sub
 from compiler.plan import Kernel, aligned
-from compiler.views import flat_boxes
 
 
 def accumulator_dtype(dtype: DType) -> DType:
@@ -100,13 +104,28 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         tiles = panels.emitted(tiles)
     ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each
     cores = min(ctx.cores, len(tiles))
+    tail: list[TailTile] = []  # a one-row-block matmul's last round, balanced; not for
+    # weights dequantized on the way in: their loads (a DMA run per block of columns, and
+    # scales) bind before the arrays do, so split steps only add loads (a 4096 -> 11008
+    # int4 GEMV on tpu-v4 took 1.7% longer balanced)
+    if panels is None and batch == 1 and m <= mt and dq is None:
+        tiles, tail = rebalanced_for(ctx.config, tiles, cores, m, n, k, tiling, a.dtype)
     staging = StagedA.plan(ctx, tiles, cores, (mt, kt), a.dtype, tiling.op_sets,
                            len(k_steps)) if tiling.a_staged else None
     staged_b = StagedB.plan(ctx, -(-n // n_tile), len(k_steps), used, (kt, nt), b.dtype) \
         if keep_weights else None
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
-    bufs = [_allocate(ctx, c, tiling, (a.dtype, b.dtype), acc_dtype, out, cast_needed,
-                      group, rank, dq, widen) for c in range(cores)]
+    split_a = (max((len(t.lanes) for t in tail if t.split), default=0),
+               max((t.kt for t in tail if t.split), default=0))
+    def allocate(base: int) -> list[_Buffers]:
+        return [_allocate(ctx, operand_arena(ctx, c, base), tiling, (a.dtype, b.dtype),
+                          acc_dtype, out, cast_needed, group, rank, dq, widen, split_a)
+                for c in range(cores)]
+    try:  # after the previous matmul kernel's buffers, or from 0 if they do not fit
+        bufs = allocate(ctx.matmul_sram_end)
+    except CapacityError:
+        bufs = allocate(0)
+    ctx.matmul_sram_end = bufs[0].end
     step_count = [0] * cores
     holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
     ranges: list[tuple[int, int, int]] = []  # (first, end command, panel) when in part
@@ -117,8 +136,8 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         q = (t // cores) % tiling.acc_sets  # the core's own tile count so far
         batch_index = unravel(bi, batch_shape)
         m1 = min(m0 + mt, m)
-        cols = [(n0 + j * nt, min(n0 + (j + 1) * nt, n)) for j in range(used)
-                if n0 + j * nt < n]
+        cols = list(enumerate((n0 + j * nt, min(n0 + (j + 1) * nt, n)) for j in range(used)
+                              if n0 + j * nt < n))  # (array, its columns)
         load_a = not tiling.a_resident or holding[core] != (bi, m0)
         if load_a and tiling.a_resident:
             blocks[core] += 1
@@ -146,10 +165,77 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
             if panels is not None:
                 steps = _tagged(ctx, steps, panels.panel_of(t), ranges)
             per_core[core].append(steps)
+    own = [len(tiles[c::cores]) for c in range(cores)]  # tiles each core has had
+    for tile in tail:
+        core = tile.core
+        q = own[core] % tiling.acc_sets
+        own[core] += 1
+        for s in range(tile.steps):
+            op_set = step_count[core] % tiling.op_sets
+            step_count[core] += 1
+            per_core[core].append(_tail_step(
+                ctx, core, bufs[core], op_set, q, tile, s, s == tile.steps - 1, a, b,
+                trans_b, unravel(0, batch_shape), m, dq, (out, group, order, cast_needed),
+                kernel.name))
     pipeline(per_core, tiling.op_sets - 1)
     if panels is not None:
         ctx.tile_panels = TilePanels(kernel.name, tuple(ranges), panels.total,
                                      panels.tiles_per_panel)
+
+
+def _tail_step(ctx: Context, core: int, bufs: _Buffers, op_set: int, q: int,
+               tile: TailTile, s: int, last: bool, a: Value, b: Value, trans_b: bool,
+               batch_index: tuple[int, ...], m: int, dq: DequantWeights | None,
+               epilogue: tuple, source: str) -> TileSteps:
+    """k-step ``s`` of a tile of a rebalanced last round (:mod:`.matmul_split`): a plain
+    one shares its A tile over its arrays; a split one loads each array's own share of
+    K (A into the array's own A buffer) and, after the last step, adds the arrays'
+    partial sums into the first array's accumulator on the vector unit before the
+    epilogue."""
+    lanes = [(j, lane.cols, ks) for j, lane in enumerate(tile.lanes)
+             if (ks := lane.step(s, tile.kt)) is not None]
+    if tile.split:
+        parts = [(bufs.lane_a[op_set][j], ks, [(j, cols)]) for j, cols, ks in lanes]
+    else:
+        parts = [(bufs.a[op_set], lanes[0][2], [(j, cols) for j, cols, _ in lanes])]
+    loads = [_loader(ctx, core, bufs, op_set, a_buf, a, b, trans_b, batch_index, (0, m), ks,
+                     cols, source, None, dq) for a_buf, ks, cols in parts]
+    multiplies = [_multiplier(ctx, core, bufs, op_set, a_buf, q, m, ks, cols, s > 0, source,
+                              dq) for a_buf, ks, cols in parts]
+    out, group, order, cast_needed = epilogue
+    cols = [tile.lanes[0].cols] if tile.split else [lane.cols for lane in tile.lanes]
+    finish = _epilogue(ctx, core, bufs, q, out, group, order, batch_index, (0, m),
+                       list(enumerate(cols)), cast_needed, source)
+
+    def store() -> None:
+        if not last:
+            return
+        if tile.split:  # the arrays' partial sums over K, into the first's accumulator
+            width = cols[0][1] - cols[0][0]
+            total = sub(bufs.acc[q][0], (m, width))
+            for j in range(1, len(tile.lanes)):
+                ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, total,
+                                                     sub(bufs.acc[q][j], (m, width)), total),
+                            source)
+        finish()
+    return TileSteps(lambda: [load() for load in loads],
+                     lambda: [multiply() for multiply in multiplies], store)
+
+
+def operand_arena(ctx: Context, core: int, base: int) -> Arena:
+    """The scratchpad of ``core`` from byte ``base`` on, for a matmul kernel's buffers.
+
+    Each matmul kernel places its buffers where the previous one's end (wrapping to 0
+    when they do not fit), as a compiler that prefetches the next op's weights gives
+    that prefetch buffers of its own: the SRAM dependencies then let the next kernel's
+    first weight loads start as soon as the DMA queues reach them, while this one's
+    last multiplies still read their tiles. With the same buffers, those loads
+    waited for the multiplies that last read each byte (a one-row-weight GEMV on
+    ``tpu-v4`` left the arrays idle ~1,200 cycles at each projection's start, the DRAM
+    half idle meanwhile)."""
+    arena = Arena(sram_space(core), ctx.capacity)
+    arena.top = base
+    return arena
 
 
 def _tagged(ctx: Context, steps: TileSteps, panel: int,
@@ -168,26 +254,31 @@ def _tagged(ctx: Context, steps: TileSteps, panel: int,
 class _Buffers:
     def __init__(self) -> None:
         self.a: list[SramRef] = []
+        self.lane_a: list[list[SramRef]] = []  # split tiles: each array's A, per set
         self.b: list[list[SramRef]] = []
         self.scales: list[list[SramRef]] = []  # dequantized weights: their groups' scales
         self.wide: list[list[SramRef]] = []  # B tiles the vector unit dequantized
         self.acc: list[list[SramRef]] = []
         self.out: list[list[SramRef]] = []
         self.epilogue: list[list[tuple[dict[int, SramRef], dict[int, SramRef]]]] = []
+        self.end = 0  # the scratchpad byte after the last buffer
 
 
-def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
+def _allocate(ctx: Context, arena: Arena, tiling, dtypes: tuple[DType, DType],
               acc_dtype: DType, out: Value, cast_needed: bool, group,
-              rank: int, dq: DequantWeights | None = None, widen: bool = False) -> _Buffers:
-    """SRAM of one core: A and B tiles in their operands' dtypes (``dtypes``; weight-only
-    int8 B tiles stay int8, int4 ones packed; dequantized ones with their scales; with
-    ``widen``, the vector unit's dequantized copies in A's dtype), accumulators, outputs
-    and the epilogue's buffers."""
-    arena = Arena(sram_space(core), ctx.capacity)
+              rank: int, dq: DequantWeights | None = None, widen: bool = False,
+              split_a: tuple[int, int] = (0, 0)) -> _Buffers:
+    """SRAM of one core (in ``arena``): A and B tiles in their operands' dtypes
+    (``dtypes``; weight-only int8 B tiles stay int8, int4 ones packed; dequantized ones
+    with their scales; with ``widen``, the vector unit's dequantized copies in A's
+    dtype; with ``split_a`` (arrays, k rows), an A tile per set for each array of a
+    tile split by K), accumulators, outputs and the epilogue's buffers."""
     mt, kt, nt = tiling.mt, tiling.kt, tiling.nt
     bufs = _Buffers()
     a_tiles = tiling.op_sets * (tiling.k_steps if tiling.a_resident else 1)
     bufs.a = [arena.alloc((mt, kt), dtypes[0], "matmul A tile") for _ in range(a_tiles)]
+    bufs.lane_a = [[arena.alloc((mt, split_a[1]), dtypes[0], "matmul split-K A tile")
+                    for _ in range(split_a[0])] for _ in range(tiling.op_sets)]
     for _ in range(tiling.op_sets):
         if dq is not None and dq.packed:
             bufs.b.append([dq.allocate_packed(arena, kt, nt) for _ in range(tiling.arrays)])
@@ -210,12 +301,13 @@ def _allocate(ctx: Context, core: int, tiling, dtypes: tuple[DType, DType],
             lays = [layout(ctx, group, epi_tile, arena, 1, {out.id})
                     for _ in range(tiling.arrays)]
             bufs.epilogue.append([(lay.buffers[0], lay.scratch[0]) for lay in lays])
+    bufs.end = arena.top
     return bufs
 
 
 def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef | None,
             a: Value, b: Value, trans_b: bool, batch_index: tuple[int, ...],
-            rows: tuple[int, int], ks: tuple[int, int], cols: list[tuple[int, int]],
+            rows: tuple[int, int], ks: tuple[int, int], cols: list[tuple[int, tuple[int, int]]],
             source: str, staged: Callable[[], SramRef] | None = None,
             dq: DequantWeights | None = None,
             staged_b: tuple[StagedB, int, int] | None = None):
@@ -226,7 +318,7 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRe
         # B tiles first: each waits only for its own array to be done with its buffer,
         # the shared A tile for every array, and a DMA queue issues in order
         kk = ks[1] - ks[0]
-        for j, (c0, c1) in enumerate(cols):
+        for j, (c0, c1) in cols:
             if dq is not None:
                 dq.load_scales(ctx, bufs.scales[op_set][j], ks, (c0, c1), core, source)
                 if dq.packed:
@@ -255,66 +347,8 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRe
     return load
 
 
-def load_transposed(ctx: Context, b: Value, box: Box, dst: SramRef, core: int,
-                    source: str) -> None:
-    """``dst`` [k, n] := the [n, k] ``box`` of ``b`` transposed, by the DMA: each piece's
-    SRAM side is a strided view (consecutive k go ``n`` elements apart). Pieces are not
-    split over engines: their strided spans would overlap and serialize them anyway."""
-    n, k = box_shape(box)[-2:]
-    item = dst.dtype.itemsize
-    for piece, offset in ctx.em.dram_pieces(ctx.view(b), box):
-        for ref, at in _row_parts(piece, offset, k):
-            n0, k0 = divmod(at, k)
-            strides = _transposed_strides(ref.shape, min(math.prod(ref.shape), k), n)
-            view = SramRef(dst.space, dst.offset + (k0 * n + n0) * item, ref.shape,
-                           dst.dtype, strides)
-            ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, view), source)
-
-
-def _k_dims(shape: tuple[int, ...], cols: int) -> int | None:
-    """The first of ``shape``'s dims that hold a row's ``cols`` k (those before it hold
-    the rows), or None when a dim holds both. A piece of a transposed tile is ``cols``
-    consecutive k of one or more rows (it spans the box's width or lies in one row,
-    :func:`compiler.views.split_box`), stored as a box of ``shape`` of ``b``'s base
-    tensor: a weight [6, 6] viewed from a parameter [6, 2, 3] has pieces [rows, 2, 3]."""
-    split = len(shape) - 1  # [..., rows, k]: the last
-    while split > 0 and math.prod(shape[split:]) != cols:
-        split -= 1
-    return split if math.prod(shape[split:]) == cols else None
-
-
-def _row_parts(piece: DramRef, offset: int, k: int) -> list[tuple[DramRef, int]]:
-    """``piece`` (at element ``offset`` of the dense box, ``k`` wide) in parts whose dims
-    hold rows or k, with their offsets: itself, or when a dim of its tensor holds both
-    (a weight [6, 6] viewed from [12, 3]: a piece [8, 3] is 4 rows) each row's boxes."""
-    shape = piece.shape
-    if _k_dims(shape, min(math.prod(shape), k)) is not None:
-        return [(piece, offset)]
-    parts = []
-    for row in range(0, math.prod(shape), k):  # a piece of several rows starts a row
-        for part in flat_boxes(shape, row, row + k):
-            first = sum(lo * math.prod(shape[d + 1:]) for d, (lo, _) in enumerate(part))
-            slices = tuple(Slice(s.start + lo, s.start + hi)
-                           for s, (lo, hi) in zip(piece.slices, part))
-            parts.append((DramRef(piece.tensor, slices), offset + first))
-    return parts
-
-
-def _transposed_strides(shape: tuple[int, ...], cols: int, n: int) -> tuple[int, ...]:
-    """SRAM strides of a piece of ``shape`` holding ``cols`` k of each of its rows (see
-    :func:`_k_dims`) in a transposed tile [k, n]: k ``n`` elements apart, rows 1 apart
-    ([rows, 2, 3]: (1, 3n, n)). Size-1 leading dims get stride 0."""
-    split = _k_dims(shape, cols)
-    if split is None:
-        raise LoweringError(f"a transposed load's piece {list(shape)} does not hold rows "
-                            f"of {cols} elements")
-    return tuple(0 if size == 1 and d < len(shape) - 2 else
-                 math.prod(shape[d + 1:split]) if d < split else
-                 math.prod(shape[d + 1:]) * n for d, size in enumerate(shape))
-
-
 def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef,
-                q: int, mm: int, ks: tuple[int, int], cols: list[tuple[int, int]],
+                q: int, mm: int, ks: tuple[int, int], cols: list[tuple[int, tuple[int, int]]],
                 accumulate: bool, source: str, dq: DequantWeights | None = None):
     """A k-step's multiplies, an array per column tile; with ``bufs.wide`` (weights the
     vector unit dequantizes) each B tile is first turned into A's dtype there: by the
@@ -322,7 +356,7 @@ def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: Sr
     def compute() -> None:
         kk = ks[1] - ks[0]
         a_buf = sub(a_tile, (mm, kk))
-        for j, (c0, c1) in enumerate(cols):
+        for j, (c0, c1) in cols:
             acc = sub(bufs.acc[q][j], (mm, c1 - c0))
             if bufs.wide:
                 wide = sub(bufs.wide[op_set][j], (kk, c1 - c0))
@@ -341,10 +375,10 @@ def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: Sr
 
 def _epilogue(ctx: Context, core: int, bufs: _Buffers, q: int, out: Value, group,
               order: Order | None, batch_index: tuple[int, ...], rows: tuple[int, int],
-              cols: list[tuple[int, int]], cast_needed: bool, source: str):
+              cols: list[tuple[int, tuple[int, int]]], cast_needed: bool, source: str):
     def store() -> None:
         mm = rows[1] - rows[0]
-        for j, (c0, c1) in enumerate(cols):
+        for j, (c0, c1) in cols:
             box = tuple((i, i + 1) for i in batch_index) + (rows, (c0, c1))
             finish_tile(ctx, core, sub(bufs.acc[q][j], (mm, c1 - c0)),
                         sub(bufs.out[q][j], (mm, c1 - c0)) if cast_needed else None, out,

@@ -17,6 +17,7 @@ import compiler
 from archsim.cli.main import main
 from reports.critical_path import critical_path
 from torch_bridge.shapes import meta_like as _meta_like
+from torch_bridge.shapes import on_meta
 from torch_bridge.model_outputs import Forward
 
 T = pytest.importorskip("transformers")
@@ -72,8 +73,19 @@ def test_run_on_the_device_and_estimate_from_meta_agree(name: str) -> None:
     estimated = archsim.estimate(model, tuple(_meta_like(x) for x in inputs), config=PRESET)
     assert estimated.host_cycles == 0
     assert abs(estimated.total_cycles / run.total_cycles - 1) <= 0.02
-    if name == "segformer":  # the same graph from both doors
-        assert estimated.total_cycles == run.total_cycles
+    if name == "segformer":  # the same graph from both doors, but for one output's
+        # memory format: exported from data, torch records the classifier's result
+        # channels-last (its input is a permute of a channels-last map; eager CPU
+        # happens to return it contiguous), from meta contiguous; archsim returns it
+        # as the graph records it (compiler.layout)
+        plain = compiler.CompileOptions(channels_last=False)
+        from_meta = compiler.compile_graph(compiler.export_model(
+            Forward(on_meta(model)), tuple(_meta_like(x) for x in inputs)), config, plain)
+        from_data = compiler.compile_graph(compiler.export_model(forward, inputs), config,
+                                           plain)
+        assert from_meta.simulate().total_cycles == from_data.simulate().total_cycles
+        assert compiled.outputs[0].perm == (0, 2, 3, 1) and outputs[0].is_contiguous(
+            memory_format=torch.channels_last)
 
 
 def test_archsim_run_of_a_mixtral_file_has_no_host_work(tmp_path: Path, capsys) -> None:
