@@ -156,6 +156,7 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_strided_sram.py",
     ],
     "compiler/layout.py": [  # channels-last images folded into convolutions
+        "tests/compiler/test_channels_last_pass.py",
         "tests/compiler/test_channels_last.py",
     ],
     "compiler/residency.py": [  # intermediate tensors in shared SRAM

@@ -81,8 +81,10 @@ def test_utilization_agrees_between_text_json_and_html(out, document, sections):
     assert text and all(from_json[e] == shown for e, shown in text.items())
     # the real Llama-2 computation (embedding, head): 91.1% before its rotary was one
     # kernel and its hand-offs went through shared SRAM, 94.3% before its norms were one
-    # kernel each (each step a shorter run)
-    assert text["core0.mxu0"] == "95.3%"
+    # kernel each (each step a shorter run); 95.3% before the next projection's weights
+    # had buffers of their own and a GEMV's last round was balanced by splitting K
+    # (the run 179.2 -> 175.8 ms, the other arrays taking more of it)
+    assert text["core0.mxu0"] == "94.8%"
 
 
 def test_trace_covers_the_whole_run(out, document):
