@@ -70,8 +70,14 @@ def compare_table(results: Sequence[ResultLike], labels: Sequence[str] | None = 
     rows = [(metric, *(fn(d) for d in datas)) for metric, fn in _METRICS]
     base = datas[0].seconds
     rows.insert(4, ("speedup vs " + names[0],
-                    *(f"{base / d.seconds:.2f}x" if d.seconds else "-" for d in datas)))
+                    *(_speedup(base / d.seconds) if d.seconds else "-" for d in datas)))
     return format_table(("", *names), rows)
+
+
+def _speedup(ratio: float) -> str:
+    """Two decimals, or two significant digits below 0.1 (a run 200x slower reads
+    ``0.005x``, not ``0.00x``)."""
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
 
 
 __all__ = ["compare_table"]

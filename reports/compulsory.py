@@ -3,10 +3,17 @@
 An op's *compulsory* bytes are, for each distinct DRAM tensor its commands read, the
 bytes of the union of the boxes they read (each element read once), plus for each
 tensor they write the bytes of the union of the boxes written (each element written
-once). The op table's ``DRAM/min`` column divides the DRAM bytes the op's commands
+once). A gather (an embedding lookup) reads the rows its indices pick, not its whole
+table box: its compulsory bytes are the rows it gathers, each read once, as if the
+indices were distinct (their values are not known to a performance-only run), capped at
+the table. The op table's ``DRAM/min`` column divides the DRAM bytes the op's commands
 charged by this figure: 1.0 means no element was moved twice; above 1, a tiling that
 re-reads (a GEMM's A panel once per column of output tiles) or DRAM bursts wider than
 the data.
+
+These are the bytes of the DRAM tensors of the program as given: a tensor the compiler
+kept in shared SRAM (:mod:`compiler.residency`) is no DRAM tensor of its program and
+counts nowhere. :func:`compulsory_tensor_bytes` gives the same figure per tensor.
 
 The union of boxes is exact: each dimension is cut at every slice boundary (and, for a
 strided slice, around every element it picks), so the cells of the grid are either
@@ -25,7 +32,7 @@ import numpy as np
 
 from compiler.ir.access import dram_refs
 from compiler.ir.operands import Slice
-from compiler.ir.ops import HostTransfer, Program
+from compiler.ir.ops import Gather, HostTransfer, Program
 
 GRID_CELLS = 20_000_000
 """Largest grid of cells one tensor's union is marked on (bytes of memory)."""
@@ -34,22 +41,40 @@ GRID_CELLS = 20_000_000
 def compulsory_bytes(program: Program) -> Mapping[str, int]:
     """Per command source (``""`` for untagged commands), its compulsory DRAM bytes
     (every source of the program, 0 for those that touch no DRAM)."""
+    return MappingProxyType({source: sum(per_tensor.values()) for source, per_tensor
+                             in compulsory_tensor_bytes(program).items()})
+
+
+def compulsory_tensor_bytes(program: Program) -> Mapping[str, Mapping[str, int]]:
+    """Per command source (``""`` for untagged commands), per DRAM tensor it touches,
+    the compulsory bytes of it (the union of the boxes it reads plus the union of the
+    boxes it writes; a gather's rows, see the module doc)."""
     boxes: dict[str, dict[tuple[str, bool], set[tuple[Slice, ...]]]] = {}
+    gathered: dict[str, dict[str, int]] = {}
     for command in program.commands:
-        boxes.setdefault(command.source, {})
+        per_source = boxes.setdefault(command.source, {})
         op = command.op
+        if isinstance(op, Gather):
+            rows = gathered.setdefault(command.source, {})
+            elements = op.indices.shape[0] * prod(s.length for s in op.table.slices[1:])
+            rows[op.table.tensor] = rows.get(op.table.tensor, 0) + elements
+            continue
         for _, ref, is_write in dram_refs(op):
             written = op.to_device if isinstance(op, HostTransfer) else is_write
-            per_source = boxes.setdefault(command.source, {})
             per_source.setdefault((ref.tensor, written), set()).add(ref.slices)
     tensors = program.tensor_map
     result = {}
     for source, groups in boxes.items():
-        total = 0
+        per_tensor: dict[str, int] = {}
         for (name, _), slices in groups.items():
             tensor = tensors[name]
-            total += union_elements(tensor.shape, slices) * tensor.dtype.itemsize
-        result[source] = total
+            per_tensor[name] = (per_tensor.get(name, 0)
+                                + union_elements(tensor.shape, slices) * tensor.dtype.itemsize)
+        for name, elements in gathered.get(source, {}).items():
+            tensor = tensors[name]
+            per_tensor[name] = (per_tensor.get(name, 0)
+                                + min(elements, prod(tensor.shape)) * tensor.dtype.itemsize)
+        result[source] = MappingProxyType(per_tensor)
     return MappingProxyType(result)
 
 
@@ -105,4 +130,5 @@ def ratio(dram_bytes: int, compulsory: int) -> float | None:
     return dram_bytes / compulsory if compulsory else None
 
 
-__all__ = ["GRID_CELLS", "compulsory_bytes", "ratio", "union_elements"]
+__all__ = ["GRID_CELLS", "compulsory_bytes", "compulsory_tensor_bytes", "ratio",
+           "union_elements"]

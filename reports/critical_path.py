@@ -28,7 +28,7 @@ from types import MappingProxyType
 from reports.data import CommandRecord, ResultLike, report_data
 from reports.extended import ExtendedSpan, apportion, overlap
 from reports.idle import EngineTime, engine_times, idle_text
-from reports.text import format_cycles, format_table, percent
+from reports.text import format_cycles, format_table, format_us, percent
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def critical_path_text(result: ResultLike, max_rows: int = 12, fold_below: float
     path = critical_path(data)
     total = data.total_cycles
     lines = [f"Critical path: {_path_commands(path)}, {format_cycles(path.length_cycles)} "
-             f"cycles ({data.cycles_to_us(path.length_cycles):.2f} us), by op"]
+             f"cycles ({format_us(path.length_cycles / data.clock_hz)}), by op"]
     groups: dict[str, list[PathStep]] = {}
     for step in path.steps:
         groups.setdefault(step.source or "<unattributed>", []).append(step)

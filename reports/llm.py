@@ -8,10 +8,13 @@ import os
 from typing import Any
 
 from archsim.cluster import Collective, Compute, Host, Send
+from reports.text import format_us
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.2f} ms"
+    """Milliseconds with two decimals; below 1 ms in us or ns (a small model's 0.02 ms
+    roofline read 0.00 ms beside a ratio of 22x)."""
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else format_us(seconds)
 
 
 def _gib(nbytes: float) -> str:
@@ -24,7 +27,8 @@ def llm_table(result: Any) -> str:
     roof, mem, util = result.roofline, result.memory, result.utilization()
     split = f"{par.chips} chip{'s' if par.chips > 1 else ''}"
     if par.chips > 1 or par.micro_batches > 1:
-        split += f" (tp {par.tp}, pp {par.pp}, {par.micro_batches} micro-batches)"
+        split += (f" (tp {par.tp}, pp {par.pp}, {par.micro_batches} "
+                  f"micro-batch{'es' if par.micro_batches > 1 else ''})")
     lines = [
         f"{spec.name} on {cfg.name} x {split}: batch {req.batch}, prefill {req.prefill}, "
         f"decode {req.decode}, {req.precision}",

@@ -11,6 +11,13 @@ from typing import Any
 _LATENCY_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "inter-token", "e2e": "end to end"}
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds, one decimal from 10 ms up, else three significant digits (a small
+    model's 0.031 ms TTFT read 0.0)."""
+    ms = seconds * 1e3
+    return f"{ms:.1f}" if ms >= 10 else f"{ms:.3g}"
+
+
 def serve_table(result: Any, probes: list | None = None) -> str:
     """The summary of a run (and of a capacity search's probes)."""
     spec, cfg, par, opt, s = result.spec, result.config, result.par, result.options, result.summary
@@ -29,7 +36,7 @@ def serve_table(result: Any, probes: list | None = None) -> str:
     ]
     for key, name in _LATENCY_NAMES.items():
         row = s.latency_s[key]
-        lines.append(f"  {name:16}" + "".join(f"{row[k] * 1e3:>10.1f}"
+        lines.append(f"  {name:16}" + "".join(f"{_ms(row[k]):>10}"
                                               for k in ("mean", "p50", "p90", "p99")))
     lines += [
         "",

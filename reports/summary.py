@@ -48,6 +48,12 @@ def _matrix_rate(data: ReportData) -> str:
                                  f"({percent(data.achieved_flops, data.peak_flops)}); {count}")
 
 
+def _rate(per_second: float) -> str:
+    """Whole numbers from 100 up, else three significant digits: a 1.07 s run is 0.936
+    runs/s, not 1 (and a 3 s one not 0)."""
+    return f"{per_second:,.0f}" if per_second >= 100 else f"{per_second:.3g}"
+
+
 def _headline(data: ReportData) -> str:
     mode = "functional" if data.functional else "performance-only"
     seconds = data.seconds
@@ -58,7 +64,7 @@ def _headline(data: ReportData) -> str:
         *([_kv("layers", data.layers)] if data.layers else []),
         *([_kv("tiles", data.tiles)] if data.tiles else []),
         _kv("latency", f"{format_cycles(data.total_cycles)} cycles = {format_us(seconds)}"
-                       + (f"  ({1 / seconds:,.0f} runs/s)" if seconds else "")),
+                       + (f"  ({_rate(1 / seconds)} runs/s)" if seconds else "")),
         *([_runtime(data)] if data.runtime_overhead_cycles else []),
         _matrix_rate(data),
     ]

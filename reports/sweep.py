@@ -150,9 +150,10 @@ def _cost(cost: str) -> Callable[[ReportData], float]:
 
 
 def by_latency(points: Sequence[SweepPoint]) -> list[SweepPoint]:
-    """Points that ran, fastest first, then the others in grid order."""
+    """Points that ran, fastest first (in time: points may differ in clock), then the
+    others in grid order."""
     return sorted(points, key=lambda p: (p.report is None,
-                                         p.report.total_cycles if p.report else 0, p.index))
+                                         p.report.seconds if p.report else 0, p.index))
 
 
 def sweep_table(points: Sequence[SweepPoint], cost: str = "peak_flops") -> str:

@@ -128,7 +128,7 @@ def lengths(spec: str, count: int, rng: np.random.Generator, which: str) -> np.n
     except ValueError:
         raise WorkloadError(f"length {spec!r}: parameters must be numbers; accepted: "
                             f"{', '.join(DISTRIBUTIONS)}") from None
-    if name.isdigit() and not params:
+    if name.isdigit() and int(name) >= 1 and not params:
         values = np.full(count, float(name))
     elif name == "uniform" and len(numbers) == 2 and 1 <= numbers[0] <= numbers[1]:
         values = rng.integers(int(numbers[0]), int(numbers[1]) + 1, count).astype(float)

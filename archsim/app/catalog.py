@@ -178,6 +178,9 @@ class Family:
     example: str
     summary: str
     build: Callable[..., tuple[Any, tuple[Any, ...]]]
+    may_be_zero: tuple[int, ...] = ()
+    """Positions of the sizes that may be 0 (a convolution's padding); every other
+    size is at least 1."""
 
 
 def _sized_gemm(m: str, k: str, n: str) -> tuple[Any, tuple[Any, ...]]:
@@ -244,7 +247,7 @@ FAMILIES: tuple[Family, ...] = (
            _sized_gemm),
     Family(r"conv_" + "x".join([_N] * 8), "conv_64x56x56x64x64x3x1x1",
            "conv_BxHxWxCINxCOUTxKxSTRIDExPAD: Conv2d without bias, channels_last",
-           _sized_conv),
+           _sized_conv, may_be_zero=(7,)),
     Family(rf"layer_?norm_{_N}x{_N}", "layernorm_2048x768", "layernorm_NxD: LayerNorm(D)",
            _layernorm),
     Family(rf"softmax_{_N}x{_N}", "softmax_2048x2048", "softmax_NxM: softmax over dim 1",
@@ -272,6 +275,24 @@ def family_of(name: str) -> tuple[Family, tuple[str | None, ...]] | None:
     return None
 
 
+def check_sizes(name: str) -> None:
+    """Raise :class:`WorkloadNameError` when a sized workload name has a size of 0 where
+    its family needs at least 1 (``gemm_0x64x64``); names of no family pass."""
+    found = family_of(name)
+    if found is None:
+        return
+    family, sizes = found
+    zero = [i for i, size in enumerate(sizes)
+            if size is not None and size.isdigit() and int(size) == 0
+            and i not in family.may_be_zero]
+    if zero:
+        form = family.summary.split(":")[0]  # gemm_MxKxN
+        letters = re.fullmatch(r"[a-z_]+_([A-Z]+(?:x[A-Z]+)+)", form)
+        what = letters.group(1).split("x")[zero[0]] if letters else f"size {zero[0] + 1}"
+        raise WorkloadNameError(f"{name}: {what} is 0 in {form}; sizes are at least 1"
+                                + (" (the padding may be 0)" if family.may_be_zero else ""))
+
+
 def build_workload(name: str) -> tuple[Any, tuple[Any, ...]]:
     """``(module, example_inputs)`` for a sized workload name (float32, random values)."""
     import torch
@@ -281,6 +302,7 @@ def build_workload(name: str) -> tuple[Any, tuple[Any, ...]]:
         raise WorkloadNameError(f"unknown workload {name!r}: expected one of the forms "
                                 f"{examples()} (sizes joined by 'x'; see archsim.app.catalog)")
     family, sizes = found
+    check_sizes(name)
     torch.manual_seed(0)
     module, inputs = family.build(*sizes)
     return module.eval(), inputs
@@ -292,4 +314,4 @@ def examples() -> str:
 
 
 __all__ = ["BUILTINS", "FAMILIES", "SIZES", "Builtin", "Family", "Sizes",
-           "WorkloadNameError", "build_workload", "family_of"]
+           "WorkloadNameError", "build_workload", "check_sizes", "family_of"]

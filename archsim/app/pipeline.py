@@ -161,14 +161,21 @@ def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> Sim
         raise ArchsimError("a transformers config needs transformers: pip install "
                            "transformers (or archsim's test extra)") from None
     data, name = read_model_config(workload.name)
+    if "model_type" not in data:
+        hint = (f"; it is an archsim result: re-render it with 'archsim report "
+                f"{workload.name}'" if data.get("format") == "archsim.report" else "")
+        raise ArchsimError(f"{workload.name}: not a transformers config.json: it has no "
+                           f"'model_type'{hint}")
     fields = {k: v for k, v in data.items() if k != "model_type"}
     if workload.layers:
         fields["num_hidden_layers"] = workload.layers
     try:
         model_config = transformers.AutoConfig.for_model(data.get("model_type", ""), **fields)
     except (ValueError, KeyError) as exc:
+        # its first line, without the list of every model type transformers knows
+        reason = str(exc).splitlines()[0].split(" Should contain one of")[0]
         raise ArchsimError(f"{workload.name}: transformers cannot read this config "
-                           f"({str(exc).splitlines()[0]})") from None
+                           f"({reason})") from None
     if s.mode == "functional":
         raise ArchsimError(f"{name}: a transformers config has no weights; it runs "
                            f"performance-only")

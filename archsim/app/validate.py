@@ -132,10 +132,12 @@ def validate(path: str | Path, config: NpuConfig,
     measurements = read_measurements(path)
     if workloads:
         wanted = set(workloads)
-        measurements = tuple(m for m in measurements if m.workload in wanted)
-        missing = wanted - {m.workload for m in measurements}
+        names = [m.workload for m in measurements]
+        missing = wanted - set(names)
         if missing:
-            raise ValidationDataError(f"{path}: no rows named {', '.join(sorted(missing))}")
+            raise ValidationDataError(f"{path}: no rows named {', '.join(sorted(missing))} "
+                                      f"(its rows: {', '.join(names)})")
+        measurements = tuple(m for m in measurements if m.workload in wanted)
     rows = []
     for m in measurements:
         simulated, roofline = simulate_workload(m.workload, config)

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from archsim.app.catalog import BUILTINS, SIZES, examples, family_of
+from archsim.app.catalog import BUILTINS, SIZES, check_sizes, examples, family_of
 from archsim.errors import ArchsimError
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class Workload:
         if family_of(name) is not None:
             _refuse(name, [s for s in SIZES if given[s] is not None],
                     "its sizes are in its name")
+            check_sizes(name)
             return cls(Kind.SIZED, name, dtype=dtype)
         raise ArchsimError(f"unknown model {name!r}: give a built-in workload "
                            f"({', '.join(BUILTINS)}), a sized workload ({examples()}), "

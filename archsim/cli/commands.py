@@ -4,6 +4,7 @@ errors are raised as :class:`~archsim.errors.ArchsimError` and printed by ``main
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,11 @@ def _run(args: argparse.Namespace) -> int:
         print(reports.critical_path_text(result, max_rows=12))
     if args.json:
         reports.write_json(result, args.json)
+    if args.save_program:
+        from compiler.ir.text import save_program
+
+        save_program(result.program, args.save_program)
+        print(f"wrote {args.save_program}", file=sys.stderr)
     if args.out:
         write_outputs(result, Path(args.out), args.quiet)
     return 0
@@ -282,6 +288,8 @@ def report(args: argparse.Namespace) -> int:
     print(reports.summary(data))
     print()
     print(reports.op_table(data, top=args.top))
+    print()
+    print(reports.critical_path_text(data, max_rows=12))
     if args.out:
         out = output_dir(args.out)
         reports.write_html(data, out / "report.html")

@@ -13,6 +13,7 @@ _DTYPES = ("bf16", "f16", "f32")
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """What ``archsim llm`` and ``archsim serve`` share: MODEL, the hardware, how the
     model is split over chips and the format of its weights."""
+    from archsim.cli.main import positive
     from archsim.config import DEFAULT_PRESET
     from serving.plan import ACTIVATIONS, DEFAULT_GROUP_SIZE, INT4_GROUP_SIZES, WEIGHT_BYTES
     from serving.spec import bundled_models
@@ -25,11 +26,11 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                    dest="overrides", help="override a config field by dotted path, e.g. "
                                           "interconnect.link_bandwidth_gb_per_s=100 (repeatable)")
-    p.add_argument("--chips", type=int, default=None,
+    p.add_argument("--chips", type=positive, default=None,
                    help="chips in all (default tp x pp); sets whichever of --tp/--pp is "
                         "missing (alone: --tp)")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel chips per stage")
-    p.add_argument("--pp", type=int, default=None, help="pipeline stages")
+    p.add_argument("--tp", type=positive, default=None, help="tensor-parallel chips per stage")
+    p.add_argument("--pp", type=positive, default=None, help="pipeline stages")
     p.add_argument("--collectives", choices=("auto", "bidir_ring", "ring", "tree"),
                    default="auto", help="all-reduce algorithm for --tp (default auto: per "
                                         "collective the cheapest by its alpha-beta cost, "
@@ -71,7 +72,7 @@ def weight_format_text(args: argparse.Namespace) -> str:
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``llm`` on the subparsers of ``archsim``."""
-    from archsim.cli.main import output_file
+    from archsim.cli.main import output_file, positive
 
     p = sub.add_parser(
         "llm", help="LLM serving: prefill and decode with a KV cache, on one chip or many",
@@ -83,8 +84,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "composed; with --tp/--pp, collectives and stage-to-stage sends are "
                     "simulated on the chip-to-chip links.")
     add_model_arguments(p)
-    p.add_argument("--batch", type=int, default=1, help="sequences served together (default 1)")
-    p.add_argument("--prefill", type=int, default=128,
+    p.add_argument("--batch", type=positive, default=1,
+                   help="sequences served together (default 1)")
+    p.add_argument("--prefill", type=positive, default=128,
                    help="prompt tokens per sequence (default 128)")
     p.add_argument("--decode", type=int, default=16,
                    help="generated tokens per sequence, one decode step each (default 16)")
@@ -94,7 +96,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="KV cache (default: --dtype); int8 or fp8 (e4m3): quantized on "
                         "write with a scale per token and head, read as stored by the "
                         "attention kernel")
-    p.add_argument("--micro-batches", type=int, default=None,
+    p.add_argument("--micro-batches", type=positive, default=None,
                    help="micro-batches through the pipeline (default: min(batch, pp))")
     p.add_argument("--json", metavar="FILE", type=output_file, help="also write the results as JSON to FILE")
     p.add_argument("--trace", metavar="FILE", type=output_file,
@@ -108,7 +110,10 @@ def parallelism(args: argparse.Namespace) -> Any:
     from serving.plan import Parallelism
 
     tp, pp, chips = args.tp, args.pp, args.chips
-    if chips is not None and chips > 0:  # the missing factor follows from --chips
+    for flag, given in (("--tp", tp), ("--pp", pp)) if (tp is None) != (pp is None) else ():
+        if chips is not None and given is not None and chips % given:
+            raise ModelConfigError(f"--chips {chips} is not a multiple of {flag} {given}")
+    if chips is not None:  # the missing factor follows from --chips
         if tp is None:
             tp = chips // pp if pp and chips % pp == 0 else (chips if pp is None else None)
         elif pp is None and tp > 0 and chips % tp == 0:
@@ -116,7 +121,7 @@ def parallelism(args: argparse.Namespace) -> Any:
     tp, pp = 1 if tp is None else tp, 1 if pp is None else pp
     if chips is not None and tp * pp != chips:
         raise ModelConfigError(f"--chips {chips} is not --tp {tp} x --pp {pp} = {tp * pp}")
-    micro = args.micro_batches or min(args.batch, pp)
+    micro = args.micro_batches if args.micro_batches is not None else min(args.batch, pp)
     return Parallelism(tp, pp, micro)
 
 

@@ -109,11 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
                                      "the top ops and the critical path.")
     workload_args(run)
     config_args(run)
-    run.add_argument("--top", type=int, default=10, help="ops to list (default 10)")
+    run.add_argument("--top", type=positive, default=10, help="ops to list (default 10)")
     run.add_argument("--out", metavar="DIR",
                      help="also write summary.txt, trace.json (Perfetto), result.json, "
                           "report.html and figures to DIR")
     run.add_argument("--json", metavar="FILE", type=output_file, help="write the result as JSON to FILE")
+    run.add_argument("--save-program", metavar="FILE", type=output_file,
+                     help="write the scheduled program the run simulated as text (.rbln) "
+                          "to FILE: 'archsim show FILE' prints and verifies it, 'archsim "
+                          "run FILE' simulates it again (of a run whose layers or tiles "
+                          "were extended, the simulated part)")
     run.add_argument("--list", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(handler=commands.run)
 
@@ -152,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="re-render the report of a saved result.json")
     report.add_argument("result", metavar="RESULT.json")
-    report.add_argument("--top", type=int, default=10, help="ops to list (default 10)")
+    report.add_argument("--top", type=positive, default=10, help="ops to list (default 10)")
     report.add_argument("--out", metavar="DIR", help="write HTML and figures to DIR")
     report.set_defaults(handler=commands.report)
     return parser

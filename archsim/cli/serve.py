@@ -41,17 +41,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     w.add_argument("--trace", metavar="FILE",
                    help="CSV or JSONL with arrival_s, prompt_tokens, output_tokens per "
                         "request (python -m serving.sharegpt converts ShareGPT JSON)")
-    w.add_argument("--rate", type=float, default=1.0,
+    w.add_argument("--rate", type=float, default=None,
                    help="synthetic: Poisson arrivals per second (default 1)")
-    w.add_argument("--requests", type=positive, default=100,
+    w.add_argument("--requests", type=positive, default=None,
                    help="synthetic: number of requests (default 100)")
-    w.add_argument("--prompt-tokens", default="sharegpt", metavar="N|DIST",
+    w.add_argument("--prompt-tokens", default=None, metavar="N|DIST",
                    help=f"synthetic prompt lengths: {', '.join(DISTRIBUTIONS)} "
                         f"(default sharegpt)")
-    w.add_argument("--output-tokens", default="sharegpt", metavar="N|DIST",
+    w.add_argument("--output-tokens", default=None, metavar="N|DIST",
                    help="synthetic generated tokens per request, the first included "
                         "(default sharegpt)")
-    w.add_argument("--seed", type=int, default=0, help="synthetic: random seed (default 0)")
+    w.add_argument("--seed", type=int, default=None,
+                   help="synthetic: random seed (default 0)")
     s = p.add_argument_group("scheduler")
     s.add_argument("--scheduler", choices=("continuous", "static"), default="continuous",
                    help="continuous batching (vLLM-like, default) or static batches")
@@ -139,6 +140,27 @@ def _cheapest(args: argparse.Namespace, options: Any, slo: Any, workload: Any) -
     return 0 if found else 1
 
 
+SYNTHETIC = {"rate": 1.0, "requests": 100, "prompt_tokens": "sharegpt",
+             "output_tokens": "sharegpt", "seed": 0}
+"""The synthetic workload's options and their defaults (``--help`` says them)."""
+
+
+def _synthetic_defaults(args: argparse.Namespace) -> None:
+    """Fill in the synthetic options' defaults, refusing any given with ``--trace``
+    (which would be ignored: the trace gives the requests)."""
+    from archsim.errors import ModelConfigError
+
+    given = [name for name in SYNTHETIC if getattr(args, name) is not None]
+    if args.trace and given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ModelConfigError(f"{flags} shape{'s' if len(given) == 1 else ''} synthetic "
+                               f"arrivals; --trace {args.trace} gives the requests (use one "
+                               f"or the other)")
+    for name, default in SYNTHETIC.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+
+
 def run(args: argparse.Namespace) -> int:
     from archsim.cli.commands import resolve_config
     from archsim.cli.llm import parallelism, weight_format_text
@@ -148,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     from serving.traffic import ServeOptions, Server, find_max_rate
     from serving.workload import read_trace, synthetic
 
+    _synthetic_defaults(args)
     config = resolve_config(args.config, args.overrides)
     args.batch, args.micro_batches = 1, 1  # what parallelism() reads
     options = ServeOptions(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,

@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "runs each row as archsim llm does, on its config column (or "
                     "--config for all).")
     p.add_argument("data", metavar="DATA.csv", help="measurements, e.g. "
-                   "../shared/data/tpuv3-calibration.csv")
+                   "benchmarks/data/tpuv3-calibration.csv (in archsim's repository)")
     p.add_argument("--config", "-c", default=None, metavar="NAME",
                    help=f"preset name or YAML file (default: {DEFAULT_PRESET}, or each LLM "
                         f"row's config; the TPU v3 measurements are for tpu-v3)")

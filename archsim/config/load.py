@@ -52,8 +52,11 @@ def load_config(name_or_path: str | Path = DEFAULT_PRESET) -> NpuConfig:
     text, source = _read_source(name_or_path)
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"not valid YAML: {exc}"], source=source) from None
+    except yaml.YAMLError as exc:  # its problem and where, on one line
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError([f"not valid YAML{where}: {what}"], source=source) from None
     if not isinstance(data, dict):
         raise ConfigError([f"top level must be a mapping, got {type(data).__name__}"], source)
     if source.startswith("preset ") and "interconnect" not in data:

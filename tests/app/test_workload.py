@@ -107,3 +107,22 @@ class TestTransformersConfig:
         with pytest.raises(ArchsimError, match=r"bad\.json: expected a JSON object \(a "
                                                r"transformers config\), got list$"):
             Workload.parse(str(bad))
+
+
+@pytest.mark.parametrize("name, message", [
+    # gemm_0x64x64 was a ZeroDivisionError traceback in the tiling cost model
+    ("gemm_0x64x64", "gemm_0x64x64: M is 0 in gemm_MxKxN; sizes are at least 1"),
+    ("conv_1x8x8x4x4x3x0x1", "conv_1x8x8x4x4x3x0x1: STRIDE is 0 in "
+                             "conv_BxHxWxCINxCOUTxKxSTRIDExPAD; sizes are at least 1 (the "
+                             "padding may be 0)"),
+])
+def test_a_sized_workload_with_a_zero_size_is_refused_by_name(name: str, message: str) -> None:
+    from archsim.app.catalog import WorkloadNameError, build_workload
+
+    with pytest.raises(WorkloadNameError) as early:
+        Workload.builtin(name)
+    assert str(early.value) == message
+    with pytest.raises(WorkloadNameError) as built:  # archsim validate's door
+        build_workload(name)
+    assert str(built.value) == message
+    assert Workload.builtin("conv_1x8x8x4x4x3x1x0").kind is Kind.SIZED  # no padding: fine

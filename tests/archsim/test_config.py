@@ -110,6 +110,16 @@ def test_yaml_file_loads_and_reports_its_path(tmp_path) -> None:
         load_config(path)
 
 
+def test_broken_yaml_is_one_problem_on_one_line(tmp_path) -> None:
+    # PyYAML's message is four lines, the last a caret under an empty line.
+    path = tmp_path / "broken.yaml"
+    path.write_text("cores: 2\ncore: [\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (f"{path}: 1 problem:\n  - not valid YAML at line 3, column 1: "
+                                 f"expected the node content, but found '<stream end>'")
+
+
 def test_missing_file_is_named(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"no such file: .*nope.yaml"):
         load_config(tmp_path / "nope.yaml")

@@ -63,6 +63,35 @@ def test_non_positive_sizes(flag: str, capsys) -> None:
     assert f"argument {flag}: expected a positive integer, got -5" in err
 
 
+@pytest.mark.parametrize("command", ["run", "report"])
+def test_top_must_be_positive(command: str, capsys) -> None:
+    # --top -1 listed every op but the last (a Python slice), --top 0 none.
+    err = _error(capsys, "argparse", command, "x.json", "--top", "-1")
+    assert "argument --top: expected a positive integer, got -1" in err
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--micro-batches", "0"),  # was taken as "not given" and served
+    ("--batch", "-1"),  # was "batch must be >= 1, got -1; micro-batches must be ..."
+    ("--pp", "0"),  # was also blamed on the micro-batches nobody gave
+    ("--chips", "0"),  # was "--chips 0 is not --tp 1 x --pp 1 = 1"
+    ("--tp", "0"), ("--prefill", "0")])
+def test_llm_counts_must_be_positive(flag: str, value: str, capsys) -> None:
+    err = _error(capsys, "argparse", "llm", "llama-2-7b", flag, value)
+    assert err.splitlines()[-1] == (f"archsim llm: error: argument {flag}: expected a "
+                                    f"positive integer, got {value}")
+
+
+@pytest.mark.parametrize("flags, message", [
+    # it said "--chips 4 is not --tp 1 x --pp 3 = 3", blaming a --tp nobody gave
+    (("--chips", "4", "--pp", "3"), "--chips 4 is not a multiple of --pp 3"),
+    (("--chips", "6", "--tp", "4"), "--chips 6 is not a multiple of --tp 4"),
+    (("--chips", "8", "--tp", "2", "--pp", "2"), "--chips 8 is not --tp 2 x --pp 2 = 4")])
+def test_llm_chips_that_do_not_split(flags: tuple[str, ...], message: str, capsys) -> None:
+    err = _error(capsys, "llm", "llama-2-7b", *flags)
+    assert err.strip() == f"archsim: error: {message}"
+
+
 def test_json_into_a_missing_directory_is_refused_before_simulating(tmp_path: Path,
                                                                     capsys) -> None:
     target = tmp_path / "missing" / "result.json"
@@ -151,3 +180,19 @@ def test_llm_trace_into_a_missing_directory_is_refused_before_serving(tmp_path: 
     target = tmp_path / "missing" / "trace.json"
     err = _error(capsys, "argparse", "llm", "llama-2-7b", "--trace", str(target))
     assert f"argument --trace: {target}: directory '{target.parent}' does not exist" in err
+
+
+def test_run_of_a_json_that_is_no_transformers_config(tmp_path: Path, capsys) -> None:
+    # An archsim result.json given to `run` was read as a transformers config, and
+    # transformers' error listed its ~900 model types in the one line.
+    result = tmp_path / "result.json"
+    result.write_text('{"format": "archsim.report", "version": 1}')
+    err = _error(capsys, "run", str(result))
+    assert err.strip() == (f"archsim: error: {result}: not a transformers config.json: it has "
+                           f"no 'model_type'; it is an archsim result: re-render it with "
+                           f"'archsim report {result}'")
+    unknown = tmp_path / "foo.json"
+    unknown.write_text('{"model_type": "foo"}')
+    err = _error(capsys, "run", str(unknown))
+    assert err.strip() == (f"archsim: error: {unknown}: transformers cannot read this config "
+                           f"(Unrecognized model identifier: foo.)")

@@ -97,6 +97,32 @@ class TestRun:
         assert code == 0
         assert "168 cycles" in out
 
+    def test_report_renders_what_run_printed(self, capsys, tmp_path: Path,
+                                             program_file: Path) -> None:
+        # `report` is "re-render the report of a saved result.json": the same summary,
+        # op table and critical path as the run (the critical path was left out).
+        code, printed, _ = run_cli(capsys, "run", str(program_file), "--config", "tiny",
+                                   "--json", str(tmp_path / "r.json"))
+        assert code == 0 and "Critical path" in printed
+        code, rendered, _ = run_cli(capsys, "report", str(tmp_path / "r.json"))
+        assert code == 0
+        assert rendered == printed
+
+    def test_save_program_round_trips_through_show_and_run(self, capsys,
+                                                           tmp_path: Path) -> None:
+        # README's `archsim show prog.rbln` / `archsim run prog.rbln` need a program
+        # file, which no command wrote.
+        path = tmp_path / "gemm.rbln"
+        code, first, err = run_cli(capsys, "run", "gemm", "--seq", "16", "-c", "tiny", "-q",
+                                   "--save-program", str(path))
+        assert code == 0 and f"wrote {path}" in err
+        code, shown, _ = run_cli(capsys, "show", str(path), "-c", "tiny")
+        assert code == 0 and shown.startswith('program "gemm s16 f32" target=tiny')
+        code, again, _ = run_cli(capsys, "run", str(path), "-c", "tiny", "-q")
+        assert code == 0
+        cycles = first.split(": ")[1].split(",")[0]  # "... on tiny: N cycles, ..."
+        assert cycles.endswith(" cycles") and again.split(": ")[1].startswith(cycles + ",")
+
     def test_overrides_change_the_machine(self, capsys, program_file: Path) -> None:
         code, out, _ = run_cli(capsys, "run", str(program_file), "--config", "tiny", "-q",
                                "--set", "core.vector.lanes=8")

@@ -84,3 +84,15 @@ def test_bad_input_is_one_line(model, capsys, extra, message) -> None:
     assert code != 0
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_synthetic_options_with_a_trace_are_refused(tmp_path, capsys) -> None:
+    # --rate with --trace was ignored without a word (the trace gives the arrivals).
+    from archsim.cli.main import main
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,16,4\n")
+    assert main(["serve", "llama-2-7b", "--trace", str(trace), "--rate", "2"]) != 0
+    err = capsys.readouterr().err
+    assert err.strip() == (f"archsim: error: --rate shapes synthetic arrivals; --trace "
+                           f"{trace} gives the requests (use one or the other)")

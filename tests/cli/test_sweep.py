@@ -259,6 +259,18 @@ class TestSweepReports:
         assert pareto_points(self.points, cost="cores") == {4}
         assert [p.index for p in by_latency(self.points)] == [4, 1, 2, 0, 3]
 
+    def test_latency_order_is_in_time_when_clocks_differ(self) -> None:
+        # A DVFS sweep: 300 cycles at 0.5 GHz (600 ns) is slower than 400 at 1 GHz
+        # (400 ns); the rows were sorted by cycles.
+        import dataclasses
+
+        slow_clock = fake_point(0, 4, 300, 1e12)
+        slow_clock = dataclasses.replace(
+            slow_clock, report=dataclasses.replace(slow_clock.report, clock_hz=500_000_000))
+        points = (slow_clock, fake_point(1, 8, 400, 1e12))
+        assert [p.index for p in by_latency(points)] == [1, 0]
+        assert pareto_points(points) == {1}
+
     def test_table(self) -> None:
         lines = sweep_table(self.points).splitlines()
         assert lines[0].split() == ["rows", "latency", "(cycles)", "latency", "matrix", "util",

@@ -222,3 +222,21 @@ class TestLlmRows:
         assert data["rows"][0]["unit"] == "ms"
         assert set(data["mean_absolute_error_by_metric"]) == {"ttft_ms", "decode_step_ms",
                                                               "tokens_per_s"}
+
+
+def test_help_names_a_measurements_file_that_ships_with_archsim(capsys) -> None:
+    # It named ../shared/data/tpuv3-calibration.csv, outside the repository.
+    with pytest.raises(SystemExit):
+        main(["validate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    example = text.split("measurements, e.g. ")[1].split()[0]
+    assert example == "benchmarks/data/tpuv3-calibration.csv"
+    assert (Path(__file__).resolve().parents[2] / example).is_file()
+
+
+def test_an_unknown_workload_row_lists_the_rows_there_are(small_csv: Path) -> None:
+    # -w nosuch said "no rows named nosuch" and not which rows the file has.
+    with pytest.raises(ValidationDataError) as caught:
+        validate(small_csv, load_config("tiny"), ["nosuch", "gemm_128x256x64"])
+    assert str(caught.value) == f"{small_csv}: no rows named nosuch (its rows: " \
+                                f"{', '.join(SMALL)})"

@@ -73,3 +73,17 @@ def test_json_ops_rows_carry_the_ratio_and_read_back():
     (op,) = document["ops"]
     assert (op["compulsory_bytes"], op["dram_over_compulsory"]) == (3 * 64 * 64 * F32, 4 / 3)
     assert op_rows(from_json(document)) == op_rows(result)
+
+
+def test_embedding_must_read_the_rows_it_gathers_not_its_whole_table():
+    # 8 of a 1000x16 f32 table's rows by i64 indices: compulsory is the 8 rows, the
+    # indices and the 8x16 output, each once (the whole table would be 64,000 bytes,
+    # and DRAM/min would read 0.01x: fewer bytes moved than "must" be).
+    torch.manual_seed(0)
+    table, ids = torch.randn(1000, 16), torch.randint(0, 1000, (8,))
+    compiled = compile_op(torch.ops.aten.embedding.default, (table, ids), {},
+                          load_config("tiny"))
+    (out,), result = compiled.run(table, ids)
+    torch.testing.assert_close(out, table[ids])
+    (row,) = op_rows(result)
+    assert row.compulsory_bytes == 8 * 16 * F32 + 8 * 8 + 8 * 16 * F32

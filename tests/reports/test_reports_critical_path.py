@@ -217,9 +217,10 @@ def test_path_cycles_by_each_key_largest_first(chain_result):
 def test_critical_path_text_by_op_with_layers_merged(chain_result):
     text = critical_path_text(_two_layers(chain_result))
     lines = text.splitlines()
-    # 5 steps, 200 cycles = 0.20 us at 1 GHz; rows by cycles, the 2-cycle op (exactly
+    # 5 steps, 200 cycles = 200 ns at 1 GHz (in the summary's units: llama-7b's
+    # 1,068,245,908 cycles read "1068245.91 us"); rows by cycles, the 2-cycle op (exactly
     # the 1% fold threshold) kept; layers 0 and 1 of proj merged: 160 of 200 cycles
-    assert lines[0] == "Critical path: 5 commands, 200 cycles (0.20 us), by op"
+    assert lines[0] == "Critical path: 5 commands, 200 cycles (200 ns), by op"
     assert lines[1].split() == ["source", "op", "engines", "commands", "first", "last",
                                 "cycles", "share"]
     # source, op and engines left-aligned, the numbers right-aligned
@@ -284,7 +285,7 @@ def test_the_path_through_an_extension_is_its_window_scaled(chain_result):
 def test_critical_path_text_through_an_extension(chain_result):
     lines = critical_path_text(_layer_then_two_more(chain_result)).splitlines()
     assert lines[0] == ("Critical path: 6 commands simulated + 2 layers extended, 450 cycles "
-                        "(0.45 us), by op")
+                        "(450 ns), by op")
     # the extension's row: its top 4 ops and its engine kinds by cycles (unary 200,
     # matmul 40, reduce 30, load 20; vpu 230, mxu 40, dma 30), ~12 commands, 150-450
     extension = lines[3]
@@ -311,7 +312,7 @@ def test_with_nothing_simulated_each_extension_is_one_piece_named_by_its_label(c
     lines = critical_path_text(data).splitlines()
     assert lines[0] == (
         "Critical path: 0 commands simulated + 2 layers extended + 3 panels extended, "
-        "300 cycles (0.30 us), by op")
+        "300 cycles (300 ns), by op")
     # no op and no engine to name in the extension's row
     assert lines[3].split()[-7:] == ["-", "-", "~0", "0", "300", "300", "100.0%"]
 

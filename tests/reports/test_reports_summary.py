@@ -16,6 +16,19 @@ def test_summary_headline(mm_result):
     assert "of 16.0 GB/s" in text               # tiny: one 16 GB/s channel
 
 
+def test_summary_runs_per_second_below_one_are_not_rounded_to_whole_runs(mm_result):
+    # tiny runs at 1 GHz: 1.6e9 cycles = 1.6 s = 0.625 runs/s (it read "1 runs/s");
+    # 3.2e9 cycles read "0 runs/s"; 4,000 cycles = 250,000 runs/s stays whole.
+    import dataclasses
+
+    from reports.data import report_data
+
+    data = report_data(mm_result)
+    for cycles, rate in ((1_600_000_000, "(0.625 runs/s)"), (3_200_000_000, "(0.312 runs/s)"),
+                         (4_000, "(250,000 runs/s)")):
+        assert rate in summary(dataclasses.replace(data, total_cycles=cycles))
+
+
 def test_summary_lists_host_work_with_its_time(mm_result):
     text = summary(mm_result)
     assert "Host work: 2 commands, 2,468 cycles" in text
@@ -57,6 +70,20 @@ def test_compare_table(mm_result, simulate, programs):
     assert compare_table([mm_result], labels=["base"]).splitlines()[0].split() == ["base"]
     with pytest.raises(ValueError, match="1 labels for 2 results"):
         compare_table([mm_result, other], labels=["x"])
+
+
+def test_compare_table_keeps_small_speedups_readable(mm_result):
+    # Runs 200x and 8x slower than the first: 0.005x (it read 0.01x, edge against
+    # atom 0.00x) and 0.125 at two decimals.
+    import dataclasses
+
+    from reports.data import report_data
+
+    data = report_data(mm_result)
+    slower = [dataclasses.replace(data, total_cycles=data.total_cycles * n) for n in (200, 8)]
+    speedup = next(r for r in compare_table([data, *slower], labels=["a", "b", "c"])
+                   .splitlines() if r.strip().startswith("speedup vs a"))
+    assert speedup.split()[-3:] == ["1.00x", "0.005x", "0.12x"]
 
 
 def test_summary_states_the_matrix_precision(mm_result):

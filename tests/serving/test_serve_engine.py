@@ -156,6 +156,9 @@ class TestWorkload:
         assert share.min() >= 4 and share.max() <= 2048
         with pytest.raises(WorkloadError, match="is not one of"):
             lengths("zipf:2", 3, rng, "prompt")
+        # A fixed length of 0 was served as 1 token each, though the error says N >= 1.
+        with pytest.raises(WorkloadError, match=r"length '0' is not one of .*\(N >= 1"):
+            lengths("0", 3, rng, "prompt")
 
     def test_poisson_arrivals_scale_with_the_rate(self) -> None:
         slow, fast = synthetic(1.0, 2000, "8", "8", 3), synthetic(4.0, 2000, "8", "8", 3)

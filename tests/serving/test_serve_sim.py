@@ -137,3 +137,18 @@ def test_the_summary_states_the_weight_and_kv_formats() -> None:
     assert lines[0].endswith("64 tokens an iteration), bf16, int8 weights")
     assert lines[1] == (f"  KV cache (int8): 40 blocks of 16 tokens (640 tokens, "
                         f"{40 * 16 * 2 * 2 * 2 * 18 / 2**30:.2f} GiB)")
+
+
+def test_the_latency_table_keeps_sub_millisecond_latencies() -> None:
+    # The small model on atom: every latency under 1 ms, and every cell read "0.0".
+    from reports.serve import serve_table
+
+    server = Server.build(SMALL, load_config("atom"),
+                          options=ServeOptions(max_num_batched_tokens=64))
+    result = server.run([Arrival(0, 0.0, 16, 3)])
+    ttft = result.summary.latency_s["ttft"]
+    assert ttft["p50"] < 1e-3  # the case this is about
+    row = next(line for line in serve_table(result).splitlines()
+               if line.strip().startswith("TTFT"))
+    shown = [float(cell) * 1e-3 for cell in row.split()[1:]]
+    assert shown == pytest.approx([ttft[k] for k in ("mean", "p50", "p90", "p99")], rel=0.01)

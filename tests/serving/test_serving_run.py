@@ -91,8 +91,10 @@ def test_cli_errors_are_one_line(capsys) -> None:
     assert main(["llm", "llama-2-7b", "--chips", "4", "--tp", "2", "--pp", "3"]) == 1
     assert capsys.readouterr().err.strip() == \
         "archsim: error: --chips 4 is not --tp 2 x --pp 3 = 6"
-    assert main(["llm", "llama-2-7b", "--tp", "0"]) == 1
-    assert capsys.readouterr().err.strip() == "archsim: error: tp must be >= 1, got 0"
+    with pytest.raises(SystemExit):  # argparse's one line, as for run's sizes
+        main(["llm", "llama-2-7b", "--tp", "0"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "archsim llm: error: argument --tp: expected a positive integer, got 0"
 
 
 @pytest.mark.parametrize("flags, split", [

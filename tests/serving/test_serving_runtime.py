@@ -179,3 +179,25 @@ def test_the_report_json_and_trace_show_the_runtime_as_its_own_category() -> Non
     events = llm_trace(result)["traceEvents"]
     assert any(e.get("cat") == "runtime" for e in events)
     assert sum(e.get("cat") == "host" for e in events) == 3  # prefill and 2 decode steps
+
+
+def test_the_table_keeps_sub_millisecond_times_readable() -> None:
+    # A small model on atom: its rooflines are a few us, and read "0.00 ms" beside a
+    # ratio of 20x; "1 micro-batches" on two chips.
+    import re
+
+    from reports.llm import llm_table
+    from serving.run import serve
+
+    result = serve(SMALL, load_config("atom"), Request(batch=1, prefill=16, decode=2),
+                   Parallelism(tp=2))
+    table = llm_table(result)
+    assert "(tp 2, pp 1, 1 micro-batch)" in table
+    scale = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+    for label, simulated, roofline in (("TTFT", result.ttft_s, result.roofline.prefill_s),
+                                       ("TPOT", result.tpot_s, result.roofline.tpot_s)):
+        assert roofline < 1e-3  # the case this is about
+        row = next(line for line in table.splitlines() if line.strip().startswith(label))
+        cells = re.findall(r"([\d.]+) (ms|us|ns)", row)
+        shown = [float(v) * scale[unit] for v, unit in cells]
+        assert shown == pytest.approx([simulated, roofline], rel=0.01)
