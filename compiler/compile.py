@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from compiler.emit import Emitter
 from compiler.graph import Graph, Value, base_of
 from compiler.ir.collector import paused
 from compiler.schedule_cache import ScheduleCache
-from compiler.ir.dram_peak import check_dram_capacity
+from compiler.ir.dram_peak import check_dram_capacity, check_inputs_fit
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import Program
 from compiler.kernels.common import Context
@@ -403,6 +404,8 @@ def compile_graph(program: Any, config: NpuConfig, options: CompileOptions | Non
     with paused():  # millions of long-lived objects, no garbage: see compiler.ir.collector
         graph, input_specs, fallbacks = frontend.build(program, options)
         name = "graph_" + key[0][:8]
+        check_inputs_fit(name, sum(math.prod(v.shape) * v.dtype.itemsize
+                                   for v in graph.inputs), config)
         prog, tensors, host_functions, constants, kernels, ctx = build_program(
             graph, config, options, name)
         check_dram_capacity(prog, config)

@@ -203,6 +203,14 @@ class Frontend:
             self.env[node] = lower_triton_call(self.builder, node.name, kwargs)
             return
         metas = _meta_tensors(node.meta.get("val"))
+        if metas and all(m is not None and m.numel() == 0 for m in metas):
+            # nothing to compute: every result is empty (a batch of zero rows)
+            empties = tuple(self._constant(torch.empty(_static_shape(m, node.name),
+                                                       dtype=m.dtype), node.name)
+                            for m in metas)
+            self.env[node] = empties[0] if isinstance(node.meta["val"], torch.Tensor) \
+                else empties
+            return
         if self._foldable(target, args, kwargs, metas):
             self.env[node] = self._fold(node, target, args, kwargs)
             return

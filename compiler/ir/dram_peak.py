@@ -77,5 +77,18 @@ def check_dram_capacity(program: Program, config: NpuConfig, extra_bytes: int = 
         f"--set dram.capacity_bytes=..., or split it over chips (archsim llm --tp/--pp)")
 
 
+def check_inputs_fit(name: str, input_bytes: int, config: NpuConfig) -> None:
+    """The same refusal before compiling, when the program's inputs alone (its weights,
+    live throughout) exceed the DRAM: a model far too big for the chip is told so,
+    not that some kernel's tile does not fit a small scratchpad first."""
+    capacity = config.dram.capacity_bytes
+    if input_bytes > capacity:
+        raise DeviceMemoryError(
+            f"{name} needs {_gib(input_bytes)} of DRAM for its inputs and weights alone "
+            f"but {config.name} has {_gib(capacity)} (dram.capacity_bytes): use a smaller "
+            f"model or batch, a preset with more DRAM, --set dram.capacity_bytes=..., or "
+            f"split it over chips (archsim llm --tp/--pp)")
+
+
 def _gib(nbytes: int) -> str:
     return f"{nbytes / 2 ** 30:.2f} GiB"

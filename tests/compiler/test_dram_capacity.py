@@ -8,7 +8,7 @@ import torch
 
 import archsim
 from archsim.errors import DeviceMemoryError
-from compiler.ir.dram_peak import _dram_peak, dram_peak
+from compiler.ir.dram_peak import _dram_peak, check_dram_capacity, check_inputs_fit, dram_peak
 from compiler.ir.text import parse_program
 
 
@@ -32,6 +32,37 @@ def test_a_model_larger_than_the_device_is_refused_with_what_it_needs() -> None:
     with pytest.raises(DeviceMemoryError, match=r"needs 20.00 GiB of DRAM at once .* but "
                                                 r"tpu-v3 has 16.00 GiB \(dram.capacity_bytes\)"):
         archsim.estimate(model, (x,), config="tpu-v3")
+
+
+def test_a_program_whose_weights_alone_overflow_is_refused_before_compiling() -> None:
+    """A 16384 x 20000 f32 projection (1.22 GiB of weights) on `tiny`'s 1 GiB: refused
+    for its weights before any kernel's tiling is tried (as `archsim run llama-7b -c
+    tiny` is, whose first error was a norm's row not fitting the 32 KiB scratchpad)."""
+    with torch.device("meta"):
+        model = torch.nn.Linear(16384, 20000, bias=False)
+    x = torch.empty(1, 16384, device="meta")
+    with pytest.raises(DeviceMemoryError, match=r"needs 1.22 GiB of DRAM for its inputs and "
+                                                r"weights alone but tiny has 1.00 GiB"):
+        archsim.estimate(model, (x,), config="tiny")
+
+
+def test_a_program_whose_tensors_alive_together_overflow_is_refused_at_its_peak() -> None:
+    """Inputs that fit (4 KiB of 12 KiB) but a peak that does not (A and B, 12 KiB, at
+    command 0, against 8 KiB)."""
+    program = parse_program("""program p
+dram %A : f32[1024] in
+dram %B : f32[2048] temp
+dram %C : f32[512] out
+ 0: host host_op aten.a (%A) -> (%B) cycles=1
+ 1: host host_op aten.b (%B) -> (%C) cycles=1 after 0
+""")
+    config = archsim.load_config("tiny").with_overrides({"dram.capacity_bytes": 8192})
+    check_inputs_fit("p", 4096, config)
+    with pytest.raises(DeviceMemoryError, match=r"p needs 0.00 GiB of DRAM at once \(at "
+                                                r"command 0"):
+        check_dram_capacity(program, config)
+    with pytest.raises(DeviceMemoryError, match=r"p needs 0.00 GiB of DRAM for its inputs"):
+        check_inputs_fit("p", 8193, config)
 
 
 def test_the_peak_counts_tensors_alive_together() -> None:
