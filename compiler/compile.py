@@ -274,7 +274,8 @@ def _materialize(graph: Graph, kernels: list[Kernel], scalars: dict[int, float])
 def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name: str
                   ) -> tuple[Program, dict[int, str], dict[str, Callable[..., Any]],
                              dict[str, Any], list[Kernel], Context]:
-    if options.channels_last:
+    graph = DeadCodePass().apply(graph)
+    if options.channels_last:  # on the live graph: a dead reader keeps no region NCHW
         graph = ChannelsLastActivationsPass().apply(graph)
     graph = DeadCodePass().apply(ChannelsLastConvPass().apply(graph))
     if options.attention_fusion:

@@ -48,7 +48,8 @@ def _convs(model: torch.nn.Module, x: torch.Tensor):
     checked against torch."""
     exported = torch.export.export(model, (x,))
     graph, _, _ = build(exported, CompileOptions())
-    graph = DeadCodePass().apply(ChannelsLastActivationsPass().apply(graph))
+    graph = DeadCodePass().apply(ChannelsLastActivationsPass().apply(
+        DeadCodePass().apply(graph)))
     clear_cache()
     compiled = compiler.compile_graph(exported, config("atom"))
     outs, result = compiled.run(x)
@@ -157,3 +158,47 @@ def test_a_region_read_any_other_way_stays_nchw(model):
     graph, flags, _, _ = _convs(model().eval(), x)
     c1 = next(f for f in flags if f[0] == "c1")
     assert c1 == ("c1", False, False)
+
+
+class Scaled(torch.nn.Module):
+    """An elementwise op on the input before the first convolution (not a region
+    value), and a scalar operand inside the region."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(4, 8, 3, 1, 1)
+        self.c2 = torch.nn.Conv2d(8, 4, 3, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c2(torch.relu(self.c1(torch.relu(x) * 2.0)) * 0.5 - 1.0)
+
+
+def test_scalars_and_the_input_s_own_ops_stay_as_they_are():
+    torch.manual_seed(0)
+    graph, flags, _, _ = _convs(Scaled().eval(), torch.randn(1, 4, 9, 9))
+    assert flags == [("c1", False, True), ("c2", True, False)]
+    scaled = [n for n in graph.nodes if n.out.name.endswith(".nhwc") and
+              any(isinstance(x, float) for x in n.inputs)]
+    assert sorted(x for n in scaled for x in n.inputs if isinstance(x, float)) == [0.5, 1.0]
+
+
+class Rotated(torch.nn.Module):
+    """Between the convolutions, an op of the same shape that is not elementwise: the
+    halves of the width swapped (the rotary pattern, one kernel of its own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(4, 4, 3, 1, 1)
+        self.c2 = torch.nn.Conv2d(4, 4, 3, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.c1(x)
+        h = y.shape[-1] // 2
+        return self.c2(torch.cat((-y[..., h:], y[..., :h]), dim=-1))
+
+
+def test_an_op_that_moves_elements_keeps_its_operand_nchw():
+    torch.manual_seed(0)
+    graph, flags, _, _ = _convs(Rotated().eval(), torch.randn(1, 4, 8, 8))
+    assert flags == [("c1", False, False), ("c2", False, False)]
+    assert any(type(n.spec).__name__ == "RotateHalf" for n in graph.nodes)
