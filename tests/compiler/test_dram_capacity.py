@@ -12,6 +12,17 @@ from compiler.ir.dram_peak import _dram_peak, check_dram_capacity, check_inputs_
 from compiler.ir.text import parse_program
 
 
+CHAIN = """program p
+dram %A : f32[1024] in
+dram %B : f32[2048] temp
+dram %C : f32[512] out
+ 0: host host_op aten.a (%A) -> (%B) cycles=1
+ 1: host host_op aten.b (%B) -> (%C) cycles=1 after 0
+ 2: host host_op aten.c (%C) -> (%C) cycles=1 after 1
+"""
+"""A (4 KiB in) -> B (8 KiB temp) -> C (2 KiB out), each dead after its last use."""
+
+
 class Stack(torch.nn.Module):
     def __init__(self, layers: int, width: int) -> None:
         super().__init__()
@@ -47,15 +58,9 @@ def test_a_program_whose_weights_alone_overflow_is_refused_before_compiling() ->
 
 
 def test_a_program_whose_tensors_alive_together_overflow_is_refused_at_its_peak() -> None:
-    """Inputs that fit (4 KiB of 12 KiB) but a peak that does not (A and B, 12 KiB, at
-    command 0, against 8 KiB)."""
-    program = parse_program("""program p
-dram %A : f32[1024] in
-dram %B : f32[2048] temp
-dram %C : f32[512] out
- 0: host host_op aten.a (%A) -> (%B) cycles=1
- 1: host host_op aten.b (%B) -> (%C) cycles=1 after 0
-""")
+    """Inputs that fit (``CHAIN``'s 4 KiB of A) but a peak that does not (A and B, 12 KiB,
+    at command 0, against 8 KiB)."""
+    program = parse_program(CHAIN)
     config = archsim.load_config("tiny").with_overrides({"dram.capacity_bytes": 8192})
     check_inputs_fit("p", 4096, config)
     with pytest.raises(DeviceMemoryError, match=r"p needs 0.00 GiB of DRAM at once \(at "
@@ -69,14 +74,7 @@ def test_the_peak_counts_tensors_alive_together() -> None:
     """A (4 KiB in) -> B (8 KiB temp) -> C (2 KiB out), each dead after its last use:
     A and B are live at command 0 (12 KiB, the peak); at command 1 A is dead and B and C
     hold 10 KiB; the sum of all three (14 KiB) is never live at once."""
-    program = parse_program("""program p
-dram %A : f32[1024] in
-dram %B : f32[2048] temp
-dram %C : f32[512] out
- 0: host host_op aten.a (%A) -> (%B) cycles=1
- 1: host host_op aten.b (%B) -> (%C) cycles=1 after 0
- 2: host host_op aten.c (%C) -> (%C) cycles=1 after 1
-""")
+    program = parse_program(CHAIN)
     assert dram_peak(program) == (4096 + 8192, 0)
 
 
