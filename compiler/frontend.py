@@ -203,7 +203,8 @@ class Frontend:
             self.env[node] = lower_triton_call(self.builder, node.name, kwargs)
             return
         metas = _meta_tensors(node.meta.get("val"))
-        if metas and all(m is not None and m.numel() == 0 for m in metas):
+        if metas and all(m is not None and all(isinstance(d, int) for d in m.shape) and
+                         m.numel() == 0 for m in metas):
             # nothing to compute: every result is empty (a batch of zero rows)
             empties = tuple(self._constant(torch.empty(_static_shape(m, node.name),
                                                        dtype=m.dtype), node.name)

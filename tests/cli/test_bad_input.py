@@ -162,9 +162,11 @@ def test_a_gemm_too_large_to_compile_is_refused_early(monkeypatch, capsys) -> No
     performance-only (> 1 GiB) and the compiler refuses a plan past the command cap
     before building it (here a 16384^3 GEMM, 2 GiB of f32 inputs, against a cap of 1,000
     commands; with --all-layers, as a performance-only run compiles such a GEMM's first
-    panels of tiles only)."""
+    panels of tiles only; `tiny`'s DRAM raised to 4 GiB, or its 1 GiB would refuse the
+    inputs first)."""
     monkeypatch.setenv("ARCHSIM_MAX_COMMANDS", "1000")
-    err = _error(capsys, "run", "gemm", "--seq", "16384", "-c", "tiny", "--all-layers")
+    err = _error(capsys, "run", "gemm", "--seq", "16384", "-c", "tiny", "--all-layers",
+                 "--set", f"dram.capacity_bytes={4 << 30}")
     assert "performance-only (shapes only; --perf-only, > 30M parameters or > 1 GiB" in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("archsim: error: program ") and \
