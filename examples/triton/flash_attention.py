@@ -60,3 +60,15 @@ def _(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
       scale: float) -> torch.Tensor:
     """Shape propagation without tracing the kernel (as vLLM-RBLN registers its ops)."""
     return torch.empty_like(query)
+
+
+if __name__ == "__main__":
+    from demo import demo
+
+    torch.manual_seed(0)
+    shape = (1, 4, 256, 64)
+    demo("causal flash attention (prefill)",
+         lambda q, k, v: flash_attention_naive_prefill(q, k, v, 0.125),
+         lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+             q, k, v, is_causal=True, scale=0.125),
+         torch.randn(shape), torch.randn(shape), torch.randn(shape))

@@ -33,3 +33,12 @@ def matmul(a, b, bm=64, bn=64, bk=64):
     matmul_kernel[(triton.cdiv(M, bm), triton.cdiv(N, bn))](a, b, c, M, N, K, BM=bm, BN=bn,
                                                             BK=bk)
     return c
+
+
+if __name__ == "__main__":
+    import torch
+
+    from demo import demo
+
+    torch.manual_seed(0)
+    demo("tiled matmul", matmul, torch.matmul, torch.randn(512, 256), torch.randn(256, 384))

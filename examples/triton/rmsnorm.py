@@ -30,3 +30,21 @@ def rmsnorm_residual(x, residual, weight, eps=1e-6, rows_per_program=2):
         x, residual, weight, out, cols, eps, BLOCK=triton.next_power_of_2(cols),
         ROWS=rows_per_program)
     return out, residual
+
+
+def _reference(x, residual, weight, eps=1e-6):
+    """torch's own: the new residual ``h = x + residual`` and ``h / rms(h) * weight``."""
+    import torch
+
+    h = x + residual
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weight, h
+
+
+if __name__ == "__main__":
+    import torch
+
+    from demo import demo
+
+    torch.manual_seed(0)
+    demo("RMSNorm with residual", rmsnorm_residual, _reference, torch.randn(64, 4096),
+         torch.randn(64, 4096), torch.rand(4096) + 0.5)

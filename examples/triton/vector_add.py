@@ -21,3 +21,12 @@ def add(x, y, block=1024):
     n = x.numel()
     add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block)
     return out
+
+
+if __name__ == "__main__":
+    import torch
+
+    from demo import demo
+
+    torch.manual_seed(0)
+    demo("vector add", add, torch.add, torch.randn(1 << 16), torch.randn(1 << 16))
