@@ -28,6 +28,11 @@ from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import Geometry, epilogue_bytes, finisher
+from compiler.kernels.conv_depthwise import (
+    choose_depthwise_tiling,
+    is_depthwise,
+    lower_conv_depthwise,
+)
 from compiler.kernels.conv_packed import choose_packed_tiling, lower_conv_packed, packed_inputs
 from compiler.kernels.conv_per_tap import lower_conv_per_tap, valid_range
 from compiler.kernels.conv_tiling import ConvTiling, choose_conv_tiling, packed_groups
@@ -123,6 +128,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     # the buffers of the chosen tiling do not fit, choose again under a smaller budget.
     budget = ctx.capacity
     packed = choose_packed_tiling(ctx, **packed_inputs(ctx, kernel))
+    depthwise = choose_depthwise_tiling(ctx, kernel) if is_depthwise(node) else None
     while True:
         tiling = choose_conv_tiling(ctx, geo, batch, spec.groups, cg, cout // spec.groups,
                                     x.dtype, out.dtype.itemsize, cast,
@@ -131,6 +137,14 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         packed_cycles = packed.cost.estimate(ctx.config) if packed is not None else None
         gemm_cycles = tiling.cost.estimate(ctx.config) if tiling is not None else None
         ctx.choices[node.source] = _choice(packed_cycles, gemm_cycles) + _layout_note(spec)
+        if depthwise is not None:
+            vector = depthwise.cost.estimate(ctx.config)
+            if all(c is None or vector < c for c in (packed_cycles, gemm_cycles)):
+                ctx.choices[node.source] = (
+                    f"depthwise on the vector unit (estimated {vector:,.0f} cycles; "
+                    + ctx.choices[node.source].split(" (estimated: ", 1)[1])
+                lower_conv_depthwise(ctx, kernel, depthwise)
+                return
         if packed_cycles is not None and (gemm_cycles is None or packed_cycles < gemm_cycles):
             lower_conv_packed(ctx, kernel, packed)
             return

@@ -13,9 +13,11 @@ from archsim.errors import LoweringError
 from compiler.graph import Conv2d, Value
 from compiler.ir.operands import DramRef, Slice, SramRef
 from compiler.ir.ops import Cast, Load, Store, Transpose
+from compiler.emit import Arena
 from compiler.kernels.common import Context, unravel
+from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.epilogue import finish_tile, pass_order
-from compiler.kernels.vector import bytes_per_element, sub
+from compiler.kernels.vector import bytes_per_element, layout, sub
 from compiler.plan import Kernel
 
 
@@ -110,6 +112,26 @@ class Geometry:
         plane_rows = self.plane_rows(ty) * images
         phase = ((i * dh) % sh) * sw + (j * dw) % sw
         return (phase * plane_rows + (i * dh) // sh) * self.plane_cols + (j * dw) // sw
+
+
+def tile_buffers(ctx: Context, kernel: Kernel, arena: Arena, channels: int, ty: int,
+                 ow: int, cast: bool, transposed: bool = True) -> dict[str, list]:
+    """What the finisher of a channel-major tile ``[channels, ty x ow]`` of one image
+    needs per buffer set: the cast result (``out``), the epilogue's buffers (``epi``, on
+    the tile as the output is stored) and, with ``transposed``, the channels-last copy
+    an epilogue on an NHWC output runs on (``tile``)."""
+    out, spec, group, sets = kernel.anchor.out, kernel.anchor.spec, kernel.group, ctx.sets
+    nhwc = spec.channels_last_out
+    return {
+        "out": [arena.alloc((channels, ty * ow), out.dtype, "conv output") if cast else None
+                for _ in range(sets)],
+        "epi": [layout(ctx, group, (1, ty, ow, channels) if nhwc else (1, channels, ty, ow),
+                       arena, 1, {out.id}) if group else None for _ in range(sets)],
+        "tile": [arena.alloc((ty * ow, channels), accumulator_dtype(kernel.anchor.inputs[0]
+                                                                    .dtype),
+                             "conv channels-last tile") for _ in range(sets)]
+        if nhwc and group and transposed else [],
+    }
 
 
 def _permuted(ref: SramRef, perm: tuple[int, ...]) -> SramRef:

@@ -34,10 +34,12 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
-from compiler.kernels.conv_geometry import conv_tiles, epilogue_bytes, finisher, image_load
+from compiler.kernels.conv_geometry import (
+    conv_tiles, epilogue_bytes, finisher, image_load, tile_buffers,
+)
 from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.matmul import accumulator_dtype
-from compiler.kernels.vector import layout, sub
+from compiler.kernels.vector import sub
 from compiler.plan import Kernel
 
 
@@ -249,14 +251,7 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
             "acc": [alloc((ot, ty * ow), acc_dtype, "conv accumulator") for _ in range(sets)],
             "nchw": [alloc((ot, ty * ow), acc_dtype, "conv output tile")
                      for _ in range(sets)] if pixels_major else None,
-            "out": [alloc((ot, ty * ow), out.dtype, "conv output") if cast else None
-                    for _ in range(sets)],
-            "epi": [layout(ctx, kernel.group, (1, ty, ow, ot) if spec.channels_last_out
-                           else (1, ot, ty, ow), arena, 1, {out.id})
-                    if kernel.group else None for _ in range(sets)],
-            "tile": [alloc((ty * ow, ot), acc_dtype, "conv channels-last tile")
-                     for _ in range(sets)]
-            if spec.channels_last_out and kernel.group and not pixels_major else [],
+            **tile_buffers(ctx, kernel, arena, ot, ty, ow, cast, not pixels_major),
         })
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     step_counts = [0] * cores

@@ -13,9 +13,11 @@ from compiler.graph import Value
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
-from compiler.kernels.conv_geometry import conv_tiles, epilogue_bytes, finisher, image_load
+from compiler.kernels.conv_geometry import (
+    conv_tiles, epilogue_bytes, finisher, image_load, tile_buffers,
+)
 from compiler.kernels.matmul import accumulator_dtype
-from compiler.kernels.vector import layout, sub
+from compiler.kernels.vector import sub
 from compiler.plan import Kernel
 
 
@@ -71,13 +73,7 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
                   for _ in range(sets)],
             "acc": [arena.alloc((ot, ty * ow), acc_dtype, "conv accumulator")
                     for _ in range(sets)],
-            "out": [arena.alloc((ot, ty * ow), out.dtype, "conv output") if cast else None
-                    for _ in range(sets)],
-            "epi": [layout(ctx, kernel.group, (1, ty, ow, ot) if spec.channels_last_out
-                           else (1, ot, ty, ow), arena, 1, {out.id})
-                    if kernel.group else None for _ in range(sets)],
-            "tile": [arena.alloc((ty * ow, ot), acc_dtype, "conv channels-last tile")
-                     for _ in range(sets)] if spec.channels_last_out and kernel.group else [],
+            **tile_buffers(ctx, kernel, arena, ot, ty, ow, cast),
         })
     step_counts = [0] * cores
     chunk_counts = [0] * cores

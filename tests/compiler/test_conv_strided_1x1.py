@@ -20,12 +20,14 @@ aten = torch.ops.aten
 
 def _compile(x, w, stride, padding=0, groups=1, cfg=ARRAY, packed=None):
     """The convolution compiled; ``packed`` (a function of the chosen packed tiling)
-    forces the packed kernel with that tiling."""
-    original = conv.choose_packed_tiling
+    forces the packed kernel with that tiling (not the implicit GEMM, nor a depthwise
+    convolution's vector kernel)."""
+    original, depthwise = conv.choose_packed_tiling, conv.is_depthwise
     try:
         if packed is not None:
             conv.choose_conv_tiling, saved = (lambda *a, **k: None), conv.choose_conv_tiling
             conv.choose_packed_tiling = lambda *a, **k: packed(original(*a, **k))
+            conv.is_depthwise = lambda node: False
         clear_cache()
         return compile_op(aten.convolution.default,
                           (x, w, None, [stride] * 2, [padding] * 2, [1, 1], False, [0, 0],
@@ -33,7 +35,7 @@ def _compile(x, w, stride, padding=0, groups=1, cfg=ARRAY, packed=None):
     finally:
         if packed is not None:
             conv.choose_conv_tiling = saved
-        conv.choose_packed_tiling = original
+        conv.choose_packed_tiling, conv.is_depthwise = original, depthwise
         clear_cache()
 
 
