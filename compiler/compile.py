@@ -32,8 +32,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.ops import Program
 from compiler.kernels.common import Context
 from compiler.kernels.matmul_panels import TilePanels
-from compiler.frontend import channels_last
-from compiler.layout import ChannelsLastConvPass
+from compiler.layout import ChannelsLastConvPass, channels_last
 from compiler.layout_regions import ChannelsLastActivationsPass
 from compiler.options import CompileOptions
 from compiler.plan import ANCHORS, FusionPass, Kernel

@@ -24,7 +24,7 @@ from compiler.causal_mask import CausalMaskPass
 from compiler.export import lifted_constants
 from compiler.graph import Graph, Value
 from compiler.graph_builder import GraphBuilder
-from compiler.layout import CHANNELS_FIRST, CHANNELS_LAST
+from compiler.layout import CHANNELS_FIRST, CHANNELS_LAST, channels_last
 from compiler.lowerings import LOWERINGS
 from compiler.lowerings.registry import lowering_for
 from compiler.lowerings.attention import lower_sdpa
@@ -52,13 +52,6 @@ class InputSpec:
     perm: tuple[int, ...] | None = None
     """Set when the tensor is stored in another dim order: the DRAM tensor holds
     ``tensor.permute(perm)`` (a channels-last image: ``(0, 2, 3, 1)``)."""
-
-
-def channels_last(val: Any) -> bool:
-    """A 4-D tensor whose strides are channels-last and not also contiguous (with one
-    channel, or 1x1 images, the two orders are the same bytes)."""
-    return isinstance(val, torch.Tensor) and val.dim() == 4 and not val.is_contiguous() \
-        and val.is_contiguous(memory_format=torch.channels_last)
 
 
 def _meta_tensors(val: Any) -> list[torch.Tensor | None]:

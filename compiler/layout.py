@@ -15,6 +15,7 @@ either way.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from compiler import graph as g
 from compiler.graph import Graph, Node, Value
@@ -23,6 +24,15 @@ CHANNELS_LAST = (0, 2, 3, 1)
 """NCHW -> NHWC: the dim order a channels-last image is stored in."""
 CHANNELS_FIRST = (0, 3, 1, 2)
 """NHWC -> NCHW, its inverse."""
+
+
+def channels_last(val: Any) -> bool:
+    """A 4-D tensor whose strides are channels-last and not also contiguous (with one
+    channel, or 1x1 images, the two orders are the same bytes)."""
+    import torch  # this module loads without torch (compiler.compile imports it)
+
+    return isinstance(val, torch.Tensor) and val.dim() == 4 and not val.is_contiguous() \
+        and val.is_contiguous(memory_format=torch.channels_last)
 
 
 def _permute_of(value: Value, perm: tuple[int, ...]) -> Value | None:
@@ -40,7 +50,9 @@ def _permute_of(value: Value, perm: tuple[int, ...]) -> Value | None:
 
 @dataclass(frozen=True)
 class ChannelsLastConvPass:
-    """Fold the permutes around convolutions into the convolutions (see the module)."""
+    """Fold the permutes around convolutions into the convolutions (see the module).
+    A convolution that takes its outgoing permute's place leaves its old node dead: run
+    :class:`compiler.passes.DeadCodePass` after it."""
 
     name: str = "channels-last-conv"
 
@@ -55,7 +67,7 @@ class ChannelsLastConvPass:
             if isinstance(spec, g.Conv2d) and not spec.channels_last_in:
                 stored = _permute_of(node.inputs[0], CHANNELS_FIRST)
                 if stored is not None:
-                    node = _rebuilt(node, replace(spec, channels_last_in=True),
+                    node = rebuilt_node(node, replace(spec, channels_last_in=True),
                                     (stored, *node.inputs[1:]), node.outputs)
             if isinstance(node.spec, g.Permute) and node.spec.perm == CHANNELS_LAST:
                 conv = node.inputs[0].producer
@@ -65,31 +77,17 @@ class ChannelsLastConvPass:
                         [n.out.id for n in users.get(conv.out.id, [])] == [node.out.id]:
                     folded_out[node.out.id] = conv
             nodes.append(node)
-        if not folded_out:
-            graph.nodes = nodes
-            return graph
-        rebuilt: list[Node] = []
-        drop = {id(conv) for conv in folded_out.values()}
-        by_input = {}
-        for node in nodes:
-            if isinstance(node.spec, g.Conv2d) and id(node) in drop:
-                by_input[node.out.id] = node
-                continue
-            conv = folded_out.get(node.out.id)
-            if conv is not None:  # the conv writes the permute's value, NHWC
-                node = _rebuilt(by_input[node.inputs[0].id],
-                                replace(conv.spec, channels_last_out=True),
-                                None, node.outputs)
-            rebuilt.append(node)
-        graph.nodes = rebuilt
+        # a folded conv is rebuilt in its permute's place (nothing between reads its
+        # result), writing the permute's value, NHWC; the original is left dead for
+        # DeadCodePass
+        graph.nodes = [
+            rebuilt_node(conv, replace(conv.spec, channels_last_out=True), None,
+                         node.outputs) if (conv := folded_out.get(node.out.id)) else node
+            for node in nodes]
         return graph
 
 
-_ELEMENTWISE = (g.Unary, g.Binary, g.Cast)
-"""Ops an outgoing permute moves above: computed the same in any dim order."""
-
-
-def _per_channel(shape: tuple[int, ...], channels: int) -> tuple[int, ...] | None:
+def per_channel_shape(shape: tuple[int, ...], channels: int) -> tuple[int, ...] | None:
     """The NHWC shape of an operand broadcast along an NCHW image's channels (a bias or
     a batch norm's ``[C, 1, 1]``) or along nothing; None for any other shape."""
     if len(shape) > 4:
@@ -104,7 +102,7 @@ def _from_conv(value: Value, users: dict[int, list[Node]]) -> bool:
     """``value`` is a convolution's result, directly or through elementwise ops each
     read only by the next."""
     node = value.producer
-    while node is not None and isinstance(node.spec, _ELEMENTWISE):
+    while node is not None and isinstance(node.spec, g.ELEMENTWISE):
         images = [x for x in node.value_inputs() if x.shape == node.out.shape]
         if len(images) != 1 or len(users.get(images[0].id, [])) != 1:
             return False
@@ -127,7 +125,7 @@ def _sink_outgoing(graph: Graph) -> None:
             if not isinstance(p.spec, g.Permute) or p.spec.perm != CHANNELS_LAST:
                 continue
             e = p.inputs[0].producer
-            if e is None or not isinstance(e.spec, _ELEMENTWISE) or \
+            if e is None or not isinstance(e.spec, g.ELEMENTWISE) or \
                     e.out.id in outputs or len(users.get(e.out.id, [])) != 1:
                 continue
             images = [x for x in e.value_inputs() if x.shape == e.out.shape]
@@ -135,7 +133,7 @@ def _sink_outgoing(graph: Graph) -> None:
                 continue
             image = images[0]
             operands = [x for x in e.value_inputs() if x is not image]
-            shapes = [_per_channel(x.shape, image.shape[1]) for x in operands]
+            shapes = [per_channel_shape(x.shape, image.shape[1]) for x in operands]
             if None in shapes:
                 continue
             _move_above(graph, p, e, image, dict(zip((x.id for x in operands), shapes)))
@@ -148,23 +146,18 @@ def _move_above(graph: Graph, p: Node, e: Node, image: Value,
     """``p`` (the permute of ``e``'s result) moved above ``e``: ``e`` rebuilt on the
     permuted image and its other operands viewed as ``shapes`` says, writing ``p``'s
     value."""
-    added: list[Node] = []
-    permuted = Value(tuple(image.shape[d] for d in CHANNELS_LAST), image.dtype,
-                     f"{image.name}.nhwc")
-    added.append(Node(g.Permute(CHANNELS_LAST), (image,), (permuted,), p.source))
-    permuted.producer = added[-1]
+    added = [nhwc_node(g.Permute(CHANNELS_LAST), image,
+                       tuple(image.shape[d] for d in CHANNELS_LAST), p.source)]
     inputs = []
     for x in e.inputs:
         if x is image:
-            inputs.append(permuted)
+            inputs.append(added[0].out)
         elif isinstance(x, Value) and x.shape != shapes[x.id]:
-            view = Value(shapes[x.id], x.dtype, f"{x.name}.nhwc")
-            added.append(Node(g.View(), (x,), (view,), e.source))
-            view.producer = added[-1]
-            inputs.append(view)
+            added.append(nhwc_node(g.View(), x, shapes[x.id], e.source))
+            inputs.append(added[-1].out)
         else:
             inputs.append(x)
-    rebuilt = _rebuilt(e, e.spec, tuple(inputs), p.outputs)
+    rebuilt = rebuilt_node(e, e.spec, tuple(inputs), p.outputs)
     nodes: list[Node] = []
     for node in graph.nodes:
         if node is e:
@@ -174,7 +167,16 @@ def _move_above(graph: Graph, p: Node, e: Node, image: Value,
     graph.nodes = nodes
 
 
-def _rebuilt(node: Node, spec: g.Spec, inputs: tuple | None,
+def nhwc_node(spec: g.Spec, x: Value, shape: tuple[int, ...], source: str) -> Node:
+    """A node ``spec`` of ``x`` writing a new value of ``shape``, ``x``'s NHWC form (a
+    permute of an image, a view of a per-channel operand)."""
+    out = Value(shape, x.dtype, f"{x.name}.nhwc")
+    node = Node(spec, (x,), (out,), source)
+    out.producer = node
+    return node
+
+
+def rebuilt_node(node: Node, spec: g.Spec, inputs: tuple | None,
              outputs: tuple[Value, ...]) -> Node:
     """``node`` with another spec (and inputs), writing ``outputs``."""
     new = Node(spec, node.inputs if inputs is None else inputs, outputs, node.source)

@@ -23,11 +23,8 @@ from dataclasses import dataclass, replace
 
 from compiler import graph as g
 from compiler.graph import Graph, Node, Value
-from compiler.layout import _per_channel, _rebuilt
-
-_ELEMENTWISE = (g.Unary, g.Binary, g.Cast, g.Select)
-"""Ops computed the same in any dim order."""
-
+from compiler.layout import nhwc_node, per_channel_shape, rebuilt_node
+from compiler.passes import read_as_stored
 
 def _images(node: Node) -> list[Value]:
     """A node's operands of its own (4-D) shape."""
@@ -36,10 +33,10 @@ def _images(node: Node) -> list[Value]:
 
 def _flexible(node: Node) -> bool:
     """An elementwise op on images whose other operands are per channel."""
-    if not isinstance(node.spec, _ELEMENTWISE) or len(node.out.shape) != 4:
+    if not isinstance(node.spec, g.ELEMENTWISE) or len(node.out.shape) != 4:
         return False
     channels = node.out.shape[1]
-    return all(_per_channel(x.shape, channels) is not None
+    return all(per_channel_shape(x.shape, channels) is not None
                for x in node.value_inputs() if x.shape != node.out.shape)
 
 
@@ -66,15 +63,15 @@ def _regions(graph: Graph) -> set[int]:
             i = parent[i]
         return i
 
-    users = graph.users()
+    stored = read_as_stored(graph)
     bad: set[int] = set()
     for node in graph.nodes:
         spec = node.spec
         joins = False
+        images = _images(node)
         if isinstance(spec, g.Conv2d) and not spec.channels_last_out:
             parent[node.out.id] = node.out.id
-        elif _flexible(node) and _images(node) and \
-                all(x.id in parent for x in _images(node)):
+        elif _flexible(node) and images and all(x.id in parent for x in images):
             joins = True
             roots = {find(x.id) for x in node.value_inputs() if x.id in parent}
             root = roots.pop()
@@ -84,17 +81,13 @@ def _regions(graph: Graph) -> set[int]:
         # a region value read any other way keeps its region NCHW (an op of the region
         # may read one per channel: a squeeze-and-excitation scale)
         bad.update(x.id for x in node.value_inputs() if x.id in parent and not joins
-                   and not _fine_reader(node, x, users))
+                   and not _fine_reader(node, x, stored))
     bad.update(v.id for v in graph.outputs if v.id in parent)
     bad_roots = {find(i) for i in bad}
     return {i for i in parent if find(i) not in bad_roots}
 
 
-_STORED_READERS = (g.Conv2d, g.Pool2d, g.Gather, g.Slice)
-"""Kernels that address an operand by its own dims: they cannot read a reshaped view."""
-
-
-def _fine_reader(node: Node, value: Value, users: dict[int, list[Node]]) -> bool:
+def _fine_reader(node: Node, value: Value, stored: set[int]) -> bool:
     """``node`` can read region value ``value`` stored NHWC: as a convolution's image
     (not its weights), or reduced over the image's height and width (a global
     average pool) for readers that take the result as a view (the NHWC mean is viewed
@@ -105,7 +98,7 @@ def _fine_reader(node: Node, value: Value, users: dict[int, list[Node]]) -> bool
         return node.inputs[0] is value and value is not node.inputs[1] and \
             not spec.channels_last_in
     return isinstance(spec, g.Reduce) and tuple(sorted(spec.axes)) == (2, 3) and \
-        not any(isinstance(r.spec, _STORED_READERS) for r in users.get(node.out.id, []))
+        node.out.id not in stored
 
 
 def _nhwc(value: Value) -> tuple[int, ...]:
@@ -134,26 +127,25 @@ def _rewrite(graph: Graph, region: set[int]) -> None:
             new_spec = replace(spec, channels_last_in=spec.channels_last_in or bool(reads),
                                channels_last_out=out_in_region)
             outputs = (nhwc(node.out),) if out_in_region else node.outputs
-            nodes.append(_rebuilt(node, new_spec, inputs, outputs))
+            nodes.append(rebuilt_node(node, new_spec, inputs, outputs))
         elif isinstance(spec, g.Reduce):  # a mean over H, W: over the NHWC axes, viewed
             (source,) = reads
             mean = Value((source.shape[0], 1, 1, source.shape[1]), node.out.dtype,
                          f"{node.out.name}.nhwc")
-            nodes.append(_rebuilt(node, g.Reduce(spec.kind, (1, 2)), (nhwc(source),),
-                                  (mean,)))
-            nodes.append(_rebuilt(node, g.View(), (mean,), node.outputs))
+            nodes.append(rebuilt_node(node, g.Reduce(spec.kind, (1, 2)), (nhwc(source),),
+                                      (mean,)))
+            nodes.append(rebuilt_node(node, g.View(), (mean,), node.outputs))
         else:  # an elementwise op of the region
             channels = node.out.shape[1]
             inputs = []
             for x in node.inputs:
                 if isinstance(x, Value) and x.id in region:
                     inputs.append(nhwc(x))
-                elif isinstance(x, Value) and x.shape != _per_channel(x.shape, channels):
-                    view = Value(_per_channel(x.shape, channels), x.dtype, f"{x.name}.nhwc")
-                    nodes.append(Node(g.View(), (x,), (view,), node.source))
-                    view.producer = nodes[-1]
-                    inputs.append(view)
+                elif isinstance(x, Value) and x.shape != per_channel_shape(x.shape, channels):
+                    nodes.append(nhwc_node(g.View(), x, per_channel_shape(x.shape, channels),
+                                           node.source))
+                    inputs.append(nodes[-1].out)
                 else:
                     inputs.append(x)
-            nodes.append(_rebuilt(node, spec, tuple(inputs), (nhwc(node.out),)))
+            nodes.append(rebuilt_node(node, spec, tuple(inputs), (nhwc(node.out),)))
     graph.nodes = nodes

@@ -74,7 +74,7 @@ class SinkViewsPass:
     name: str = "sink-views"
 
     def apply(self, graph: Graph) -> Graph:
-        stored = _read_as_stored(graph)
+        stored = read_as_stored(graph)
         nodes: list[g.Node] = []
         for node in graph.nodes:
             sunk = None if node.out.id in stored else _sink(node)
@@ -83,7 +83,7 @@ class SinkViewsPass:
         return graph
 
 
-def _read_as_stored(graph: Graph) -> set[int]:
+def read_as_stored(graph: Graph) -> set[int]:
     """Values read by kernels that address their operands by their own dims (convolution
     inputs and weights, pooling windows, strided slices, gather tables): sinking a
     reshape below the op that computes one would leave it a reshaped view, which those

@@ -112,3 +112,14 @@ def test_type_checking_imports_are_annotations() -> None:
     source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
               "    from archsim.sweep import SweepPoint\n")
     assert wrong_way_imports(extra={"reports.fine": source}) == wrong_way_imports()
+
+
+def test_the_compiler_driver_and_its_layout_passes_load_without_torch() -> None:
+    """``compiler.compile`` (and the graph passes it imports at module level) load
+    torch-free: the frontend and the lowerings are imported on first compile."""
+    import subprocess
+    import sys
+
+    code = ("import sys, compiler.compile, compiler.layout, compiler.layout_regions\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -11,7 +11,7 @@ from compiler import CompileOptions
 from compiler.compile import clear_cache
 from compiler.frontend import build
 from compiler.graph import Conv2d, Permute, View
-from compiler.layout import ChannelsLastConvPass, _per_channel
+from compiler.layout import ChannelsLastConvPass, channels_last, per_channel_shape
 from compiler.passes import DeadCodePass
 from compiler_helpers import config
 
@@ -164,7 +164,7 @@ def test_a_convolution_read_elsewhere_writes_nchw():
     ((8,), 8, None),                    # NCHW broadcasting puts it on the width
 ])
 def test_per_channel_operands(shape, channels, nhwc):
-    assert _per_channel(shape, channels) == nhwc
+    assert per_channel_shape(shape, channels) == nhwc
 
 
 class Stacked(torch.nn.Module):
@@ -231,3 +231,14 @@ def test_permutes_that_cannot_move_do_not_stop_the_others():
     c, d = [n for n in graph.nodes if isinstance(n.spec, Conv2d)]
     assert not c.spec.channels_last_out and d.spec.channels_last_out
     assert d.out is not graph.outputs[3] and d.out.shape == (1, 5, 5, 4)
+
+
+def test_what_counts_as_a_channels_last_image():
+    assert channels_last(torch.empty(1, 8, 4, 4).to(memory_format=CL))
+    assert not channels_last(torch.empty(1, 8, 4, 4))  # NCHW
+    # one channel or a 1x1 image: both orders are the same bytes, nothing to permute
+    assert not channels_last(torch.empty(1, 1, 4, 4).to(memory_format=CL))
+    assert not channels_last(torch.empty(2, 8, 1, 1).to(memory_format=CL))
+    assert not channels_last(torch.empty(2, 3, 4))  # not an image
+    assert not channels_last(torch.empty(2, 3, 4, 5).transpose(2, 3))  # strided otherwise
+    assert not channels_last(None)
