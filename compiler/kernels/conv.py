@@ -136,16 +136,14 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
                                     (spec.channels_last_in, spec.channels_last_out))
         packed_cycles = packed.cost.estimate(ctx.config) if packed is not None else None
         gemm_cycles = tiling.cost.estimate(ctx.config) if tiling is not None else None
-        ctx.choices[node.source] = _choice(packed_cycles, gemm_cycles) + _layout_note(spec)
-        if depthwise is not None:
-            vector = depthwise.cost.estimate(ctx.config)
-            if all(c is None or vector < c for c in (packed_cycles, gemm_cycles)):
-                ctx.choices[node.source] = (
-                    f"depthwise on the vector unit (estimated {vector:,.0f} cycles; "
-                    + ctx.choices[node.source].split(" (estimated: ", 1)[1])
-                lower_conv_depthwise(ctx, kernel, depthwise)
-                return
-        if packed_cycles is not None and (gemm_cycles is None or packed_cycles < gemm_cycles):
+        vector_cycles = depthwise.cost.estimate(ctx.config) if depthwise is not None else None
+        taken = _taken(vector_cycles, packed_cycles, gemm_cycles)
+        ctx.choices[node.source] = _choice(taken, vector_cycles, packed_cycles,
+                                           gemm_cycles) + _layout_note(spec)
+        if taken == "depthwise":
+            lower_conv_depthwise(ctx, kernel, depthwise)
+            return
+        if taken == "packed":
             lower_conv_packed(ctx, kernel, packed)
             return
         if tiling is None:
@@ -488,14 +486,24 @@ def _layout_note(spec: g.Conv2d) -> str:
     return f"; NHWC {' and '.join(sides)}" if sides else ""
 
 
-def _choice(packed: float | None, gemm: float | None) -> str:
+_MAPPINGS = {"depthwise": "depthwise on the vector unit", "packed": "taps packed into K",
+             "gemm": "implicit GEMM", "per_tap": "one tap at a time"}
+
+
+def _taken(vector: float | None, packed: float | None, gemm: float | None) -> str:
+    """The mapping with the lowest estimate (None: that mapping has no tiling)."""
+    if vector is not None and all(c is None or vector < c for c in (packed, gemm)):
+        return "depthwise"
+    if packed is not None and (gemm is None or packed < gemm):
+        return "packed"
+    return "gemm" if gemm is not None else "per_tap"
+
+
+def _choice(taken: str, vector: float | None, packed: float | None,
+            gemm: float | None) -> str:
     """Which convolution mapping the cost model took, and the estimates it compared."""
     def cycles(value: float | None) -> str:
         return f"{value:,.0f} cycles" if value is not None else "no tiling fits"
-    if packed is not None and (gemm is None or packed < gemm):
-        taken = "taps packed into K"
-    elif gemm is not None:
-        taken = "implicit GEMM"
-    else:
-        taken = "one tap at a time"
-    return f"{taken} (estimated: packed taps {cycles(packed)}, implicit GEMM {cycles(gemm)})"
+    on_vector = f"vector unit {cycles(vector)}, " if vector is not None else ""
+    return (f"{_MAPPINGS[taken]} (estimated: {on_vector}packed taps {cycles(packed)}, "
+            f"implicit GEMM {cycles(gemm)})")

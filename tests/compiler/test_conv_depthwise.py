@@ -44,7 +44,7 @@ def test_depthwise_on_the_vector_unit_matches_torch(channels, k, stride, pad, di
     x = torch.randn(2, channels, hw, hw, dtype=dtype).to(memory_format=layout)
     compiled, _ = _compiled(model, x)
     choice = [c for s, c in compiled.choices.items() if "conv" in s][0]
-    assert choice.startswith("depthwise on the vector unit (estimated ")
+    assert choice.startswith("depthwise on the vector unit (estimated: vector unit ")
     commands = [c.op for c in compiled.program.commands]
     assert not any(isinstance(op, MatMul) for op in commands)
     # per tile: a multiply per tap, an add into the accumulator per tap but the first
