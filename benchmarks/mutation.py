@@ -93,6 +93,9 @@ MODULES: dict[str, list[str]] = {
     "compiler/kernels/matmul_staging.py": [
         "tests/compiler/test_matmul_staging.py",
     ],
+    "compiler/kernels/conv_depthwise.py": [  # depthwise convolutions on the vector unit
+        "tests/compiler/test_conv_depthwise.py",
+    ],
     "torch_bridge/eager.py": [
         "tests/torch_bridge/test_eager_mutants.py",
         "tests/torch_bridge/test_eager_accounting.py",

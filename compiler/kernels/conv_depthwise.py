@@ -16,20 +16,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from archsim.config.model import ceil_div
+from archsim.config.model import NpuConfig, VectorConfig, ceil_div
 from archsim.config.names import sram_space, vpu_engine
 from compiler import graph as g
-from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost, load_bandwidth, vector_rate
+from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost
 from compiler.emit import Arena
-from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
+from compiler.ir.operands import DramRef, Scalar, Slice, SramRef, numel
 from compiler.ir.ops import Binary, BinaryKind, Cast, Load
-from compiler.kernels.common import Context, TileSteps, pipeline
+from compiler.kernels.common import Context, TileSteps, box_shape, pipeline
 from compiler.kernels.conv_geometry import (
     epilogue_bytes, finisher, image_load, tile_buffers,
 )
 from compiler.kernels.conv_per_tap import valid_range
+from compiler.kernels.epilogue import pass_order
 from compiler.kernels.matmul import accumulator_dtype
-from compiler.kernels.vector import sub
+from compiler.kernels.vector import buffer_values, group_values, sub, value_box
 from compiler.plan import Kernel
 
 
@@ -70,20 +71,152 @@ def _sram(ct: int, rows: int, cols: int, ty: int, ow: int, taps: int, item: int,
                    64 * 16) + 8192
 
 
-def choose_depthwise_tiling(ctx: Context, kernel: Kernel) -> DepthwiseTiling | None:
-    """The tiling with the lowest estimate that fits the scratchpad."""
+def _pass(vector: VectorConfig, elements: int, nbytes: int, cost: int) -> int:
+    """Cycles of one vector command over ``elements`` moving ``nbytes`` through the
+    scratchpad: the vector engine's timing (``archsim.vector``), its lanes or its
+    scratchpad bandwidth, whichever is slower, after its pipeline latency."""
+    compute = ceil_div(elements, vector.lanes) * cost
+    if vector.sram_bandwidth_bytes_per_cycle:
+        compute = max(compute, ceil_div(nbytes, vector.sram_bandwidth_bytes_per_cycle))
+    return vector.pipeline_latency_cycles + compute
+
+
+def _stream(config: NpuConfig) -> float:
+    """Bytes per cycle one transfer moves: a DMA engine's rate, or its core's NoC link's
+    or scratchpad port's if lower."""
+    return min(config.core.dma.bandwidth_bytes_per_cycle,
+               config.noc.link_bandwidth_bytes_per_cycle,
+               config.core.scratchpad.port_bandwidth_bytes_per_cycle)
+
+
+def _latency(config: NpuConfig) -> int:
+    """Cycles before a transfer's first byte: DMA setup, DRAM and NoC latency."""
+    return config.core.dma.setup_latency_cycles + config.dram.latency_cycles + \
+        config.noc.latency_cycles
+
+
+@dataclass(frozen=True)
+class _Work:
+    """One tile's commands, as :func:`lower_conv_depthwise` emits them."""
+
+    vpu: float
+    """Vector cycles: the border's fills, the widening casts, a multiply per tap and an
+    add per tap but the first, then the finisher's cast, transpose and epilogue (which
+    waits for its operands: the finisher loads them once the multiplies are issued,
+    so their round trip overlaps those)."""
+    loads: int
+    """Bytes the tile's loads bring (its weights, its window's interior, the
+    epilogue's operands)."""
+    stores: int
+    """Bytes the tile's stores write."""
+
+
+def _tile_work(ctx: Context, kernel: Kernel, nc: int, y0: int, ty: int) -> _Work:
+    """The commands of the tile of channels ``nc`` and output rows from ``y0`` (a tile
+    of ``ty`` rows, fewer at the bottom)."""
+    node, vector = kernel.anchor, ctx.config.core.vector
+    spec, (x, w), out, group = node.spec, node.inputs, node.out, kernel.group
+    (_, _, height, width), (_, _, oh, ow) = _shapes(node)
+    kh, kw = w.shape[2:]
+    (sh, _), (dh, _), (ph, pw) = spec.stride, spec.dilation, spec.padding
+    acc = accumulator_dtype(x.dtype)
+    item, acc_item, out_item = x.dtype.itemsize, acc.itemsize, out.dtype.itemsize
+    costs = vector.costs
+    rows, cols = _window(ty, ow, (kh, kw), tuple(spec.stride), tuple(spec.dilation))
+    nrows = min(ty, oh - y0)
+    used = (nrows - 1) * sh + (kh - 1) * dh + 1
+    ya, yb = valid_range(0, used, y0 * sh - ph, 1, height)
+    xa, xb = valid_range(0, cols, -pw, 1, width)
+    strips = (ya * cols, (used - yb) * cols, (yb - ya) * xa, (yb - ya) * (cols - xb))
+    vpu = sum(_pass(vector, nc * s, nc * s * item, costs.elementwise) for s in strips if s)
+    loads = nc * (kh * kw + (yb - ya) * (xb - xa)) * item
+    if x.dtype is not acc:  # the window and the weights widened once
+        vpu += _pass(vector, nc * rows * cols, nc * rows * cols * (item + acc_item),
+                     costs.cast)
+        vpu += _pass(vector, nc * kh * kw, nc * kh * kw * (item + acc_item), costs.cast)
+    n = nc * nrows * ow
+    vpu += kh * kw * _pass(vector, n, (2 * n + nc) * acc_item, costs.elementwise)
+    vpu += (kh * kw - 1) * _pass(vector, n, 3 * n * acc_item, costs.elementwise)
+    cast = out.dtype is not acc
+    if cast:
+        vpu += _pass(vector, n, n * (acc_item + out_item), costs.cast)
+    if group is None:
+        return _Work(vpu, loads, n * out_item)
+    if spec.channels_last_out:  # the epilogue runs on a channels-last copy
+        vpu += _pass(vector, n, 2 * n * acc_item, costs.copy)
+    stores = n * out_item if ctx.materialized(out) else 0
+    box = ((0, 1), (0, nrows), (0, ow), (0, nc)) if spec.channels_last_out else \
+        ((0, 1), (0, nc), (0, nrows), (0, ow))
+    produced = {v.id for v in group_values(group)[1]}
+    operands = 0
+    for v in buffer_values(ctx, group, {out.id}):
+        size = numel(box_shape(value_box(v, box))) * v.dtype.itemsize
+        if v.id not in produced:
+            operands += size
+        elif ctx.materialized(v):
+            stores += size
+    order = pass_order(group, out, cast)
+    epilogue = sum(_pass(vector, n, 0 if order[m.out.id][1] else 2 * n * acc_item,
+                         costs.elementwise)  # a chained op moves only its small operands
+                   for m in group.nodes)
+    if operands:
+        vpu = max(vpu, _latency(ctx.config) + operands / _stream(ctx.config)) + epilogue
+    else:
+        vpu += epilogue
+    return _Work(vpu, loads + operands, stores)
+
+
+def _estimate(ctx: Context, kernel: Kernel, ct: int, ty: int) -> Cost:
+    """The tiles' cost. Tile ``t`` runs on core ``t % cores`` and each core runs its
+    tiles as a pipeline (a tile's loads while the one before computes, its store
+    after), so the first core, which has the most tiles, takes its busiest stage's sum
+    plus one tile's other stages (the first load before any compute, the last compute
+    and store after them). The cores share DRAM: all tiles' bytes at the sustained
+    rate, then the last compute. Latencies: the first load's and the last store's."""
     node, config = kernel.anchor, ctx.config
+    (batch, channels, _, _), (_, _, oh, _) = _shapes(node)
+    chunks, row_tiles = ceil_div(channels, ct), ceil_div(oh, ty)
+    stream = _stream(config)
+    last = channels - (chunks - 1) * ct  # channels of the last chunk, ct of the others
+    kinds = {nc: [_tile_work(ctx, kernel, nc, y0, ty) for y0 in range(0, oh, ty)]
+             for nc in {ct, last}}
+    tiles = batch * chunks * row_tiles
+    cores = min(ctx.cores, tiles)
+    first = [0.0, 0.0, 0.0]
+    for t in range(0, tiles, cores):
+        chunk = t // row_tiles % chunks
+        work = kinds[ct if chunk < chunks - 1 else last][t % row_tiles]
+        first[0] += work.vpu
+        first[1] += work.loads / stream
+        first[2] += work.stores / stream
+    count = ceil_div(tiles, cores)
+    vpu, load, store = (total / count for total in first)  # the first core's mean tile
+    chunk_bytes = {nc: sum(w.loads + w.stores for w in row) for nc, row in kinds.items()}
+    dram_bytes = batch * ((chunks - 1) * chunk_bytes[ct] + chunk_bytes[last])
+    dram = dram_bytes / (config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY)
+    stages = [(first[0], vpu)]
+    stages += [(first[1], load), (first[2], store)] if config.core.dma.engines > 1 else \
+        [(first[1] + first[2], load + store)]  # one engine loads and stores
+    one = vpu + load + store
+    total = 2 * _latency(config) + max(*(busy + one - mean for busy, mean in stages),
+                                       dram + vpu)
+    busiest = max(dram, *(busy for busy, _ in stages))
+    return Cost(vpu_cycles=first[0], dma_cycles=max(busy for busy, _ in stages[1:]),
+                dram_bytes=dram_bytes, serial_cycles=total - busiest)
+
+
+def choose_depthwise_tiling(ctx: Context, kernel: Kernel) -> DepthwiseTiling | None:
+    """The tiling with the lowest estimate that fits the scratchpad (within
+    ``COMMAND_TOLERANCE`` of it, the one with the fewest tiles)."""
+    node = kernel.anchor
     spec, (x, w), out = node.spec, node.inputs, node.out
     (batch, channels, _, _), (_, _, oh, ow) = _shapes(node)
     kh, kw = w.shape[2:]
-    item, acc_item = x.dtype.itemsize, accumulator_dtype(x.dtype).itemsize
+    item = x.dtype.itemsize
     cast = out.dtype is not accumulator_dtype(x.dtype)
     widen = x.dtype is not accumulator_dtype(x.dtype)
     epi = epilogue_bytes(ctx, kernel, out)
     group = kernel.group is not None and spec.channels_last_out
-    lanes, vlat = vector_rate(config, acc_item), config.core.vector.pipeline_latency_cycles
-    setup = config.core.dma.setup_latency_cycles + config.dram.latency_cycles + \
-        config.noc.latency_cycles
     options = []
     for ct in sorted({min(channels, c) for c in (16, 32, 64, 128, 256, 512, channels)}):
         for ty in sorted({ceil_div(oh, k) for k in range(1, oh + 1)}):
@@ -92,25 +225,8 @@ def choose_depthwise_tiling(ctx: Context, kernel: Kernel) -> DepthwiseTiling | N
                      cast, epi, ctx.sets, group) > ctx.capacity:
                 continue
             tiles = batch * ceil_div(channels, ct) * ceil_div(oh, ty)
-            cores = min(ctx.cores, tiles)
-            per_core = ceil_div(tiles, cores)
-            loads = ct * rows * cols * item + ct * kh * kw * item
-            stores = ct * ty * ow * (out.dtype.itemsize + epi)
-            epi_ops = len(kernel.group.nodes) if kernel.group is not None else 0
-            # per tap a multiply and an add (the first tap's add is none: the fills
-            # of the border take its place), then the cast and the epilogue
-            vpu = (2 * kh * kw + cast + epi_ops) * (vlat + ct * ty * ow / lanes) + 4 * vlat
-            if widen:  # the window widened to f32 once
-                vpu += 2 * vlat + ct * rows * cols / lanes
-            load_bw = min(load_bandwidth(config),
-                          config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY / cores)
-            cost = Cost(vpu_cycles=per_core * vpu,
-                        dma_cycles=per_core * (loads / load_bw + 2 * setup / max(
-                            1, config.core.dma.engines - 1) +
-                            stores / config.core.dma.bandwidth_bytes_per_cycle),
-                        dram_bytes=tiles * (loads + stores),
-                        serial_cycles=2 * setup + loads / load_bw + vpu / max(1, per_core))
-            options.append((cost.estimate(config), tiles, DepthwiseTiling(ct, ty, cost)))
+            cost = _estimate(ctx, kernel, ct, ty)
+            options.append((cost.estimate(ctx.config), tiles, DepthwiseTiling(ct, ty, cost)))
     if not options:
         return None
     fastest = min(o[0] for o in options)
@@ -189,12 +305,13 @@ def lower_conv_depthwise(ctx: Context, kernel: Kernel, tiling: DepthwiseTiling) 
                 ctx.em.emit(ctx.em.dma(core, "load"), image_load(
                     ctx, x, spec.channels_last_in, (n, n + 1), cc,
                     Slice(top + ya, top + yb), Slice(xa - pw, xb - pw), inside), source)
-            if widen:
+
+        def compute(core=core, b=b, q=q, nc=nc, nrows=nrows) -> None:
+            if widen:  # here, not in load: the vector unit would wait there for the DMA
+                window = sub(b["x"][q], (nc, rows, cols))
                 ctx.em.emit(vpu_of[core], Cast(window, sub(b["xf"][q], window.shape)), source)
                 ctx.em.emit(vpu_of[core], Cast(sub(b["w"][q], (nc, kh * kw)),
                                                sub(b["wf"][q], (nc, kh * kw))), source)
-
-        def compute(core=core, b=b, q=q, nc=nc, nrows=nrows) -> None:
             window = b["xf" if widen else "x"][q]
             item = window.dtype.itemsize
             acc = sub(b["acc"][q], (nc, nrows, ow))
