@@ -10,8 +10,9 @@ import torch
 
 import compiler
 import compiler.kernels.conv as conv_kernel
+import compiler.kernels.conv_depthwise as dw
 from compiler.compile import clear_cache
-from compiler.ir.ops import Binary, BinaryKind, MatMul
+from compiler.ir.ops import Binary, BinaryKind, Cast, Load, MatMul, Store
 from compiler_helpers import config
 
 CL = torch.channels_last
@@ -75,3 +76,175 @@ def test_a_grouped_convolution_with_several_channels_a_group_keeps_the_arrays():
     compiled, _ = _compiled(model, torch.randn(1, 32, 10, 10))
     assert not [c for s, c in compiled.choices.items() if "conv" in s][0].startswith(
         "depthwise")
+
+
+# ---------------------------------------------------------------- the estimate and the tiles
+#
+# The cost model compares the depthwise estimate with the arrays' mappings, so it must
+# track the simulated cycles. Small cases are derived by hand on `tiny` (4 lanes, vector
+# latency 2, DMA 16 B/cycle on two engines, DRAM 16 B/cycle sustained x 0.85, a
+# transfer's latency 10 + 20 + 5 = 35 cycles).
+
+TINY_LATENCY = 10 + 20 + 5
+TINY_DRAM = 16 * 0.85
+
+
+def _forced(monkeypatch, ct: int | None = None, ty: int | None = None) -> dict:
+    """Make the lowering take tiles of ``ct`` channels and ``ty`` output rows (None: the
+    chooser's) and record the tiling and its context."""
+    seen: dict = {}
+    choose = dw.choose_depthwise_tiling
+
+    def forced(ctx, kernel):
+        tiling = choose(ctx, kernel) if ct is None else \
+            dw.DepthwiseTiling(ct, ty, dw._estimate(ctx, kernel, ct, ty))
+        seen.update(tiling=tiling, config=ctx.config)
+        return tiling
+    monkeypatch.setattr(conv_kernel, "choose_depthwise_tiling", forced)
+    return seen
+
+
+def _run(model, x, cfg):
+    """Compile for ``cfg``, run functionally, check torch's numbers; (program, result)."""
+    clear_cache()
+    compiled = compiler.compile_graph(torch.export.export(model, (x,)), cfg)
+    clear_cache()
+    (out,), result = compiled.run(x)
+    tol = {"rtol": 2e-3, "atol": 2e-3} if x.dtype == torch.float16 else \
+        {"rtol": 1e-5, "atol": 1e-5}
+    torch.testing.assert_close(out, model(x), **tol)
+    return compiled, result
+
+
+def test_one_tile_a_core_by_hand(monkeypatch):
+    # 8 channels, 6x6, 3x3 padding 1, two images: one tile of all 8 channels and 6 rows
+    # per image, one per core. The window is 8x8; its border fills: the top and bottom
+    # rows (64 elements: 2 + 16 cycles each), the left and right columns of the 6 rows
+    # between (48: 2 + 12 each) = 64 cycles. 9 multiplies and 8 adds over 288 outputs:
+    # 17 x (2 + 72) = 1258. The tile's bytes: weights 288 + interior 1152 in, 1152 out.
+    seen = _forced(monkeypatch, 8, 6)
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=False)
+    compiled, result = _run(model, torch.randn(2, 8, 6, 6), config("tiny"))
+    cost = seen["tiling"].cost
+    assert cost.vpu_cycles == 64 + 1258
+    assert result.engine_busy_cycles["core0.vpu"] == result.engine_busy_cycles["core1.vpu"] \
+        == 64 + 1258
+    assert cost.dram_bytes == 2 * (288 + 1152 + 1152)
+    # every core's one tile: loads, compute and store all in DRAM's time, then the
+    # compute the DRAM waits for, then the first load's and the last store's latency
+    estimate = cost.estimate(seen["config"])
+    assert estimate == pytest.approx(2 * TINY_LATENCY + 5184 / TINY_DRAM + 1322)
+    assert abs(estimate / result.total_cycles - 1) < 0.10  # measured 1,773 / 1,687
+    # one DMA queue loads, the other stores; every command is the convolution's
+    commands = compiled.program.commands
+    assert {c.engine for c in commands if isinstance(c.op, Load)} == {"core0.dma0",
+                                                                       "core1.dma0"}
+    assert {c.engine for c in commands if isinstance(c.op, Store)} == {"core0.dma1",
+                                                                        "core1.dma1"}
+    assert {c.source for c in commands} == {c.source for c in commands if
+                                            isinstance(c.op, Load)} == {"conv2d"}
+
+
+def test_three_row_tiles_an_image_on_one_core_by_hand(monkeypatch):
+    # The same layer on one core in tiles of 2 output rows: 3 row tiles an image, 6
+    # tiles, two buffer sets (the top tile of the second image reuses the set the
+    # middle tile of the first filled: its border must be zeroed again, every channel).
+    # Windows 4x8. Fills: top tile a top row (64 elements, 18 cycles) and the side
+    # columns of 3 rows (24: 8 each) = 34; middle tile the side columns of 4 rows (32:
+    # 10 each) = 20; bottom tile 34. Taps over 96 outputs: 17 x (2 + 24) = 442.
+    seen = _forced(monkeypatch, 8, 2)
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=False)
+    compiled, result = _run(model, torch.randn(2, 8, 6, 6) + 1,
+                            config("tiny").with_overrides({"cores": 1}))
+    cost = seen["tiling"].cost
+    vpu = 2 * (34 + 20 + 34 + 3 * 442)
+    assert cost.vpu_cycles == result.engine_busy_cycles["core0.vpu"] == vpu == 2828
+    # in: 288 weights a tile, interiors of 3, 4 and 3 rows (576, 768, 576); out 384
+    assert cost.dram_bytes == 2 * (3 * 288 + 576 + 768 + 576 + 3 * 384)
+    # the vector unit is busiest: all its tiles, then the mean tile's load and store
+    # around them (58 and 24 cycles at 16 B/cycle)
+    estimate = cost.estimate(seen["config"])
+    assert estimate == pytest.approx(2 * TINY_LATENCY + vpu + 348 / 6 + 144 / 6)
+    assert abs(estimate / result.total_cycles - 1) < 0.10  # measured 2,980 / 2,961
+    # the next tile's window loads while this one computes
+    commands = compiled.program.commands
+    windows = [c.id for c in commands if isinstance(c.op, Load) and c.op.dst.strides]
+    muls = [c.id for c in commands if isinstance(c.op, Binary) and c.op.kind is BinaryKind.mul]
+    assert result.starts[windows[1]] < result.ends[muls[8]]
+
+
+class _ScaleShiftReLU6(torch.nn.Module):
+    """MobileNet's folded batch norm and ReLU6: per-channel operands the epilogue loads."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.rand(channels, 1, 1) + 0.5)
+        self.register_buffer("shift", torch.rand(channels, 1, 1) - 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.hardtanh(x * self.scale + self.shift, 0.0, 6.0)
+
+
+@pytest.mark.parametrize("preset,channels,size,k,stride,dtype,layout,epilogue", [
+    ("atom", 32, 14, 3, 1, torch.float32, torch.contiguous_format, False),
+    ("atom", 16, 14, 3, 2, torch.float16, CL, False),
+    ("tpu-v4", 16, 14, 5, 1, torch.float32, torch.contiguous_format, False),
+    ("tpu-v3", 16, 14, 3, 1, torch.float32, torch.contiguous_format, False),
+    ("ascend-910b", 64, 14, 3, 1, torch.float32, torch.contiguous_format, True),
+    ("atom", 24, 14, 3, 1, torch.float32, torch.contiguous_format, True),
+])
+def test_the_estimate_is_within_a_quarter_of_the_simulated_cycles(
+        monkeypatch, preset, channels, size, k, stride, dtype, layout, epilogue):
+    # benchmarks/depthwise_estimate.py: 0.86-1.22 over MobileNetV2's layers and others
+    seen = _forced(monkeypatch)
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv2d(channels, channels, k, stride, k // 2, groups=channels,
+                              bias=False)]
+    model = torch.nn.Sequential(*layers, *([_ScaleShiftReLU6(channels)] if epilogue else []))
+    model = model.to(dtype).to(memory_format=layout)
+    x = torch.randn(1, channels, size, size, dtype=dtype).to(memory_format=layout)
+    compiled, result = _run(model, x, config(preset))
+    cost = seen["tiling"].cost
+    assert 0.8 < cost.estimate(seen["config"]) / result.total_cycles < 1.25
+    if not epilogue:  # the vector unit's commands as the simulator times them
+        assert cost.vpu_cycles == result.engine_busy_cycles["core0.vpu"]
+
+
+def test_the_window_of_a_kernel_stride_and_dilation_of_two_shapes(monkeypatch):
+    # 3x5 kernel, stride (2, 1), dilation (1, 2), padding (1, 4) on 7x9: 4x9 outputs.
+    # Tiles of 2 output rows read windows of (2 - 1) x 2 + (3 - 1) x 1 + 1 = 5 rows and
+    # (9 - 1) x 1 + (5 - 1) x 2 + 1 = 17 columns, widened from f16 whole.
+    _forced(monkeypatch, 4, 2)
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(4, 4, (3, 5), (2, 1), (1, 4), (1, 2), groups=4).half()
+    compiled, _ = _run(model, torch.randn(1, 4, 7, 9, dtype=torch.float16), config("atom"))
+    windows = {c.op.src.shape for c in compiled.program.commands
+               if isinstance(c.op, Cast) and len(c.op.src.shape) == 3}
+    assert windows == {(4, 5, 17)}
+
+
+@pytest.mark.parametrize("channels,filters,groups,depthwise", [
+    (2, 2, 2, True),     # two channels, each its own group
+    (4, 1, 1, False),    # one filter over all the channels
+    (4, 8, 4, False),    # two filters a channel
+])
+def test_which_convolutions_are_depthwise(channels, filters, groups, depthwise):
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(channels, filters, 3, 1, 1, groups=groups, bias=False)
+    compiled, _ = _compiled(model, torch.randn(1, channels, 6, 6))
+    choice = [c for s, c in compiled.choices.items() if "conv" in s][0]
+    assert choice.startswith("depthwise") == depthwise
+
+
+def test_windows_entirely_in_the_padding(monkeypatch):
+    # padding 3 around a 2x2 image, one output row a tile: the first and last rows'
+    # 3-row windows see no pixel (only fills, no load)
+    _forced(monkeypatch, 4, 1)
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(4, 4, 3, 1, 3, groups=4)
+    compiled, _ = _run(model, torch.randn(1, 4, 2, 2), config("tiny"))
+    windows = [c for c in compiled.program.commands if isinstance(c.op, Load)
+               and c.op.dst.strides]
+    assert len(windows) == 4  # of the 6 output rows, 2 read pixels at each end
