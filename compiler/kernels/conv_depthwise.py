@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig, VectorConfig, ceil_div
 from archsim.config.names import sram_space, vpu_engine
+from archsim.errors import CapacityError
 from compiler import graph as g
 from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost
 from compiler.emit import Arena
@@ -25,7 +26,7 @@ from compiler.ir.operands import DramRef, Scalar, Slice, SramRef, numel
 from compiler.ir.ops import Binary, BinaryKind, Cast, Load
 from compiler.kernels.common import Context, TileSteps, box_shape, pipeline
 from compiler.kernels.conv_geometry import (
-    epilogue_bytes, finisher, image_load, tile_buffers,
+    finisher, image_load, tile_buffers,
 )
 from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.epilogue import pass_order
@@ -35,9 +36,10 @@ from compiler.plan import Kernel
 
 
 def is_depthwise(node: g.Node) -> bool:
-    """One input channel and one filter per group, every channel its own group."""
+    """One input channel and one filter per group, every channel its own group (a
+    one-channel convolution with one filter too)."""
     spec, w = node.spec, node.inputs[1]
-    return spec.groups > 1 and w.shape[1] == 1 and w.shape[0] == spec.groups
+    return w.shape[1] == 1 and w.shape[0] == spec.groups
 
 
 @dataclass(frozen=True)
@@ -62,13 +64,38 @@ def _shapes(node: g.Node) -> tuple[tuple[int, int, int, int], tuple[int, int, in
             spec.image_shape(node.out, spec.channels_last_out))
 
 
-def _sram(ct: int, rows: int, cols: int, ty: int, ow: int, taps: int, item: int,
-          out_item: int, cast: bool, epi: int, sets: int, tile: bool) -> int:
-    """Scratchpad one core needs for these tiles."""
-    pixels = ty * ow
-    return sets * (ct * rows * cols * item + ct * taps * item +
-                   ct * pixels * (4 * (2 + tile) + (out_item if cast else 0) + epi) +
-                   64 * 16) + 8192
+def _buffers(ctx: Context, kernel: Kernel, ct: int, ty: int, core: int) -> dict:
+    """Core ``core``'s buffers for tiles of ``ct`` channels and ``ty`` output rows, every
+    buffer set; raises CapacityError when they do not fit its scratchpad (the chooser
+    tries them, so a tiling it takes is one the lowering can allocate)."""
+    node, sets = kernel.anchor, ctx.sets
+    spec, (x, w), out = node.spec, node.inputs, node.out
+    (_, _, oh, ow) = _shapes(node)[1]
+    kh, kw = w.shape[2:]
+    rows, cols = _window(ty, ow, (kh, kw), tuple(spec.stride), tuple(spec.dilation))
+    acc = accumulator_dtype(x.dtype)
+    widen = x.dtype is not acc
+    arena = Arena(sram_space(core), ctx.capacity)
+    alloc = arena.alloc
+    return {
+        "x": [alloc((ct, rows, cols), x.dtype, "depthwise window") for _ in range(sets)],
+        "w": [alloc((ct, kh * kw), x.dtype, "depthwise weights") for _ in range(sets)],
+        # a 16-bit image is widened once per tile: the products accumulate in f32
+        "xf": [alloc((ct, rows, cols), acc, "depthwise window, widened")
+               for _ in range(sets)] if widen else [],
+        "wf": [alloc((ct, kh * kw), acc, "depthwise weights, widened")
+               for _ in range(sets)] if widen else [],
+        "tmp": [alloc((ct, ty * ow), acc, "depthwise product") for _ in range(sets)],
+        "acc": [alloc((ct, ty * ow), acc, "conv accumulator") for _ in range(sets)],
+        **tile_buffers(ctx, kernel, arena, ct, ty, ow, out.dtype is not acc),
+    }
+
+
+def _candidates(channels: int, out_rows: int) -> tuple[list[int], list[int]]:
+    """Tile sizes the chooser tries: channels a tile (16 to 512 by powers of two, or all
+    of them) and output rows a tile (the image's rows split evenly into 1, 2, ...)."""
+    return (sorted({min(channels, c) for c in (16, 32, 64, 128, 256, 512, channels)}),
+            sorted({ceil_div(out_rows, k) for k in range(1, out_rows + 1)}))
 
 
 def _pass(vector: VectorConfig, elements: int, nbytes: int, cost: int) -> int:
@@ -95,18 +122,34 @@ def _latency(config: NpuConfig) -> int:
         config.noc.latency_cycles
 
 
+def _inside(node: g.Node, y0: int, nrows: int, cols: int
+            ) -> tuple[int, tuple[int, int], tuple[int, int]]:
+    """For the tile of ``nrows`` output rows from ``y0``: the window rows it reads, and
+    the window's rows and columns ``[a, b)`` inside the image (the rest is padding)."""
+    spec, (_, _, height, width) = node.spec, _shapes(node)[0]
+    kh = node.inputs[1].shape[2]
+    (sh, _), (dh, _), (ph, pw) = spec.stride, spec.dilation, spec.padding
+    used = (nrows - 1) * sh + (kh - 1) * dh + 1
+    return (used, valid_range(0, used, y0 * sh - ph, 1, height),
+            valid_range(0, cols, -pw, 1, width))
+
+
 @dataclass(frozen=True)
 class _Work:
     """One tile's commands, as :func:`lower_conv_depthwise` emits them."""
 
-    vpu: float
-    """Vector cycles: the border's fills, the widening casts, a multiply per tap and an
-    add per tap but the first, then the finisher's cast, transpose and epilogue (which
-    waits for its operands: the finisher loads them once the multiplies are issued,
-    so their round trip overlaps those)."""
+    compute: int
+    """Vector cycles before the epilogue: the border's fills, the widening casts, a
+    multiply per tap and an add per tap but the first, the cast of the result."""
+    epilogue: int
+    """Vector cycles of the epilogue: a channels-last copy of the tile if the output is
+    NHWC, then one pass per fused op."""
+    operands: int
+    """Bytes of the epilogue's operands. The finisher loads them after the multiplies
+    are issued and the epilogue waits for them: their round trip overlaps those."""
     loads: int
-    """Bytes the tile's loads bring (its weights, its window's interior, the
-    epilogue's operands)."""
+    """Bytes the tile's loads bring: its weights, its window's interior, the
+    epilogue's operands."""
     stores: int
     """Bytes the tile's stores write."""
 
@@ -116,34 +159,32 @@ def _tile_work(ctx: Context, kernel: Kernel, nc: int, y0: int, ty: int) -> _Work
     of ``ty`` rows, fewer at the bottom)."""
     node, vector = kernel.anchor, ctx.config.core.vector
     spec, (x, w), out, group = node.spec, node.inputs, node.out, kernel.group
-    (_, _, height, width), (_, _, oh, ow) = _shapes(node)
+    oh, ow = _shapes(node)[1][2:]
     kh, kw = w.shape[2:]
-    (sh, _), (dh, _), (ph, pw) = spec.stride, spec.dilation, spec.padding
     acc = accumulator_dtype(x.dtype)
     item, acc_item, out_item = x.dtype.itemsize, acc.itemsize, out.dtype.itemsize
     costs = vector.costs
     rows, cols = _window(ty, ow, (kh, kw), tuple(spec.stride), tuple(spec.dilation))
     nrows = min(ty, oh - y0)
-    used = (nrows - 1) * sh + (kh - 1) * dh + 1
-    ya, yb = valid_range(0, used, y0 * sh - ph, 1, height)
-    xa, xb = valid_range(0, cols, -pw, 1, width)
+    used, (ya, yb), (xa, xb) = _inside(node, y0, nrows, cols)
     strips = (ya * cols, (used - yb) * cols, (yb - ya) * xa, (yb - ya) * (cols - xb))
-    vpu = sum(_pass(vector, nc * s, nc * s * item, costs.elementwise) for s in strips if s)
+    compute = sum(_pass(vector, nc * s, nc * s * item, costs.elementwise)
+                  for s in strips if s)
     loads = nc * (kh * kw + (yb - ya) * (xb - xa)) * item
     if x.dtype is not acc:  # the window and the weights widened once
-        vpu += _pass(vector, nc * rows * cols, nc * rows * cols * (item + acc_item),
-                     costs.cast)
-        vpu += _pass(vector, nc * kh * kw, nc * kh * kw * (item + acc_item), costs.cast)
+        compute += _pass(vector, nc * rows * cols, nc * rows * cols * (item + acc_item),
+                         costs.cast)
+        compute += _pass(vector, nc * kh * kw, nc * kh * kw * (item + acc_item), costs.cast)
     n = nc * nrows * ow
-    vpu += kh * kw * _pass(vector, n, (2 * n + nc) * acc_item, costs.elementwise)
-    vpu += (kh * kw - 1) * _pass(vector, n, 3 * n * acc_item, costs.elementwise)
+    compute += kh * kw * _pass(vector, n, (2 * n + nc) * acc_item, costs.elementwise)
+    compute += (kh * kw - 1) * _pass(vector, n, 3 * n * acc_item, costs.elementwise)
     cast = out.dtype is not acc
     if cast:
-        vpu += _pass(vector, n, n * (acc_item + out_item), costs.cast)
+        compute += _pass(vector, n, n * (acc_item + out_item), costs.cast)
     if group is None:
-        return _Work(vpu, loads, n * out_item)
-    if spec.channels_last_out:  # the epilogue runs on a channels-last copy
-        vpu += _pass(vector, n, 2 * n * acc_item, costs.copy)
+        return _Work(compute, 0, 0, loads, n * out_item)
+    epilogue = _pass(vector, n, 2 * n * acc_item, costs.copy) if spec.channels_last_out \
+        else 0
     stores = n * out_item if ctx.materialized(out) else 0
     box = ((0, 1), (0, nrows), (0, ow), (0, nc)) if spec.channels_last_out else \
         ((0, 1), (0, nc), (0, nrows), (0, ow))
@@ -156,14 +197,16 @@ def _tile_work(ctx: Context, kernel: Kernel, nc: int, y0: int, ty: int) -> _Work
         elif ctx.materialized(v):
             stores += size
     order = pass_order(group, out, cast)
-    epilogue = sum(_pass(vector, n, 0 if order[m.out.id][1] else 2 * n * acc_item,
-                         costs.elementwise)  # a chained op moves only its small operands
-                   for m in group.nodes)
-    if operands:
-        vpu = max(vpu, _latency(ctx.config) + operands / _stream(ctx.config)) + epilogue
-    else:
-        vpu += epilogue
-    return _Work(vpu, loads + operands, stores)
+    for member in group.nodes:
+        inputs, chained = order[member.out.id]
+        # a pass reads its inputs and writes its result; a chained one only its other,
+        # small, operands (the tile stays in registers)
+        moved = sum(numel(box_shape(value_box(v, box))) * v.dtype.itemsize
+                    for v in inputs[chained:]
+                    if isinstance(v, g.Value) and v.id not in ctx.scalars)
+        epilogue += _pass(vector, n, moved + (0 if chained else n * member.out.dtype.itemsize),
+                          costs.elementwise)
+    return _Work(compute, epilogue, operands, loads + operands, stores)
 
 
 def _estimate(ctx: Context, kernel: Kernel, ct: int, ty: int) -> Cost:
@@ -176,53 +219,45 @@ def _estimate(ctx: Context, kernel: Kernel, ct: int, ty: int) -> Cost:
     node, config = kernel.anchor, ctx.config
     (batch, channels, _, _), (_, _, oh, _) = _shapes(node)
     chunks, row_tiles = ceil_div(channels, ct), ceil_div(oh, ty)
-    stream = _stream(config)
+    stream, latency = _stream(config), _latency(config)
     last = channels - (chunks - 1) * ct  # channels of the last chunk, ct of the others
     kinds = {nc: [_tile_work(ctx, kernel, nc, y0, ty) for y0 in range(0, oh, ty)]
              for nc in {ct, last}}
     tiles = batch * chunks * row_tiles
     cores = min(ctx.cores, tiles)
-    first = [0.0, 0.0, 0.0]
+    busy = stage = load = store = 0.0  # the first core's sums
     for t in range(0, tiles, cores):
         chunk = t // row_tiles % chunks
         work = kinds[ct if chunk < chunks - 1 else last][t % row_tiles]
-        first[0] += work.vpu
-        first[1] += work.loads / stream
-        first[2] += work.stores / stream
+        busy += work.compute + work.epilogue
+        stage += work.epilogue + (max(work.compute, latency + work.operands / stream)
+                                  if work.operands else work.compute)
+        load += work.loads / stream
+        store += work.stores / stream
     count = ceil_div(tiles, cores)
-    vpu, load, store = (total / count for total in first)  # the first core's mean tile
     chunk_bytes = {nc: sum(w.loads + w.stores for w in row) for nc, row in kinds.items()}
     dram_bytes = batch * ((chunks - 1) * chunk_bytes[ct] + chunk_bytes[last])
     dram = dram_bytes / (config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY)
-    stages = [(first[0], vpu)]
-    stages += [(first[1], load), (first[2], store)] if config.core.dma.engines > 1 else \
-        [(first[1] + first[2], load + store)]  # one engine loads and stores
-    one = vpu + load + store
-    total = 2 * _latency(config) + max(*(busy + one - mean for busy, mean in stages),
-                                       dram + vpu)
-    busiest = max(dram, *(busy for busy, _ in stages))
-    return Cost(vpu_cycles=first[0], dma_cycles=max(busy for busy, _ in stages[1:]),
-                dram_bytes=dram_bytes, serial_cycles=total - busiest)
+    queues = [load, store] if config.core.dma.engines > 1 else [load + store]
+    one = (stage + load + store) / count  # the first core's mean tile
+    total = 2 * latency + max(*(s + one - s / count for s in (stage, *queues)),
+                              dram + stage / count)
+    busiest = max(busy, dram, *queues)
+    return Cost(vpu_cycles=busy, dma_cycles=max(queues), dram_bytes=dram_bytes,
+                serial_cycles=total - busiest)
 
 
 def choose_depthwise_tiling(ctx: Context, kernel: Kernel) -> DepthwiseTiling | None:
-    """The tiling with the lowest estimate that fits the scratchpad (within
+    """The tiling with the lowest estimate whose buffers fit the scratchpad (within
     ``COMMAND_TOLERANCE`` of it, the one with the fewest tiles)."""
-    node = kernel.anchor
-    spec, (x, w), out = node.spec, node.inputs, node.out
-    (batch, channels, _, _), (_, _, oh, ow) = _shapes(node)
-    kh, kw = w.shape[2:]
-    item = x.dtype.itemsize
-    cast = out.dtype is not accumulator_dtype(x.dtype)
-    widen = x.dtype is not accumulator_dtype(x.dtype)
-    epi = epilogue_bytes(ctx, kernel, out)
-    group = kernel.group is not None and spec.channels_last_out
+    (batch, channels, _, _), (_, _, oh, _) = _shapes(kernel.anchor)
     options = []
-    for ct in sorted({min(channels, c) for c in (16, 32, 64, 128, 256, 512, channels)}):
-        for ty in sorted({ceil_div(oh, k) for k in range(1, oh + 1)}):
-            rows, cols = _window(ty, ow, (kh, kw), tuple(spec.stride), tuple(spec.dilation))
-            if _sram(ct, rows, cols, ty, ow, kh * kw, item + 4 * widen, out.dtype.itemsize,
-                     cast, epi, ctx.sets, group) > ctx.capacity:
+    channel_tiles, row_tiles = _candidates(channels, oh)
+    for ct in channel_tiles:
+        for ty in row_tiles:
+            try:
+                _buffers(ctx, kernel, ct, ty, 0)
+            except CapacityError:
                 continue
             tiles = batch * ceil_div(channels, ct) * ceil_div(oh, ty)
             cost = _estimate(ctx, kernel, ct, ty)
@@ -250,23 +285,7 @@ def lower_conv_depthwise(ctx: Context, kernel: Kernel, tiling: DepthwiseTiling) 
              for y0 in range(0, oh, ty)]
     cores = min(ctx.cores, len(tiles))
     sets = ctx.sets
-    bufs = []
-    for c in range(cores):
-        arena = Arena(sram_space(c), ctx.capacity)
-        alloc = arena.alloc
-        bufs.append({
-            "x": [alloc((ct, rows, cols), x.dtype, "depthwise window") for _ in range(sets)],
-            "w": [alloc((ct, kh * kw), x.dtype, "depthwise weights") for _ in range(sets)],
-            # a 16-bit image is widened once per tile: the products accumulate in f32
-            "xf": [alloc((ct, rows, cols), acc_dtype, "depthwise window, widened")
-                   for _ in range(sets)] if widen else [],
-            "wf": [alloc((ct, kh * kw), acc_dtype, "depthwise weights, widened")
-                   for _ in range(sets)] if widen else [],
-            "tmp": [alloc((ct, ty * ow), acc_dtype, "depthwise product")
-                    for _ in range(sets)],
-            "acc": [alloc((ct, ty * ow), acc_dtype, "conv accumulator") for _ in range(sets)],
-            **tile_buffers(ctx, kernel, arena, ct, ty, ow, cast),
-        })
+    bufs = [_buffers(ctx, kernel, ct, ty, c) for c in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     counts = [0] * cores
     vpu_of = [vpu_engine(c) for c in range(cores)]
@@ -285,10 +304,8 @@ def lower_conv_depthwise(ctx: Context, kernel: Kernel, tiling: DepthwiseTiling) 
                 _weights(ctx, w, cc), wbuf), source)
             window = sub(b["x"][q], (nc, rows, cols))
             top = r0 * sh - ph  # input row of the window's first row
-            ya, yb = valid_range(0, (nrows - 1) * sh + (kh - 1) * dh + 1, top, 1, height)
-            xa, xb = valid_range(0, cols, -pw, 1, width)
+            used, (ya, yb), (xa, xb) = _inside(node, r0, nrows, cols)
             strides = (rows * cols, cols, 1)
-            used = (nrows - 1) * sh + (kh - 1) * dh + 1
             for first, shape in ((0, (nc, ya, cols)), (yb * cols, (nc, used - yb, cols)),
                                  (ya * cols, (nc, yb - ya, xa)),
                                  (ya * cols + xb, (nc, yb - ya, cols - xb))):

@@ -131,6 +131,7 @@ def test_one_tile_a_core_by_hand(monkeypatch):
     assert result.engine_busy_cycles["core0.vpu"] == result.engine_busy_cycles["core1.vpu"] \
         == 64 + 1258
     assert cost.dram_bytes == 2 * (288 + 1152 + 1152)
+    assert cost.dma_cycles == (288 + 1152) / 16  # loads at 16 B/cycle, stores beside
     # every core's one tile: loads, compute and store all in DRAM's time, then the
     # compute the DRAM waits for, then the first load's and the last store's latency
     estimate = cost.estimate(seen["config"])
@@ -163,6 +164,7 @@ def test_three_row_tiles_an_image_on_one_core_by_hand(monkeypatch):
     assert cost.vpu_cycles == result.engine_busy_cycles["core0.vpu"] == vpu == 2828
     # in: 288 weights a tile, interiors of 3, 4 and 3 rows (576, 768, 576); out 384
     assert cost.dram_bytes == 2 * (3 * 288 + 576 + 768 + 576 + 3 * 384)
+    assert cost.dma_cycles == 2 * (3 * 288 + 576 + 768 + 576) / 16  # the load queue's
     # the vector unit is busiest: all its tiles, then the mean tile's load and store
     # around them (58 and 24 cycles at 16 B/cycle)
     estimate = cost.estimate(seen["config"])
@@ -173,6 +175,10 @@ def test_three_row_tiles_an_image_on_one_core_by_hand(monkeypatch):
     windows = [c.id for c in commands if isinstance(c.op, Load) and c.op.dst.strides]
     muls = [c.id for c in commands if isinstance(c.op, Binary) and c.op.kind is BinaryKind.mul]
     assert result.starts[windows[1]] < result.ends[muls[8]]
+    assert {c.engine for c in commands if isinstance(c.op, Load)} == {"core0.dma0"}
+    # the scratchpad, 64-byte aligned, per set: the window [8, 4, 8] f32 (1,024 B), the
+    # weights [8, 9] (288: 320 aligned), the product and the accumulator [8, 12] (384)
+    assert compiled.program.sram_high_water["sram0"] == 2 * 1024 + 320 + 288 + 32 + 4 * 384
 
 
 class _ScaleShiftReLU6(torch.nn.Module):
@@ -227,6 +233,7 @@ def test_the_window_of_a_kernel_stride_and_dilation_of_two_shapes(monkeypatch):
 
 @pytest.mark.parametrize("channels,filters,groups,depthwise", [
     (2, 2, 2, True),     # two channels, each its own group
+    (1, 1, 1, True),     # one channel, one filter
     (4, 1, 1, False),    # one filter over all the channels
     (4, 8, 4, False),    # two filters a channel
 ])
@@ -248,3 +255,72 @@ def test_windows_entirely_in_the_padding(monkeypatch):
     windows = [c for c in compiled.program.commands if isinstance(c.op, Load)
                and c.op.dst.strides]
     assert len(windows) == 4  # of the 6 output rows, 2 read pixels at each end
+
+
+def test_dram_bound_cores_on_one_dma_engine_by_hand(monkeypatch):
+    # 40 channels in tiles of 16 (16, 16, 8), one tile of all 6 rows each, on tiny's two
+    # cores with one DMA engine each, a 64-lane vector unit and NoC links of 12 B/cycle.
+    # Core 0 runs the first chunk and the last. Fills of 8x8 windows: top and bottom rows
+    # (nc x 8), side columns (nc x 6): 4 x 4 cycles at 16 channels, 4 x 3 at 8. Taps
+    # over 576 / 288 outputs: 17 x 11 / 17 x 7. Bytes: weights and interior nc x 180 in,
+    # nc x 144 out.
+    seen = _forced(monkeypatch, 16, 6)
+    cfg = config("tiny").with_overrides({"core.dma.engines": 1, "core.vector.lanes": 64,
+                                         "noc.link_bandwidth_bytes_per_cycle": 12})
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(40, 40, 3, 1, 1, groups=40, bias=False)
+    compiled, result = _run(model, torch.randn(1, 40, 6, 6), cfg)
+    cost = seen["tiling"].cost
+    first, last = 16 + 17 * 11, 12 + 17 * 7
+    assert cost.vpu_cycles == result.engine_busy_cycles["core0.vpu"] == first + last
+    assert result.engine_busy_cycles["core1.vpu"] == first
+    assert cost.dram_bytes == 40 * (180 + 144)
+    # one engine loads and stores core 0's tiles at 12 B/cycle
+    assert cost.dma_cycles == 24 * (180 + 144) / 12
+    # DRAM is busiest: every byte at 16 x 0.85 B/cycle, then a mean tile's compute
+    estimate = cost.estimate(seen["config"])
+    assert estimate == pytest.approx(2 * TINY_LATENCY + 40 * 324 / TINY_DRAM
+                                     + (first + last) / 2)
+    assert abs(estimate / result.total_cycles - 1) < 0.25  # measured 1,190 / 1,073
+    assert {c.engine for c in compiled.program.commands if isinstance(c.op, (Load, Store))} \
+        == {"core0.dma0", "core1.dma0"}
+
+
+# tpu-v3: the vector unit's scratchpad bandwidth (832 B/cycle) bounds most of its
+# commands, so each command's bytes count; op classes made to cost differently. Rows
+# of 32 B (DRAM's access granularity) keep the DRAM bytes those the transfers ask for.
+V3 = {"core.vector.costs.elementwise": 2, "core.vector.costs.cast": 3,
+      "core.vector.costs.copy": 5}
+
+
+@pytest.mark.parametrize("channels,size,k,stride,pad,dilation,tile,dtype,layout,epilogue", [
+    # f16 in and out (widened, cast back), 16 rows in tiles of 3: a last tile of 1
+    (128, 16, 3, 1, 1, 1, (128, 3), torch.float16, torch.contiguous_format, False),
+    # stride 2, dilation 2, tiles of 3 rows out of 8
+    (24, 16, 3, 2, 2, 2, (16, 3), torch.float32, torch.contiguous_format, False),
+    # no padding on the rows, 2 on the columns
+    (16, 8, (3, 5), 1, (0, 2), 1, (16, 4), torch.float32, torch.contiguous_format, False),
+    # the per-channel epilogue, NCHW
+    (48, 8, 3, 1, 1, 1, (32, 3), torch.float32, torch.contiguous_format, True),
+    # NHWC with an epilogue: a channels-last copy first; f16 out
+    (32, 16, 3, 2, 1, 1, (32, 3), torch.float16, CL, True),
+])
+def test_the_estimate_counts_the_simulators_vector_cycles_and_dram_bytes(
+        monkeypatch, channels, size, k, stride, pad, dilation, tile, dtype, layout, epilogue):
+    seen = _forced(monkeypatch, *tile)
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(channels, channels, k, stride, pad, dilation, groups=channels,
+                           bias=False)
+    model = torch.nn.Sequential(conv, *([_ScaleShiftReLU6(channels)] if epilogue else []))
+    model = model.to(dtype).to(memory_format=layout)
+    x = torch.randn(2, channels, size, size, dtype=dtype).to(memory_format=layout)
+    _, result = _run(model, x, config("tpu-v3").with_overrides(V3))
+    cost = seen["tiling"].cost
+    assert cost.vpu_cycles == result.engine_busy_cycles["core0.vpu"]
+    assert cost.dram_bytes == result.dram_bytes_read + result.dram_bytes_written
+
+
+def test_the_tile_sizes_tried():
+    # channels: 16, 32, 64 ... 512 or all of them; rows: the output rows split evenly
+    assert dw._candidates(40, 6) == ([16, 32, 40], [1, 2, 3, 6])
+    assert dw._candidates(600, 7) == ([16, 32, 64, 128, 256, 512, 600], [1, 2, 3, 4, 7])
