@@ -144,9 +144,10 @@ class _Work:
     epilogue: int
     """Vector cycles of the epilogue: a channels-last copy of the tile if the output is
     NHWC, then one pass per fused op."""
-    operands: int
-    """Bytes of the epilogue's operands. The finisher loads them after the multiplies
-    are issued and the epilogue waits for them: their round trip overlaps those."""
+    ready: float
+    """Cycles from the multiplies' start until the epilogue's operands are in (0: it
+    has none): the finisher loads them once the multiplies are issued and the
+    epilogue waits for them."""
     loads: int
     """Bytes the tile's loads bring: its weights, its window's interior, the
     epilogue's operands."""
@@ -182,7 +183,7 @@ def _tile_work(ctx: Context, kernel: Kernel, nc: int, y0: int, ty: int) -> _Work
     if cast:
         compute += _pass(vector, n, n * (acc_item + out_item), costs.cast)
     if group is None:
-        return _Work(compute, 0, 0, loads, n * out_item)
+        return _Work(compute, 0, 0.0, loads, n * out_item)
     epilogue = _pass(vector, n, 2 * n * acc_item, costs.copy) if spec.channels_last_out \
         else 0
     stores = n * out_item if ctx.materialized(out) else 0
@@ -206,7 +207,8 @@ def _tile_work(ctx: Context, kernel: Kernel, nc: int, y0: int, ty: int) -> _Work
                     if isinstance(v, g.Value) and v.id not in ctx.scalars)
         epilogue += _pass(vector, n, moved + (0 if chained else n * member.out.dtype.itemsize),
                           costs.elementwise)
-    return _Work(compute, epilogue, operands, loads + operands, stores)
+    ready = _latency(ctx.config) + operands / _stream(ctx.config) if operands else 0.0
+    return _Work(compute, epilogue, ready, loads + operands, stores)
 
 
 def _estimate(ctx: Context, kernel: Kernel, ct: int, ty: int) -> Cost:
@@ -230,8 +232,7 @@ def _estimate(ctx: Context, kernel: Kernel, ct: int, ty: int) -> Cost:
         chunk = t // row_tiles % chunks
         work = kinds[ct if chunk < chunks - 1 else last][t % row_tiles]
         busy += work.compute + work.epilogue
-        stage += work.epilogue + (max(work.compute, latency + work.operands / stream)
-                                  if work.operands else work.compute)
+        stage += max(work.compute, work.ready) + work.epilogue
         load += work.loads / stream
         store += work.stores / stream
     count = ceil_div(tiles, cores)
