@@ -215,13 +215,21 @@ class Conv2d(Spec):
 
 @dataclass(frozen=True)
 class Pool2d(Spec):
-    """max / avg (sum then scale) pooling on an already padded NCHW input."""
+    """max / avg (sum then scale) pooling on an NCHW input, ``padding`` (rows, cols) on
+    each side by addressing: ``-inf`` for max, zeros for avg (the padded input is never
+    stored)."""
 
     kind: str  # "max" | "avg"
     kernel: tuple[int, int]
     stride: tuple[int, int]
     dilation: tuple[int, int]
     divisor: float
+    padding: tuple[int, int] = (0, 0)
+
+    @property
+    def fill(self) -> float:
+        """The padding's value: what no window's result can be for it."""
+        return float("-inf") if self.kind == "max" else 0.0
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from compiler.graph_builder import GraphBuilder
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, ReduceKind
 from compiler.lowerings.indexing import stored
-from compiler.lowerings.movement import pad2d
 from compiler.lowerings.registry import lowering
 from compiler.lowerings.windows import pad_trailing, strided_tap, table, take
 
@@ -161,18 +160,17 @@ def _avg_windows(b: GraphBuilder, x: Value, nd: int, kernel: Any, stride: Any, p
 
 def _pool(b: GraphBuilder, x: Value, kind: str, kernel: Any, stride: Any, padding: Any,
           dilation: Any, divisor: float | None) -> Value:
-    """The pooling unit: a 2-D window op on an explicitly padded input."""
+    """The pooling unit: a 2-D window op, its padding by addressing."""
     kh, kw = _ints(kernel, 2)
     sh, sw = _ints(stride, 2) if stride else (kh, kw)
     ph, pw = _ints(padding, 2)
     dh, dw = _ints(dilation, 2)
-    fill = float("-inf") if kind == "max" else 0.0
-    padded = stored(b, pad2d(b, x, (ph, ph, pw, pw), fill))  # windows addressed by dims
-    lead, (h, wd) = padded.shape[:-2], padded.shape[-2:]
-    oh = _out_size(h, kh, sh, dh, 0)
-    ow = _out_size(wd, kw, sw, dw, 0)
+    x = stored(b, x)  # windows addressed by dims
+    lead, (h, wd) = x.shape[:-2], x.shape[-2:]
+    oh = _out_size(h, kh, sh, dh, 2 * ph)
+    ow = _out_size(wd, kw, sw, dw, 2 * pw)
     scale = 1.0 / (divisor if divisor else kh * kw) if kind == "avg" else 1.0
-    return b.add(g.Pool2d(kind, (kh, kw), (sh, sw), (dh, dw), scale), (padded,),
+    return b.add(g.Pool2d(kind, (kh, kw), (sh, sw), (dh, dw), scale, (ph, pw)), (x,),
                  (*lead, oh, ow), x.dtype, f"{kind}pool")
 
 
