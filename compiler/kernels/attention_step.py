@@ -182,6 +182,10 @@ class FlashStep:
             if mask.dtype is DType.bool:
                 self.vec(Select(mask, s, Scalar(float("-inf")), s))
             else:
+                if mask.dtype is not s.dtype:  # a 16-bit mask: added in f32, as torch does
+                    wide = self.buf("p", mask.shape)  # free until the softmax
+                    self.vec(Cast(mask, wide))
+                    mask = wide
                 self.vec(Binary(BinaryKind.add, s, mask, s))
         m = self.buf("m", (nq, 1), True)
         mn = self.buf("mn", (nq, 1), True)
