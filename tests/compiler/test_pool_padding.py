@@ -69,3 +69,18 @@ def test_the_stem_pool_reads_its_input_once():
     loads = [c.op for c in compiled.program.commands if isinstance(c.op, Load)]
     read = sum(int(torch.tensor(ld.dst.shape).prod()) for ld in loads)
     assert x.numel() <= read <= x.numel() * 9 // 8  # 2 ty + 1 rows for ty, ty >= 4
+
+
+@pytest.mark.parametrize("pool, shape", [
+    (torch.nn.AvgPool2d(2560, ceil_mode=True), (1, 2560, 7, 7)),   # EfficientNet's pooler
+    (torch.nn.MaxPool2d(9, 4, ceil_mode=True), (1, 4, 11, 13)),
+    (torch.nn.AvgPool2d(5, 3, 2, ceil_mode=True, count_include_pad=False), (1, 4, 11, 13)),
+], ids=["efficientnet-pooler", "max-ceil", "avg-ceil-excluded"])
+def test_taps_that_read_only_padding_are_dropped(pool, shape):
+    # a 2,560-wide window on a 7x7 image padded the image to 2,560x2,560 and summed
+    # 2,560 taps per axis (CapacityError: a minimal tile needed 26 MB); 7 taps read it
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    compiled, out, _ = _run(pool, x)
+    torch.testing.assert_close(out, pool(x), rtol=1e-5, atol=1e-6)
+    assert len(compiled.program.commands) < 500
