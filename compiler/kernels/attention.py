@@ -129,8 +129,8 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             step_counts[core] += 1
             needs_mask = mask is not None or (spec.causal and k1 - 1 > q0 + spec.causal_offset)
             job = FlashStep(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
-                        (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
-                        arrays)
+                            (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
+                            arrays, tile_counts[core] - 1)
             if needs_mask and patterns:
                 slot = patterns[q0 + spec.causal_offset - k0]
                 job.pattern = (f"{ctx.view(out).tensor}_causal_tile{slot}", slot,
