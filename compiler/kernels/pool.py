@@ -21,7 +21,7 @@ from compiler.kernels.conv_geometry import (
     finisher,
     to_channels_first,
 )
-from compiler.kernels.conv_per_tap import valid_range
+from compiler.kernels.conv_per_tap import tap_inside
 from compiler.kernels.vector import layout, sub
 from compiler.plan import Kernel
 
@@ -218,25 +218,12 @@ def _load_tap(ctx: Context, x: g.Value, nb: int, chans: tuple[int, int],
               core: int, dst: SramRef, source: str) -> None:
     """``dst`` [c, rows x ow] := tap ``(i, j)``'s input pixels, the padding's fill where
     the tap falls outside the input."""
-    (i, j), (sh, sw), (dh, dw), (ph, pw) = tap, spec.stride, spec.dilation, spec.padding
     lead = x.shape[:-3]
-    height, width = x.shape[-2:]
-    row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
-    ya, yb = valid_range(rows[0], rows[1], row0, sh, height)
-    xa, xb = valid_range(0, ow, col0, sw, width)
-    nc, pix = dst.shape
-    if (ya, yb, xa, xb) != (rows[0], rows[1], 0, ow):
-        ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(spec.fill), Scalar(0.0),
-                                             dst), source)
-    if yb <= ya or xb <= xa:
-        return
-    r, c = row0 + ya * sh, col0 + xa * sw
-    offset = ((ya - rows[0]) * ow + xa) * dst.dtype.itemsize
-    inside = SramRef(dst.space, dst.offset + offset,
-                     (1,) * len(lead) + (nc, yb - ya, xb - xa), dst.dtype,
-                     (nc * pix,) * len(lead) + (pix, ow, 1))
-    index = tuple(Slice(v, v + 1) for v in unravel(nb, lead))
-    ref = DramRef(ctx.view(x).tensor, index + (
-        Slice(*chans), Slice(r, r + (yb - ya - 1) * sh + 1, sh),
-        Slice(c, c + (xb - xa - 1) * sw + 1, sw)))
-    ctx.em.emit(ctx.em.dma(core), Load(ref, inside), source)
+    placed = tap_inside(ctx, core, dst, tap, rows, ow, tuple(spec.stride),
+                        tuple(spec.dilation), tuple(spec.padding), tuple(x.shape[-2:]),
+                        spec.fill, len(lead), source)
+    if placed is not None:
+        inside, in_rows, in_cols = placed
+        index = tuple(Slice(v, v + 1) for v in unravel(nb, lead))
+        ref = DramRef(ctx.view(x).tensor, index + (Slice(*chans), in_rows, in_cols))
+        ctx.em.emit(ctx.em.dma(core), Load(ref, inside), source)
