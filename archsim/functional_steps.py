@@ -52,7 +52,7 @@ def _writer(memory: Memory, ref: SramRef) -> Callable[[Any], None]:
     def write(values: Any) -> None:
         if getattr(values, "shape", None) != shape:
             values = np.broadcast_to(values, shape)
-        if values.dtype == storage:
+        if storage is not None and values.dtype == storage:  # (np.dtype == None: float64)
             view[...] = values
         else:
             view[...] = to_stored(values, dtype)

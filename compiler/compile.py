@@ -41,6 +41,7 @@ from compiler.passes import (
     AttentionLayoutPass,
     DeadCodePass,
     HoistWeightPrepPass,
+    PadIntoConvPass,
     SinkViewsPass,
     SplatPass,
 )
@@ -273,7 +274,7 @@ def _materialize(graph: Graph, kernels: list[Kernel], scalars: dict[int, float])
 def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name: str
                   ) -> tuple[Program, dict[int, str], dict[str, Callable[..., Any]],
                              dict[str, Any], list[Kernel], Context]:
-    graph = DeadCodePass().apply(graph)
+    graph = DeadCodePass().apply(PadIntoConvPass().apply(graph))
     if options.channels_last:  # on the live graph: a dead reader keeps no region NCHW
         graph = ChannelsLastActivationsPass().apply(graph)
     graph = DeadCodePass().apply(ChannelsLastConvPass().apply(graph))

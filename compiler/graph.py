@@ -185,9 +185,11 @@ class Pad(Spec):
 @dataclass(frozen=True)
 class Conv2d(Spec):
     """NCHW conv; weight [O, C/groups, kh, kw]; ``padding`` (rows, cols) of zeros on
-    each side, by addressing (the padded input is never stored). With
-    ``channels_last_in`` the input value is the image stored NHWC, with
-    ``channels_last_out`` the output value is (:mod:`compiler.layout`)."""
+    each side, by addressing (the padded input is never stored), ``padding_end`` the
+    bottom and right ones where they differ (a zero pad folded in:
+    :class:`compiler.passes.PadIntoConvPass`). With ``channels_last_in`` the input value
+    is the image stored NHWC, with ``channels_last_out`` the output value is
+    (:mod:`compiler.layout`)."""
 
     stride: tuple[int, int]
     dilation: tuple[int, int]
@@ -195,6 +197,12 @@ class Conv2d(Spec):
     padding: tuple[int, int] = (0, 0)
     channels_last_in: bool = False
     channels_last_out: bool = False
+    padding_end: tuple[int, int] | None = None
+
+    @property
+    def pads_end(self) -> tuple[int, int]:
+        """Zero rows below the image and columns right of it."""
+        return self.padding if self.padding_end is None else self.padding_end
 
     def image_shape(self, value: Value, stored_nhwc: bool) -> tuple[int, int, int, int]:
         """An image operand's (N, C, H, W), whichever order it is stored in."""
@@ -207,13 +215,21 @@ class Conv2d(Spec):
 
 @dataclass(frozen=True)
 class Pool2d(Spec):
-    """max / avg (sum then scale) pooling on an already padded NCHW input."""
+    """max / avg (sum then scale) pooling on an NCHW input, ``padding`` (rows, cols) on
+    each side by addressing: ``-inf`` for max, zeros for avg (the padded input is never
+    stored)."""
 
     kind: str  # "max" | "avg"
     kernel: tuple[int, int]
     stride: tuple[int, int]
     dilation: tuple[int, int]
     divisor: float
+    padding: tuple[int, int] = (0, 0)
+
+    @property
+    def fill(self) -> float:
+        """The padding's value: what no window's result can be for it."""
+        return float("-inf") if self.kind == "max" else 0.0
 
 
 @dataclass(frozen=True)

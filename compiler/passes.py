@@ -298,3 +298,38 @@ class HoistWeightPrepPass:
                 late.append(node)
         graph.nodes = early + late
         return graph
+
+
+@dataclass(frozen=True)
+class PadIntoConvPass:
+    """A zero pad of an image that only convolutions read, as their image, becomes
+    their padding (by addressing: the padded copy is never made). TensorFlow-style
+    "same" padding comes as an explicit pad, ``(0, 1, 0, 1)`` before a stride-2
+    convolution (transformers' MobileNetV2 and EfficientNet): 18 pads, a fifth of
+    MobileNetV2's time on tpu-v4, each a copy of the whole activation. Runs before the
+    layout passes, on NCHW convolutions."""
+
+    name: str = "pad-into-conv"
+
+    def apply(self, graph: Graph) -> Graph:
+        users = graph.users()
+        outputs = {v.id for v in graph.outputs}
+        for node in graph.nodes:
+            spec = node.spec
+            x = node.inputs[0] if isinstance(spec, g.Conv2d) else None
+            pad = x.producer if isinstance(x, g.Value) else None
+            if pad is None or not isinstance(pad.spec, g.Pad) or spec.channels_last_in or \
+                    pad.spec.value != 0.0 or min(pad.spec.pads) < 0 or x.id in outputs:
+                continue
+            image = pad.inputs[0]
+            if not isinstance(image, g.Value) or base_of(image) is not image or \
+                    len(image.shape) != 4 or not all(
+                        isinstance(r.spec, g.Conv2d) and r.inputs[0] is x and
+                        x not in r.inputs[1:] for r in users.get(x.id, ())):
+                continue
+            top, bottom, left, right = pad.spec.pads
+            (ph, pw), (eh, ew) = spec.padding, spec.pads_end
+            node.spec = replace(spec, padding=(ph + top, pw + left),
+                                padding_end=(eh + bottom, ew + right))
+            node.inputs = (image,) + node.inputs[1:]
+        return graph

@@ -38,6 +38,11 @@ class Group:
     """Axes of ``shape`` a tile must not split (reduced axes)."""
     reads: set[int] = field(default_factory=set)
     """Ids of the values its nodes read."""
+    weights_only: bool = False
+    """Every node computes from parameters, buffers and constants only (a batch norm's
+    per-channel scale and shift): nodes like that over the same space join it although
+    they read none of its values, so the parameters' small preparations are one kernel,
+    not one DRAM round trip each."""
 
 
 @dataclass(eq=False)
@@ -87,15 +92,20 @@ class FusionPass:
         current: Kernel | None = None
         owner: dict[int, Kernel] = {}
         position: dict[int, int] = {}  # id(kernel) -> its index in ``kernels``
+        weights = set(graph.weights)  # values made from parameters and constants only
         for node in graph.nodes:
             spec = node.spec
+            from_weights = isinstance(spec, (g.Constant, g.Splat)) or \
+                bool(node.value_inputs()) and all(v.id in weights for v in node.value_inputs())
+            if from_weights:
+                weights.update(v.id for v in node.outputs)
             if isinstance(spec, NO_CODE):
                 continue
             if isinstance(spec, VECTOR_SPECS):
-                target = _join(node, current, owner, position, id(node) in deferred) \
-                    if options.fusion else None
+                target = _join(node, current, owner, position, id(node) in deferred,
+                               from_weights) if options.fusion else None
                 if target is None:
-                    current = target = Kernel(None, _new_group(node))
+                    current = target = Kernel(None, _new_group(node, from_weights))
                     position[id(current)] = len(kernels)
                     kernels.append(current)
                 for v in node.outputs:
@@ -163,27 +173,30 @@ def _reduction_inputs(graph: Graph) -> set[int]:
 
 
 def _join(node: Node, current: Kernel | None, owner: dict[int, Kernel],
-          position: dict[int, int], deferred: bool = False) -> Kernel | None:
+          position: dict[int, int], deferred: bool = False, from_weights: bool = False
+          ) -> Kernel | None:
     """The kernel ``node`` joins: the current one, or else the vector group that
     produced its latest input, if the node can join it there (every other input was
     made before it). The second case keeps a group whole when the program interleaves
     independent work: transformers' attention permutes Q, K and V before it rotates Q
     and K, and each rotary joins the group of its own permute. A ``deferred`` node
-    (see :func:`_reduction_inputs`) joins no matmul's epilogue."""
+    (see :func:`_reduction_inputs`) joins no matmul's epilogue; a node computed
+    ``from_weights`` only may join a current group of such nodes (:attr:`Group.weights_only`)."""
     if current is not None and not (deferred and current.anchor is not None) and \
-            _try_join(current, node, owner):
+            _try_join(current, node, owner, from_weights):
         return current
     producers = [owner[base_of(v).id] for v in node.value_inputs() if base_of(v).id in owner]
     if not producers:
         return None
     latest = max(producers, key=lambda k: position[id(k)])
-    if latest is current or latest.anchor is not None or not _try_join(latest, node, owner):
+    if latest is current or latest.anchor is not None or \
+            not _try_join(latest, node, owner, from_weights):
         return None
     return latest
 
 
-def _new_group(node: Node) -> Group:
-    group = Group()
+def _new_group(node: Node, from_weights: bool = False) -> Group:
+    group = Group(weights_only=from_weights)
     _add(group, node, _space_of(node))
     return group
 
@@ -209,14 +222,17 @@ def _add(group: Group, node: Node, space: Shape) -> None:
     group.reads |= {v.id for v in node.value_inputs()}
 
 
-def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
+def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel],
+              from_weights: bool = False) -> bool:
     group = kernel.group
     anchor = kernel.anchor
     inputs = node.value_inputs()
     internal = [v for v in inputs if group is not None and v.id in group.members
                 or anchor is not None and v.producer is anchor]
     shared = anchor is None and group is not None and any(v.id in group.reads for v in inputs)
-    if not internal and not shared:
+    sibling = anchor is None and group is not None and group.weights_only and from_weights \
+        and _fits(_space_of(node), group.shape) == group.shape
+    if not internal and not shared and not sibling:
         return False
     for v in inputs:
         base = base_of(v)
@@ -235,7 +251,7 @@ def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
         if group is None:
             kernel.group = Group(shape=space)
             group = kernel.group
-        _add(group, node, space)
+        _add(group, node, space)  # an epilogue: never weights_only
         return True
     if group is None:
         return False
@@ -245,5 +261,6 @@ def _try_join(kernel: Kernel, node: Node, owner: dict[int, Kernel]) -> bool:
     if isinstance(node.spec, g.Reduce) and space != node.inputs[0].shape:
         if aligned(node.inputs[0].shape, len(space)) != space:
             return False
+    group.weights_only = group.weights_only and from_weights
     _add(group, node, space)
     return True

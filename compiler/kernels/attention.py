@@ -92,6 +92,8 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
     if not fitting:
         raise CapacityError(f"{node.source}: no attention tile fits {ctx.capacity} B")
     tq, tk = max(fitting, key=lambda t: (t[0] * t[1], t[0]))
+    arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
+    sets = _deeper(ctx, sets, tq, tk, sq, sk, d, dv, item, masked, spec.kv_scales, arrays)
     bias = None
     patterns = _causal_patterns(spec, mask, sq, sk, tq, tk, sets)
     for d_offset, slot in patterns.items():
@@ -111,7 +113,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             for c in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts, step_counts = [0] * cores, [0] * cores
-    arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
+    deep = sets > ctx.sets
     previous: list[FlashStep | None] = [None] * cores
     loaded: list[set[int]] = [set() for _ in range(cores)]
     for t, (bi, q0) in enumerate(tiles):
@@ -128,9 +130,13 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             ss = step_counts[core] % sets
             step_counts[core] += 1
             needs_mask = mask is not None or (spec.causal and k1 - 1 > q0 + spec.causal_offset)
+            # an item of one small step takes one array, the next item the next one: split
+            # over all of them, each part would pay the weight load, fill and drain for a
+            # few rows (Swin's 49-row windows: four 13-row parts of 510 cycles on tpu-v4)
+            used = [(tile_counts[core] - 1) % arrays] if deep else range(arrays)
             job = FlashStep(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
-                        (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
-                        arrays)
+                            (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
+                            used)
             if needs_mask and patterns:
                 slot = patterns[q0 + spec.causal_offset - k0]
                 job.pattern = (f"{ctx.view(out).tensor}_causal_tile{slot}", slot,
@@ -138,9 +144,53 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
                 loaded[core].add(slot)
             if previous[core] is not None and sets > 1:  # its loads are issued first
                 previous[core].next = job
+            if deep:
+                job.ahead, job.pending = max(1, min(sets - 1, arrays - 1)), []
             previous[core] = job
             per_core[core].append(TileSteps(job.load, job.compute, job.finish))
+    if deep:
+        per_core = [_finish_late(steps) for steps in per_core]
     pipeline(per_core, sets - 1)
+
+
+def _finish_late(steps: list[TileSteps]) -> list[TileSteps]:
+    """Each step's finish (its output's division by the row sums, cast and store) issued
+    after the next step's softmax: an item of one step finishes right after its P @ V,
+    and on the in-order vector queue the next softmax would wait for that matmul."""
+    def noop() -> None:
+        return None
+
+    out = []
+    for i, step in enumerate(steps):
+        before = steps[i - 1].store if i else noop
+
+        def compute(step: TileSteps = step, before=before) -> None:
+            step.compute()
+            before()
+        out.append(TileSteps(step.load, compute, noop))
+    if steps:
+        out.append(TileSteps(noop, steps[-1].store, noop))
+    return out
+
+
+def _deeper(ctx: Context, sets: int, tq: int, tk: int, sq: int, sk: int, d: int, dv: int,
+            item: int, masked: bool, kv_scales: bool, arrays: int) -> int:
+    """More buffer sets for items of one small step each, fewer query rows than the
+    core's arrays are tall together (Swin's 49x49 windows): such an item's chain (load, Q K^T, softmax, P V, store; two DRAM latencies and two matmuls'
+    fill and drain) is several times longer than the busiest engine's share of it, so
+    two sets leave the arrays and the vector unit waiting; up to ``DEEP_SETS``, as many
+    as fit in the scratchpad."""
+    if sets < 2 or sq > tq or sk > tk or sq >= arrays * ctx.config.core.matrix.rows:
+        return sets
+    wanted = DEEP_SETS
+    while wanted > sets and _tile_bytes(tq, tk, d, dv, item, wanted, masked,
+                                         kv_scales) > ctx.capacity:
+        wanted -= 1
+    return wanted
+
+
+DEEP_SETS = 8
+"""Buffer sets for attention items of one step (see :func:`_deeper`)."""
 
 
 def _causal_patterns(spec: g.Attention, mask: Value | None, sq: int, sk: int, tq: int,

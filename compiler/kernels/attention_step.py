@@ -4,6 +4,8 @@ last key tile, the normalized output's store."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from archsim.config.names import mxu_engine, vpu_engine
@@ -43,7 +45,8 @@ class FlashStep:
     def __init__(self, ctx: Context, node, core: int, bufs: dict[str, list[SramRef]],
                  ts: int, ss: int, index: tuple[int, ...], kv_index: tuple[int, ...],
                  rows: tuple[int, int], keys: tuple[int, int], first: bool, last: bool,
-                 needs_mask: bool, mask: Value | None, bias: str | None, arrays: int) -> None:
+                 needs_mask: bool, mask: Value | None, bias: str | None,
+                 arrays: Sequence[int]) -> None:
         self.ctx, self.node, self.core = ctx, node, core
         self.bufs, self.ts, self.ss = bufs, ts, ss
         self.index, self.kv_index = index, kv_index
@@ -53,11 +56,23 @@ class FlashStep:
         self.nq, self.nk = rows[1] - rows[0], keys[1] - keys[0]
         self.source = node.source
         self.vpu = vpu_engine(core)
-        share = -(-self.nq // arrays)
+        share = -(-self.nq // len(arrays))
         self.parts = [(mxu_engine(core, a), r, min(r + share, self.nq))
-                      for a, r in enumerate(range(0, self.nq, share))]
-        """(array, first row, end row): each matmul split by query rows."""
+                      for a, r in zip(arrays, range(0, self.nq, share))]
+        """(array, first row, end row): each matmul split by query rows over ``arrays``."""
         self.next: FlashStep | None = None
+        self.ahead = 1
+        """Steps after this one whose scores it issues during its softmax: the next one,
+        or, for items of one small step each on several arrays, as many as there are
+        other arrays (their loads are out already: at most the buffer sets but one). On
+        one array more would queue ahead of this step's P @ V."""
+        self.pending: list | None = None
+        """Vector work on this step's loaded tiles (Q's scaling, K's transpose) held back
+        to be issued with its Q @ K^T, when set (items of one small step each): issued
+        with the loads, sets - 1 steps early, it would hold the in-order vector queue
+        until they land, ahead of the softmax of the steps before (Swin's 49x49 windows
+        waited a DRAM latency per window). Otherwise it goes with the loads: a long
+        item's next Q @ K^T is issued during this softmax and must not wait for it."""
         self.qk_issued = False
         self.pattern: tuple[str, int, bool] | None = None
         """A causal tile kept in the scratchpad: (its DRAM constant, its mask slot,
@@ -69,6 +84,13 @@ class FlashStep:
     def vec(self, op) -> None:
         self.ctx.em.emit(self.vpu, op, self.source)
 
+    def prep(self, op) -> None:
+        """Vector work on loaded tiles: now, or with the scores (:attr:`pending`)."""
+        if self.pending is None:
+            self.vec(op)
+        else:
+            self.pending.append(op)
+
     def load(self) -> None:
         ctx, node = self.ctx, self.node
         q, k, v = node.inputs[:3]
@@ -79,7 +101,7 @@ class FlashStep:
             qbuf = self.buf("q", (self.nq, d), True)
             load_box(ctx, q, stored_box(box, stored[0]), qbuf, self.core, self.source,
                      "load")
-            self.vec(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
+            self.prep(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
         kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
         kt = self.buf("kt", (d, self.nk))
         if node.spec.kv_scales:
@@ -88,7 +110,7 @@ class FlashStep:
             kbuf = self.buf("k", (self.nk, d))
             load_box(ctx, k, stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
                      "load")
-            self.vec(Transpose(kbuf, kt, (1, 0)))
+            self.prep(Transpose(kbuf, kt, (1, 0)))
         else:  # the DMA writes K^T directly
             load_transposed(ctx, k, kv_box, kt, self.core, self.source)
         v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
@@ -128,7 +150,7 @@ class FlashStep:
             raw = self.buf("ki", (nk, d))
             load_box(ctx, node.inputs[1], stored_box(k_box, stored[1]), raw, self.core,
                      self.source, "load")
-            self.vec(Transpose(raw, kt, (1, 0)))
+            self.prep(Transpose(raw, kt, (1, 0)))
         else:
             load_transposed(ctx, node.inputs[1], k_box, kt, self.core, self.source)
         v_box = k_box[:-1] + ((0, dv),)
@@ -138,7 +160,7 @@ class FlashStep:
         for name, scale in (("k", node.inputs[-2]), ("v", node.inputs[-1])):
             column = self.buf(f"{name}s", (nk, 1))
             load_box(ctx, scale, rows, column, self.core, self.source, "load")
-            self.vec(Cast(column, self.buf(f"{name}sf", (nk, 1))))
+            self.prep(Cast(column, self.buf(f"{name}sf", (nk, 1))))
 
     def _scale_row(self, name: str) -> SramRef:
         """Per-key scales (f32) as a [1, Tk] row, broadcast over the query rows."""
@@ -182,6 +204,10 @@ class FlashStep:
             if mask.dtype is DType.bool:
                 self.vec(Select(mask, s, Scalar(float("-inf")), s))
             else:
+                if mask.dtype is not s.dtype:  # a 16-bit mask: added in f32, as torch does
+                    wide = self.buf("p", mask.shape)  # free until the softmax
+                    self.vec(Cast(mask, wide))
+                    mask = wide
                 self.vec(Binary(BinaryKind.add, s, mask, s))
         m = self.buf("m", (nq, 1), True)
         mn = self.buf("mn", (nq, 1), True)
@@ -210,6 +236,8 @@ class FlashStep:
         if self.qk_issued:
             return
         self.qk_issued = True
+        for op in self.pending or ():
+            self.vec(op)
         d, nq, nk = self.node.inputs[0].shape[-1], self.nq, self.nk
         kt = self.buf("kti" if self.node.spec.kv_scales else "kt", (d, nk))
         q, s = self.buf("q", (nq, d), True), self.buf("s", (nq, nk))
@@ -227,8 +255,10 @@ class FlashStep:
             cast = self.buf("pc", (nq, nk))
             self.vec(Cast(lhs, cast))
             lhs = cast
-        if self.next is not None:  # the next tile's scores run during this softmax
-            self.next.issue_qk()
+        step, ahead = self.next, self.ahead  # the next tiles' scores run during this softmax
+        while step is not None and ahead > 0:
+            step.issue_qk()
+            step, ahead = step.next, ahead - 1
         v = self.buf("vi" if self.node.spec.kv_scales else "v", (nk, dv))
         for mxu, r0, r1 in self.parts:
             self.ctx.em.emit(mxu, MatMul(sub(lhs, (r1 - r0, nk), r0 * nk), v,

@@ -117,9 +117,9 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     if view.shape != view.base_shape:
         raise LoweringError(f"{node.source}: convolution input must be a stored tensor, "
                             f"got a reshaped view")
-    (ph, pw) = spec.padding
+    (ph, pw), (eh, ew) = spec.padding, spec.pads_end
     geo = Geometry((kh, kw), tuple(spec.stride), tuple(spec.dilation), oh, ow,
-                   height + 2 * ph, width + 2 * pw)
+                   height + ph + eh, width + pw + ew)
     acc_dtype = accumulator_dtype(x.dtype)
     cast = out.dtype is not acc_dtype
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1

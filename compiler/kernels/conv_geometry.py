@@ -9,33 +9,15 @@ from dataclasses import dataclass
 
 from archsim.config.model import ceil_div
 from archsim.config.names import mxu_engine, vpu_engine
-from archsim.errors import LoweringError
 from compiler.graph import Conv2d, Value
 from compiler.ir.operands import DramRef, Slice, SramRef
 from compiler.ir.ops import Cast, Load, Store, Transpose
 from compiler.emit import Arena
-from compiler.kernels.common import Context, unravel
+from compiler.kernels.common import Context
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.vector import bytes_per_element, layout, sub
 from compiler.plan import Kernel
-
-
-def window_ref(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple[int, int],
-            tap: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
-            ow: int, where: str) -> DramRef:
-    view = ctx.view(x)
-    if view.shape != view.base_shape:
-        raise LoweringError(f"{where}: convolution/pool input must be a stored tensor, "
-                            f"got a reshaped view")
-    (i, j), (sh, sw), (dh, dw) = tap, stride, dilation
-    ty = rows[1] - rows[0]
-    r0 = rows[0] * sh + i * dh
-    c0 = j * dw
-    lead = tuple(Slice(v, v + 1) for v in unravel(n, x.shape[:-3]))
-    return DramRef(view.tensor, lead + (
-        Slice(*chans), Slice(r0, r0 + (ty - 1) * sh + 1, sh),
-        Slice(c0, c0 + (ow - 1) * sw + 1, sw)))
 
 
 def epilogue_bytes(ctx: Context, kernel: Kernel, out: Value) -> int:

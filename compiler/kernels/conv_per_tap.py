@@ -126,30 +126,46 @@ def valid_range(lo: int, hi: int, start: int, step: int, size: int) -> tuple[int
     return a, max(a, b)
 
 
+def tap_inside(ctx: Context, core: int, dst: SramRef, tap: tuple[int, int],
+               rows: tuple[int, int], ow: int, stride: tuple[int, int],
+               dilation: tuple[int, int], padding: tuple[int, int], size: tuple[int, int],
+               fill: float, lead: int, source: str) -> tuple[SramRef, Slice, Slice] | None:
+    """For ``dst`` [c, rows x ow], tap ``(i, j)``'s input pixels of output rows ``rows``:
+    fill it with ``fill`` if the tap reaches into the padding anywhere, and return the
+    part of it the input covers (a strided view with ``lead`` unit dims in front) with
+    the input rows and columns that land there, or None when none does."""
+    (i, j), (sh, sw), (dh, dw), (ph, pw) = tap, stride, dilation, padding
+    row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
+    ya, yb = valid_range(rows[0], rows[1], row0, sh, size[0])
+    xa, xb = valid_range(0, ow, col0, sw, size[1])
+    nc, pix = dst.shape
+    if (ya, yb, xa, xb) != (rows[0], rows[1], 0, ow):
+        ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(fill), Scalar(0.0), dst),
+                    source)
+    if yb <= ya or xb <= xa:
+        return None
+    r, c = row0 + ya * sh, col0 + xa * sw
+    offset = ((ya - rows[0]) * ow + xa) * dst.dtype.itemsize
+    inside = SramRef(dst.space, dst.offset + offset, (1,) * lead + (nc, yb - ya, xb - xa),
+                     dst.dtype, (nc * pix,) * lead + (pix, ow, 1))
+    return (inside, Slice(r, r + (yb - ya - 1) * sh + 1, sh),
+            Slice(c, c + (xb - xa - 1) * sw + 1, sw))
+
+
 def load_tap(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple[int, int],
-              tap: tuple[int, int], spec: g.Conv2d, ow: int, core: int, dst: SramRef,
-              source: str) -> None:
+             tap: tuple[int, int], spec: g.Conv2d, ow: int, core: int, dst: SramRef,
+             source: str) -> None:
     """``dst`` [c, rows x ow] := tap ``(i, j)``'s input pixels, zero in the padding."""
     view = ctx.view(x)
     if view.shape != view.base_shape:
         raise LoweringError(f"{source}: convolution input must be a stored tensor, got a "
                             f"reshaped view")
-    (i, j), (sh, sw), (dh, dw), (ph, pw) = tap, spec.stride, spec.dilation, spec.padding
     _, _, height, width = spec.image_shape(x, spec.channels_last_in)
-    row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
-    ya, yb = valid_range(rows[0], rows[1], row0, sh, height)
-    xa, xb = valid_range(0, ow, col0, sw, width)
-    nc, pix = dst.shape
-    if (ya, yb, xa, xb) != (rows[0], rows[1], 0, ow):
-        ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0), dst),
-                    source)
-    if yb <= ya or xb <= xa:
-        return
-    r, c = row0 + ya * sh, col0 + xa * sw
-    offset = ((ya - rows[0]) * ow + xa) * dst.dtype.itemsize
-    inside = SramRef(dst.space, dst.offset + offset, (1, nc, yb - ya, xb - xa), dst.dtype,
-                     (nc * pix, pix, ow, 1))
-    ctx.em.emit(ctx.em.dma(core, "load"),
-                image_load(ctx, x, spec.channels_last_in, (n, n + 1), chans,
-                           Slice(r, r + (yb - ya - 1) * sh + 1, sh),
-                           Slice(c, c + (xb - xa - 1) * sw + 1, sw), inside), source)
+    placed = tap_inside(ctx, core, dst, tap, rows, ow, tuple(spec.stride),
+                        tuple(spec.dilation), tuple(spec.padding), (height, width), 0.0, 1,
+                        source)
+    if placed is not None:
+        inside, in_rows, in_cols = placed
+        ctx.em.emit(ctx.em.dma(core, "load"),
+                    image_load(ctx, x, spec.channels_last_in, (n, n + 1), chans, in_rows,
+                               in_cols, inside), source)

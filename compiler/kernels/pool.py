@@ -1,7 +1,8 @@
-"""Pooling (max / average) on padded NCHW inputs: each input window is loaded once and
-rearranged into stride phases channels last (as the convolution does), and the taps
+"""Pooling (max / average) on NCHW inputs, padding by addressing: each input window is
+loaded once inside its border (filled with ``-inf`` for max, zeros for avg, as the
+convolution fills zeros) and rearranged into stride phases channels last, and the taps
 are reduced over contiguous pixel runs; windows that cannot be phase-split fall back
-to a strided DRAM load per tap."""
+to a strided DRAM load per tap, each inside the same border."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from archsim.config.model import ceil_div
 from archsim.config.names import sram_space, vpu_engine
 from compiler import graph as g
 from compiler.emit import Arena
-from compiler.ir.operands import DramRef, Scalar, Slice
+from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline, unravel
 from compiler.kernels.conv_geometry import (
@@ -19,8 +20,8 @@ from compiler.kernels.conv_geometry import (
     epilogue_bytes,
     finisher,
     to_channels_first,
-    window_ref,
 )
+from compiler.kernels.conv_per_tap import tap_inside
 from compiler.kernels.vector import layout, sub
 from compiler.plan import Kernel
 
@@ -36,8 +37,9 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
     chans, in_rows, in_cols = x.shape[-3:]
     oh, ow = out.shape[-2:]
     view = ctx.view(x)
+    (ph, pw) = spec.padding
     geo = Geometry(tuple(spec.kernel), tuple(spec.stride), tuple(spec.dilation), oh, ow,
-                    in_rows, in_cols)
+                   in_rows + 2 * ph, in_cols + 2 * pw)
     images = math.prod(lead)
     sets = ctx.sets
     item = x.dtype.itemsize
@@ -94,13 +96,31 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
         ty_t = min(ty, oh - y0)
 
         def load(core=core, b=b, q=q, nb=nb, ch=ch, nc=nc, y0=y0, ty_t=ty_t) -> None:
-            rows = geo.rows(ty_t)
-            r0 = y0 * geo.stride[0]
+            rows, cols = geo.rows(ty_t), geo.cols
+            r0 = y0 * geo.stride[0] - ph  # the window's first row in the input
+            top, bottom = max(0, -r0), max(0, r0 + rows - in_rows)
+            left, right = pw, max(0, cols - pw - in_cols)
+            inner, across = max(0, rows - top - bottom), cols - left - right
+
+            def part(row: int, nrows: int, col: int, ncols: int) -> SramRef:
+                raw = b["raw"][q]
+                return SramRef(raw.space, raw.offset + (row * cols + col) * item,
+                               (nc, nrows, ncols), raw.dtype, (rows * cols, cols, 1))
+
+            for strip in (part(0, top, 0, cols), part(top + inner, bottom, 0, cols),
+                          part(top, inner, 0, left), part(top, inner, left + across, right)):
+                if 0 not in strip.shape:
+                    ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(spec.fill),
+                                                         Scalar(0.0), strip), source)
             index = tuple(Slice(v, v + 1) for v in unravel(nb, lead))
-            ref = DramRef(view.tensor, index + (Slice(*ch), Slice(r0, r0 + rows),
-                                                Slice(0, geo.cols)))
-            raw = sub(b["raw"][q], (nc, rows, geo.cols))
-            ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, raw), source)
+            u0 = r0 + top
+            ref = DramRef(view.tensor, index + (Slice(*ch), Slice(u0, u0 + inner),
+                                                Slice(0, across)))
+            dst = part(top, inner, left, across)
+            ctx.em.emit(ctx.em.dma(core, "load"),
+                        Load(ref, SramRef(dst.space, dst.offset, (1,) * len(lead) + dst.shape,
+                                          dst.dtype, (nc * rows * cols,) * len(lead) +
+                                          dst.strides)), source)
 
         def work(core=core, b=b, q=q, nc=nc, ty_t=ty_t) -> None:
             vpu = vpu_engine(core)
@@ -179,11 +199,9 @@ def _lower_pool_per_tap(ctx: Context, kernel: Kernel) -> None:
             vpu = vpu_engine(core)
             for i in range(kh):
                 for j in range(kw):
-                    ref = window_ref(ctx, x, nb, ch, rows, (i, j), spec.stride, spec.dilation, ow,
-                                  source)
                     first = i == 0 and j == 0
                     dst = acc if first else sub(b["tap"][q], shape)
-                    ctx.em.emit(ctx.em.dma(core), Load(ref, dst), source)
+                    _load_tap(ctx, x, nb, ch, rows, (i, j), spec, ow, core, dst, source)
                     if not first:
                         ctx.em.emit(vpu, Binary(kind, acc, dst, acc), source)
             if spec.kind == "avg" and spec.divisor != 1.0:
@@ -193,3 +211,19 @@ def _lower_pool_per_tap(ctx: Context, kernel: Kernel) -> None:
         finish = finisher(ctx, kernel, core, b, q, box, shape, cast=False)
         per_core[core].append(TileSteps(work, lambda: None, finish))
     pipeline(per_core, sets - 1)
+
+
+def _load_tap(ctx: Context, x: g.Value, nb: int, chans: tuple[int, int],
+              rows: tuple[int, int], tap: tuple[int, int], spec: g.Pool2d, ow: int,
+              core: int, dst: SramRef, source: str) -> None:
+    """``dst`` [c, rows x ow] := tap ``(i, j)``'s input pixels, the padding's fill where
+    the tap falls outside the input."""
+    lead = x.shape[:-3]
+    placed = tap_inside(ctx, core, dst, tap, rows, ow, tuple(spec.stride),
+                        tuple(spec.dilation), tuple(spec.padding), tuple(x.shape[-2:]),
+                        spec.fill, len(lead), source)
+    if placed is not None:
+        inside, in_rows, in_cols = placed
+        index = tuple(Slice(v, v + 1) for v in unravel(nb, lead))
+        ref = DramRef(ctx.view(x).tensor, index + (Slice(*chans), in_rows, in_cols))
+        ctx.em.emit(ctx.em.dma(core), Load(ref, inside), source)

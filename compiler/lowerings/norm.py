@@ -74,16 +74,22 @@ def _per_channel(b: GraphBuilder, v: Value, rank: int) -> Value:
 def lower_batch_norm_inference(b: GraphBuilder, x: Value, weight: Value | None,
                                bias: Value | None, running_mean: Value, running_var: Value,
                                momentum: float, eps: float) -> tuple[Value, None, None]:
-    rank = len(x.shape)
-    xf = b.cast(x, DType.f32)
-    mean = _per_channel(b, running_mean, rank)
-    rstd = b.unary(UnaryKind.rsqrt, b.binary(BinaryKind.add, _per_channel(b, running_var, rank),
-                                              float(eps)))
-    out = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, xf, mean), rstd)
+    """``x * scale + shift`` per channel, with ``scale = weight / sqrt(var + eps)`` and
+    ``shift = bias - mean * scale`` made from the parameters first (one small kernel) and
+    two ops left for the tile pass: how torch's CPU kernel computes inference batch norm
+    (``batch_norm_cpu_collect_linear_and_constant_terms``), so its rounding too."""
+    def f32(v: Value) -> Value:
+        return b.cast(v, DType.f32)
+
+    scale = b.unary(UnaryKind.rsqrt, b.binary(BinaryKind.add, f32(running_var), float(eps)))
     if weight is not None:
-        out = b.binary(BinaryKind.mul, out, _per_channel(b, weight, rank))
-    if bias is not None:
-        out = b.binary(BinaryKind.add, out, _per_channel(b, bias, rank))
+        scale = b.binary(BinaryKind.mul, scale, f32(weight))
+    moved = b.binary(BinaryKind.mul, f32(running_mean), scale)
+    shift = (b.binary(BinaryKind.sub, f32(bias), moved) if bias is not None
+             else b.binary(BinaryKind.mul, moved, -1.0))
+    per_channel = (x.shape[1],) + (1,) * (len(x.shape) - 2)
+    out = b.binary(BinaryKind.mul, b.cast(x, DType.f32), b.view(scale, per_channel))
+    out = b.binary(BinaryKind.add, out, b.view(shift, per_channel))
     return b.cast(out, x.dtype), None, None
 
 

@@ -72,6 +72,26 @@ def lower_constant_pad_nd(b: GraphBuilder, x: Value, pad: list[int],
     return pad_trailing(b, x, _pairs(pad), value)
 
 
+def _circular(size: int, lo: int, hi: int) -> np.ndarray:
+    return np.arange(-lo, size + hi) % size
+
+
+_RULES = {"reflect": _reflect, "replicate": _replicate, "circular": _circular}
+"""``F.pad``'s modes but ``constant``, as the positions each padded dim reads back."""
+
+
+@lowering(aten.pad.default)
+def lower_pad(b: GraphBuilder, x: Value, pad: list[int], mode: str = "constant",
+              value: float | None = None) -> Value:
+    """``F.pad`` as torch.export keeps it when decompositions are not run (it used to
+    run on the host)."""
+    if mode == "constant":
+        return lower_constant_pad_nd(b, x, pad, 0.0 if value is None else value)
+    if mode not in _RULES:
+        raise NotImplementedError(f"pad mode {mode!r}")
+    return _repad(b, x, pad, _RULES[mode])
+
+
 @lowering(aten.channel_shuffle.default, aten.native_channel_shuffle.default)
 def lower_channel_shuffle(b: GraphBuilder, x: Value, groups: int) -> Value:
     """[N, g, C/g, ...] -> [N, C/g, g, ...]: a transpose."""

@@ -19,7 +19,6 @@ from compiler.graph_builder import GraphBuilder
 from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, ReduceKind
 from compiler.lowerings.indexing import stored
-from compiler.lowerings.movement import pad2d
 from compiler.lowerings.registry import lowering
 from compiler.lowerings.windows import pad_trailing, strided_tap, table, take
 
@@ -48,6 +47,15 @@ def _geometry(size: int, k: int, s: int, p: int, d: int, ceil: bool) -> tuple[in
     if ceil and (out - 1) * s >= size + p:
         out -= 1
     return out, (out - 1) * s + span - size - p
+
+
+def _reach(size: int, k: int, s: int, p: int, d: int, out: int) -> tuple[int, int]:
+    """(taps, padding after) that matter along one axis: a tap whose every position lies
+    past the input reads only the padding, which can never win a max nor add to a sum
+    (EfficientNet's pooler is ``AvgPool2d(2560, ceil_mode=True)`` on a 7x7 image: 2,560
+    taps over a 2,560-wide padded copy, for 7 that read anything)."""
+    taps = min(k, -(-(p + size) // d))
+    return taps, max(0, (out - 1) * s + (taps - 1) * d + 1 - size - p)
 
 
 # ---------------------------------------------------------------- combining taps
@@ -106,7 +114,8 @@ def _max_windows(b: GraphBuilder, x: Value, nd: int, kernel: Any, stride: Any, p
     ks, ds, ps = _ints(kernel, nd), _ints(dilation, nd), _ints(padding, nd)
     ss = _ints(stride, nd) if stride else ks
     geo = [_geometry(spatial[a], ks[a], ss[a], ps[a], ds[a], ceil) for a in range(nd)]
-    pads = [(ps[a], geo[a][1]) for a in range(nd)]
+    reach = [_reach(spatial[a], ks[a], ss[a], ps[a], ds[a], geo[a][0]) for a in range(nd)]
+    pads = [(ps[a], reach[a][1]) for a in range(nd)]
     values = _strided_ready(b, pad_trailing(b, x, pads, float("-inf")), ss)
     index = _flat_index(b, spatial, rank, pads)
     for a in reversed(range(nd)):
@@ -114,7 +123,7 @@ def _max_windows(b: GraphBuilder, x: Value, nd: int, kernel: Any, stride: Any, p
         values, index = _max_taps(
             b, values, index,
             lambda v, t, dim=dim, a=a, count=count: strided_tap(b, v, dim, t, count, ss[a],
-                                                                 ds[a]), ks[a])
+                                                                 ds[a]), reach[a][0])
     return values, b.broadcast(index, values.shape)
 
 
@@ -143,12 +152,13 @@ def _avg_windows(b: GraphBuilder, x: Value, nd: int, kernel: Any, stride: Any, p
     ks, ps = _ints(kernel, nd), _ints(padding, nd)
     ss = _ints(stride, nd) if stride else ks
     geo = [_geometry(spatial[a], ks[a], ss[a], ps[a], 1, ceil) for a in range(nd)]
+    reach = [_reach(spatial[a], ks[a], ss[a], ps[a], 1, geo[a][0]) for a in range(nd)]
     total = _strided_ready(b, pad_trailing(b, b.cast(x, DType.f32),
-                                           [(ps[a], geo[a][1]) for a in range(nd)], 0.0), ss)
+                                           [(ps[a], reach[a][1]) for a in range(nd)], 0.0), ss)
     for a in reversed(range(nd)):
         dim, count = rank - nd + a, geo[a][0]
         total = _sum_taps(b, total, lambda v, t, dim=dim, a=a, count=count:
-                          strided_tap(b, v, dim, t, count, ss[a], 1), ks[a])
+                          strided_tap(b, v, dim, t, count, ss[a], 1), reach[a][0])
     if divisor:
         return b.cast(b.binary(BinaryKind.div, total, float(divisor)), x.dtype)
     sizes = np.ones((), np.float64)
@@ -161,18 +171,17 @@ def _avg_windows(b: GraphBuilder, x: Value, nd: int, kernel: Any, stride: Any, p
 
 def _pool(b: GraphBuilder, x: Value, kind: str, kernel: Any, stride: Any, padding: Any,
           dilation: Any, divisor: float | None) -> Value:
-    """The pooling unit: a 2-D window op on an explicitly padded input."""
+    """The pooling unit: a 2-D window op, its padding by addressing."""
     kh, kw = _ints(kernel, 2)
     sh, sw = _ints(stride, 2) if stride else (kh, kw)
     ph, pw = _ints(padding, 2)
     dh, dw = _ints(dilation, 2)
-    fill = float("-inf") if kind == "max" else 0.0
-    padded = stored(b, pad2d(b, x, (ph, ph, pw, pw), fill))  # windows addressed by dims
-    lead, (h, wd) = padded.shape[:-2], padded.shape[-2:]
-    oh = _out_size(h, kh, sh, dh, 0)
-    ow = _out_size(wd, kw, sw, dw, 0)
+    x = stored(b, x)  # windows addressed by dims
+    lead, (h, wd) = x.shape[:-2], x.shape[-2:]
+    oh = _out_size(h, kh, sh, dh, 2 * ph)
+    ow = _out_size(wd, kw, sw, dw, 2 * pw)
     scale = 1.0 / (divisor if divisor else kh * kw) if kind == "avg" else 1.0
-    return b.add(g.Pool2d(kind, (kh, kw), (sh, sw), (dh, dw), scale), (padded,),
+    return b.add(g.Pool2d(kind, (kh, kw), (sh, sw), (dh, dw), scale, (ph, pw)), (x,),
                  (*lead, oh, ow), x.dtype, f"{kind}pool")
 
 

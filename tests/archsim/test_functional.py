@@ -269,3 +269,22 @@ def test_gather_index_out_of_range_names_command_and_index() -> None:
                                               r"\(position 1 of field indices\) is out of range "
                                               r"for the 13 rows"):
         Simulator(TINY).run(program, {"w": w, "ids": ids})
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
+def test_a_fill_of_two_scalars_is_rounded_into_a_narrow_dtype(dtype: str) -> None:
+    # numpy's float64 result of two Python scalars was written raw into a bf16 region's
+    # bit pattern (np.dtype("float64") == None is True): -inf became 0. The pooling
+    # kernel's -inf border exposed it; zero fills never could.
+    from archsim.functional import Memory, to_values
+    from archsim.functional_steps import _bind_binary
+    from compiler.ir.dtypes import DType
+    from compiler.ir.operands import Scalar, SramRef
+    from compiler.ir.ops import Binary, BinaryKind
+
+    memory = Memory({}, {"sram0": 1024}, {})
+    region = SramRef("sram0", 0, (2, 1, 3), DType(dtype), (6, 3, 1))
+    _bind_binary(Binary(BinaryKind.add, Scalar(float("-inf")), Scalar(0.0), region), memory)()
+    values = memory.view(region)
+    values = to_values(values, DType.bf16) if dtype == "bf16" else values
+    assert np.all(values == -np.inf)
