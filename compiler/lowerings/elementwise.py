@@ -156,6 +156,13 @@ def lower_clamp(b: GraphBuilder, x: Value, min: Any = None, max: Any = None) -> 
     return out
 
 
+@lowering(aten.relu6.default)
+def lower_relu6(b: GraphBuilder, x: Value) -> Value:
+    """``F.relu6`` as torch.export keeps it without decompositions: a clamp, so it fuses
+    into the convolution before it (it became a vector kernel of its own)."""
+    return lower_clamp(b, x, 0.0, 6.0)
+
+
 @lowering(aten.clamp_min.default, aten.clamp_min.Tensor)
 def lower_clamp_min(b: GraphBuilder, x: Value, min: Any) -> Value:
     return b.binary(BinaryKind.max, x, min)
