@@ -16,10 +16,11 @@ from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
 from compiler.graph import Node, Value
-from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
-from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Store, Transpose, Unary, VCopy
+from compiler.ir.operands import Scalar, SramRef
+from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Transpose, Unary, VCopy
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.rotate_half import emit_rotate_half
+from compiler.kernels.transfers import load_box, store_box, sub
 from compiler.plan import Group, Kernel, aligned
 from compiler.views import map_box, tiles_whole
 
@@ -134,11 +135,6 @@ def layout(ctx: Context, group: Group, tile: tuple[int, ...], arena: Arena, sets
     return GroupLayout(buffers, scratch)
 
 
-def sub(ref: SramRef, shape: tuple[int, ...], element_offset: int = 0) -> SramRef:
-    return SramRef(ref.space, ref.offset + element_offset * ref.dtype.itemsize, tuple(shape),
-                   ref.dtype)
-
-
 def choose_tile(space: tuple[int, ...], whole: set[int], budget: int,
                 bytes_of: Callable[[tuple[int, ...]], int], what: str,
                 target: int | None = None) -> tuple[int, ...]:
@@ -198,59 +194,6 @@ def emit_loads(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, 
             _load_permuted(ctx, node, box, core, scratch[node.out.id], source)
         elif isinstance(node.spec, g.Slice):
             _load_slice(ctx, node, box, core, bufs, scratch[node.out.id], source)
-
-
-SPLIT_BYTES = 64 * 1024
-"""Transfers larger than this are split over a core's DMA engines."""
-
-
-def _split_ref(ref: DramRef, parts: int) -> list[tuple[DramRef, int]]:
-    """Cut a box along its first non-unit dim into up to ``parts`` pieces, with each
-    piece's element offset in the row-major buffer of the whole box."""
-    shape = ref.shape
-    dim = next((d for d, n in enumerate(shape) if n > 1), None)
-    if dim is None or parts <= 1:
-        return [(ref, 0)]
-    inner = 1
-    for n in shape[dim + 1:]:
-        inner *= n
-    s = ref.slices[dim]
-    length = shape[dim]
-    chunk = -(-length // min(parts, length))
-    out = []
-    for lo in range(0, length, chunk):
-        hi = min(lo + chunk, length)
-        piece = Slice(s.start + lo * s.step, s.start + (hi - 1) * s.step + 1, s.step)
-        out.append((DramRef(ref.tensor, ref.slices[:dim] + (piece,) + ref.slices[dim + 1:]),
-                    lo * inner))
-    return out
-
-
-def dram_transfers(ctx: Context, value: Value, box: Box, kind: str) -> list[tuple[DramRef, int]]:
-    """The DMA commands moving ``box`` of ``value``: (DRAM piece, element offset in the
-    box's row-major buffer), large pieces split over the engines."""
-    engines = ctx.config.core.dma.engines
-    usable = engines - 1 if kind in ("load", "store") and engines > 1 else engines
-    if kind == "store":
-        usable = 1
-    out = []
-    for ref, offset in ctx.em.dram_pieces(ctx.view(value), box):
-        nbytes = _numel(ref.shape) * value.dtype.itemsize
-        parts = min(usable, -(-nbytes // SPLIT_BYTES))
-        out += [(piece, offset + extra) for piece, extra in _split_ref(ref, parts)]
-    return out
-
-
-def load_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str,
-             kind: str = "any") -> None:
-    for ref, offset in dram_transfers(ctx, value, box, kind):
-        ctx.em.emit(ctx.em.dma(core, kind), Load(ref, sub(buf, ref.shape, offset)), source)
-
-
-def store_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str,
-              kind: str = "any") -> None:
-    for ref, offset in dram_transfers(ctx, value, box, kind):
-        ctx.em.emit(ctx.em.dma(core, kind), Store(sub(buf, ref.shape, offset), ref), source)
 
 
 def _permuted_in_box(node: Node, box: Box) -> Box:
