@@ -59,20 +59,31 @@ class Access:
 
 @dataclass(frozen=True)
 class DmaCost:
-    """What a DMA command costs the kernel, in cycles: its bytes as DRAM charges them
-    (runs rounded up to the access granularity) at the DRAM's sustained rate, plus its
-    setup and DRAM latency spread over the engines that run side by side."""
+    """What DMA costs a vector kernel, in cycles: a command's bytes as DRAM charges them
+    (runs rounded up to the access granularity) at the DRAM's sustained rate plus its
+    setup and DRAM latency spread over the engines that run side by side
+    (:meth:`cycles`); for evening tiles (:func:`balanced`), a core's share of the
+    bandwidth and a tile's latency."""
 
     bytes_per_cycle: float
     granule_bytes: int
     command_cycles: float
+    core_bytes_per_cycle: float
+    """A core's share of the DRAM when every core streams, or its engines' peak."""
+    tile_cycles: float
+    """A DMA command's setup and DRAM latency: with two buffer sets a tile's load waits
+    for the store of the tile before it in the same buffers, so every tile of a core
+    adds a latency to its chain."""
 
     @classmethod
     def of(cls, config: NpuConfig, cores: int) -> "DmaCost":
         dma = config.core.dma
         parallel = max(1, dma.engines * cores)
-        return cls(config.dram_sustained_bytes_per_cycle, config.dram.access_granularity_bytes,
-                   (dma.setup_latency_cycles + config.dram.latency_cycles) / parallel)
+        latency = dma.setup_latency_cycles + config.dram.latency_cycles
+        dram = config.dram_sustained_bytes_per_cycle
+        return cls(dram, config.dram.access_granularity_bytes, latency / parallel,
+                   min(dram / max(1, cores), dma.bandwidth_bytes_per_cycle * dma.engines),
+                   latency)
 
     def cycles(self, view: DramView, box: Box) -> float:
         tensor = DramTensor(view.tensor, view.base_shape, view.dtype)
@@ -139,16 +150,17 @@ def split_dim(space: Shape, tile: Shape, order: tuple[int, ...]) -> int | None:
 
 
 def balanced(space: Shape, tile: Shape, dim: int | None, cores: int,
-             bytes_of: Callable[[Shape], int], budget: int) -> Shape:
+             allowed: Callable[[Shape], bool], row_cycles: float, tile_cycles: float
+             ) -> Shape:
     """``tile`` with its length along ``dim`` chosen so the cores, dealt tiles in turn,
-    get equal shares: 128 rows in tiles of 31 are 31, 31, 31, 31, 4, the 4-row tail
-    running alone after the rest (a quarter of a GELU on ``[1, 128, 3072]``); in tiles
-    of 32 each of two cores gets 64 rows. Lengths for up to ``cores`` tiles fewer or
-    more than ``tile`` gives are tried: the busiest core's share decides, then how
-    short the last tile falls (63, 63, 2 and 64, 64 give each core as much), then the
-    count nearest the original one, then more tiles (smaller ones, as the target
-    asked). A longer tile must fit the ``budget``; a shorter one must keep
-    :data:`MIN_TILE_BYTES` (tiny work is not worth spreading)."""
+    finish together: 128 rows in tiles of 31 are 31, 31, 31, 31, 4, the 4-row tail
+    running alone after the rest (a tenth of a GELU on ``[1, 128, 3072]`` on tpu-v4);
+    in tiles of 32 each of two cores gets two. A core's time is modelled as its rows
+    at ``row_cycles`` each plus ``tile_cycles`` per tile. Lengths for up to
+    ``2 * cores`` tiles fewer or ``cores`` more than ``tile`` gives are tried (those
+    ``allowed``, and giving the busiest core two tiles if it had two or more: one tile
+    a core cannot overlap its loads with its compute); the busiest core's time decides,
+    then how short the last tile falls, then the count nearest the original one."""
     if dim is None or cores <= 1:
         return tile
     n, t = space[dim], tile[dim]
@@ -158,26 +170,45 @@ def balanced(space: Shape, tile: Shape, dim: int | None, cores: int,
     if outer * count * inner > BALANCED_TILES:
         return tile
 
-    def score(length: int) -> tuple[int, int, int, int]:
+    def shares(length: int) -> tuple[list[int], list[int], list[int]]:
+        """Per core: rows, tiles; and the tiles' lengths along ``dim``."""
         pieces = -(-n // length)
         lengths = [length] * (pieces - 1) + [n - length * (pieces - 1)]
-        shares = [0] * cores
+        rows, tiles = [0] * cores, [0] * cores
         i = 0
         for _ in range(outer):
             for size in lengths:
                 for _ in range(inner):
-                    shares[i % cores] += size
+                    rows[i % cores] += size
+                    tiles[i % cores] += 1
                     i += 1
-        return max(shares), length - lengths[-1], abs(pieces - count), -pieces
+        return rows, tiles, lengths
 
-    lengths = {t} | {-(-n // k) for k in range(max(1, count - cores), count + cores + 1)}
-    def allowed(length: int) -> bool:
-        size = bytes_of(tile[:dim] + (length,) + tile[dim + 1:])
-        return length == t or (size <= budget if length > t else size >= MIN_TILE_BYTES)
+    pipelined = min(2, max(shares(t)[1]))
 
-    options = [length for length in sorted(lengths) if allowed(length)]
+    def score(length: int) -> tuple[float, int, int]:
+        rows, tiles, lengths = shares(length)
+        if max(tiles) < pipelined:
+            return math.inf, 0, 0
+        busiest = max(r * row_cycles + k * tile_cycles for r, k in zip(rows, tiles))
+        return busiest, length - lengths[-1], abs(len(lengths) - count)
+
+    lengths = {-(-n // k) for k in range(max(1, count - 2 * cores), count + cores + 1)}
+    options = [t] + [length for length in sorted(lengths - {t})
+                     if allowed(tile[:dim] + (length,) + tile[dim + 1:])]
     best = min(options, key=score)
     return tile[:dim] + (best,) + tile[dim + 1:]
+
+
+def row_cycles(tile: Shape, dim: int | None, accesses: list[Access], cost: DmaCost) -> float:
+    """A core's DMA cycles per unit of ``tile``'s length along ``dim``: the bytes the
+    accesses running along it move, at a core's share of the bandwidth."""
+    if dim is None:
+        return 0.0
+    box = tuple((0, 1) if d == dim else (0, n) for d, n in enumerate(tile))
+    moved = sum(math.prod(hi - lo for lo, hi in a.box(box)) * a.view.dtype.itemsize
+                for a in accesses if a.dim(dim) is not None)
+    return moved / cost.core_bytes_per_cycle
 
 
 def view_aligned(space: Shape, tile: Shape, dim: int | None, accesses: list[Access]) -> Shape:
@@ -259,10 +290,17 @@ def plan_tile(space: Shape, whole: set[int], budget: int, bytes_of: Callable[[Sh
         if order not in orders:
             orders.append(order)
 
+    def allowed(t: Shape, chosen: Shape) -> bool:
+        """A longer tile than the chosen one must fit the budget; a shorter one must
+        keep :data:`MIN_TILE_BYTES` (tiny work is not worth spreading)."""
+        size = bytes_of(t)
+        return size <= budget if size > bytes_of(chosen) else size >= MIN_TILE_BYTES
+
     def planned(order: tuple[int, ...]) -> Shape:
         tile = choose_tile(space, whole, budget, bytes_of, what, target, order)
         dim = split_dim(space, tile, order)
-        tile = balanced(space, tile, dim, cores, bytes_of, budget)
+        tile = balanced(space, tile, dim, cores, lambda t: allowed(t, tile),
+                        row_cycles(tile, dim, accesses, cost), cost.tile_cycles)
         return view_aligned(space, tile, dim, accesses)
 
     first = planned(leading)
