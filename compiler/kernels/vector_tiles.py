@@ -6,10 +6,10 @@ each DMA command moves: splitting the leading dims of the space suits tensors la
 like the space, but a permute's input is laid out in another order, and cutting the
 space's leading dim there can select single elements of the input's innermost dim
 (``v.permute(2, 0, 1)`` on ``[128, 128, 8]`` read one element in 8 per tile, 16x the
-bytes). :func:`plan_tile` therefore also tries splitting in each permuted input's
-own order and keeps the tile whose DMA commands cost least (the leading order unless
-another is clearly cheaper), then evens the tiles over the cores and shortens them to
-whole rows of a merged view.
+bytes in bf16). When the leading order's DMA commands are wasteful, :func:`plan_tile`
+also tries splitting in each permuted input's own order and keeps the clearly cheaper
+tile. Each candidate is evened over the cores (:func:`balanced`) and shortened to
+whole rows of a merged view (:func:`view_aligned`).
 """
 
 from __future__ import annotations
@@ -297,10 +297,10 @@ def plan_tile(space: Shape, whole: set[int], budget: int, bytes_of: Callable[[Sh
         return size <= budget if size > bytes_of(chosen) else size >= MIN_TILE_BYTES
 
     def planned(order: tuple[int, ...]) -> Shape:
-        tile = choose_tile(space, whole, budget, bytes_of, what, target, order)
-        dim = split_dim(space, tile, order)
-        tile = balanced(space, tile, dim, cores, lambda t: allowed(t, tile),
-                        row_cycles(tile, dim, accesses, cost), cost.tile_cycles)
+        chosen = choose_tile(space, whole, budget, bytes_of, what, target, order)
+        dim = split_dim(space, chosen, order)
+        tile = balanced(space, chosen, dim, cores, lambda t: allowed(t, chosen),
+                        row_cycles(chosen, dim, accesses, cost), cost.tile_cycles)
         return view_aligned(space, tile, dim, accesses)
 
     first = planned(leading)
