@@ -24,7 +24,7 @@ from compiler.ir.builder import ProgramBuilder
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Slice, SramRef
 from compiler.ir.ops import HostOp, HostTransfer, MatMul, Op, Program
-from compiler.views import Box, split_box
+from compiler.views import Box, dense_parts, place_box
 
 Shape = tuple[int, ...]
 ALIGN_BYTES = 64
@@ -56,6 +56,10 @@ class Arena:
                                 f"capacity {self.capacity} B")
         self.top = offset + nbytes
         return SramRef(self.space, offset, tuple(shape), dtype)
+
+
+def _ref(tensor: str, box: Box) -> DramRef:
+    return DramRef(tensor, tuple(Slice(lo, hi) for lo, hi in box))
 
 
 def _numel(shape: Shape) -> int:
@@ -285,20 +289,28 @@ class Emitter:
     def dram_pieces(self, view: DramView, box: Box, steps: tuple[int, ...] | None = None
                     ) -> list[tuple[DramRef, int]]:
         """DRAM refs covering ``box`` of ``view`` with their element offset into a dense
-        row-major buffer of the box. ``steps`` (per dim) only works on base-shaped views."""
+        row-major buffer of the box, each dense there (a piece :meth:`dram_places`
+        places strided comes as its dense runs). ``steps`` (per dim) only works on
+        base-shaped views."""
         if steps is not None and any(s != 1 for s in steps):
             if view.shape != view.base_shape:
                 raise ValueError("strided access needs a base-shaped view")
             slices = tuple(Slice(lo, lo + (hi - lo - 1) * s + 1, s) if hi > lo else
                            Slice(lo, lo, 1) for (lo, hi), s in zip(box, steps))
             return [(DramRef(view.tensor, slices), 0)]
-        out = []
-        offset = 0
-        for sub, base_box in split_box(view.shape, view.base_shape, box):
-            out.append((DramRef(view.tensor, tuple(Slice(lo, hi) for lo, hi in base_box)),
-                        offset))
-            offset += _numel(tuple(hi - lo for lo, hi in sub))
-        return out
+        return [(_ref(view.tensor, part), offset)
+                for piece in place_box(view.shape, view.base_shape, box)
+                for part, offset in dense_parts(piece)]
+
+    def dram_places(self, view: DramView, box: Box
+                    ) -> list[tuple[DramRef, int, Shape | None]]:
+        """DRAM refs covering ``box`` of ``view``, the fewest the view allows, each with
+        its place in a dense row-major buffer of the box: element offset and element
+        strides per dim of the ref (None: dense from the offset). A piece of a merged
+        dim cut mid-row spans all the box's rows, strided in the buffer
+        (:func:`compiler.views.place_box`)."""
+        return [(_ref(view.tensor, p.base_box), p.offset, p.strides)
+                for p in place_box(view.shape, view.base_shape, box)]
 
     def build(self) -> Program:
         return self.builder.build()

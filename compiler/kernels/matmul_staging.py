@@ -25,7 +25,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
 from compiler.ir.ops import Copy, Load
 from compiler.kernels.common import Box, Context
-from compiler.kernels.vector import sub
+from compiler.kernels.transfers import placed, sub
 
 Tile = tuple[int, int, int]
 """(batch index, first row, first column) of an output tile."""
@@ -83,8 +83,8 @@ class StagedA:
                 self.loaded.add((round_, slot, step))
                 # one command per DRAM piece: the task DMA is one engine, splitting a
                 # piece over it would only add setups
-                for ref, offset in ctx.em.dram_pieces(ctx.view(a_value), box):
-                    ctx.em.emit(TDMA, Load(ref, sub(view, ref.shape, offset)), kernel)
+                for ref, offset, strides in ctx.em.dram_places(ctx.view(a_value), box):
+                    ctx.em.emit(TDMA, Load(ref, placed(view, ref, offset, strides)), kernel)
             return view
         return staged
 

@@ -12,18 +12,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from archsim.config.names import sram_space, vpu_engine
-from archsim.errors import CapacityError, LoweringError
+from archsim.errors import LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
 from compiler.graph import Node, Value
-from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
-from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Store, Transpose, Unary, VCopy
+from compiler.ir.operands import Scalar, SramRef
+from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Transpose, Unary, VCopy
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.rotate_half import emit_rotate_half
+from compiler.kernels.transfers import load_box, store_box, sub
+from compiler.kernels.vector_tiles import (  # noqa: F401 (re-exported)
+    MIN_TILE_BYTES, Access, DmaCost, choose_tile, plan_tile, tiles_of)
 from compiler.plan import Group, Kernel, aligned
-from compiler.views import map_box, tiles_whole
 
-MIN_TILE_BYTES = 32 * 1024
 
 
 def value_box(value: Value, space_box: Box) -> Box:
@@ -134,55 +135,6 @@ def layout(ctx: Context, group: Group, tile: tuple[int, ...], arena: Arena, sets
     return GroupLayout(buffers, scratch)
 
 
-def sub(ref: SramRef, shape: tuple[int, ...], element_offset: int = 0) -> SramRef:
-    return SramRef(ref.space, ref.offset + element_offset * ref.dtype.itemsize, tuple(shape),
-                   ref.dtype)
-
-
-def choose_tile(space: tuple[int, ...], whole: set[int], budget: int,
-                bytes_of: Callable[[tuple[int, ...]], int], what: str,
-                target: int | None = None) -> tuple[int, ...]:
-    """Largest leading-dims-split tile within ``budget`` bytes; whole axes never split.
-
-    ``target`` (bytes) asks for smaller tiles, to spread them over cores; it is a wish,
-    not a limit: a tile that cannot be that small is as small as it can be, if that
-    fits the budget."""
-    if target is not None:
-        smallest = bytes_of(tuple(n if d in whole else 1 for d, n in enumerate(space)))
-        budget = min(budget, max(target, smallest))
-    tile = list(space)
-    if bytes_of(tuple(tile)) <= budget:
-        return tuple(tile)
-    for d in range(len(space)):
-        if d in whole:
-            continue
-        tile[d] = 1
-        if bytes_of(tuple(tile)) <= budget:
-            lo, hi = 1, space[d]
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                tile[d] = mid
-                if bytes_of(tuple(tile)) <= budget:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            tile[d] = lo
-            return tuple(tile)
-    raise CapacityError(f"{what}: even a minimal tile {tile} needs {bytes_of(tuple(tile))} B "
-                        f"of SRAM, budget {budget} B (reduced axes {sorted(whole)} of "
-                        f"{list(space)} must fit)")
-
-
-def tiles_of(space: tuple[int, ...], tile: tuple[int, ...]) -> list[Box]:
-    """The tiles covering ``space``; none when it is empty (Phi-3's pass-through half)."""
-    if 0 in space:
-        return []
-    boxes: list[Box] = [()]
-    for n, t in zip(space, tile):
-        boxes = [b + ((lo, min(lo + t, n)),) for b in boxes for lo in range(0, n, t)]
-    return boxes
-
-
 # ---------------------------------------------------------------- per-tile emission
 
 
@@ -198,59 +150,6 @@ def emit_loads(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, 
             _load_permuted(ctx, node, box, core, scratch[node.out.id], source)
         elif isinstance(node.spec, g.Slice):
             _load_slice(ctx, node, box, core, bufs, scratch[node.out.id], source)
-
-
-SPLIT_BYTES = 64 * 1024
-"""Transfers larger than this are split over a core's DMA engines."""
-
-
-def _split_ref(ref: DramRef, parts: int) -> list[tuple[DramRef, int]]:
-    """Cut a box along its first non-unit dim into up to ``parts`` pieces, with each
-    piece's element offset in the row-major buffer of the whole box."""
-    shape = ref.shape
-    dim = next((d for d, n in enumerate(shape) if n > 1), None)
-    if dim is None or parts <= 1:
-        return [(ref, 0)]
-    inner = 1
-    for n in shape[dim + 1:]:
-        inner *= n
-    s = ref.slices[dim]
-    length = shape[dim]
-    chunk = -(-length // min(parts, length))
-    out = []
-    for lo in range(0, length, chunk):
-        hi = min(lo + chunk, length)
-        piece = Slice(s.start + lo * s.step, s.start + (hi - 1) * s.step + 1, s.step)
-        out.append((DramRef(ref.tensor, ref.slices[:dim] + (piece,) + ref.slices[dim + 1:]),
-                    lo * inner))
-    return out
-
-
-def dram_transfers(ctx: Context, value: Value, box: Box, kind: str) -> list[tuple[DramRef, int]]:
-    """The DMA commands moving ``box`` of ``value``: (DRAM piece, element offset in the
-    box's row-major buffer), large pieces split over the engines."""
-    engines = ctx.config.core.dma.engines
-    usable = engines - 1 if kind in ("load", "store") and engines > 1 else engines
-    if kind == "store":
-        usable = 1
-    out = []
-    for ref, offset in ctx.em.dram_pieces(ctx.view(value), box):
-        nbytes = _numel(ref.shape) * value.dtype.itemsize
-        parts = min(usable, -(-nbytes // SPLIT_BYTES))
-        out += [(piece, offset + extra) for piece, extra in _split_ref(ref, parts)]
-    return out
-
-
-def load_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str,
-             kind: str = "any") -> None:
-    for ref, offset in dram_transfers(ctx, value, box, kind):
-        ctx.em.emit(ctx.em.dma(core, kind), Load(ref, sub(buf, ref.shape, offset)), source)
-
-
-def store_box(ctx: Context, value: Value, box: Box, buf: SramRef, core: int, source: str,
-              kind: str = "any") -> None:
-    for ref, offset in dram_transfers(ctx, value, box, kind):
-        ctx.em.emit(ctx.em.dma(core, kind), Store(sub(buf, ref.shape, offset), ref), source)
 
 
 def _permuted_in_box(node: Node, box: Box) -> Box:
@@ -382,8 +281,8 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     total = bytes_of(space)
     target = max(MIN_TILE_BYTES, total // (2 * ctx.cores)) if ctx.cores > 1 or sets > 1 \
         else budget
-    tile = choose_tile(space, group.whole_axes, budget, bytes_of, kernel.name, target)
-    tile = view_aligned(ctx, group, space, tile)
+    tile = plan_tile(space, group.whole_axes, budget, bytes_of, kernel.name, target,
+                     ctx.cores, _accesses(ctx, group), DmaCost.of(ctx.config, ctx.cores))
     boxes = tiles_of(space, tile)
     cores = min(ctx.cores, len(boxes))
     layouts = []
@@ -399,11 +298,6 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     pipeline(per_core, sets - 1)
 
 
-Access = tuple[Value, Callable[[Box], Box], Callable[[int], int | None]]
-"""A DRAM tensor a vector kernel moves: the value, its box for a tile of the iteration
-space, and the value's dim that a dim of the space runs along (None: broadcast)."""
-
-
 def _accesses(ctx: Context, group: Group) -> list[Access]:
     """What the group's tiles load and store through DRAM views (slices aside)."""
     rank = len(group.shape)
@@ -414,58 +308,20 @@ def _accesses(ctx: Context, group: Group) -> list[Access]:
             return vd if vd >= 0 and value.shape[vd] > 1 else None
         return dim
 
+    def own(value: Value) -> Access:
+        return Access(ctx.view(value), lambda box: own_box(value, box), own_dim(value))
+
     external, _ = group_values(group)
-    out: list[Access] = [(v, lambda box, v=v: own_box(v, box), own_dim(v)) for v in external
-                         if v.id not in ctx.scalars and not _leaf_source(group, v)]
+    out = [own(v) for v in external if v.id not in ctx.scalars and not _leaf_source(group, v)]
     for node in group.nodes:
         if isinstance(node.spec, g.Permute):
             perm, out_dim = node.spec.perm, own_dim(node.out)
-            out.append((node.inputs[0], lambda box, node=node: _permuted_in_box(node, box),
-                        lambda d, perm=perm, out_dim=out_dim:
-                        None if out_dim(d) is None else perm[out_dim(d)]))
-        out += [(v, lambda box, v=v: own_box(v, box), own_dim(v)) for v in node.outputs
-                if ctx.materialized(v)]
+            out.append(Access(ctx.view(node.inputs[0]),
+                              lambda box, node=node: _permuted_in_box(node, box),
+                              lambda d, perm=perm, out_dim=out_dim:
+                              None if out_dim(d) is None else perm[out_dim(d)]))
+        out += [own(v) for v in node.outputs if ctx.materialized(v)]
     return out
-
-
-def view_aligned(ctx: Context, group: Group, space: tuple[int, ...], tile: tuple[int, ...]
-                 ) -> tuple[int, ...]:
-    """``tile`` with its split dim shortened, if need be, so that every tile is one DMA
-    box of each tensor the group moves through a reshaped view.
-
-    A tile of ``x.flatten(2)`` that ends mid-row of ``x`` is many boxes of ``x``, one per
-    partial row: ViT's patch embedding, ``[768, 14, 14] -> [196, 768]``, took 31,489
-    loads of 4-16 bytes in tiles of 24 positions; in tiles of 14 or 28 positions it takes
-    one per tile. The tile is left alone when it maps already or no shorter one does."""
-    d = next((j for j, (t, n) in enumerate(zip(tile, space)) if 1 < t < n), None)
-    if d is None:
-        return tile
-    reshaped = []
-    for value, to_box, dim_of in _accesses(ctx, group):
-        view, vdim = ctx.view(value), dim_of(d)
-        if view.shape != view.base_shape and vdim is not None:
-            reshaped.append((view, to_box, vdim))
-    if not reshaped:
-        return tile
-
-    def with_length(t: int) -> tuple[int, ...]:
-        return tile[:d] + (t,) + tile[d + 1:]
-
-    def maps(t: int) -> bool:
-        for box in tiles_of(space[:d + 1], with_length(t)[:d + 1]):
-            full = box + tuple((0, n) for n in tile[d + 1:])
-            if any(map_box(view.shape, view.base_shape, to_box(full)) is None
-                   for view, to_box, _ in reshaped):
-                return False
-        return True
-
-    if maps(tile[d]):
-        return tile
-    for t in range(tile[d] - 1, 0, -1):
-        if all(tiles_whole(view.shape, view.base_shape, vdim, t)
-               for view, _, vdim in reshaped) and maps(t):
-            return with_length(t)
-    return tile
 
 
 def _steps(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, SramRef],
