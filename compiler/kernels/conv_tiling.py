@@ -118,19 +118,20 @@ Shape = tuple[int, int, int]
 """(images, output rows, output columns) of a tile."""
 
 
-def _tiers(rows: list[Shape], columns: list[Shape], wide: list[int], narrow: list[int],
-           oh: int) -> list[tuple[list[Shape], list[int], bool]]:
+def _tiers(rows: list[Shape], columns: list[Shape], wide: list[int], narrow: list[int]
+           ) -> list[tuple[list[Shape], list[int], bool]]:
     """The tilings tried, in tiers: the next only when none of a tier fits. First
     tiles of whole rows and whole array columns of output channels, weights kept
     resident only when all of them fit; then column tiles too, each core keeping only
     the weight blocks it meets (``fallback``); then narrow channel tiles
     (:func:`narrow_channel_tiles`). The later tiers' options are estimated 5-15%
-    faster than the first tier's on some 2-D convolutions that fit and simulate
-    slower (ResNet-50 on atom: 1,034k -> 1,127k cycles with every option in one
-    tier): they stay for scratchpads where nothing else fits. A one-row output (a
-    1-D convolution, whose row is its image) starts at the second tier."""
-    tiers = [(rows, wide, False)] if oh > 1 else []
-    return tiers + [(rows + columns, wide, True), (rows + columns, narrow, True)]
+    faster than the first tier's on some convolutions that fit and simulate slower
+    (ResNet-50 on atom: 1,034k -> 1,127k cycles with every option in one tier), and
+    a column tile reads its input in strided boxes, which keeps a computed input out
+    of shared SRAM (:mod:`compiler.residency`: Wav2Vec2's 1-D convolution on atom,
+    estimated 108k against 160k for whole rows, runs 148k against 132k after the op
+    computing its input): they stay for scratchpads where nothing else fits."""
+    return [(rows, wide, False), (rows + columns, wide, True), (rows + columns, narrow, True)]
 
 
 def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin: int,
@@ -166,7 +167,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
     columns = [(1, 1, tw) for tw in column_widths(ow, matrix.rows)]
     wide, narrow = tile_sizes(cout, matrix.cols), narrow_channel_tiles(cout, matrix.cols)
     options: list[tuple[float, int, ConvTiling]] = []
-    for shapes, outs, fallback in _tiers(whole, columns, wide, narrow, oh):
+    for shapes, outs, fallback in _tiers(whole, columns, wide, narrow):
         if options:
             break
         for (ni, ty, tw), ot, ct in itertools.product(shapes, outs,
