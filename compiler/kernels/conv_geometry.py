@@ -197,6 +197,28 @@ def _nhwc_store(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
     return store
 
 
+def pixels_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
+                    box: tuple[tuple[int, int], ...], shape: tuple[int, int], cast: bool,
+                    pixels_major: bool) -> Callable[[], None]:
+    """The tile's store (:func:`finisher`) from an accumulator ``[o, pix]``, or with
+    ``pixels_major`` ``[pix, o]``: stored NHWC as it is, or transposed to NCHW
+    (``b["nchw"]``) first."""
+    if not pixels_major:
+        return finisher(ctx, kernel, core, b, q, box, shape, cast)
+    if kernel.anchor.spec.channels_last_out:  # [pix, o] is the NHWC tile already
+        no, pix = shape
+        return finisher(ctx, kernel, core, b, q, box, (pix, no), cast, nhwc_tile=True)
+    finish = finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box, shape, cast)
+    no, pix = shape
+
+    def store() -> None:
+        ctx.em.emit(vpu_engine(core), Transpose(sub(b["acc"][q], (pix, no)),
+                                                sub(b["nchw"][q], (no, pix)), (1, 0)),
+                    kernel.anchor.source)
+        finish()
+    return store
+
+
 def to_channels_first(ctx: Context, core: int, b: dict, q: int, channels: int, ty: int,
                       geo: Geometry, source: str) -> SramRef:
     """Channels-last ``b["acc"][q]`` ``[pixels, c]`` -> ``b["nchw"][q]`` ``[c, ty x ow]``,

@@ -160,3 +160,57 @@ def test_channels_last_wide_image_tiles_columns_and_matches_torch():
     (out,), _ = compiled.run(x)
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
     assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("stride,padding,dilation,groups", [
+    (1, 1, 1, 1), (2, 3, 1, 1), (2, 2, 2, 2), (3, 0, 1, 4)])
+def test_per_tap_loads_each_window_once_and_matches_torch(monkeypatch, dtype, stride,
+                                                          padding, dilation, groups):
+    # the last resort, forced: per tile and channel chunk one weight load and one
+    # window load (the interior by one DMA), then one matmul per tap on a view of the
+    # window. Before, every tap loaded its own window: 9 + 1 loads per tile here.
+    monkeypatch.setattr(conv, "choose_packed_tiling", lambda *a, **k: None)
+    monkeypatch.setattr(conv, "choose_conv_tiling", lambda *a, **k: None)
+    torch.manual_seed(4)
+    x = torch.randn(2, 8, 13, 11).to(dtype)
+    w = (torch.randn(12, 8 // groups, 3, 3) / 4).to(dtype)
+    compiled, tiling = _compile(monkeypatch, ASCEND.with_overrides({"cores": 1}),
+                                (x, w, None, [stride] * 2, [padding] * 2, [dilation] * 2,
+                                 False, [0, 0], groups))
+    assert tiling is None
+    assert list(compiled.choices.values())[0].startswith("one tap at a time")
+    (out,), _ = compiled.run(x, w)
+    want = torch.nn.functional.conv2d(x.float(), w.float(), None, stride, padding,
+                                      dilation, groups).to(dtype)
+    torch.testing.assert_close(out, want, **_tolerance(dtype))
+    # the scratchpad holds a whole image's tile: one tile per image and group
+    tiles = 2 * groups
+    loads = [c for c in compiled.program.commands if type(c.op).__name__ == "Load"]
+    assert len(loads) == 2 * tiles
+    assert len(_matmuls(compiled)) == 9 * tiles
+
+
+def test_per_tap_is_the_last_resort_and_reads_channels_last():
+    # 64 KiB: not even a column tile of the implicit GEMM fits this NHWC image
+    torch.manual_seed(5)
+    model = torch.nn.Conv2d(32, 64, 3, 2, 1, bias=False).to(memory_format=torch.channels_last)
+    x = torch.randn(1, 32, 3, 700).to(memory_format=torch.channels_last)
+    clear_cache()
+    compiled = compiler.compile_graph(torch.export.export(model, (x,)), _small(64),
+                                      CompileOptions())
+    clear_cache()
+    choice = list(compiled.choices.values())[0]
+    assert choice.startswith("one tap at a time") and choice.endswith("; NHWC in and out")
+    (out,), _ = compiled.run(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    # per tile (one store of its NHWC box) and channel chunk one weight load
+    # [o, c, 3, 3] and one window load (runs of a pixel's channels); before, every tap
+    # loaded its own window
+    ops = [c.op for c in compiled.program.commands]
+    stores = sum(type(op).__name__ == "Store" for op in ops)
+    loads = [op for op in ops if type(op).__name__ == "Load"]
+    weights = [op for op in loads if op.dst.shape[2:] == (3, 3)]
+    chunks = math.ceil(32 / weights[0].dst.shape[1])
+    assert len(weights) == len(loads) - len(weights) == chunks * stores > 0
