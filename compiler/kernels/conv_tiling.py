@@ -81,13 +81,14 @@ def column_widths(ow: int, unit: int) -> list[int]:
 
 
 def narrow_channel_tiles(size: int, unit: int) -> list[int]:
-    """Output-channel tiles narrower than ``unit`` (the array's columns): its halves
-    down to an eighth, for convolutions whose weights per tile (all taps of a channel
-    chunk: CLIP's 32x32 patch embedding holds 6 KiB per output channel) leave no room
-    in a small scratchpad otherwise. Tried only when no tile of :func:`tile_sizes`
-    fits: where one does, the estimate favours narrow tiles by 5-10% that simulate
-    10-30% slower (ResNet-18 on tpu-v4: 157k -> 203k cycles), an array's idle columns
-    costing more than it sees."""
+    """Channel tiles narrower than ``unit`` (the array's columns for output channels,
+    its rows for input-channel chunks): its halves down to an eighth, for convolutions
+    whose weights per tile (all taps of a channel chunk: CLIP's 32x32 patch embedding
+    holds 6 KiB per output channel) leave no room in a small scratchpad otherwise. A
+    narrow chunk packs more taps into K (``taps``). Tried only when no tile of
+    :func:`~compiler.cost.tile_sizes` fits: where one does, the estimate favours
+    narrow tiles by 5-10% that simulate 10-30% slower (ResNet-18 on tpu-v4: 157k ->
+    203k cycles), an array's idle columns costing more than it sees."""
     return sorted({t for t in (unit // 2, unit // 4, unit // 8) if 0 < t < size})
 
 
@@ -118,12 +119,13 @@ Shape = tuple[int, int, int]
 """(images, output rows, output columns) of a tile."""
 
 
-def _tiers(rows: list[Shape], columns: list[Shape], wide: list[int], narrow: list[int]
-           ) -> list[tuple[list[Shape], list[int], bool]]:
+def _tiers(rows: list[Shape], columns: list[Shape], outs: tuple[list[int], list[int]],
+           ins: tuple[list[int], list[int]]
+           ) -> list[tuple[list[Shape], list[int], list[int], bool]]:
     """The tilings tried, in tiers: the next only when none of a tier fits. First
     tiles of whole rows and whole array columns of output channels, weights kept
     resident only when all of them fit; then column tiles too, each core keeping only
-    the weight blocks it meets (``fallback``); then narrow channel tiles
+    the weight blocks it meets (``fallback``); then narrow channel tiles and chunks
     (:func:`narrow_channel_tiles`). The later tiers' options are estimated 5-15%
     faster than the first tier's on some convolutions that fit and simulate slower
     (ResNet-50 on atom: 1,034k -> 1,127k cycles with every option in one tier), and
@@ -131,7 +133,9 @@ def _tiers(rows: list[Shape], columns: list[Shape], wide: list[int], narrow: lis
     of shared SRAM (:mod:`compiler.residency`: Wav2Vec2's 1-D convolution on atom,
     estimated 108k against 160k for whole rows, runs 148k against 132k after the op
     computing its input): they stay for scratchpads where nothing else fits."""
-    return [(rows, wide, False), (rows + columns, wide, True), (rows + columns, narrow, True)]
+    (wide_out, narrow_out), (wide_in, narrow_in) = outs, ins
+    return [(rows, wide_out, wide_in, False), (rows + columns, wide_out, wide_in, True),
+            (rows + columns, wide_out + narrow_out, wide_in + narrow_in, True)]
 
 
 def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin: int,
@@ -165,13 +169,13 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
     whole = [(1, ty, ow) for ty in heights] + \
         [(ni, oh, ow) for ni in tile_sizes(batch, 2) if ni > 1]
     columns = [(1, 1, tw) for tw in column_widths(ow, matrix.rows)]
-    wide, narrow = tile_sizes(cout, matrix.cols), narrow_channel_tiles(cout, matrix.cols)
+    outs = tile_sizes(cout, matrix.cols), narrow_channel_tiles(cout, matrix.cols)
+    ins = tile_sizes(cin, matrix.rows), narrow_channel_tiles(cin, matrix.rows)
     options: list[tuple[float, int, ConvTiling]] = []
-    for shapes, outs, fallback in _tiers(whole, columns, wide, narrow):
+    for shapes, o_tiles, c_tiles, fallback in _tiers(whole, columns, outs, ins):
         if options:
             break
-        for (ni, ty, tw), ot, ct in itertools.product(shapes, outs,
-                                                      tile_sizes(cin, matrix.rows)):
+        for (ni, ty, tw), ot, ct in itertools.product(shapes, o_tiles, c_tiles):
             geo = replace(full, out_cols=tw)  # the tile's window
             m = ni * ty * tw
             rows = geo.rows(ty)

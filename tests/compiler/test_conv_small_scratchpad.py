@@ -192,12 +192,13 @@ def test_per_tap_loads_each_window_once_and_matches_torch(monkeypatch, dtype, st
 
 
 def test_per_tap_is_the_last_resort_and_reads_channels_last():
-    # 64 KiB: not even a column tile of the implicit GEMM fits this NHWC image
+    # 32 KiB: not even a column tile of narrow channels of the implicit GEMM fits this
+    # NHWC image
     torch.manual_seed(5)
     model = torch.nn.Conv2d(32, 64, 3, 2, 1, bias=False).to(memory_format=torch.channels_last)
     x = torch.randn(1, 32, 3, 700).to(memory_format=torch.channels_last)
     clear_cache()
-    compiled = compiler.compile_graph(torch.export.export(model, (x,)), _small(64),
+    compiled = compiler.compile_graph(torch.export.export(model, (x,)), _small(32),
                                       CompileOptions())
     clear_cache()
     choice = list(compiled.choices.values())[0]
@@ -214,3 +215,46 @@ def test_per_tap_is_the_last_resort_and_reads_channels_last():
     weights = [op for op in loads if op.dst.shape[2:] == (3, 3)]
     chunks = math.ceil(32 / weights[0].dst.shape[1])
     assert len(weights) == len(loads) - len(weights) == chunks * stores > 0
+
+
+class _FusedConv1d(torch.nn.Module):
+    """A 1-D convolution with a batch norm, a relu and an add fused after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(128, 96, 3, stride=2, padding=1)
+        self.bn = torch.nn.BatchNorm1d(96)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x))) + 1.0
+
+
+def test_narrow_chunks_with_a_fused_epilogue_on_several_arrays_match_torch():
+    # tpu-v4 (four 128x128 arrays a core) cut to 160 KiB: a chunk of the array's 128
+    # rows of f32 weights for 96 filters (147 KiB, loaded and rearranged) leaves no
+    # room, so chunks are narrower; the epilogue runs on column tiles of both images
+    torch.manual_seed(6)
+    model = _FusedConv1d().eval()
+    with torch.no_grad():
+        model.bn.running_mean.normal_()
+        model.bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 128, 1023)
+    cfg = load_config("tpu-v4").with_overrides({"core.scratchpad.size_bytes": 160 * 1024,
+                                                "cores": 2})
+    chosen = []
+    choose = conv.choose_conv_tiling
+
+    def spy(*a, **k):
+        chosen.append(choose(*a, **k))
+        return chosen[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(conv, "choose_conv_tiling", spy)
+        clear_cache()
+        compiled = compiler.compile_graph(torch.export.export(model, (x,)), cfg,
+                                          CompileOptions())
+        clear_cache()
+    tiling = chosen[-1]
+    assert tiling is not None and tiling.out_cols > 0 and tiling.in_channels < 128
+    (out,), _ = compiled.run(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
