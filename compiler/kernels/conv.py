@@ -29,7 +29,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline
-from compiler.kernels.conv_geometry import Geometry, epilogue_bytes, finisher
+from compiler.kernels.conv_geometry import Geometry, epilogue_bytes, finisher, row_block
 from compiler.kernels.conv_depthwise import (
     choose_depthwise_tiling,
     is_depthwise,
@@ -78,6 +78,10 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
                             tiling.in_channels, tiling.taps)
     tw = tiling.out_cols or ow
     geo = replace(geo, out_cols=tw)
+    if tiling.row_blocks:  # a step is one kernel row: its own 1 x kw convolution
+        geo, kh, bk = row_block(geo), 1, kh  # bk: the steps a chunk takes
+    else:
+        bk = 1
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     tap_groups = [taps[t:t + ntap] for t in range(0, len(taps), ntap)]
     tiles = [((n0, min(n0 + ni, batch)), gi, y0, x0, o0) for n0 in range(0, batch, ni)
@@ -89,7 +93,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
     packed = packed_groups(len(taps), ntap)
     # the weight blocks (group and channel tile, each of every chunk) each core meets
     chunks = -(-cg // ct)
-    blocks = [len({(gi, o0) for _, gi, _, _, o0 in tiles[c::cores]}) * chunks
+    blocks = [len({(gi, o0) for _, gi, _, _, o0 in tiles[c::cores]}) * chunks * bk
               for c in range(cores)]
     bufs = []
     for c in range(cores):
@@ -179,29 +183,35 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: in
     node = kernel.anchor
     w, source = node.inputs[1], node.source
     cout, cg, kh, kw = w.shape
+    # the kernel rows of a step: all, or with row blocks one (``None``: all)
+    blocks: list[int | None] = list(range(kh)) if plan.tiling.row_blocks else [None]
+    if plan.tiling.row_blocks:
+        kh = 1
     og = cout // node.spec.groups
     tiling, cores = plan.tiling, plan.cores
-    kept: list[dict[tuple[tuple[int, int], tuple[int, int]], SramRef]] = \
+    kept: list[dict[tuple[tuple[int, int], tuple[int, int], int | None], SramRef]] = \
         [{} for _ in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts, step_counts = [0] * cores, [0] * cores
 
-    def weights(core: int, xs: int, oo: tuple[int, int], cc: tuple[int, int]
-                ) -> tuple[SramRef, Transpose | None]:
-        """Load a weight block (once per core when weights are resident); returns where
-        it lives as ``[kh * kw * c, o]`` and the rearrangement still to emit."""
+    def weights(core: int, xs: int, oo: tuple[int, int], cc: tuple[int, int],
+                block: int | None) -> tuple[SramRef, Transpose | None]:
+        """Load a weight block (once per core when weights are resident): kernel row
+        ``block`` or all rows; returns where it lives as ``[kh * kw * c, o]`` and the
+        rearrangement still to emit."""
         b = plan.bufs[core]
         no, nc = oo[1] - oo[0], cc[1] - cc[0]
+        key = (oo, cc, block)
         if tiling.resident_weights:
-            if (oo, cc) in kept[core]:
-                return kept[core][(oo, cc)], None
+            if key in kept[core]:
+                return kept[core][key], None
             offset = len(kept[core]) * tiling.out_channels * tiling.in_channels * kh * kw \
                 if tiling.blocks_kept else (oo[0] * cg + cc[0] * no) * kh * kw
-            dst = kept[core][(oo, cc)] = sub(b["kept"], (kh * kw * nc, no), offset)
+            dst = kept[core][key] = sub(b["kept"], (kh * kw * nc, no), offset)
         else:
             dst = sub(b["w"][xs], (kh * kw * nc, no))
-        wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(*cc), Slice(0, kh),
-                                            Slice(0, kw)))
+        krows = Slice(0, kh) if block is None else Slice(block, block + 1)
+        wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(*cc), krows, Slice(0, kw)))
         wraw = sub(b["wraw"][xs % len(b["wraw"])], (no, nc, kh, kw))
         ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, wraw), source)
         return dst, Transpose(wraw, sub(dst, (kh, kw, nc, no)), (2, 3, 1, 0))
@@ -215,21 +225,21 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: in
         oo = (gi * og + o0, gi * og + min(o0 + tiling.out_channels, og))
         rows = (y0, min(y0 + tiling.out_rows, geo.out_rows))
         cols = (x0, min(x0 + plan.geo.out_cols, ow))
-        chunks = list(range(0, cg, tiling.in_channels))
-        for s, c0 in enumerate(chunks):
+        steps = [(c0, block) for c0 in range(0, cg, tiling.in_channels) for block in blocks]
+        for s, (c0, block) in enumerate(steps):
             cc = (gi * cg + c0, gi * cg + min(c0 + tiling.in_channels, cg))
             xs = step_counts[core] % ctx.sets
             step_counts[core] += 1
             step = _Step(ctx, node, plan, core, xs, q, nn, (rows, cols), oo, cc, arrays,
-                         turn)
+                         turn, block)
 
-            def load(step=step, c0=c0) -> None:
+            def load(step=step, c0=c0, block=block) -> None:
                 w_ref, rearrange = weights(step.core, step.xs, step.oo,
-                                           (c0, c0 + step.nc))
+                                           (c0, c0 + step.nc), block)
                 step.load(w_ref, rearrange)
 
             store = (lambda: None)
-            if s == len(chunks) - 1:
+            if s == len(steps) - 1:
                 store = step.finisher(kernel, cast)
             per_core[core].append(TileSteps(load, step.compute if s else step.compute_first,
                                             store))
@@ -242,7 +252,8 @@ class _Step:
     def __init__(self, ctx: Context, node: g.Node, plan: _Layout, core: int,
                  xs: int, q: int, images: tuple[int, int],
                  pixels: tuple[tuple[int, int], tuple[int, int]],
-                 oo: tuple[int, int], cc: tuple[int, int], arrays: int, turn: int) -> None:
+                 oo: tuple[int, int], cc: tuple[int, int], arrays: int, turn: int,
+                 block: int | None = None) -> None:
         self.ctx, self.node, self.geo, self.plan = ctx, node, plan.geo, plan
         self.core, self.xs, self.q = core, xs, q
         self.arrays, self.turn = arrays, turn
@@ -250,6 +261,7 @@ class _Step:
         self.images, self.oo, self.cc = images, oo, cc
         self.ni, self.ty = images[1] - images[0], self.rows[1] - self.rows[0]
         self.tw = self.cols[1] - self.cols[0]  # the tile's width (a last one narrower)
+        self.block = block  # with row blocks, the kernel row this step multiplies
         self.no, self.nc = oo[1] - oo[0], cc[1] - cc[0]
         self.b = plan.bufs[core]
         self.vpu = vpu_engine(core)
@@ -316,10 +328,18 @@ class _Step:
         x = node.inputs[0]
         (ph, pw), height, width = node.spec.padding, x.shape[2], x.shape[3]
         ni, nc, rows, cols = raw.shape
-        r0 = self.rows[0] * geo.stride[0]  # first window row, in padded coordinates
+        (sh, _), (dh, _) = node.spec.stride, node.spec.dilation
+        r0 = self.rows[0] * sh  # first window row, in padded coordinates
         c0 = self.cols[0] * geo.stride[1]  # and column
         top = min(rows, max(0, ph - r0))
         inner = max(0, min(r0 + rows - ph, height) - max(r0 - ph, 0))
+        rows_in = Slice(max(r0 - ph, 0), max(r0 - ph, 0) + inner)
+        if self.block is not None:  # one kernel row's input rows, sh apart
+            r0 += self.block * dh
+            ya, yb = valid_range(0, rows, r0 - ph, sh, height)
+            top = min(ya, rows)
+            inner = max(0, min(yb, rows) - top)
+            rows_in = Slice(r0 - ph + top * sh, r0 - ph + (top + inner - 1) * sh + 1, sh)
         left = min(cols, max(0, pw - c0))
         across = max(0, min(c0 + cols - pw, width) - max(c0 - pw, 0))
         strides = (nc * rows * cols, rows * cols, cols, 1)
@@ -339,10 +359,9 @@ class _Step:
                     self.emit(self.vpu, Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
                                                region))
         if inner and across:
-            u0, v0 = max(r0 - ph, 0), max(c0 - pw, 0)
+            v0 = max(c0 - pw, 0)
             ref = DramRef(self.ctx.view(x).tensor, (Slice(*self.images), Slice(*self.cc),
-                                                    Slice(u0, u0 + inner),
-                                                    Slice(v0, v0 + across)))
+                                                    rows_in, Slice(v0, v0 + across)))
             self.emit(self.ctx.em.dma(self.core, "load"),
                       Load(ref, strip(top, inner, left, across)))
 

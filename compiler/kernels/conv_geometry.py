@@ -96,6 +96,15 @@ class Geometry:
         return (phase * plane_rows + (i * dh) // sh) * self.plane_cols + (j * dw) // sw
 
 
+def row_block(geo: Geometry) -> Geometry:
+    """One kernel row of ``geo`` as a convolution of its own: over a window whose rows
+    are the input rows that row reads for consecutive output rows (loaded ``sh``
+    apart, so ``1 x kw`` taps at row stride 1)."""
+    (_, kw), (_, sw), (_, dw) = geo.kernel, geo.stride, geo.dilation
+    return Geometry((1, kw), (1, sw), (1, dw), geo.out_rows, geo.out_cols, geo.in_rows,
+                    geo.in_cols)
+
+
 def tile_buffers(ctx: Context, kernel: Kernel, arena: Arena, channels: int, ty: int,
                  ow: int, cast: bool, transposed: bool = True) -> dict[str, list]:
     """What the finisher of a channel-major tile ``[channels, ty x ow]`` of one image

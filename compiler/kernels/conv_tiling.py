@@ -20,7 +20,7 @@ from compiler.cost import (
 )
 from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
-from compiler.kernels.conv_geometry import Geometry
+from compiler.kernels.conv_geometry import Geometry, row_block
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ class ConvTiling:
     blocks_kept: bool = False
     """With ``resident_weights``: each core keeps only the weight blocks it meets
     (:func:`blocks_met`), else every block at its place in the weights."""
+    row_blocks: bool = False
+    """Each kernel row is a step of its own (NCHW image): its window is the tile's
+    output rows' input rows of that kernel row (one strided DMA, rows ``sh`` apart) and
+    its weights that row's taps, so a step holds ``1 / kh`` of the weights (CLIP's
+    32x32 patch embedding: 6 KiB per filter whole, 192 bytes a row)."""
 
 
 def blocks_met(groups: int, o_tiles: int, tiles: int, cores: int) -> int:
@@ -178,7 +183,6 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
         for (ni, ty, tw), ot, ct in itertools.product(shapes, o_tiles, c_tiles):
             geo = replace(full, out_cols=tw)  # the tile's window
             m = ni * ty * tw
-            rows = geo.rows(ty)
             tiles = groups * ceil_div(batch, ni) * ceil_div(cout, ot) * ceil_div(oh, ty) * \
                 ceil_div(ow, tw)
             cores = min(ctx.cores, tiles)
@@ -187,69 +191,81 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
             load_bw = min(load_bandwidth(config),
                           config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY / cores)
             chunks = ceil_div(cin, ct)
-            most = min(ntaps, max(1, matrix.rows // ct))
             # from an NHWC image with a stride, the phases load directly or are split
             modes = (True, False) if nhwc_in and geo.stride != (1, 1) else (nhwc_in,)
             # the weight blocks a core keeps when they stay resident
             kept = blocks_met(groups, ceil_div(cout, ot), tiles, cores) * chunks * \
                 ot * ct * ntaps * item if fallback else all_weights
-            for g, resident, direct in itertools.product(sorted({1, most}), (kept, 0), modes):
-                need = sram_bytes(geo, ni, ty, ot, ct, g, resident, item, out_item, cast, epi,
-                                  ctx.sets, weight_loads(resident > 0, fallback, ctx.sets))
-                if need > capacity:
-                    continue
-                mm_groups = ceil_div(ntaps, g)
-                mxu = chunks * sum(matmul_cycles(m, min(g, ntaps - t) * ct, ot, matrix, dtype)
-                                   for t in range(0, ntaps, g))
-                if nhwc_in:  # runs of a pixel's channels, or of a row's when all are loaded
-                    run = ct * item * (1 if ct < cin or direct and geo.stride != (1, 1)
-                                       else geo.cols)
-                    window = ni * rows * geo.cols * ct * item // run * \
-                        ceil_div(run, granule) * granule
-                else:
-                    window = ni * ct * rows * ceil_div(geo.cols * item, granule) * granule
-                if direct:  # only the phases some tap reads
-                    window = window * len(geo.phases_read()) // (geo.stride[0] * geo.stride[1])
-                window_loads = len(geo.phases_read()) if direct else 1
-                weights = ot * ct * ntaps * item
-                weight_share = min(per_core * chunks * weights, kept) if resident else \
-                    per_core * chunks * weights
-                out_bytes = m * ot * (out_item + epi)
-                loads = per_core * chunks * window + weight_share
-                dma_cycles = loads / load_bw + per_core * (
-                    chunks * (1 + window_loads) * setup / max(1, dma.engines - 1) +
-                    out_bytes / dma.bandwidth_bytes_per_cycle)
-                # phase split, border fills, weight rearrangement
-                split = 0 if direct else 2 * ni * rows * geo.cols * ct / lanes
-                vpu = chunks * (6 * vlat + split) + weight_share / per_core / item / lanes
-                if g > 1:  # per packed matmul: g tap copies, one transpose of all g
-                    vpu += chunks * packed_groups(ntaps, g) * \
-                        ((g + 1) * vlat + 2 * g * m * ct / lanes)
-                # after the last matmul: the transpose to NCHW and its passes, or for an
-                # NHWC output (no epilogue) only the cast, if any
-                passes = cast + epi_ops if nhwc_out else 3 + epi_ops
-                tail = passes * (vlat + m * ot / vector_rate(config, 4))
-                vpu += tail
-                share = min(arrays, per_core)
-                # the first matmul waits for the vector work on the first step's loads (the
-                # window's phases, the weights' rearrangement, one tap group): the arrays
-                # start that much later (when the vector unit bounds the kernel, this work
-                # is already inside its time). Counted for an NHWC output only, whose
-                # short tail otherwise makes one-tile tilings look free (BENCHMARKS.md,
-                # "Channels-last images"); on NCHW it misranks small batched convolutions
-                # (4 x 8 x 8 x 8, 3x3: 2,515 -> 3,338 cycles), so their estimate is as it was
-                first = 6 * vlat + split + weights / item / lanes + \
-                    ((g + 1) * vlat + 2 * g * m * ct / lanes if g > 1 else 0) if nhwc_out else 0
-                fill = 2 * setup + (window + weights) / load_bw
-                cost = Cost(mxu_cycles=per_core * mxu / share + first, vpu_cycles=per_core * vpu,
-                            dma_cycles=dma_cycles,
-                            dram_bytes=cores * loads + tiles * out_bytes,
-                            serial_cycles=fill + tail + setup + out_bytes /
-                            dma.bandwidth_bytes_per_cycle)
-                commands = tiles * (chunks * (8 + mm_groups * (1 + (g + 1) * (g > 1))) + 4)
-                options.append((cost.estimate(config), commands,
-                                ConvTiling(ni, ty, ot, ct, g, resident > 0, cost, direct,
-                                           tw if tw < ow else 0, fallback)))
+            # tiers after the first: an NCHW image's kernel rows may run as steps of
+            # their own (:attr:`ConvTiling.row_blocks`)
+            blockings = (False, True) if fallback and not nhwc_in and kh > 1 else (False,)
+            for blocked, resident, direct in itertools.product(blockings, (kept, 0), modes):
+                tgeo = row_block(geo) if blocked else geo
+                tn = kw if blocked else ntaps
+                steps = chunks * (kh if blocked else 1)  # window loads a tile
+                trows = tgeo.rows(ty)
+                most = min(tn, max(1, matrix.rows // ct))
+                for g in sorted({1, most}):
+                    need = sram_bytes(tgeo, ni, ty, ot, ct, g, resident, item, out_item,
+                                      cast, epi, ctx.sets,
+                                      weight_loads(resident > 0, fallback, ctx.sets))
+                    if need > capacity:
+                        continue
+                    mm_groups = ceil_div(tn, g)
+                    mxu = steps * sum(matmul_cycles(m, min(g, tn - t) * ct, ot, matrix,
+                                                    dtype) for t in range(0, tn, g))
+                    if nhwc_in:  # runs of a pixel's channels, or a row's when all load
+                        run = ct * item * (1 if ct < cin or direct and tgeo.stride != (1, 1)
+                                           else tgeo.cols)
+                        window = ni * trows * tgeo.cols * ct * item // run * \
+                            ceil_div(run, granule) * granule
+                    else:
+                        window = ni * ct * trows * ceil_div(tgeo.cols * item, granule) * granule
+                    if direct:  # only the phases some tap reads
+                        window = window * len(tgeo.phases_read()) // \
+                            (tgeo.stride[0] * tgeo.stride[1])
+                    window_loads = len(tgeo.phases_read()) if direct else 1
+                    weights = ot * ct * tn * item
+                    weight_share = min(per_core * steps * weights, kept) if resident else \
+                        per_core * steps * weights
+                    out_bytes = m * ot * (out_item + epi)
+                    loads = per_core * steps * window + weight_share
+                    dma_cycles = loads / load_bw + per_core * (
+                        steps * (1 + window_loads) * setup / max(1, dma.engines - 1) +
+                        out_bytes / dma.bandwidth_bytes_per_cycle)
+                    # phase split, border fills, weight rearrangement
+                    split = 0 if direct else 2 * ni * trows * tgeo.cols * ct / lanes
+                    vpu = steps * (6 * vlat + split) + weight_share / per_core / item / lanes
+                    if g > 1:  # per packed matmul: g tap copies, one transpose of all g
+                        vpu += steps * packed_groups(tn, g) * \
+                            ((g + 1) * vlat + 2 * g * m * ct / lanes)
+                    # after the last matmul: the transpose to NCHW and its passes, or for
+                    # an NHWC output (no epilogue) only the cast, if any
+                    passes = cast + epi_ops if nhwc_out else 3 + epi_ops
+                    tail = passes * (vlat + m * ot / vector_rate(config, 4))
+                    vpu += tail
+                    share = min(arrays, per_core)
+                    # the first matmul waits for the vector work on the first step's loads
+                    # (the window's phases, the weights' rearrangement, one tap group): the
+                    # arrays start that much later (when the vector unit bounds the kernel,
+                    # this work is already inside its time). Counted for an NHWC output
+                    # only, whose short tail otherwise makes one-tile tilings look free
+                    # (BENCHMARKS.md, "Channels-last images"); on NCHW it misranks small
+                    # batched convolutions (4 x 8 x 8 x 8, 3x3: 2,515 -> 3,338 cycles), so
+                    # their estimate is as it was
+                    first = 6 * vlat + split + weights / item / lanes + \
+                        ((g + 1) * vlat + 2 * g * m * ct / lanes if g > 1 else 0) \
+                        if nhwc_out else 0
+                    fill = 2 * setup + (window + weights) / load_bw
+                    cost = Cost(mxu_cycles=per_core * mxu / share + first,
+                                vpu_cycles=per_core * vpu, dma_cycles=dma_cycles,
+                                dram_bytes=cores * loads + tiles * out_bytes,
+                                serial_cycles=fill + tail + setup + out_bytes /
+                                dma.bandwidth_bytes_per_cycle)
+                    commands = tiles * (steps * (8 + mm_groups * (1 + (g + 1) * (g > 1))) + 4)
+                    options.append((cost.estimate(config), commands,
+                                    ConvTiling(ni, ty, ot, ct, g, resident > 0, cost, direct,
+                                               tw if tw < ow else 0, fallback, blocked)))
     if not options:
         return None
     fastest = min(o[0] for o in options)

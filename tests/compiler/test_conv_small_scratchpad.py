@@ -108,32 +108,29 @@ def test_conv1d_on_a_small_scratchpad_matches_torch(monkeypatch, dtype, stride, 
     torch.testing.assert_close(out, want, **_tolerance(dtype))
 
 
-def test_patch_embedding_tiles_narrow_channels(monkeypatch):
+def test_patch_embedding_streams_kernel_rows(monkeypatch):
     # CLIP ViT-B/32's patch embedding (3 -> 768, 32x32, stride 32) scaled to 64
     # filters on a 64x64 image on 512 KiB: 6 KiB of weights per filter, so a tile of
     # the array's 64 columns (384 KiB, loaded and rearranged, double-buffered) does not
-    # fit; tiles of 8 filters do. The per-tap kernel ran 16,384 matmuls of K = 3.
+    # fit; one kernel row a step (192 bytes a filter) does. The per-tap kernel ran
+    # 16,384 matmuls of K = 3.
     torch.manual_seed(2)
     x = torch.randn(1, 3, 64, 64, dtype=torch.float16)
     w = torch.randn(64, 3, 32, 32, dtype=torch.float16) / 64
     compiled, tiling = _compile(monkeypatch, _small(512),
                                 (x, w, None, [32, 32], [0, 0], [1, 1], False, [0, 0], 1))
     assert list(compiled.choices.values())[0].startswith("implicit GEMM")
-    assert tiling is not None and tiling.out_channels < 64
+    assert tiling is not None and tiling.row_blocks and tiling.out_channels == 64
     (out,), result = compiled.run(x, w)
     want = torch.nn.functional.conv2d(x.float(), w.float(), None, 32).half()
     torch.testing.assert_close(out, want, **_tolerance(torch.float16))
-    # taps packed into K: a tile's 1,024 taps take ceil(1,024 / taps) matmuls per tile
-    o_tiles = math.ceil(64 / tiling.out_channels)
-    tiles = o_tiles * math.ceil(2 / tiling.out_rows) * \
-        math.ceil(2 / (tiling.out_cols or 2))
-    assert tiling.taps > 1
-    assert len(_matmuls(compiled)) == tiles * math.ceil(1024 / tiling.taps)
-    # DRAM, exactly: the weights once (one row tile: each tile loads its filters'),
-    # the image once per channel tile (a window row is 64 columns, 128 bytes: whole
-    # granules), the output once
-    assert tiling.out_rows == 2 and not tiling.out_cols
-    assert result.dram_bytes == w.numel() * 2 + o_tiles * x.numel() * 2 + want.numel() * 2
+    # per tile and kernel row, the row's 32 taps packed into ceil(32 / taps) matmuls
+    tiles = math.ceil(2 / tiling.out_rows) * math.ceil(2 / (tiling.out_cols or 2))
+    assert len(_matmuls(compiled)) == tiles * 32 * math.ceil(32 / tiling.taps)
+    # DRAM, exactly what must move: the stride is the kernel, so the kernel rows'
+    # windows (rows 32 apart) cover each image row once; the weights once (one tile
+    # of all 64 filters), the output once
+    assert result.dram_bytes == (w.numel() + x.numel() + want.numel()) * 2
 
 
 def test_channels_last_wide_image_tiles_columns_and_matches_torch():
@@ -258,3 +255,25 @@ def test_narrow_chunks_with_a_fused_epilogue_on_several_arrays_match_torch():
     assert tiling is not None and tiling.out_cols > 0 and tiling.in_channels < 128
     (out,), _ = compiled.run(x)
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kib,cin,cout,k,stride,padding,dilation,groups,hw,dtype", [
+    (48, 32, 64, 3, 2, 2, 2, 1, 33, torch.float32),
+    (64, 16, 32, 7, 2, 3, 1, 2, 60, torch.bfloat16),
+    (32, 16, 64, 5, 1, 2, 1, 1, 24, torch.float32),
+])
+def test_kernel_rows_as_steps_match_torch(monkeypatch, kib, cin, cout, k, stride, padding,
+                                          dilation, groups, hw, dtype):
+    # each kernel row a step of its own: its window is its input rows, `stride` apart,
+    # zero where they fall in the padding; the rows accumulate into one tile
+    torch.manual_seed(7)
+    x = torch.randn(1, cin, hw, hw).to(dtype)
+    w = (torch.randn(cout, cin // groups, k, k) / 8).to(dtype)
+    cfg = ASCEND.with_overrides({"core.scratchpad.size_bytes": kib * 1024, "cores": 2})
+    compiled, tiling = _compile(monkeypatch, cfg, (x, w, None, [stride] * 2, [padding] * 2,
+                                                   [dilation] * 2, False, [0, 0], groups))
+    assert tiling is not None and tiling.row_blocks
+    (out,), _ = compiled.run(x, w)
+    want = torch.nn.functional.conv2d(x.float(), w.float(), None, stride, padding,
+                                      dilation, groups).to(dtype)
+    torch.testing.assert_close(out, want, **_tolerance(dtype))
