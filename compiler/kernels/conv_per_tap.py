@@ -1,12 +1,12 @@
 """Convolution's last resort, when no implicit-GEMM or packed-taps tile fits the
-scratchpad: per tile (output rows x output channels of one image and group) and
-input-channel chunk, the zero-padded input window ``[c, rows, cols]`` is loaded once
-(border strips zero-filled, the interior by one strided DMA) and each kernel tap
-multiplies a strided view of it, ``X_tap^T [rows, ow, c] @ W_tap [c, o]``, accumulated
-into a pixels-major tile that is transposed to NCHW once (or stored NHWC as it is).
-It is the implicit GEMM without the stride-phase rearrangement, packed taps, column
-tiles or resident weights, so its buffers are the fewest: the window, a chunk's
-weights (as loaded and rearranged) and the accumulator."""
+scratchpad: per tile (output rows x output columns x output channels of one image and
+group) and input-channel chunk, the zero-padded input window ``[c, rows, cols]`` is
+loaded once (border strips zero-filled, the interior by one strided DMA) and each
+kernel tap multiplies a strided view of it, ``X_tap^T [rows, cols, c] @ W_tap [c, o]``,
+accumulated into a pixels-major tile that is transposed to NCHW once (or stored NHWC
+as it is). It is the implicit GEMM without the stride-phase rearrangement, packed taps
+or resident weights, so its buffers are the fewest: the window, a chunk's weights (as
+loaded and rearranged) and the accumulator."""
 
 from __future__ import annotations
 
