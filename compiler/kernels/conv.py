@@ -1,7 +1,8 @@
 """Convolution as implicit GEMM on NCHW tensors, with padding by addressing.
 
-A tile is ``ty`` output rows x an output-channel tile of ``ni`` images of one group
-(several images only with whole images: the batch folds into the GEMM's rows). Per
+A tile is ``ty`` output rows (or, of a long row, ``tw`` of its columns) x an
+output-channel tile of ``ni`` images of one group (several images only with whole
+images: the batch folds into the GEMM's rows). Per
 input-channel chunk the zero-padded window ``[ni, c, rows, cols]`` is built in SRAM:
 its border is zero-filled and the input's interior lands inside it by one strided DMA,
 so the padded tensor never exists in DRAM. The vector engine rearranges the window into
@@ -17,6 +18,7 @@ scratchpad the per-tap kernel (:mod:`compiler.kernels.conv_per_tap`) runs instea
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from archsim.config.names import mxu_engine, sram_space, vpu_engine
@@ -27,7 +29,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline
-from compiler.kernels.conv_geometry import Geometry, epilogue_bytes, finisher
+from compiler.kernels.conv_geometry import Geometry, epilogue_bytes, finisher, row_block
 from compiler.kernels.conv_depthwise import (
     choose_depthwise_tiling,
     is_depthwise,
@@ -35,7 +37,9 @@ from compiler.kernels.conv_depthwise import (
 )
 from compiler.kernels.conv_packed import choose_packed_tiling, lower_conv_packed, packed_inputs
 from compiler.kernels.conv_per_tap import lower_conv_per_tap, valid_range
-from compiler.kernels.conv_tiling import ConvTiling, choose_conv_tiling, packed_groups
+from compiler.kernels.conv_tiling import (
+    ConvTiling, choose_conv_tiling, packed_groups, weight_loads,
+)
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import layout, sub
 from compiler.plan import Kernel
@@ -45,9 +49,12 @@ class _Layout(NamedTuple):
     """A tiling laid out: the tiles and every core's SRAM buffers."""
 
     tiling: ConvTiling
+    geo: Geometry
+    """The window of a full tile (its ``out_cols`` the tile's width)."""
     tap_groups: list[list[tuple[int, int]]]
-    tiles: list[tuple[tuple[int, int], int, int, int]]
-    """(images, group, first output row, first output channel in the group)."""
+    tiles: list[tuple[tuple[int, int], int, int, int, int]]
+    """(images, group, first output row, first output column, first output channel in
+    the group)."""
     cores: int
     bufs: list[dict[str, Any]]
     zeroed: list[dict[int, tuple[int, ...]]]
@@ -69,14 +76,25 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
     og = cout // groups
     ni, ty, ot, ct, ntap = (tiling.images, tiling.out_rows, tiling.out_channels,
                             tiling.in_channels, tiling.taps)
+    tw = tiling.out_cols or ow
+    geo = replace(geo, out_cols=tw)
+    if tiling.row_blocks:  # a step is one kernel row: its own 1 x kw convolution
+        geo, kh, bk = row_block(geo), 1, kh  # bk: the steps a chunk takes
+    else:
+        bk = 1
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     tap_groups = [taps[t:t + ntap] for t in range(0, len(taps), ntap)]
-    tiles = [((n0, min(n0 + ni, batch)), gi, y0, o0) for n0 in range(0, batch, ni)
-             for gi in range(groups) for y0 in range(0, oh, ty) for o0 in range(0, og, ot)]
+    tiles = [((n0, min(n0 + ni, batch)), gi, y0, x0, o0) for n0 in range(0, batch, ni)
+             for gi in range(groups) for y0 in range(0, oh, ty) for x0 in range(0, ow, tw)
+             for o0 in range(0, og, ot)]
     cores = min(ctx.cores, len(tiles))
     sets = ctx.sets
-    rows, m = geo.rows(ty), ni * ty * ow
+    rows, m, ow = geo.rows(ty), ni * ty * tw, tw
     packed = packed_groups(len(taps), ntap)
+    # the weight blocks (group and channel tile, each of every chunk) each core meets
+    chunks = -(-cg // ct)
+    blocks = [len({(gi, o0) for _, gi, _, _, o0 in tiles[c::cores]}) * chunks * bk
+              for c in range(cores)]
     bufs = []
     for c in range(cores):
         arena = Arena(sram_space(c), ctx.capacity)
@@ -86,10 +104,13 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
                     for _ in range(sets)] if not tiling.direct_phases else [],
             "planes": [alloc((ni * rows * geo.cols, ct), x.dtype, "conv input planes")
                        for _ in range(sets)],
-            "wraw": [alloc((ot, ct, kh, kw), x.dtype, "conv weight tile") for _ in range(sets)],
+            "wraw": [alloc((ot, ct, kh, kw), x.dtype, "conv weight tile") for _ in range(
+                weight_loads(tiling.resident_weights, tiling.blocks_kept, sets))],
             "w": [alloc((kh * kw * ct, ot), x.dtype, "conv weight taps")
-                  for _ in range(1 if tiling.resident_weights else sets)],
-            "kept": alloc((cout * cg * kh * kw,), x.dtype, "conv resident weights")
+                  for _ in range(0 if tiling.blocks_kept and tiling.resident_weights else
+                                 1 if tiling.resident_weights else sets)],
+            "kept": alloc((blocks[c] * ot * ct * kh * kw if tiling.blocks_kept else
+                           cout * cg * kh * kw,), x.dtype, "conv resident weights")
             if tiling.resident_weights else None,
             "stage": alloc((ntap, m, ct), x.dtype, "conv tap staging") if ntap > 1 else None,
             "packed": [alloc((packed, m, ntap * ct), x.dtype, "conv packed taps")
@@ -103,7 +124,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
                            else (ni, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
         })
-    return _Layout(tiling, tap_groups, tiles, cores, bufs, [{} for _ in range(cores)])
+    return _Layout(tiling, geo, tap_groups, tiles, cores, bufs, [{} for _ in range(cores)])
 
 
 def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
@@ -162,53 +183,63 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: in
     node = kernel.anchor
     w, source = node.inputs[1], node.source
     cout, cg, kh, kw = w.shape
+    # the kernel rows of a step: all, or with row blocks one (``None``: all)
+    blocks: list[int | None] = list(range(kh)) if plan.tiling.row_blocks else [None]
+    if plan.tiling.row_blocks:
+        kh = 1
     og = cout // node.spec.groups
     tiling, cores = plan.tiling, plan.cores
-    kept: list[dict[tuple[tuple[int, int], tuple[int, int]], SramRef]] = \
+    kept: list[dict[tuple[tuple[int, int], tuple[int, int], int | None], SramRef]] = \
         [{} for _ in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     tile_counts, step_counts = [0] * cores, [0] * cores
 
-    def weights(core: int, xs: int, oo: tuple[int, int], cc: tuple[int, int]
-                ) -> tuple[SramRef, Transpose | None]:
-        """Load a weight block (once per core when weights are resident); returns where
-        it lives as ``[kh * kw * c, o]`` and the rearrangement still to emit."""
+    def weights(core: int, xs: int, oo: tuple[int, int], cc: tuple[int, int],
+                block: int | None) -> tuple[SramRef, Transpose | None]:
+        """Load a weight block (once per core when weights are resident): kernel row
+        ``block`` or all rows; returns where it lives as ``[kh * kw * c, o]`` and the
+        rearrangement still to emit."""
         b = plan.bufs[core]
         no, nc = oo[1] - oo[0], cc[1] - cc[0]
+        key = (oo, cc, block)
         if tiling.resident_weights:
-            if (oo, cc) in kept[core]:
-                return kept[core][(oo, cc)], None
-            offset = (oo[0] * cg + cc[0] * no) * kh * kw
-            dst = kept[core][(oo, cc)] = sub(b["kept"], (kh * kw * nc, no), offset)
+            if key in kept[core]:
+                return kept[core][key], None
+            offset = len(kept[core]) * tiling.out_channels * tiling.in_channels * kh * kw \
+                if tiling.blocks_kept else (oo[0] * cg + cc[0] * no) * kh * kw
+            dst = kept[core][key] = sub(b["kept"], (kh * kw * nc, no), offset)
         else:
             dst = sub(b["w"][xs], (kh * kw * nc, no))
-        wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(*cc), Slice(0, kh),
-                                            Slice(0, kw)))
-        wraw = sub(b["wraw"][xs], (no, nc, kh, kw))
+        krows = Slice(0, kh) if block is None else Slice(block, block + 1)
+        wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(*cc), krows, Slice(0, kw)))
+        wraw = sub(b["wraw"][xs % len(b["wraw"])], (no, nc, kh, kw))
         ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, wraw), source)
         return dst, Transpose(wraw, sub(dst, (kh, kw, nc, no)), (2, 3, 1, 0))
 
-    for t, (nn, gi, y0, o0) in enumerate(plan.tiles):
+    ow = geo.out_cols
+    for t, (nn, gi, y0, x0, o0) in enumerate(plan.tiles):
         core = t % cores
         q = tile_counts[core] % ctx.sets
         turn = tile_counts[core] % arrays
         tile_counts[core] += 1
         oo = (gi * og + o0, gi * og + min(o0 + tiling.out_channels, og))
         rows = (y0, min(y0 + tiling.out_rows, geo.out_rows))
-        chunks = list(range(0, cg, tiling.in_channels))
-        for s, c0 in enumerate(chunks):
+        cols = (x0, min(x0 + plan.geo.out_cols, ow))
+        steps = [(c0, block) for c0 in range(0, cg, tiling.in_channels) for block in blocks]
+        for s, (c0, block) in enumerate(steps):
             cc = (gi * cg + c0, gi * cg + min(c0 + tiling.in_channels, cg))
             xs = step_counts[core] % ctx.sets
             step_counts[core] += 1
-            step = _Step(ctx, node, geo, plan, core, xs, q, nn, rows, oo, cc, arrays, turn)
+            step = _Step(ctx, node, plan, core, xs, q, nn, (rows, cols), oo, cc, arrays,
+                         turn, block)
 
-            def load(step=step, c0=c0) -> None:
+            def load(step=step, c0=c0, block=block) -> None:
                 w_ref, rearrange = weights(step.core, step.xs, step.oo,
-                                           (c0, c0 + step.nc))
+                                           (c0, c0 + step.nc), block)
                 step.load(w_ref, rearrange)
 
             store = (lambda: None)
-            if s == len(chunks) - 1:
+            if s == len(steps) - 1:
                 store = step.finisher(kernel, cast)
             per_core[core].append(TileSteps(load, step.compute if s else step.compute_first,
                                             store))
@@ -218,14 +249,19 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: in
 class _Step:
     """One input-channel chunk of one tile: build the window, multiply every tap."""
 
-    def __init__(self, ctx: Context, node: g.Node, geo: Geometry, plan: _Layout, core: int,
-                 xs: int, q: int, images: tuple[int, int], rows: tuple[int, int],
-                 oo: tuple[int, int], cc: tuple[int, int], arrays: int, turn: int) -> None:
-        self.ctx, self.node, self.geo, self.plan = ctx, node, geo, plan
+    def __init__(self, ctx: Context, node: g.Node, plan: _Layout, core: int,
+                 xs: int, q: int, images: tuple[int, int],
+                 pixels: tuple[tuple[int, int], tuple[int, int]],
+                 oo: tuple[int, int], cc: tuple[int, int], arrays: int, turn: int,
+                 block: int | None = None) -> None:
+        self.ctx, self.node, self.geo, self.plan = ctx, node, plan.geo, plan
         self.core, self.xs, self.q = core, xs, q
         self.arrays, self.turn = arrays, turn
-        self.images, self.rows, self.oo, self.cc = images, rows, oo, cc
-        self.ni, self.ty = images[1] - images[0], rows[1] - rows[0]
+        self.rows, self.cols = pixels  # output rows and columns
+        self.images, self.oo, self.cc = images, oo, cc
+        self.ni, self.ty = images[1] - images[0], self.rows[1] - self.rows[0]
+        self.tw = self.cols[1] - self.cols[0]  # the tile's width (a last one narrower)
+        self.block = block  # with row blocks, the kernel row this step multiplies
         self.no, self.nc = oo[1] - oo[0], cc[1] - cc[0]
         self.b = plan.bufs[core]
         self.vpu = vpu_engine(core)
@@ -259,14 +295,14 @@ class _Step:
                 sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)), (3, 5, 0, 2, 4, 1)))
         if rearrange is not None:
             self.emit(self.vpu, rearrange)
-        m = ni * ty * geo.out_cols
+        m, tw = ni * ty * self.tw, self.tw
         image_rows = geo.plane_rows(ty)
         strides = self.strides = (image_rows * geo.plane_cols * nc, geo.plane_cols * nc,
                                   nc, 1)
 
         def tap_view(i: int, j: int) -> SramRef:
             offset = geo.shift(ty, i, j, ni) * nc * planes.dtype.itemsize
-            return SramRef(planes.space, planes.offset + offset, (ni, ty, geo.out_cols, nc),
+            return SramRef(planes.space, planes.offset + offset, (ni, ty, tw, nc),
                            planes.dtype, strides)
 
         slot = 0
@@ -277,7 +313,7 @@ class _Step:
             stage = sub(self.b["stage"], (len(group), m, nc))
             for u, (i, j) in enumerate(group):
                 self.emit(self.vpu, VCopy(tap_view(i, j),
-                                          sub(stage, (ni, ty, geo.out_cols, nc), u * m * nc)))
+                                          sub(stage, (ni, ty, tw, nc), u * m * nc)))
             tiling = self.plan.tiling
             a = sub(self.b["packed"][self.xs], (m, len(group), nc),
                     slot * m * tiling.taps * tiling.in_channels)
@@ -292,10 +328,20 @@ class _Step:
         x = node.inputs[0]
         (ph, pw), height, width = node.spec.padding, x.shape[2], x.shape[3]
         ni, nc, rows, cols = raw.shape
-        r0 = self.rows[0] * geo.stride[0]  # first window row, in padded coordinates
+        (sh, _), (dh, _) = node.spec.stride, node.spec.dilation
+        r0 = self.rows[0] * sh  # first window row, in padded coordinates
+        c0 = self.cols[0] * geo.stride[1]  # and column
         top = min(rows, max(0, ph - r0))
         inner = max(0, min(r0 + rows - ph, height) - max(r0 - ph, 0))
-        left, across = min(cols, pw), max(0, min(cols - pw, width))
+        rows_in = Slice(max(r0 - ph, 0), max(r0 - ph, 0) + inner)
+        if self.block is not None:  # one kernel row's input rows, sh apart
+            r0 += self.block * dh
+            ya, yb = valid_range(0, rows, r0 - ph, sh, height)
+            top = min(ya, rows)
+            inner = max(0, min(yb, rows) - top)
+            rows_in = Slice(r0 - ph + top * sh, r0 - ph + (top + inner - 1) * sh + 1, sh)
+        left = min(cols, max(0, pw - c0))
+        across = max(0, min(c0 + cols - pw, width) - max(c0 - pw, 0))
         strides = (nc * rows * cols, rows * cols, cols, 1)
 
         def strip(row: int, nrows: int, col: int, ncols: int) -> SramRef:
@@ -313,9 +359,9 @@ class _Step:
                     self.emit(self.vpu, Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
                                                region))
         if inner and across:
-            u0 = max(r0 - ph, 0)
+            v0 = max(c0 - pw, 0)
             ref = DramRef(self.ctx.view(x).tensor, (Slice(*self.images), Slice(*self.cc),
-                                                    Slice(u0, u0 + inner), Slice(0, across)))
+                                                    rows_in, Slice(v0, v0 + across)))
             self.emit(self.ctx.em.dma(self.core, "load"),
                       Load(ref, strip(top, inner, left, across)))
 
@@ -330,6 +376,7 @@ class _Step:
         _, height, width, _ = x.shape
         sh, sw, ni, prow, pcol, nc = planes.shape
         r0 = self.rows[0] * self.geo.stride[0]  # first window row, in padded coordinates
+        c0 = self.cols[0] * self.geo.stride[1]  # and column
         strides = (prow * pcol * nc, pcol * nc, nc, 1)
         item = planes.dtype.itemsize
         layouts = []
@@ -340,7 +387,7 @@ class _Step:
                     continue
                 base = planes.offset + (a * sw + c) * ni * prow * pcol * nc * item
                 ya, yb = valid_range(0, prow, r0 + a - ph, sh, height)
-                xa, xb = valid_range(0, pcol, c - pw, sw, width)
+                xa, xb = valid_range(0, pcol, c0 + c - pw, sw, width)
                 layouts.append((base, ya, yb, xa, xb))
         shape = ("nhwc", *planes.shape, *layouts)
         if self.plan.zeroed[self.core].get(self.xs) != shape:
@@ -359,7 +406,7 @@ class _Step:
             if yb <= ya or xb <= xa:
                 continue
             u0 = r0 + a + ya * sh - ph
-            v0 = c + xa * sw - pw
+            v0 = c0 + c + xa * sw - pw
             ref = DramRef(tensor, (Slice(*self.images), Slice(u0, u0 + (yb - ya - 1) * sh + 1, sh),
                                    Slice(v0, v0 + (xb - xa - 1) * sw + 1, sw), Slice(*self.cc)))
             inside = SramRef(planes.space, base + (ya * pcol + xa) * nc * item,
@@ -375,7 +422,7 @@ class _Step:
     def _compute(self, first: bool) -> None:
         kw = self.node.inputs[1].shape[3]
         nc, no = self.nc, self.no
-        m = self.ni * self.ty * self.geo.out_cols
+        m = self.ni * self.ty * self.tw
         acc = sub(self.b["acc"][self.q], (m, no))
         parts = self._split()
         for k, (group, a) in enumerate(zip(self.plan.tap_groups, self.operands)):
@@ -417,15 +464,15 @@ class _Step:
             shape[axis] = hi - lo
             offset = ref.offset + lo * ref.strides[axis] * ref.dtype.itemsize
             return SramRef(ref.space, offset, tuple(shape), ref.dtype, ref.strides)
-        unit = self.ty * self.geo.out_cols if by == "images" else self.geo.out_cols
+        unit = self.ty * self.tw if by == "images" else self.tw
         return sub(ref, ((hi - lo) * unit, ref.shape[-1]), lo * unit * ref.shape[-1])
 
     def finisher(self, kernel: Kernel, cast: bool):
         """Channels-last accumulator ``[images x pixels, o]`` -> NCHW tile
         ``[images, o, pixels]`` (one transpose), then the shared finisher (cast, store,
         fused epilogue)."""
-        ni, no, pixels = self.ni, self.no, self.ty * self.geo.out_cols
-        box = (self.images, self.oo, self.rows, (0, self.geo.out_cols))
+        ni, no, pixels = self.ni, self.no, self.ty * self.tw
+        box = (self.images, self.oo, self.rows, self.cols)
         b, q = self.b, self.q
         if self.node.spec.channels_last_out:
             return self._nhwc_finisher(kernel, cast, box)
@@ -453,7 +500,7 @@ class _Step:
         accumulating its columns densely), the blocks are first copied side by side
         into one ``[pixels, o]`` tile (as the NCHW path transposes them into one), so
         the epilogue and the store run once over the whole tile."""
-        ni, no, pixels = self.ni, self.no, self.ty * self.geo.out_cols
+        ni, no, pixels = self.ni, self.no, self.ty * self.tw
         b, q = self.b, self.q
         blocks = [(lo, hi) for _, by, (lo, hi) in self._split() if by == "cols"]
         tile = {**b, "acc": b["nchw"]} if blocks else b

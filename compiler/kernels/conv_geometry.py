@@ -10,14 +10,48 @@ from dataclasses import dataclass
 from archsim.config.model import ceil_div
 from archsim.config.names import mxu_engine, vpu_engine
 from compiler.graph import Conv2d, Value
-from compiler.ir.operands import DramRef, Slice, SramRef
-from compiler.ir.ops import Cast, Load, Store, Transpose
+from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
+from compiler.ir.ops import Binary, BinaryKind, Cast, Load, Store, Transpose
 from compiler.emit import Arena
 from compiler.kernels.common import Context
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.vector import bytes_per_element, layout, sub
 from compiler.plan import Kernel
+
+
+def padded_window(ctx: Context, core: int, dst: SramRef, corner: tuple[int, int],
+                  padding: tuple[int, int], size: tuple[int, int], fill: float, source: str
+                  ) -> tuple[SramRef, Slice, Slice] | None:
+    """For ``dst`` [c, rows, cols], the padded input window whose first element is at
+    padded row and column ``corner``: fill the border strips the padding covers with
+    ``fill`` and return the part the input covers (a strided view with one unit dim in
+    front, for the image's batch) with the input rows and columns that land there, or
+    None when none does. The caller loads it (padding by addressing: the padded tensor
+    never exists)."""
+    (ph, pw), (r0, c0), (height, width) = padding, corner, size
+    nc, rows, cols = dst.shape
+    top = min(rows, max(0, ph - r0))
+    inner = max(0, min(r0 + rows - ph, height) - max(r0 - ph, 0))
+    left = min(cols, max(0, pw - c0))
+    across = max(0, min(c0 + cols - pw, width) - max(c0 - pw, 0))
+    strides = (rows * cols, cols, 1)
+    item = dst.dtype.itemsize
+    for row, nrows, col, ncols in ((0, top, 0, cols),
+                                   (top + inner, rows - top - inner, 0, cols),
+                                   (top, inner, 0, left),
+                                   (top, inner, left + across, cols - left - across)):
+        if nrows > 0 and ncols > 0:
+            strip = SramRef(dst.space, dst.offset + (row * cols + col) * item,
+                            (nc, nrows, ncols), dst.dtype, strides)
+            ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(fill), Scalar(0.0),
+                                                 strip), source)
+    if inner == 0 or across == 0:
+        return None
+    u0, v0 = max(r0 - ph, 0), max(c0 - pw, 0)
+    inside = SramRef(dst.space, dst.offset + (top * cols + left) * item,
+                     (1, nc, inner, across), dst.dtype, (nc * rows * cols,) + strides)
+    return inside, Slice(u0, u0 + inner), Slice(v0, v0 + across)
 
 
 def epilogue_bytes(ctx: Context, kernel: Kernel, out: Value) -> int:
@@ -94,6 +128,15 @@ class Geometry:
         plane_rows = self.plane_rows(ty) * images
         phase = ((i * dh) % sh) * sw + (j * dw) % sw
         return (phase * plane_rows + (i * dh) // sh) * self.plane_cols + (j * dw) // sw
+
+
+def row_block(geo: Geometry) -> Geometry:
+    """One kernel row of ``geo`` as a convolution of its own: over a window whose rows
+    are the input rows that row reads for consecutive output rows (loaded ``sh``
+    apart, so ``1 x kw`` taps at row stride 1)."""
+    (_, kw), (_, sw), (_, dw) = geo.kernel, geo.stride, geo.dilation
+    return Geometry((1, kw), (1, sw), (1, dw), geo.out_rows, geo.out_cols, geo.in_rows,
+                    geo.in_cols)
 
 
 def tile_buffers(ctx: Context, kernel: Kernel, arena: Arena, channels: int, ty: int,
@@ -194,6 +237,28 @@ def _nhwc_store(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
                     sub(b["out"][q], (n, r, w, c)) if cast else None, out, group,
                     (lay.buffers[0], lay.scratch[0]) if lay else None, order, nhwc_box,
                     source)
+    return store
+
+
+def pixels_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
+                    box: tuple[tuple[int, int], ...], shape: tuple[int, int], cast: bool,
+                    pixels_major: bool) -> Callable[[], None]:
+    """The tile's store (:func:`finisher`) from an accumulator ``[o, pix]``, or with
+    ``pixels_major`` ``[pix, o]``: stored NHWC as it is, or transposed to NCHW
+    (``b["nchw"]``) first."""
+    if not pixels_major:
+        return finisher(ctx, kernel, core, b, q, box, shape, cast)
+    if kernel.anchor.spec.channels_last_out:  # [pix, o] is the NHWC tile already
+        no, pix = shape
+        return finisher(ctx, kernel, core, b, q, box, (pix, no), cast, nhwc_tile=True)
+    finish = finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box, shape, cast)
+    no, pix = shape
+
+    def store() -> None:
+        ctx.em.emit(vpu_engine(core), Transpose(sub(b["acc"][q], (pix, no)),
+                                                sub(b["nchw"][q], (no, pix)), (1, 0)),
+                    kernel.anchor.source)
+        finish()
     return store
 
 

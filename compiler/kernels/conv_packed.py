@@ -35,7 +35,7 @@ from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    conv_tiles, epilogue_bytes, finisher, image_load, tile_buffers,
+    conv_tiles, epilogue_bytes, image_load, pixels_finisher, tile_buffers,
 )
 from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.matmul import accumulator_dtype
@@ -319,7 +319,8 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
             store = (lambda: None)
             if s == len(packs) - 1:
                 box = ((nb, nb + 1), oo, rows, (0, ow))
-                store = _finish(ctx, kernel, core, b, q, box, (no, pix), cast, pixels_major)
+                store = pixels_finisher(ctx, kernel, core, b, q, box, (no, pix), cast,
+                                        pixels_major)
             per_core[core].append(TileSteps(load, compute, store))
     pipeline(per_core, sets - 1)
 
@@ -334,27 +335,6 @@ def _rearrange(ctx: Context, core: int, raw: SramRef, dst: SramRef, first: int,
     taps_view = SramRef(raw.space, raw.offset + first * raw.dtype.itemsize, (no, cg, ntp),
                         raw.dtype, (cg * ntaps, ntaps, 1))
     ctx.em.emit(vpu_engine(core), Transpose(taps_view, dst, (2, 1, 0)), source)
-
-
-def _finish(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
-            box: tuple[tuple[int, int], ...], shape: tuple[int, int], cast: bool,
-            pixels_major: bool):
-    """The tile's store: a pixels-major accumulator ``[pix, o]`` is transposed to NCHW
-    ``[o, pix]`` first."""
-    if not pixels_major:
-        return finisher(ctx, kernel, core, b, q, box, shape, cast)
-    if kernel.anchor.spec.channels_last_out:  # [pix, o] is the NHWC tile already
-        no, pix = shape
-        return finisher(ctx, kernel, core, b, q, box, (pix, no), cast, nhwc_tile=True)
-    finish = finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box, shape, cast)
-    no, pix = shape
-
-    def store() -> None:
-        ctx.em.emit(vpu_engine(core), Transpose(sub(b["acc"][q], (pix, no)),
-                                                sub(b["nchw"][q], (no, pix)), (1, 0)),
-                    kernel.anchor.source)
-        finish()
-    return store
 
 
 def _load_rows(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple[int, int],

@@ -1,33 +1,73 @@
-"""Convolution's fallback when no implicit-GEMM tile fits the scratchpad: per kernel
-tap, a strided DRAM window ``X_tap [c, pixels]`` and ``W_tap @ X_tap`` accumulated into
-an NCHW tile. Padding is by addressing: output pixels whose tap falls in the border
-read zeros from a filled buffer, the rest arrive by one strided DMA."""
+"""Convolution's last resort, when no implicit-GEMM or packed-taps tile fits the
+scratchpad: per tile (output rows x output columns x output channels of one image and
+group) and input-channel chunk, the zero-padded input window ``[c, rows, cols]`` is
+loaded once (border strips zero-filled, the interior by one strided DMA) and each
+kernel tap multiplies a strided view of it, ``X_tap^T [rows, cols, c] @ W_tap [c, o]``,
+accumulated into a pixels-major tile that is transposed to NCHW once (or stored NHWC
+as it is). It is the implicit GEMM without the stride-phase rearrangement, packed taps
+or resident weights, so its buffers are the fewest: the window, a chunk's weights (as
+loaded and rearranged) and the accumulator."""
 
 from __future__ import annotations
 
-from archsim.config.names import sram_space, vpu_engine
+from collections.abc import Callable
+
+from archsim.config.names import mxu_engine, sram_space, vpu_engine
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
-from compiler.graph import Value
-from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
-from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
+from compiler.ir.operands import DramRef, Slice, SramRef
+from compiler.ir.ops import Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    conv_tiles, epilogue_bytes, finisher, image_load, tile_buffers,
+    epilogue_bytes, image_load, padded_window, pixels_finisher, tile_buffers,
 )
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
 
 
+def window_size(kernel: tuple[int, int], stride: tuple[int, int],
+                dilation: tuple[int, int], ty: int, ow: int) -> tuple[int, int]:
+    """Input rows and columns ``ty`` output rows of ``ow`` columns read (padded)."""
+    return ((ty - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1,
+            (ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1)
+
+
+def _sizes(ctx: Context, need: Callable[[int, int, int, int], int], oh: int, ow: int,
+           og: int, cg: int) -> tuple[int, int, int, int]:
+    """(rows, columns, output channels, input channels) of a tile whose buffers
+    (``need``) fit: each step halves the size that saves the most, the columns and
+    channel tiles not below the array's size while another can shrink, then any."""
+    matrix = ctx.config.core.matrix
+    size = [oh, ow, min(og, 4 * max(matrix.rows, matrix.cols)), min(cg, 4 * matrix.rows)]
+    floors = [1, min(ow, matrix.rows), min(size[2], matrix.cols), min(size[3], matrix.rows)]
+
+    def halved(axis: int) -> list[int]:
+        return [(n + 1) // 2 if a == axis else n for a, n in enumerate(size)]
+
+    while need(*size) > ctx.capacity:
+        axes = [a for a in range(4) if size[a] > floors[a]]
+        if not axes:  # every size at its floor: lower the floors
+            if floors == [1, 1, 1, 1]:
+                raise CapacityError(f"conv tile does not fit {ctx.capacity} B")
+            floors = [1, 1, 1, 1]
+            continue
+        size = halved(min(axes, key=lambda a: need(*halved(a))))
+    return size[0], size[1], size[2], size[3]
+
+
 def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
-    """Per tap a strided DRAM window and ``W_tap @ X_tap`` (NCHW out)."""
+    """Per tile and channel chunk one window, then one matmul per tap on a view of it."""
     node = kernel.anchor
     spec: g.Conv2d = node.spec
     x, w = node.inputs
     out = node.out
-    batch, cin, _, _ = spec.image_shape(x, spec.channels_last_in)
+    view = ctx.view(x)
+    if view.shape != view.base_shape:
+        raise LoweringError(f"{node.source}: convolution input must be a stored tensor, "
+                            f"got a reshaped view")
+    batch = spec.image_shape(x, spec.channels_last_in)[0]
     cout, cg, kh, kw = w.shape
     _, _, oh, ow = spec.image_shape(out, spec.channels_last_out)
     groups = spec.groups
@@ -35,30 +75,27 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
     item = x.dtype.itemsize
     acc_dtype = accumulator_dtype(x.dtype)
     matrix = ctx.config.core.matrix
-    ot = min(og, 4 * max(matrix.rows, matrix.cols))
-    ct = min(cg, 4 * matrix.rows)
     epi = epilogue_bytes(ctx, kernel, out)
     cast = out.dtype is not acc_dtype
     sets = ctx.sets
-    ty = oh
-    while True:
-        pixels = ty * ow
-        need = (sets * ct * pixels * item + 2 * sets * ot * ct * kh * kw * item +
-                sets * ot * pixels * (4 + (out.dtype.itemsize if cast else 0)) +
-                sets * (epi * ot * pixels + 64 * 16) + 8192 +
-                (sets * ot * pixels * 4 if spec.channels_last_out and kernel.group else 0))
-        if need <= ctx.capacity or (ty == 1 and ot == 1 and ct == 1):
-            break
-        if ty > 1:
-            ty = (ty + 1) // 2
-        elif ot > 1:
-            ot = (ot + 1) // 2
-        else:
-            ct = (ct + 1) // 2
-    if need > ctx.capacity:
-        raise CapacityError(f"{node.source}: conv tile does not fit {ctx.capacity} B")
-    tiles = [(nb, gi, o0, y0) for nb in range(batch) for gi in range(groups)
-             for o0 in range(0, og, ot) for y0 in range(0, oh, ty)]
+    taps = kh * kw
+    shape = ((kh, kw), tuple(spec.stride), tuple(spec.dilation))
+
+    def need(ty: int, tw: int, ot: int, ct: int) -> int:
+        """The window; a chunk's weights as loaded and rearranged; the accumulator, its
+        NCHW transpose, the cast and the epilogue's buffers."""
+        rows, cols = window_size(*shape, ty, tw)
+        return (sets * ct * rows * cols * item + 2 * sets * ot * ct * taps * item +
+                sets * ot * ty * tw * (8 + (out.dtype.itemsize if cast else 0) + epi) +
+                sets * 64 * 16 + 8192)
+
+    try:
+        ty, tw, ot, ct = _sizes(ctx, need, oh, ow, og, cg)
+    except CapacityError as e:
+        raise CapacityError(f"{node.source}: {e}") from None
+    rows, cols = window_size(*shape, ty, tw)
+    tiles = [(nb, gi, o0, y0, x0) for nb in range(batch) for gi in range(groups)
+             for o0 in range(0, og, ot) for y0 in range(0, oh, ty) for x0 in range(0, ow, tw)]
     cores = min(ctx.cores, len(tiles))
     arrays = matrix.arrays if ctx.options.multi_array else 1
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
@@ -66,54 +103,64 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
     for c in range(cores):
         arena = Arena(sram_space(c), ctx.capacity)
         bufs.append({
-            "x": [arena.alloc((ct, ty * ow), x.dtype, "conv input window") for _ in range(sets)],
+            "x": [arena.alloc((ct, rows, cols), x.dtype, "conv input window")
+                  for _ in range(sets)],
             "wraw": [arena.alloc((ot, ct, kh, kw), x.dtype, "conv weight tile")
                      for _ in range(sets)],
-            "w": [arena.alloc((kh, kw, ot, ct), x.dtype, "conv weight taps")
+            "w": [arena.alloc((kh, kw, ct, ot), x.dtype, "conv weight taps")
                   for _ in range(sets)],
-            "acc": [arena.alloc((ot, ty * ow), acc_dtype, "conv accumulator")
+            "acc": [arena.alloc((ty * tw, ot), acc_dtype, "conv accumulator")
                     for _ in range(sets)],
-            **tile_buffers(ctx, kernel, arena, ot, ty, ow, cast),
+            "nchw": [arena.alloc((ot, ty * tw), acc_dtype, "conv output tile")
+                     for _ in range(sets)],
+            **tile_buffers(ctx, kernel, arena, ot, ty, tw, cast, False),
         })
-    step_counts = [0] * cores
-    chunk_counts = [0] * cores
+    tile_counts, step_counts = [0] * cores, [0] * cores
     source = node.source
-    for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, oh, ty, ow):
-        core, q, mxu, nb, gi = tile.core, tile.q, tile.mxu, tile.nb, tile.gi
-        oo, rows, pix, no, b = tile.oo, tile.rows, tile.pix, tile.no, bufs[tile.core]
-        steps = [(c0, i, j) for c0 in range(0, cg, ct) for i in range(kh) for j in range(kw)]
-        for s, (c0, i, j) in enumerate(steps):
+    (sh, sw), (dh, dw) = spec.stride, spec.dilation
+    for t, (nb, gi, o0, y0, x0) in enumerate(tiles):
+        core = t % cores
+        q = tile_counts[core] % sets
+        mxu = mxu_engine(core, tile_counts[core] % arrays)
+        tile_counts[core] += 1
+        oo = (gi * og + o0, gi * og + min(o0 + ot, og))
+        trows, tcols = (y0, min(y0 + ty, oh)), (x0, min(x0 + tw, ow))
+        no, nrows, ncols = oo[1] - oo[0], trows[1] - trows[0], tcols[1] - tcols[0]
+        pix, b = nrows * ncols, bufs[core]
+        wrows, wcols = window_size(*shape, nrows, ncols)
+        chunks = list(range(0, cg, ct))
+        for s, c0 in enumerate(chunks):
             cc = (c0, min(c0 + ct, cg))
             nc = cc[1] - cc[0]
             xs = step_counts[core] % sets
             step_counts[core] += 1
-            if i == 0 and j == 0:
-                chunk_counts[core] += 1
-            ws = chunk_counts[core] % sets
+            win = sub(b["x"][xs], (nc, wrows, wcols))
 
-            def load(core=core, b=b, xs=xs, q=ws, cc=cc, i=i, j=j, nb=nb, gi=gi, rows=rows,
-                     oo=oo, no=no, nc=nc, pix=pix, first_tap=(i == 0 and j == 0)) -> None:
-                if first_tap:
-                    wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(*cc), Slice(0, kh),
-                                                        Slice(0, kw)))
-                    raw = sub(b["wraw"][q], (no, nc, kh, kw))
-                    ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, raw), source)
-                    ctx.em.emit(vpu_engine(core), Transpose(
-                        raw, sub(b["w"][q], (kh, kw, no, nc)), (2, 3, 0, 1)), source)
-                chans = (gi * cin // groups + cc[0], gi * cin // groups + cc[1])
-                load_tap(ctx, x, nb, chans, rows, (i, j), spec, ow, core,
-                          sub(b["x"][xs], (nc, pix)), source)
+            def load(core=core, b=b, xs=xs, cc=cc, nc=nc, nb=nb, gi=gi, oo=oo, no=no,
+                     win=win, corner=(y0 * sh, x0 * sw)) -> None:
+                wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(*cc), Slice(0, kh),
+                                                    Slice(0, kw)))
+                raw = sub(b["wraw"][xs], (no, nc, kh, kw))
+                ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, raw), source)
+                ctx.em.emit(vpu_engine(core), Transpose(
+                    raw, sub(b["w"][xs], (kh, kw, nc, no)), (2, 3, 1, 0)), source)
+                load_window(ctx, x, nb, (gi * cg + cc[0], gi * cg + cc[1]), corner, spec,
+                            core, win, source)
 
-            def compute(core=core, b=b, xs=xs, i=i, j=j, q=q, ws=ws, no=no, nc=nc, pix=pix,
-                        s=s, mxu=mxu) -> None:
-                tap = sub(b["w"][ws], (no, nc), (i * kw + j) * no * nc)
-                ctx.em.emit(mxu, MatMul(tap, sub(b["x"][xs], (nc, pix)),
-                                        sub(b["acc"][q], (no, pix)), s > 0), source)
+            def compute(b=b, xs=xs, q=q, nc=nc, no=no, pix=pix, s=s, mxu=mxu, win=win,
+                        nrows=nrows, ncols=ncols, wrows=wrows, wcols=wcols) -> None:
+                acc = sub(b["acc"][q], (pix, no))
+                for t in range(taps):
+                    i, j = divmod(t, kw)
+                    a = SramRef(win.space, win.offset + (i * dh * wcols + j * dw) * item,
+                                (nrows, ncols, nc), win.dtype, (sh * wcols, sw, wrows * wcols))
+                    wt = sub(b["w"][xs], (nc, no), t * nc * no)
+                    ctx.em.emit(mxu, MatMul(a, wt, acc, s > 0 or t > 0), source)
 
             store = (lambda: None)
-            if s == len(steps) - 1:
-                box = ((nb, nb + 1), oo, rows, (0, ow))
-                store = finisher(ctx, kernel, core, b, q, box, (no, pix), cast)
+            if s == len(chunks) - 1:
+                box = ((nb, nb + 1), oo, trows, tcols)
+                store = pixels_finisher(ctx, kernel, core, b, q, box, (no, pix), cast, True)
             per_core[core].append(TileSteps(load, compute, store))
     pipeline(per_core, sets - 1)
 
@@ -126,46 +173,17 @@ def valid_range(lo: int, hi: int, start: int, step: int, size: int) -> tuple[int
     return a, max(a, b)
 
 
-def tap_inside(ctx: Context, core: int, dst: SramRef, tap: tuple[int, int],
-               rows: tuple[int, int], ow: int, stride: tuple[int, int],
-               dilation: tuple[int, int], padding: tuple[int, int], size: tuple[int, int],
-               fill: float, lead: int, source: str) -> tuple[SramRef, Slice, Slice] | None:
-    """For ``dst`` [c, rows x ow], tap ``(i, j)``'s input pixels of output rows ``rows``:
-    fill it with ``fill`` if the tap reaches into the padding anywhere, and return the
-    part of it the input covers (a strided view with ``lead`` unit dims in front) with
-    the input rows and columns that land there, or None when none does."""
-    (i, j), (sh, sw), (dh, dw), (ph, pw) = tap, stride, dilation, padding
-    row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
-    ya, yb = valid_range(rows[0], rows[1], row0, sh, size[0])
-    xa, xb = valid_range(0, ow, col0, sw, size[1])
-    nc, pix = dst.shape
-    if (ya, yb, xa, xb) != (rows[0], rows[1], 0, ow):
-        ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(fill), Scalar(0.0), dst),
-                    source)
-    if yb <= ya or xb <= xa:
-        return None
-    r, c = row0 + ya * sh, col0 + xa * sw
-    offset = ((ya - rows[0]) * ow + xa) * dst.dtype.itemsize
-    inside = SramRef(dst.space, dst.offset + offset, (1,) * lead + (nc, yb - ya, xb - xa),
-                     dst.dtype, (nc * pix,) * lead + (pix, ow, 1))
-    return (inside, Slice(r, r + (yb - ya - 1) * sh + 1, sh),
-            Slice(c, c + (xb - xa - 1) * sw + 1, sw))
-
-
-def load_tap(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tuple[int, int],
-             tap: tuple[int, int], spec: g.Conv2d, ow: int, core: int, dst: SramRef,
-             source: str) -> None:
-    """``dst`` [c, rows x ow] := tap ``(i, j)``'s input pixels, zero in the padding."""
-    view = ctx.view(x)
-    if view.shape != view.base_shape:
-        raise LoweringError(f"{source}: convolution input must be a stored tensor, got a "
-                            f"reshaped view")
+def load_window(ctx: Context, x: g.Value, n: int, chans: tuple[int, int],
+                corner: tuple[int, int], spec: g.Conv2d, core: int, dst: SramRef,
+                source: str) -> None:
+    """``dst`` [c, rows, cols] := the zero-padded input window whose first element is
+    at padded row and column ``corner``: the border strips the padding covers are
+    zero-filled, the interior lands by one strided DMA."""
     _, _, height, width = spec.image_shape(x, spec.channels_last_in)
-    placed = tap_inside(ctx, core, dst, tap, rows, ow, tuple(spec.stride),
-                        tuple(spec.dilation), tuple(spec.padding), (height, width), 0.0, 1,
-                        source)
+    placed = padded_window(ctx, core, dst, corner, tuple(spec.padding), (height, width),
+                           0.0, source)
     if placed is not None:
-        inside, in_rows, in_cols = placed
+        inside, rows, cols = placed
         ctx.em.emit(ctx.em.dma(core, "load"),
-                    image_load(ctx, x, spec.channels_last_in, (n, n + 1), chans, in_rows,
-                               in_cols, inside), source)
+                    image_load(ctx, x, spec.channels_last_in, (n, n + 1), chans, rows, cols,
+                               inside), source)

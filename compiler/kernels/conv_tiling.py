@@ -1,11 +1,12 @@
 """How the implicit-GEMM convolution tiles its work: the cost model's choice among
-(images, output rows, output channels, input-channel chunk, taps per matmul, resident
-weights) under the scratchpad's capacity."""
+(images, output rows, output columns, output channels, input-channel chunk, taps per
+matmul, resident weights) under the scratchpad's capacity."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from archsim.config.model import ceil_div
 from archsim.matrix import matmul_cycles
@@ -19,7 +20,7 @@ from compiler.cost import (
 )
 from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
-from compiler.kernels.conv_geometry import Geometry
+from compiler.kernels.conv_geometry import Geometry, row_block
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,8 @@ class ConvTiling:
     image: they are stacked into one matmul's rows, the batch folded into the GEMM's
     M), accumulated over input-channel chunks of ``in_channels``; each matmul covers
     ``taps`` consecutive kernel taps (K = taps x in_channels). With
-    ``resident_weights`` every core keeps each weight block it has loaded."""
+    ``resident_weights`` every core keeps each weight block it has loaded (only the
+    blocks of the output-channel tiles it meets: :func:`blocks_met`)."""
 
     images: int
     out_rows: int
@@ -41,6 +43,58 @@ class ConvTiling:
     direct_phases: bool = False
     """From an NHWC image: each stride phase of the window loads by its own strided
     DMA (else the window loads whole and the vector unit splits its phases)."""
+    out_cols: int = 0
+    """Output columns a tile covers (0: the whole row). A tile of fewer reads a window
+    of ``(out_cols - 1) * sw + (kw - 1) * dw + 1`` input columns (a 1-D convolution,
+    one output row of thousands of columns, fits a small scratchpad only so)."""
+    blocks_kept: bool = False
+    """With ``resident_weights``: each core keeps only the weight blocks it meets
+    (:func:`blocks_met`), else every block at its place in the weights."""
+    row_blocks: bool = False
+    """Each kernel row is a step of its own (NCHW image): its window is the tile's
+    output rows' input rows of that kernel row (one strided DMA, rows ``sh`` apart) and
+    its weights that row's taps, so a step holds ``1 / kh`` of the weights (CLIP's
+    32x32 patch embedding: 6 KiB per filter whole, 192 bytes a row)."""
+
+
+def blocks_met(groups: int, o_tiles: int, tiles: int, cores: int) -> int:
+    """Distinct (group, output-channel tile) weight blocks one core meets when the
+    tiles, output-channel tile innermost, are dealt to the cores in turn: with one
+    group core ``c`` meets tiles ``c, c + cores, ...``, whose channel tiles repeat with
+    period ``o_tiles / gcd(o_tiles, cores)``; with several, at most every block."""
+    per_core = ceil_div(tiles, cores)
+    if groups == 1:
+        return min(per_core, o_tiles // math.gcd(o_tiles, cores))
+    return min(per_core, groups * o_tiles)
+
+
+def weight_loads(resident: bool, blocks_kept: bool, sets: int) -> int:
+    """Buffers weight blocks load into: one when each core keeps the blocks it meets
+    (each loads once, on the core's first tiles), else one per buffer set."""
+    return 1 if resident and blocks_kept else sets
+
+
+def column_widths(ow: int, unit: int) -> list[int]:
+    """Tile widths below the output row's ``ow`` columns: ``ow`` cut into 2, 3, 4, 6,
+    8, 12... near-equal tiles, and ``unit`` (the array's rows: a tile's pixels are
+    its matmuls' rows) times powers of two."""
+    widths, parts = set(tile_sizes(ow, unit)), 2
+    while parts <= ow:
+        widths.update({ceil_div(ow, parts), ceil_div(ow, parts + parts // 2)})
+        parts *= 2
+    return sorted(w for w in widths if w < ow)
+
+
+def narrow_channel_tiles(size: int, unit: int) -> list[int]:
+    """Channel tiles narrower than ``unit`` (the array's columns for output channels,
+    its rows for input-channel chunks): its halves down to an eighth, for convolutions
+    whose weights per tile (all taps of a channel chunk: CLIP's 32x32 patch embedding
+    holds 6 KiB per output channel) leave no room in a small scratchpad otherwise. A
+    narrow chunk packs more taps into K (``taps``). Tried only when no tile of
+    :func:`~compiler.cost.tile_sizes` fits: where one does, the estimate favours
+    narrow tiles by 5-10% that simulate 10-30% slower (ResNet-18 on tpu-v4: 157k ->
+    203k cycles), an array's idle columns costing more than it sees."""
+    return sorted({t for t in (unit // 2, unit // 4, unit // 8) if 0 < t < size})
 
 
 def packed_groups(ntaps: int, taps: int) -> int:
@@ -50,8 +104,9 @@ def packed_groups(ntaps: int, taps: int) -> int:
 
 def sram_bytes(geo: Geometry, ni: int, ty: int, ot: int, ct: int, taps: int,
                resident: int, item: int, out_item: int, cast: bool, epi: int,
-               sets: int) -> int:
-    """Scratchpad one core needs (``resident``: bytes of all weight blocks kept)."""
+               sets: int, loads: int | None = None) -> int:
+    """Scratchpad one core needs (``resident``: bytes of the weight blocks kept;
+    ``loads``: buffers weight blocks load into, default ``sets``)."""
     kh, kw = geo.kernel
     m = ni * ty * geo.out_cols
     window = ni * geo.rows(ty) * geo.cols * ct * item
@@ -59,8 +114,33 @@ def sram_bytes(geo: Geometry, ni: int, ty: int, ot: int, ct: int, taps: int,
     pack = packed_groups(kh * kw, taps) * m * taps * ct * item
     stage = taps * m * ct * item if taps > 1 else 0
     acc = 2 * m * ot * 4 + m * ot * ((out_item if cast else 0) + epi)
-    kept = resident if resident else sets * weights
-    return sets * (2 * window + weights + pack + acc + 16 * 64 * 8) + kept + stage + 8192
+    # as loaded, and rearranged (or kept)
+    weights = (sets if loads is None else loads) * weights + \
+        (resident if resident else sets * weights)
+    return sets * (2 * window + pack + acc + 16 * 64 * 8) + weights + stage + 8192
+
+
+Shape = tuple[int, int, int]
+"""(images, output rows, output columns) of a tile."""
+
+
+def _tiers(rows: list[Shape], columns: list[Shape], outs: tuple[list[int], list[int]],
+           ins: tuple[list[int], list[int]]
+           ) -> list[tuple[list[Shape], list[int], list[int], bool]]:
+    """The tilings tried, in tiers: the next only when none of a tier fits. First
+    tiles of whole rows and whole array columns of output channels, weights kept
+    resident only when all of them fit; then column tiles too, each core keeping only
+    the weight blocks it meets (``fallback``); then narrow channel tiles and chunks
+    (:func:`narrow_channel_tiles`). The later tiers' options are estimated 5-15%
+    faster than the first tier's on some convolutions that fit and simulate slower
+    (ResNet-50 on atom: 1,034k -> 1,127k cycles with every option in one tier), and
+    a column tile reads its input in strided boxes, which keeps a computed input out
+    of shared SRAM (:mod:`compiler.residency`: Wav2Vec2's 1-D convolution on atom,
+    estimated 108k against 160k for whole rows, runs 148k against 132k after the op
+    computing its input): they stay for scratchpads where nothing else fits."""
+    (wide_out, narrow_out), (wide_in, narrow_in) = outs, ins
+    return [(rows, wide_out, wide_in, False), (rows + columns, wide_out, wide_in, True),
+            (rows + columns, wide_out + narrow_out, wide_in + narrow_in, True)]
 
 
 def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin: int,
@@ -77,6 +157,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
     NHWC, whose window loads as stride phases (one DMA each, no rearrangement) or
     whose output tile stores as it is (no transpose)."""
     nhwc_in, nhwc_out = channels_last
+    full = geo
     config = ctx.config
     capacity = ctx.capacity if capacity is None else capacity
     matrix, vector, dma = config.core.matrix, config.core.vector, config.core.dma
@@ -86,82 +167,105 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
     lanes, vlat = vector_rate(config, item), vector.pipeline_latency_cycles
     setup = dma.setup_latency_cycles + config.dram.latency_cycles + config.noc.latency_cycles
     granule = config.dram.access_granularity_bytes
-    images = batch * groups
-    all_weights = images * cout * cin * ntaps * item
+    all_weights = batch * groups * cout * cin * ntaps * item
     oh, ow = geo.out_rows, geo.out_cols
     heights = sorted({ceil_div(oh, k) for k in range(1, oh + 1)})
-    shapes = [(1, ty) for ty in heights] + [(ni, oh) for ni in tile_sizes(batch, 2) if ni > 1]
-    options = []
-    for (ni, ty), ot, ct in itertools.product(shapes, tile_sizes(cout, matrix.cols),
-                                              tile_sizes(cin, matrix.rows)):
-        m = ni * ty * ow
-        rows = geo.rows(ty)
-        tiles = groups * ceil_div(batch, ni) * ceil_div(cout, ot) * ceil_div(oh, ty)
-        cores = min(ctx.cores, tiles)
-        per_core = ceil_div(tiles, cores)
-        # the cores' loads share DRAM once more than one core runs
-        load_bw = min(load_bandwidth(config),
-                      config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY / cores)
-        chunks = ceil_div(cin, ct)
-        most = min(ntaps, max(1, matrix.rows // ct))
-        # from an NHWC image with a stride, the phases load directly or are split
-        modes = (True, False) if nhwc_in and geo.stride != (1, 1) else (nhwc_in,)
-        for g, resident, direct in itertools.product(sorted({1, most}), (all_weights, 0),
-                                                     modes):
-            need = sram_bytes(geo, ni, ty, ot, ct, g, resident, item, out_item, cast, epi,
-                              ctx.sets)
-            if need > capacity:
-                continue
-            mm_groups = ceil_div(ntaps, g)
-            mxu = chunks * sum(matmul_cycles(m, min(g, ntaps - t) * ct, ot, matrix, dtype)
-                               for t in range(0, ntaps, g))
-            if nhwc_in:  # runs of a pixel's channels, or of a row's when all are loaded
-                run = ct * item * (1 if ct < cin or direct and geo.stride != (1, 1)
-                                   else geo.cols)
-                window = ni * rows * geo.cols * ct * item // run * \
-                    ceil_div(run, granule) * granule
-            else:
-                window = ni * ct * rows * ceil_div(geo.cols * item, granule) * granule
-            if direct:  # only the phases some tap reads
-                window = window * len(geo.phases_read()) // (geo.stride[0] * geo.stride[1])
-            window_loads = len(geo.phases_read()) if direct else 1
-            weights = ot * ct * ntaps * item
-            weight_share = min(per_core * chunks * weights, all_weights) if resident else \
-                per_core * chunks * weights
-            out_bytes = m * ot * (out_item + epi)
-            loads = per_core * chunks * window + weight_share
-            dma_cycles = loads / load_bw + per_core * (
-                chunks * (1 + window_loads) * setup / max(1, dma.engines - 1) +
-                out_bytes / dma.bandwidth_bytes_per_cycle)
-            # phase split, border fills, weight rearrangement
-            split = 0 if direct else 2 * ni * rows * geo.cols * ct / lanes
-            vpu = chunks * (6 * vlat + split) + weight_share / per_core / item / lanes
-            if g > 1:  # per packed matmul: g tap copies, one transpose of all g
-                vpu += chunks * packed_groups(ntaps, g) * ((g + 1) * vlat + 2 * g * m * ct / lanes)
-            # after the last matmul: the transpose to NCHW and its passes, or for an
-            # NHWC output (no epilogue) only the cast, if any
-            passes = cast + epi_ops if nhwc_out else 3 + epi_ops
-            tail = passes * (vlat + m * ot / vector_rate(config, 4))
-            vpu += tail
-            share = min(arrays, per_core)
-            # the first matmul waits for the vector work on the first step's loads (the
-            # window's phases, the weights' rearrangement, one tap group): the arrays
-            # start that much later (when the vector unit bounds the kernel, this work
-            # is already inside its time). Counted for an NHWC output only, whose
-            # short tail otherwise makes one-tile tilings look free (BENCHMARKS.md,
-            # "Channels-last images"); on NCHW it misranks small batched convolutions
-            # (4 x 8 x 8 x 8, 3x3: 2,515 -> 3,338 cycles), so their estimate is as it was
-            first = 6 * vlat + split + weights / item / lanes + \
-                ((g + 1) * vlat + 2 * g * m * ct / lanes if g > 1 else 0) if nhwc_out else 0
-            fill = 2 * setup + (window + weights) / load_bw
-            cost = Cost(mxu_cycles=per_core * mxu / share + first, vpu_cycles=per_core * vpu,
-                        dma_cycles=dma_cycles,
-                        dram_bytes=cores * loads + tiles * out_bytes,
-                        serial_cycles=fill + tail + setup + out_bytes /
-                        dma.bandwidth_bytes_per_cycle)
-            commands = tiles * (chunks * (8 + mm_groups * (1 + (g + 1) * (g > 1))) + 4)
-            options.append((cost.estimate(config), commands,
-                            ConvTiling(ni, ty, ot, ct, g, resident > 0, cost, direct)))
+    # whole rows of one image, whole images, or a single row cut into column tiles
+    whole = [(1, ty, ow) for ty in heights] + \
+        [(ni, oh, ow) for ni in tile_sizes(batch, 2) if ni > 1]
+    columns = [(1, 1, tw) for tw in column_widths(ow, matrix.rows)]
+    outs = tile_sizes(cout, matrix.cols), narrow_channel_tiles(cout, matrix.cols)
+    ins = tile_sizes(cin, matrix.rows), narrow_channel_tiles(cin, matrix.rows)
+    options: list[tuple[float, int, ConvTiling]] = []
+    for shapes, o_tiles, c_tiles, fallback in _tiers(whole, columns, outs, ins):
+        if options:
+            break
+        for (ni, ty, tw), ot, ct in itertools.product(shapes, o_tiles, c_tiles):
+            geo = replace(full, out_cols=tw)  # the tile's window
+            m = ni * ty * tw
+            tiles = groups * ceil_div(batch, ni) * ceil_div(cout, ot) * ceil_div(oh, ty) * \
+                ceil_div(ow, tw)
+            cores = min(ctx.cores, tiles)
+            per_core = ceil_div(tiles, cores)
+            # the cores' loads share DRAM once more than one core runs
+            load_bw = min(load_bandwidth(config),
+                          config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY / cores)
+            chunks = ceil_div(cin, ct)
+            # from an NHWC image with a stride, the phases load directly or are split
+            modes = (True, False) if nhwc_in and geo.stride != (1, 1) else (nhwc_in,)
+            # the weight blocks a core keeps when they stay resident
+            kept = blocks_met(groups, ceil_div(cout, ot), tiles, cores) * chunks * \
+                ot * ct * ntaps * item if fallback else all_weights
+            # tiers after the first: an NCHW image's kernel rows may run as steps of
+            # their own (:attr:`ConvTiling.row_blocks`)
+            blockings = (False, True) if fallback and not nhwc_in and kh > 1 else (False,)
+            for blocked, resident, direct in itertools.product(blockings, (kept, 0), modes):
+                tgeo = row_block(geo) if blocked else geo
+                tn = kw if blocked else ntaps
+                steps = chunks * (kh if blocked else 1)  # window loads a tile
+                trows = tgeo.rows(ty)
+                most = min(tn, max(1, matrix.rows // ct))
+                for g in sorted({1, most}):
+                    need = sram_bytes(tgeo, ni, ty, ot, ct, g, resident, item, out_item,
+                                      cast, epi, ctx.sets,
+                                      weight_loads(resident > 0, fallback, ctx.sets))
+                    if need > capacity:
+                        continue
+                    mm_groups = ceil_div(tn, g)
+                    mxu = steps * sum(matmul_cycles(m, min(g, tn - t) * ct, ot, matrix,
+                                                    dtype) for t in range(0, tn, g))
+                    if nhwc_in:  # runs of a pixel's channels, or a row's when all load
+                        run = ct * item * (1 if ct < cin or direct and tgeo.stride != (1, 1)
+                                           else tgeo.cols)
+                        window = ni * trows * tgeo.cols * ct * item // run * \
+                            ceil_div(run, granule) * granule
+                    else:
+                        window = ni * ct * trows * ceil_div(tgeo.cols * item, granule) * granule
+                    if direct:  # only the phases some tap reads
+                        window = window * len(tgeo.phases_read()) // \
+                            (tgeo.stride[0] * tgeo.stride[1])
+                    window_loads = len(tgeo.phases_read()) if direct else 1
+                    weights = ot * ct * tn * item
+                    weight_share = min(per_core * steps * weights, kept) if resident else \
+                        per_core * steps * weights
+                    out_bytes = m * ot * (out_item + epi)
+                    loads = per_core * steps * window + weight_share
+                    dma_cycles = loads / load_bw + per_core * (
+                        steps * (1 + window_loads) * setup / max(1, dma.engines - 1) +
+                        out_bytes / dma.bandwidth_bytes_per_cycle)
+                    # phase split, border fills, weight rearrangement
+                    split = 0 if direct else 2 * ni * trows * tgeo.cols * ct / lanes
+                    vpu = steps * (6 * vlat + split) + weight_share / per_core / item / lanes
+                    if g > 1:  # per packed matmul: g tap copies, one transpose of all g
+                        vpu += steps * packed_groups(tn, g) * \
+                            ((g + 1) * vlat + 2 * g * m * ct / lanes)
+                    # after the last matmul: the transpose to NCHW and its passes, or for
+                    # an NHWC output (no epilogue) only the cast, if any
+                    passes = cast + epi_ops if nhwc_out else 3 + epi_ops
+                    tail = passes * (vlat + m * ot / vector_rate(config, 4))
+                    vpu += tail
+                    share = min(arrays, per_core)
+                    # the first matmul waits for the vector work on the first step's loads
+                    # (the window's phases, the weights' rearrangement, one tap group): the
+                    # arrays start that much later (when the vector unit bounds the kernel,
+                    # this work is already inside its time). Counted for an NHWC output
+                    # only, whose short tail otherwise makes one-tile tilings look free
+                    # (BENCHMARKS.md, "Channels-last images"); on NCHW it misranks small
+                    # batched convolutions (4 x 8 x 8 x 8, 3x3: 2,515 -> 3,338 cycles), so
+                    # their estimate is as it was
+                    first = 6 * vlat + split + weights / item / lanes + \
+                        ((g + 1) * vlat + 2 * g * m * ct / lanes if g > 1 else 0) \
+                        if nhwc_out else 0
+                    fill = 2 * setup + (window + weights) / load_bw
+                    cost = Cost(mxu_cycles=per_core * mxu / share + first,
+                                vpu_cycles=per_core * vpu, dma_cycles=dma_cycles,
+                                dram_bytes=cores * loads + tiles * out_bytes,
+                                serial_cycles=fill + tail + setup + out_bytes /
+                                dma.bandwidth_bytes_per_cycle)
+                    commands = tiles * (steps * (8 + mm_groups * (1 + (g + 1) * (g > 1))) + 4)
+                    options.append((cost.estimate(config), commands,
+                                    ConvTiling(ni, ty, ot, ct, g, resident > 0, cost, direct,
+                                               tw if tw < ow else 0, fallback, blocked)))
     if not options:
         return None
     fastest = min(o[0] for o in options)

@@ -19,9 +19,10 @@ from compiler.kernels.conv_geometry import (
     Geometry,
     epilogue_bytes,
     finisher,
+    padded_window,
     to_channels_first,
 )
-from compiler.kernels.conv_per_tap import tap_inside
+from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.vector import layout, sub
 from compiler.plan import Kernel
 
@@ -96,31 +97,18 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
         ty_t = min(ty, oh - y0)
 
         def load(core=core, b=b, q=q, nb=nb, ch=ch, nc=nc, y0=y0, ty_t=ty_t) -> None:
-            rows, cols = geo.rows(ty_t), geo.cols
-            r0 = y0 * geo.stride[0] - ph  # the window's first row in the input
-            top, bottom = max(0, -r0), max(0, r0 + rows - in_rows)
-            left, right = pw, max(0, cols - pw - in_cols)
-            inner, across = max(0, rows - top - bottom), cols - left - right
-
-            def part(row: int, nrows: int, col: int, ncols: int) -> SramRef:
-                raw = b["raw"][q]
-                return SramRef(raw.space, raw.offset + (row * cols + col) * item,
-                               (nc, nrows, ncols), raw.dtype, (rows * cols, cols, 1))
-
-            for strip in (part(0, top, 0, cols), part(top + inner, bottom, 0, cols),
-                          part(top, inner, 0, left), part(top, inner, left + across, right)):
-                if 0 not in strip.shape:
-                    ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(spec.fill),
-                                                         Scalar(0.0), strip), source)
-            index = tuple(Slice(v, v + 1) for v in unravel(nb, lead))
-            u0 = r0 + top
-            ref = DramRef(view.tensor, index + (Slice(*ch), Slice(u0, u0 + inner),
-                                                Slice(0, across)))
-            dst = part(top, inner, left, across)
-            ctx.em.emit(ctx.em.dma(core, "load"),
-                        Load(ref, SramRef(dst.space, dst.offset, (1,) * len(lead) + dst.shape,
-                                          dst.dtype, (nc * rows * cols,) * len(lead) +
-                                          dst.strides)), source)
+            raw = sub(b["raw"][q], (nc, geo.rows(ty_t), geo.cols))
+            placed = padded_window(ctx, core, raw, (y0 * geo.stride[0], 0), (ph, pw),
+                                   (in_rows, in_cols), spec.fill, source)
+            if placed is not None:
+                inside, rows, cols = placed
+                index = tuple(Slice(v, v + 1) for v in unravel(nb, lead))
+                view_in = SramRef(inside.space, inside.offset,  # one unit dim per lead dim
+                                  (1,) * len(lead) + inside.shape[1:], inside.dtype,
+                                  inside.strides[:1] * len(lead) + inside.strides[1:])
+                ctx.em.emit(ctx.em.dma(core, "load"),
+                            Load(DramRef(view.tensor, index + (Slice(*ch), rows, cols)),
+                                 view_in), source)
 
         def work(core=core, b=b, q=q, nc=nc, ty_t=ty_t) -> None:
             vpu = vpu_engine(core)
@@ -211,6 +199,32 @@ def _lower_pool_per_tap(ctx: Context, kernel: Kernel) -> None:
         finish = finisher(ctx, kernel, core, b, q, box, shape, cast=False)
         per_core[core].append(TileSteps(work, lambda: None, finish))
     pipeline(per_core, sets - 1)
+
+
+def tap_inside(ctx: Context, core: int, dst: SramRef, tap: tuple[int, int],
+               rows: tuple[int, int], ow: int, stride: tuple[int, int],
+               dilation: tuple[int, int], padding: tuple[int, int], size: tuple[int, int],
+               fill: float, lead: int, source: str) -> tuple[SramRef, Slice, Slice] | None:
+    """For ``dst`` [c, rows x ow], tap ``(i, j)``'s input pixels of output rows ``rows``:
+    fill it with ``fill`` if the tap reaches into the padding anywhere, and return the
+    part of it the input covers (a strided view with ``lead`` unit dims in front) with
+    the input rows and columns that land there, or None when none does."""
+    (i, j), (sh, sw), (dh, dw), (ph, pw) = tap, stride, dilation, padding
+    row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
+    ya, yb = valid_range(rows[0], rows[1], row0, sh, size[0])
+    xa, xb = valid_range(0, ow, col0, sw, size[1])
+    nc, pix = dst.shape
+    if (ya, yb, xa, xb) != (rows[0], rows[1], 0, ow):
+        ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(fill), Scalar(0.0), dst),
+                    source)
+    if yb <= ya or xb <= xa:
+        return None
+    r, c = row0 + ya * sh, col0 + xa * sw
+    offset = ((ya - rows[0]) * ow + xa) * dst.dtype.itemsize
+    inside = SramRef(dst.space, dst.offset + offset, (1,) * lead + (nc, yb - ya, xb - xa),
+                     dst.dtype, (nc * pix,) * lead + (pix, ow, 1))
+    return (inside, Slice(r, r + (yb - ya - 1) * sh + 1, sh),
+            Slice(c, c + (xb - xa - 1) * sw + 1, sw))
 
 
 def _load_tap(ctx: Context, x: g.Value, nb: int, chans: tuple[int, int],

@@ -65,9 +65,9 @@ def test_resnet_stem_packs_taps_and_is_much_faster(monkeypatch):
             chosen = _matmuls(compiled)
     assert cycles["auto"] == cycles["packed"]
     # measured 32,075 against 42,158 (implicit GEMM, taps packed by the vector unit)
-    # and 2,143,105 (one tap at a time)
+    # and 640,833 (one tap at a time; 2,143,105 when each tap loaded its own window)
     assert cycles["auto"] <= 0.8 * cycles["implicit"]
-    assert cycles["auto"] <= cycles["per_tap"] / 20
+    assert cycles["auto"] <= cycles["per_tap"] / 15
     # Pixels stream as the matmuls' rows (A is a [rows, 112, K] view of the packed
     # taps), K is packed taps x 3 channels, N the 64 filters. Each output row tile's
     # packs cover the 49 taps once (147 = sum of K), and each matmul is one fold of
