@@ -46,6 +46,16 @@ def _compile(monkeypatch, cfg, args):
     return compiled, chosen[-1] if chosen else None
 
 
+def _implicit(monkeypatch, cfg, args):
+    """``_compile``, checked to take the implicit GEMM with a tiling, then run on the
+    arguments' tensors: (program, tiling, output, result)."""
+    compiled, tiling = _compile(monkeypatch, cfg, args)
+    assert list(compiled.choices.values())[0].startswith("implicit GEMM")
+    assert tiling is not None
+    (out,), result = compiled.run(*[a for a in args if isinstance(a, torch.Tensor)])
+    return compiled, tiling, out, result
+
+
 def _matmuls(compiled) -> list[MatMul]:
     return [c.op for c in compiled.program.commands if isinstance(c.op, MatMul)]
 
@@ -62,11 +72,9 @@ def test_long_row_tiles_its_columns_and_loads_each_weight_once(monkeypatch):
     torch.manual_seed(0)
     x = torch.randn(1, 128, 1, 1023, dtype=torch.float16)
     w = torch.randn(128, 128, 1, 3, dtype=torch.float16) / 16
-    compiled, tiling = _compile(monkeypatch, _small(256),
-                                (x, w, None, [1, 2], [0, 0], [1, 1], False, [0, 0], 1))
-    assert list(compiled.choices.values())[0].startswith("implicit GEMM")
-    assert tiling is not None and 0 < tiling.out_cols < 511
-    (out,), result = compiled.run(x, w)
+    compiled, tiling, out, result = _implicit(
+        monkeypatch, _small(256), (x, w, None, [1, 2], [0, 0], [1, 1], False, [0, 0], 1))
+    assert 0 < tiling.out_cols < 511
     want = torch.nn.functional.conv2d(x.float(), w.float(), None, (1, 2)).half()
     torch.testing.assert_close(out, want, **_tolerance(torch.float16))
     # every output pixel is computed once per tap and channel chunk (the tile's
@@ -97,12 +105,10 @@ def test_conv1d_on_a_small_scratchpad_matches_torch(monkeypatch, dtype, stride, 
     torch.manual_seed(1)
     x = torch.randn(1, 128, 700).to(dtype)
     w = (torch.randn(128, 128 // groups, 5) / 16).to(dtype)
-    compiled, tiling = _compile(monkeypatch, _small(128),
-                                (x, w, None, [stride], [padding], [dilation], False, [0],
-                                 groups))
-    assert list(compiled.choices.values())[0].startswith("implicit GEMM")
-    assert tiling is not None and tiling.out_cols > 0
-    (out,), _ = compiled.run(x, w)
+    compiled, tiling, out, _ = _implicit(
+        monkeypatch, _small(128),
+        (x, w, None, [stride], [padding], [dilation], False, [0], groups))
+    assert tiling.out_cols > 0
     want = torch.nn.functional.conv1d(x.float(), w.float(), None, stride, padding,
                                       dilation, groups).to(dtype)
     torch.testing.assert_close(out, want, **_tolerance(dtype))
@@ -117,11 +123,9 @@ def test_patch_embedding_streams_kernel_rows(monkeypatch):
     torch.manual_seed(2)
     x = torch.randn(1, 3, 64, 64, dtype=torch.float16)
     w = torch.randn(64, 3, 32, 32, dtype=torch.float16) / 64
-    compiled, tiling = _compile(monkeypatch, _small(512),
-                                (x, w, None, [32, 32], [0, 0], [1, 1], False, [0, 0], 1))
-    assert list(compiled.choices.values())[0].startswith("implicit GEMM")
-    assert tiling is not None and tiling.row_blocks and tiling.out_channels == 64
-    (out,), result = compiled.run(x, w)
+    compiled, tiling, out, result = _implicit(
+        monkeypatch, _small(512), (x, w, None, [32, 32], [0, 0], [1, 1], False, [0, 0], 1))
+    assert tiling.row_blocks and tiling.out_channels == 64
     want = torch.nn.functional.conv2d(x.float(), w.float(), None, 32).half()
     torch.testing.assert_close(out, want, **_tolerance(torch.float16))
     # per tile and kernel row, the row's 32 taps packed into ceil(32 / taps) matmuls
