@@ -29,9 +29,9 @@ def _small(kib: int):
     return ASCEND.with_overrides({"core.scratchpad.size_bytes": kib * 1024, "cores": 1})
 
 
-def _compile(monkeypatch, cfg, args):
-    """Compile aten.convolution on ``args``; returns the program and the implicit-GEMM
-    tiling chosen (None: another mapping)."""
+def _with_tiling(compile_fn):
+    """``compile_fn()`` with the implicit-GEMM tiling chooser watched: (its program, the
+    last tiling chosen; None: another mapping)."""
     chosen = []
     choose = conv.choose_conv_tiling
 
@@ -39,11 +39,18 @@ def _compile(monkeypatch, cfg, args):
         chosen.append(choose(*a, **k))
         return chosen[-1]
 
-    monkeypatch.setattr(conv, "choose_conv_tiling", spy)
-    clear_cache()
-    compiled = compile_op(aten.convolution.default, args, {}, cfg)
-    clear_cache()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(conv, "choose_conv_tiling", spy)
+        clear_cache()
+        compiled = compile_fn()
+        clear_cache()
     return compiled, chosen[-1] if chosen else None
+
+
+def _compile(monkeypatch, cfg, args):
+    """Compile aten.convolution on ``args``; returns the program and the implicit-GEMM
+    tiling chosen (None: another mapping)."""
+    return _with_tiling(lambda: compile_op(aten.convolution.default, args, {}, cfg))
 
 
 def _implicit(monkeypatch, cfg, args):
@@ -143,21 +150,11 @@ def test_channels_last_wide_image_tiles_columns_and_matches_torch():
     model = torch.nn.Conv2d(32, 64, 3, 2, 1, bias=False).to(memory_format=torch.channels_last)
     x = torch.randn(1, 32, 3, 700).to(memory_format=torch.channels_last)
     exported = torch.export.export(model, (x,))
-    chosen = []
-    choose = conv.choose_conv_tiling
-
-    def spy(*a, **k):
-        chosen.append(choose(*a, **k))
-        return chosen[-1]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(conv, "choose_conv_tiling", spy)
-        clear_cache()
-        compiled = compiler.compile_graph(exported, _small(128), CompileOptions())
-        clear_cache()
+    compiled, tiling = _with_tiling(
+        lambda: compiler.compile_graph(exported, _small(128), CompileOptions()))
     assert list(compiled.choices.values())[0].startswith("implicit GEMM")
     assert list(compiled.choices.values())[0].endswith("; NHWC in and out")
-    assert chosen[-1] is not None and chosen[-1].out_cols > 0
+    assert tiling is not None and tiling.out_cols > 0
     (out,), _ = compiled.run(x)
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
     assert out.is_contiguous(memory_format=torch.channels_last)
@@ -242,20 +239,8 @@ def test_narrow_chunks_with_a_fused_epilogue_on_several_arrays_match_torch():
     x = torch.randn(2, 128, 1023)
     cfg = load_config("tpu-v4").with_overrides({"core.scratchpad.size_bytes": 160 * 1024,
                                                 "cores": 2})
-    chosen = []
-    choose = conv.choose_conv_tiling
-
-    def spy(*a, **k):
-        chosen.append(choose(*a, **k))
-        return chosen[-1]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(conv, "choose_conv_tiling", spy)
-        clear_cache()
-        compiled = compiler.compile_graph(torch.export.export(model, (x,)), cfg,
-                                          CompileOptions())
-        clear_cache()
-    tiling = chosen[-1]
+    compiled, tiling = _with_tiling(
+        lambda: compiler.compile_graph(torch.export.export(model, (x,)), cfg, CompileOptions()))
     assert tiling is not None and tiling.out_cols > 0 and tiling.in_channels < 128
     (out,), _ = compiled.run(x)
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
