@@ -38,7 +38,8 @@ from compiler.kernels.conv_depthwise import (
     lower_conv_depthwise,
 )
 from compiler.kernels.conv_packed import choose_packed_tiling, lower_conv_packed, packed_inputs
-from compiler.kernels.conv_patch import choose_patch_tiling, is_patch_embedding, lower_conv_patch
+from compiler.kernels.conv_patch import lower_conv_patch
+from compiler.kernels.conv_patch_tiling import choose_patch_tiling, is_patch_embedding
 from compiler.kernels.conv_per_tap import lower_conv_per_tap, valid_range
 from compiler.kernels.conv_tiling import (
     ConvTiling, choose_conv_tiling, packed_groups, weight_loads,
