@@ -88,13 +88,21 @@ def read_as_stored(graph: Graph) -> set[int]:
     inputs and weights, pooling windows, strided slices, gather tables): sinking a
     reshape below the op that computes one would leave it a reshaped view, which those
     kernels cannot read (Wav2Vec2's group-normed features into its next 1-D
-    convolution, its weight-normed positional convolution's weights; Mixtral's
+    convolution, its weight-normed positional convolution's weights, both read through
+    a view adding a unit dim; Mixtral's
     ``weighted_out[inv_perm]``; GPT-OSS's interleaved ``gate_up[..., ::2]``)."""
     found: set[int] = set()
     for node in graph.nodes:
         spec = node.spec
         if isinstance(spec, g.Conv2d):
-            found.update(x.id for x in node.value_inputs())
+            # and what a view of them views: a 1-D convolution reads its input and
+            # weights as views adding a unit dim, which only the stored tensor allows
+            for x in node.value_inputs():
+                while True:
+                    found.add(x.id)
+                    if x.producer is None or not isinstance(x.producer.spec, g.View):
+                        break
+                    x = x.producer.inputs[0]
         elif isinstance(spec, (g.Pool2d, g.Gather)) or \
                 isinstance(spec, g.Slice) and spec.step != 1:
             found.add(node.inputs[0].id)

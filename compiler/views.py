@@ -17,6 +17,13 @@ Box = tuple[tuple[int, int], ...]
 Shape = tuple[int, ...]
 
 
+def unit_dims_only(view: Shape, base: Shape) -> bool:
+    """Whether a view shaped ``view`` of ``base`` only adds or drops unit dims (a 1-D
+    convolution's ``[n, c, L]`` read as ``[n, c, 1, L]``): every box of it is one box
+    of the base, with the same slices on the other dims."""
+    return [n for n in view if n != 1] == [n for n in base if n != 1]
+
+
 def _atoms(view: Shape, base: Shape) -> list[int] | None:
     """Sizes of the common refinement (left to right), or None when there is none."""
     total = math.prod(view)

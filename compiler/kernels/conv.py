@@ -26,16 +26,20 @@ from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
 from compiler.ir.dtypes import DType
-from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
+from compiler.ir.operands import Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline
-from compiler.kernels.conv_geometry import Geometry, epilogue_bytes, finisher, row_block
+from compiler.kernels.conv_geometry import (
+    Geometry, epilogue_bytes, finisher, reads_stored, row_block, stored_ref,
+)
 from compiler.kernels.conv_depthwise import (
     choose_depthwise_tiling,
     is_depthwise,
     lower_conv_depthwise,
 )
 from compiler.kernels.conv_packed import choose_packed_tiling, lower_conv_packed, packed_inputs
+from compiler.kernels.conv_patch import lower_conv_patch
+from compiler.kernels.conv_patch_tiling import choose_patch_tiling, is_patch_embedding
 from compiler.kernels.conv_per_tap import lower_conv_per_tap, valid_range
 from compiler.kernels.conv_tiling import (
     ConvTiling, choose_conv_tiling, packed_groups, weight_loads,
@@ -134,8 +138,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     batch, _, height, width = spec.image_shape(x, spec.channels_last_in)
     cout, cg, kh, kw = w.shape
     _, _, oh, ow = spec.image_shape(out, spec.channels_last_out)
-    view = ctx.view(x)
-    if view.shape != view.base_shape:
+    if not reads_stored(ctx.view(x)):
         raise LoweringError(f"{node.source}: convolution input must be a stored tensor, "
                             f"got a reshaped view")
     (ph, pw), (eh, ew) = spec.padding, spec.pads_end
@@ -150,19 +153,24 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     budget = ctx.capacity
     packed = choose_packed_tiling(ctx, **packed_inputs(ctx, kernel))
     depthwise = choose_depthwise_tiling(ctx, kernel) if is_depthwise(node) else None
+    patch = choose_patch_tiling(ctx, kernel) if is_patch_embedding(node) else None
     while True:
         tiling = choose_conv_tiling(ctx, geo, batch, spec.groups, cg, cout // spec.groups,
                                     x.dtype, out.dtype.itemsize, cast,
                                     epilogue_bytes(ctx, kernel, out), epi_ops, arrays, budget,
                                     (spec.channels_last_in, spec.channels_last_out))
-        packed_cycles = packed.cost.estimate(ctx.config) if packed is not None else None
-        gemm_cycles = tiling.cost.estimate(ctx.config) if tiling is not None else None
-        vector_cycles = depthwise.cost.estimate(ctx.config) if depthwise is not None else None
-        taken = _taken(vector_cycles, packed_cycles, gemm_cycles)
-        ctx.choices[node.source] = _choice(taken, vector_cycles, packed_cycles,
-                                           gemm_cycles) + _layout_note(spec)
+        estimates = {name: found.cost.estimate(ctx.config) if found is not None else None
+                     for name, found, applies in (
+                         ("depthwise", depthwise, depthwise is not None),
+                         ("patch", patch, is_patch_embedding(node)),
+                         ("packed", packed, True), ("gemm", tiling, True)) if applies}
+        taken = _taken(estimates)
+        ctx.choices[node.source] = _choice(taken, estimates) + _layout_note(spec)
         if taken == "depthwise":
             lower_conv_depthwise(ctx, kernel, depthwise)
+            return
+        if taken == "patch":
+            lower_conv_patch(ctx, kernel, patch)
             return
         if taken == "packed":
             lower_conv_packed(ctx, kernel, packed)
@@ -211,7 +219,7 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: in
         else:
             dst = sub(b["w"][xs], (kh * kw * nc, no))
         krows = Slice(0, kh) if block is None else Slice(block, block + 1)
-        wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(*cc), krows, Slice(0, kw)))
+        wref = stored_ref(ctx, w, (Slice(*oo), Slice(*cc), krows, Slice(0, kw)))
         wraw = sub(b["wraw"][xs % len(b["wraw"])], (no, nc, kh, kw))
         ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, wraw), source)
         return dst, Transpose(wraw, sub(dst, (kh, kw, nc, no)), (2, 3, 1, 0))
@@ -360,8 +368,8 @@ class _Step:
                                                region))
         if inner and across:
             v0 = max(c0 - pw, 0)
-            ref = DramRef(self.ctx.view(x).tensor, (Slice(*self.images), Slice(*self.cc),
-                                                    rows_in, Slice(v0, v0 + across)))
+            ref = stored_ref(self.ctx, x, (Slice(*self.images), Slice(*self.cc), rows_in,
+                                           Slice(v0, v0 + across)))
             self.emit(self.ctx.em.dma(self.core, "load"),
                       Load(ref, strip(top, inner, left, across)))
 
@@ -401,14 +409,15 @@ class _Step:
                                         (ni, nrows, ncols, nc), planes.dtype, strides)
                         self.emit(self.vpu, Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
                                                    strip))
-        tensor = self.ctx.view(x).tensor
         for (a, c), (base, ya, yb, xa, xb) in zip(sorted(read), layouts):
             if yb <= ya or xb <= xa:
                 continue
             u0 = r0 + a + ya * sh - ph
             v0 = c0 + c + xa * sw - pw
-            ref = DramRef(tensor, (Slice(*self.images), Slice(u0, u0 + (yb - ya - 1) * sh + 1, sh),
-                                   Slice(v0, v0 + (xb - xa - 1) * sw + 1, sw), Slice(*self.cc)))
+            ref = stored_ref(self.ctx, x, (Slice(*self.images),
+                                           Slice(u0, u0 + (yb - ya - 1) * sh + 1, sh),
+                                           Slice(v0, v0 + (xb - xa - 1) * sw + 1, sw),
+                                           Slice(*self.cc)))
             inside = SramRef(planes.space, base + (ya * pcol + xa) * nc * item,
                              (ni, yb - ya, xb - xa, nc), planes.dtype, strides)
             self.emit(self.ctx.em.dma(self.core, "load"), Load(ref, inside))
@@ -533,24 +542,30 @@ def _layout_note(spec: g.Conv2d) -> str:
     return f"; NHWC {' and '.join(sides)}" if sides else ""
 
 
-_MAPPINGS = {"depthwise": "depthwise on the vector unit", "packed": "taps packed into K",
-             "gemm": "implicit GEMM", "per_tap": "one tap at a time"}
+_MAPPINGS = {"depthwise": "depthwise on the vector unit", "patch": "patches as one GEMM",
+             "packed": "taps packed into K", "gemm": "implicit GEMM",
+             "per_tap": "one tap at a time"}
+_ESTIMATED = {"depthwise": "vector unit", "patch": "patches", "packed": "packed taps",
+              "gemm": "implicit GEMM"}
+"""How ``_choice`` names each mapping's estimate."""
 
 
-def _taken(vector: float | None, packed: float | None, gemm: float | None) -> str:
-    """The mapping with the lowest estimate (None: that mapping has no tiling)."""
-    if vector is not None and all(c is None or vector < c for c in (packed, gemm)):
-        return "depthwise"
-    if packed is not None and (gemm is None or packed < gemm):
-        return "packed"
-    return "gemm" if gemm is not None else "per_tap"
+_ON_A_TIE = ("gemm", "packed", "patch", "depthwise")
+"""Which of two mappings estimated alike is taken: the one listed first."""
 
 
-def _choice(taken: str, vector: float | None, packed: float | None,
-            gemm: float | None) -> str:
+def _taken(estimates: dict[str, float | None]) -> str:
+    """The mapping with the lowest estimate (None: that mapping has no tiling), or
+    ``per_tap`` when none has a tiling."""
+    found = [(cycles, _ON_A_TIE.index(name), name) for name, cycles in estimates.items()
+             if cycles is not None]
+    return min(found)[2] if found else "per_tap"
+
+
+def _choice(taken: str, estimates: dict[str, float | None]) -> str:
     """Which convolution mapping the cost model took, and the estimates it compared."""
     def cycles(value: float | None) -> str:
         return f"{value:,.0f} cycles" if value is not None else "no tiling fits"
-    on_vector = f"vector unit {cycles(vector)}, " if vector is not None else ""
-    return (f"{_MAPPINGS[taken]} (estimated: {on_vector}packed taps {cycles(packed)}, "
-            f"implicit GEMM {cycles(gemm)})")
+    compared = ", ".join(f"{_ESTIMATED[name]} {cycles(value)}"
+                         for name, value in estimates.items())
+    return f"{_MAPPINGS[taken]} (estimated: {compared})"

@@ -26,7 +26,7 @@ from compiler.ir.operands import DramRef, Scalar, Slice, SramRef, numel
 from compiler.ir.ops import Binary, BinaryKind, Cast, Load
 from compiler.kernels.common import Context, TileSteps, box_shape, pipeline
 from compiler.kernels.conv_geometry import (
-    finisher, image_load, tile_buffers,
+    finisher, image_load, stored_ref, tile_buffers,
 )
 from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.epilogue import pass_order
@@ -359,4 +359,4 @@ def lower_conv_depthwise(ctx: Context, kernel: Kernel, tiling: DepthwiseTiling) 
 def _weights(ctx: Context, w: g.Value, cc: tuple[int, int]) -> DramRef:
     """The weights of channels ``cc`` as stored, ``[c, 1, kh, kw]``."""
     kh, kw = w.shape[2:]
-    return DramRef(ctx.view(w).tensor, (Slice(*cc), Slice(0, 1), Slice(0, kh), Slice(0, kw)))
+    return stored_ref(ctx, w, (Slice(*cc), Slice(0, 1), Slice(0, kh), Slice(0, kw)))

@@ -12,11 +12,12 @@ from archsim.config.names import mxu_engine, vpu_engine
 from compiler.graph import Conv2d, Value
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Cast, Load, Store, Transpose
-from compiler.emit import Arena
+from compiler.emit import Arena, DramView
 from compiler.kernels.common import Context
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.vector import bytes_per_element, layout, sub
+from compiler.views import unit_dims_only
 from compiler.plan import Kernel
 
 
@@ -52,6 +53,25 @@ def padded_window(ctx: Context, core: int, dst: SramRef, corner: tuple[int, int]
     inside = SramRef(dst.space, dst.offset + (top * cols + left) * item,
                      (1, nc, inner, across), dst.dtype, (nc * rows * cols,) + strides)
     return inside, Slice(u0, u0 + inner), Slice(v0, v0 + across)
+
+
+def reads_stored(view: DramView) -> bool:
+    """Whether a convolution can address ``view`` by its own dims: it is the stored
+    tensor, or the stored tensor with unit dims added or dropped."""
+    return unit_dims_only(view.shape, view.base_shape)
+
+
+def stored_ref(ctx: Context, value: Value, box: tuple[Slice, ...]) -> DramRef:
+    """The DRAM box ``box`` (a slice per dim of ``value``) of the tensor ``value`` is
+    stored in: the box itself, or for a view that adds or drops unit dims
+    (:func:`reads_stored`) its slices of the non-unit dims, with whole unit dims for the
+    stored tensor's own."""
+    view = ctx.view(value)
+    if view.shape == view.base_shape:
+        return DramRef(view.tensor, box)
+    kept = iter(s for s, n in zip(box, view.shape) if n != 1)
+    return DramRef(view.tensor, tuple(next(kept) if n != 1 else Slice(0, 1)
+                                      for n in view.base_shape))
 
 
 def epilogue_bytes(ctx: Context, kernel: Kernel, out: Value) -> int:
@@ -176,10 +196,9 @@ def image_load(ctx: Context, x: Value, nhwc: bool, images: tuple[int, int],
     """The Load of an image box (images, channels, rows, cols) into ``dst``, a
     ``[n, c, rows, cols]`` view. From an image stored NHWC the DMA reads runs of
     channels and writes them through the view's strides."""
-    tensor = ctx.view(x).tensor
     if not nhwc:
-        return Load(DramRef(tensor, (Slice(*images), Slice(*chans), rows, cols)), dst)
-    return Load(DramRef(tensor, (Slice(*images), rows, cols, Slice(*chans))),
+        return Load(stored_ref(ctx, x, (Slice(*images), Slice(*chans), rows, cols)), dst)
+    return Load(stored_ref(ctx, x, (Slice(*images), rows, cols, Slice(*chans))),
                 _permuted(dst, (0, 2, 3, 1)))
 
 

@@ -31,11 +31,11 @@ from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost, load_bandwid
     tile_sizes, vector_rate
 from compiler.emit import Arena
 from compiler.ir.dtypes import DType
-from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
+from compiler.ir.operands import Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    conv_tiles, epilogue_bytes, image_load, pixels_finisher, tile_buffers,
+    conv_tiles, epilogue_bytes, image_load, pixels_finisher, stored_ref, tile_buffers,
 )
 from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.matmul import accumulator_dtype
@@ -283,8 +283,8 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
                      wq=wq) -> None:
                 raw = sub(b["wraw"][wq], (no, cg, kh, kw))
                 if s == 0:  # the tile's weights
-                    wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(0, cg),
-                                                        Slice(0, kh), Slice(0, kw)))
+                    wref = stored_ref(ctx, w, (Slice(*oo), Slice(0, cg), Slice(0, kh),
+                                               Slice(0, kw)))
                     ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, raw), source)
                 if not direct:  # else the array reads them as stored
                     _rearrange(ctx, core, raw, sub(b["w"][q], (len(pack), cg, no),

@@ -16,11 +16,12 @@ from archsim.config.names import mxu_engine, sram_space, vpu_engine
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
-from compiler.ir.operands import DramRef, Slice, SramRef
+from compiler.ir.operands import Slice, SramRef
 from compiler.ir.ops import Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    epilogue_bytes, image_load, padded_window, pixels_finisher, tile_buffers,
+    epilogue_bytes, image_load, padded_window, pixels_finisher, reads_stored, stored_ref,
+    tile_buffers,
 )
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import sub
@@ -63,8 +64,7 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
     spec: g.Conv2d = node.spec
     x, w = node.inputs
     out = node.out
-    view = ctx.view(x)
-    if view.shape != view.base_shape:
+    if not reads_stored(ctx.view(x)):
         raise LoweringError(f"{node.source}: convolution input must be a stored tensor, "
                             f"got a reshaped view")
     batch = spec.image_shape(x, spec.channels_last_in)[0]
@@ -138,8 +138,8 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
 
             def load(core=core, b=b, xs=xs, cc=cc, nc=nc, nb=nb, gi=gi, oo=oo, no=no,
                      win=win, corner=(y0 * sh, x0 * sw)) -> None:
-                wref = DramRef(ctx.view(w).tensor, (Slice(*oo), Slice(*cc), Slice(0, kh),
-                                                    Slice(0, kw)))
+                wref = stored_ref(ctx, w, (Slice(*oo), Slice(*cc), Slice(0, kh),
+                                           Slice(0, kw)))
                 raw = sub(b["wraw"][xs], (no, nc, kh, kw))
                 ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, raw), source)
                 ctx.em.emit(vpu_engine(core), Transpose(

@@ -8,12 +8,13 @@ from typing import Any
 import torch
 
 from compiler import graph as g
-from compiler.graph import Value
+from compiler.graph import Value, base_of
 from compiler.graph_builder import GraphBuilder
 from compiler.ir.ops import BinaryKind
 from compiler.lowerings.conv_nd import add_bias, conv3d, conv_transposed
 from compiler.lowerings.indexing import stored
 from compiler.lowerings.registry import lowering
+from compiler.views import unit_dims_only
 
 aten = torch.ops.aten
 
@@ -51,7 +52,14 @@ def lower_convolution(b: GraphBuilder, x: Value, w: Value, bias: Value | None,
         return add_bias(b, out, bias)
     if transposed or len(x.shape) != 4:
         raise NotImplementedError("only non-transposed 1-D and 2-D convolution is lowered")
-    x = stored(b, x)  # the kernel addresses its input's windows by their dims
+    # the kernel addresses its input's windows by their dims
+    return _conv2d(b, stored(b, x), w, bias, stride, padding, dilation, groups)
+
+
+def _conv2d(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride: Any,
+            padding: Any, dilation: Any, groups: int) -> Value:
+    """The convolution node of an image ``x`` the kernel can address by its dims (a
+    stored tensor, or one with a unit dim added: :func:`_conv1d`)."""
     ph, pw = _pair(padding)
     sh, sw = _pair(stride)
     dh, dw = _pair(dilation)
@@ -71,14 +79,19 @@ def _conv1d(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride: lis
     """A 1-D convolution (Whisper's audio stem) as a 2-D one of height 1."""
     n, c, length = x.shape
     o, ci, k = w.shape
-    # the kernel reads stored 4-D tensors: the views are written out (a vector pass,
-    # fused into the op that computes x when there is one; the weights are small)
-    rows = b.binary(BinaryKind.add, b.view(x, (n, c, 1, length)), 0)
-    taps = b.binary(BinaryKind.add, b.view(w, (o, ci, 1, k)), 0)
-    out = lower_convolution(b, rows, taps, bias,
-                            [1, stride[0]], [0, padding[0]], [1, dilation[0]], False, [0, 0],
-                            groups)
+    # the kernels read a stored tensor viewed with unit dims added or dropped as the
+    # tensor itself (compiler.kernels.conv_geometry.stored_ref): nothing is copied
+    # (a value another 1-D convolution computed is stored [n, c, 1, L] already)
+    rows = b.view(_as_stored(b, x), (n, c, 1, length))
+    taps = b.view(_as_stored(b, w), (o, ci, 1, k))
+    out = _conv2d(b, rows, taps, bias, [1, stride[0]], [0, padding[0]], [1, dilation[0]],
+                  groups)
     return b.view(out, (n, o, out.shape[-1]))
+
+
+def _as_stored(b: GraphBuilder, x: Value) -> Value:
+    """``x`` if it is its stored tensor up to unit dims, else a stored copy of it."""
+    return x if unit_dims_only(x.shape, base_of(x).shape) else stored(b, x)
 
 
 @lowering(aten.conv1d.default)
