@@ -4,7 +4,7 @@ convolutions it takes, its tilings, and the one with the lowest estimated time."
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from archsim.config.model import ceil_div
 from archsim.matrix import back_to_back_saving, matmul_cycles
@@ -38,7 +38,7 @@ def is_patch_embedding(node: g.Node) -> bool:
 
 
 @dataclass(frozen=True)
-class PatchTiling:
+class PatchSizes:
     """A pixel block is ``out_rows`` output rows of ``images`` images (several only
     with whole images, pixels-major); a channel tile ``out_channels`` filters. The
     blocks are dealt to ``grid[0]`` rows of cores and the channel tiles to
@@ -53,6 +53,12 @@ class PatchTiling:
     grid: tuple[int, int]
     chunk_rows: int
     kept: bool
+
+
+@dataclass(frozen=True)
+class PatchTiling(PatchSizes):
+    """Sizes with their estimate."""
+
     cost: Cost
 
 
@@ -122,19 +128,6 @@ def finish_passes(shape: PatchShape, pixels_major: bool, cast: bool, epi_ops: in
     return turn + cast + epi_ops
 
 
-@dataclass(frozen=True)
-class _Option:
-    """A tiling's sizes, before its estimate."""
-
-    images: int
-    out_rows: int
-    out_channels: int
-    pixels_major: bool
-    grid: tuple[int, int]
-    chunk_rows: int
-    kept: bool
-
-
 def choose_patch_tiling(ctx: Context, kernel: Kernel) -> PatchTiling | None:
     """The patch tiling with the lowest estimated time (``compiler.cost``) that fits
     the scratchpad; None when none fits."""
@@ -153,7 +146,7 @@ def choose_patch_tiling(ctx: Context, kernel: Kernel) -> PatchTiling | None:
             for columns in range(1, min(ctx.cores, tiles) + 1):
                 for rows in sorted({1, min(blocks, ctx.cores // columns)}):
                     for kept in (False, True):
-                        option = _Option(ni, ty, ot, pixels_major, (rows, columns), r, kept)
+                        option = PatchSizes(ni, ty, ot, pixels_major, (rows, columns), r, kept)
                         found = _estimate(ctx, kernel, shape, option)
                         if found is not None:
                             options.append(found)
@@ -164,7 +157,7 @@ def choose_patch_tiling(ctx: Context, kernel: Kernel) -> PatchTiling | None:
     return min(near, key=lambda o: (o[1], o[0]))[2]
 
 
-def _estimate(ctx: Context, kernel: Kernel, shape: PatchShape, option: _Option
+def _estimate(ctx: Context, kernel: Kernel, shape: PatchShape, option: PatchSizes
               ) -> tuple[float, int, PatchTiling] | None:
     """(estimated cycles, commands, tiling) of ``option``; None when its buffers do
     not fit the scratchpad."""
@@ -241,5 +234,5 @@ def _estimate(ctx: Context, kernel: Kernel, shape: PatchShape, option: _Option
                 rearrange / len(chunks) + mm / len(chunks) + tail + setup +
                 out_bytes / dma.bandwidth_bytes_per_cycle + streaming)
     commands = cores * (commands + mine_p * mine_w * (len(chunks) + 1 + passes))
-    return cost.estimate(config), commands, PatchTiling(
-        ni, ty, ot, option.pixels_major, option.grid, option.chunk_rows, option.kept, cost)
+    sizes = {f.name: getattr(option, f.name) for f in fields(option)}
+    return cost.estimate(config), commands, PatchTiling(**sizes, cost=cost)
