@@ -33,6 +33,14 @@ def _ops(compiled, kind) -> list:
     return [c.op for c in compiled.program.commands if isinstance(c.op, kind)]
 
 
+def _conv(x, w, stride: list[int], padding: list[int], preset: str):
+    """aten.convolution of ``x`` by ``w`` compiled for ``preset`` (a fresh schedule)."""
+    clear_cache()
+    return compile_op(aten.convolution.default,
+                      (x, w, None, stride, padding, [1] * len(stride), False,
+                       [0] * len(stride), 1), {}, config(preset))
+
+
 def _choice(compiled) -> str:
     (choice,) = compiled.choices.values()
     return choice
@@ -48,10 +56,7 @@ def test_patch_embedding_matches_torch_as_one_gemm(preset, patch, size, filters,
     torch.manual_seed(0)
     x = torch.randn(2, 3, size, size + patch).to(dtype)
     w = (torch.randn(filters, 3, patch, patch) / patch).to(dtype)
-    clear_cache()
-    compiled = compile_op(aten.convolution.default,
-                          (x, w, None, [patch] * 2, [0, 0], [1, 1], False, [0, 0], 1), {},
-                          config(preset))
+    compiled = _conv(x, w, [patch] * 2, [0, 0], preset)
     assert _choice(compiled).startswith("patches as one GEMM")
     (out,), _ = compiled.run(x, w)
     want = torch.nn.functional.conv2d(x.float(), w.float(), None, patch).to(dtype)
@@ -125,10 +130,7 @@ def test_clip_patch_embedding_on_tpu_v4_moves_what_it_must():
     # vector copies of [1, 7, 7, 3] taps, 200 matmuls of K <= 126, 33,711 cycles.
     x = torch.empty(1, 3, 224, 224, dtype=torch.bfloat16, device="meta")
     w = torch.empty(768, 3, 32, 32, dtype=torch.bfloat16, device="meta")
-    clear_cache()
-    compiled = compile_op(aten.convolution.default,
-                          (x, w, None, [32, 32], [0, 0], [1, 1], False, [0, 0], 1), {},
-                          config("tpu-v4"))
+    compiled = _conv(x, w, [32, 32], [0, 0], "tpu-v4")
     assert _choice(compiled).startswith("patches as one GEMM")
     mms = _ops(compiled, MatMul)
     # each output element is one dot product over K = 3,072, in chunks
@@ -150,10 +152,7 @@ def test_a_patch_of_short_rows_stays_with_the_implicit_gemm():
     # for free in the simulator; left to the implicit GEMM
     x = torch.empty(1, 96, 56, 56, dtype=torch.bfloat16, device="meta")
     w = torch.empty(192, 96, 2, 2, dtype=torch.bfloat16, device="meta")
-    clear_cache()
-    compiled = compile_op(aten.convolution.default,
-                          (x, w, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1), {},
-                          config("tpu-v4"))
+    compiled = _conv(x, w, [2, 2], [0, 0], "tpu-v4")
     assert "patches" not in _choice(compiled)
 
 
@@ -208,9 +207,7 @@ def test_conv1d_moves_what_it_must():
     torch.manual_seed(4)
     x = torch.randn(1, 64, 600, dtype=torch.float16)
     w = (torch.randn(64, 64, 3) / 8).to(torch.float16)
-    clear_cache()
-    compiled = compile_op(aten.convolution.default,
-                          (x, w, None, [2], [1], [1], False, [0], 1), {}, config("tpu-v4"))
+    compiled = _conv(x, w, [2], [1], "tpu-v4")
     (out,), result = compiled.run(x, w)
     want = torch.nn.functional.conv1d(x.float(), w.float(), None, 2, 1).half()
     torch.testing.assert_close(out, want, **tolerance(torch.float16))
