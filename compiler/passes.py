@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from compiler import graph as g
 from compiler.graph import Graph, base_of
-from compiler.plan import ANCHORS, aligned
+from compiler.plan import ANCHORS, aligned, weight_prep
 
 
 @dataclass(frozen=True)
@@ -293,18 +293,9 @@ class HoistWeightPrepPass:
     name: str = "hoist-weight-prep"
 
     def apply(self, graph: Graph) -> Graph:
-        inputs = set(graph.weights)
-        prep: set[int] = set()
-        early, late = [], []
-        for node in graph.nodes:
-            sources = node.value_inputs()
-            movable = bool(sources) and all(v.id in inputs or v.id in prep for v in sources)
-            if movable or isinstance(node.spec, (g.Constant, g.Splat)):
-                prep |= {v.id for v in node.outputs}
-                early.append(node)
-            else:
-                late.append(node)
-        graph.nodes = early + late
+        prep = weight_prep(graph)
+        graph.nodes = [n for n in graph.nodes if id(n) in prep] + \
+            [n for n in graph.nodes if id(n) not in prep]
         return graph
 
 

@@ -92,13 +92,10 @@ class FusionPass:
         current: Kernel | None = None
         owner: dict[int, Kernel] = {}
         position: dict[int, int] = {}  # id(kernel) -> its index in ``kernels``
-        weights = set(graph.weights)  # values made from parameters and constants only
+        prep = weight_prep(graph)
         for node in graph.nodes:
             spec = node.spec
-            from_weights = isinstance(spec, (g.Constant, g.Splat)) or \
-                bool(node.value_inputs()) and all(v.id in weights for v in node.value_inputs())
-            if from_weights:
-                weights.update(v.id for v in node.outputs)
+            from_weights = id(node) in prep
             if isinstance(spec, NO_CODE):
                 continue
             if isinstance(spec, VECTOR_SPECS):
@@ -121,6 +118,21 @@ class FusionPass:
             if not isinstance(spec, ANCHORS):
                 current = None
         return kernels
+
+
+def weight_prep(graph: Graph) -> set[int]:
+    """Ids (``id(node)``) of the nodes that compute from parameters, buffers, constants
+    and each other only (a batch norm's ``rsqrt(var + eps) * weight``): work a deployed
+    model's weights need, not its inputs."""
+    weights = set(graph.weights)
+    found: set[int] = set()
+    for node in graph.nodes:
+        sources = node.value_inputs()
+        if isinstance(node.spec, (g.Constant, g.Splat)) or \
+                sources and all(v.id in weights for v in sources):
+            found.add(id(node))
+            weights.update(v.id for v in node.outputs)
+    return found
 
 
 def _reduction_inputs(graph: Graph) -> set[int]:

@@ -22,12 +22,12 @@ from compiler.plan import Kernel
 
 
 def padded_window(ctx: Context, core: int, dst: SramRef, corner: tuple[int, int],
-                  padding: tuple[int, int], size: tuple[int, int], fill: float, source: str
-                  ) -> tuple[SramRef, Slice, Slice] | None:
+                  padding: tuple[int, int], size: tuple[int, int], fill: float, source: str,
+                  lead: int = 1) -> tuple[SramRef, Slice, Slice] | None:
     """For ``dst`` [c, rows, cols], the padded input window whose first element is at
     padded row and column ``corner``: fill the border strips the padding covers with
-    ``fill`` and return the part the input covers (a strided view with one unit dim in
-    front, for the image's batch) with the input rows and columns that land there, or
+    ``fill`` and return the part the input covers (a strided view with ``lead`` unit
+    dims in front, for the image's batch) with the input rows and columns that land there, or
     None when none does. The caller loads it (padding by addressing: the padded tensor
     never exists)."""
     (ph, pw), (r0, c0), (height, width) = padding, corner, size
@@ -51,7 +51,8 @@ def padded_window(ctx: Context, core: int, dst: SramRef, corner: tuple[int, int]
         return None
     u0, v0 = max(r0 - ph, 0), max(c0 - pw, 0)
     inside = SramRef(dst.space, dst.offset + (top * cols + left) * item,
-                     (1, nc, inner, across), dst.dtype, (nc * rows * cols,) + strides)
+                     (1,) * lead + (nc, inner, across), dst.dtype,
+                     (nc * rows * cols,) * lead + strides)
     return inside, Slice(u0, u0 + inner), Slice(v0, v0 + across)
 
 

@@ -99,16 +99,13 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
         def load(core=core, b=b, q=q, nb=nb, ch=ch, nc=nc, y0=y0, ty_t=ty_t) -> None:
             raw = sub(b["raw"][q], (nc, geo.rows(ty_t), geo.cols))
             placed = padded_window(ctx, core, raw, (y0 * geo.stride[0], 0), (ph, pw),
-                                   (in_rows, in_cols), spec.fill, source)
+                                   (in_rows, in_cols), spec.fill, source, len(lead))
             if placed is not None:
                 inside, rows, cols = placed
                 index = tuple(Slice(v, v + 1) for v in unravel(nb, lead))
-                view_in = SramRef(inside.space, inside.offset,  # one unit dim per lead dim
-                                  (1,) * len(lead) + inside.shape[1:], inside.dtype,
-                                  inside.strides[:1] * len(lead) + inside.strides[1:])
                 ctx.em.emit(ctx.em.dma(core, "load"),
                             Load(DramRef(view.tensor, index + (Slice(*ch), rows, cols)),
-                                 view_in), source)
+                                 inside), source)
 
         def work(core=core, b=b, q=q, nc=nc, ty_t=ty_t) -> None:
             vpu = vpu_engine(core)
