@@ -176,10 +176,11 @@ def _finish_late(steps: list[TileSteps]) -> list[TileSteps]:
 def _deeper(ctx: Context, sets: int, tq: int, tk: int, sq: int, sk: int, d: int, dv: int,
             item: int, masked: bool, kv_scales: bool, arrays: int) -> int:
     """More buffer sets for items of one small step each, fewer query rows than the
-    core's arrays are tall together (Swin's 49x49 windows): such an item's chain (load, Q K^T, softmax, P V, store; two DRAM latencies and two matmuls'
-    fill and drain) is several times longer than the busiest engine's share of it, so
-    two sets leave the arrays and the vector unit waiting; up to ``DEEP_SETS``, as many
-    as fit in the scratchpad."""
+    core's arrays are tall together (Swin's 49x49 windows): such an item's chain (load,
+    Q K^T, softmax, P V, store; two DRAM latencies and two matmuls' fill and drain) is
+    several times longer than the busiest engine's share of it, so two sets leave the
+    arrays and the vector unit waiting; up to ``DEEP_SETS``, as many as fit in the
+    scratchpad."""
     if sets < 2 or sq > tq or sk > tk or sq >= arrays * ctx.config.core.matrix.rows:
         return sets
     wanted = DEEP_SETS
