@@ -3,14 +3,16 @@ convolutions it takes, its tilings, and the one with the lowest estimated time."
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, fields
 
-from archsim.config.model import ceil_div
+from archsim.config.model import MatrixConfig, ceil_div
 from archsim.matrix import back_to_back_saving, matmul_cycles
 from compiler import graph as g
 from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost, load_bandwidth, \
     split_sizes, tile_sizes, vector_rate
+from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
 from compiler.kernels.conv_geometry import epilogue_bytes
 from compiler.kernels.matmul import accumulator_dtype
@@ -196,14 +198,11 @@ def _estimate(ctx: Context, kernel: Kernel, shape: PatchShape, option: PatchSize
     p_dram = ni * ty * kh * ceil_div(run, granule) * granule * (1 if nhwc_in else shape.channels)
     w_bytes = ot * k * item
 
-    def loads(blocks_here: int, tiles_here: int) -> tuple[int, int]:
-        """(patch loads, weight tile loads) of a core."""
-        return blocks_here, tiles_here * (1 if option.kept else blocks_here)
-
-    p_loads, w_loads = loads(mine_p, mine_w)
-    dram = sum(p * p_dram + w * w_bytes for p, w in (
-        loads(len(range(a, blocks, rows)), len(range(c, tiles, columns)))
-        for a in range(rows) for c in range(columns))) + \
+    # a core loads its blocks once and a weight tile once, or once per block
+    p_loads, w_loads = mine_p, mine_w * (1 if option.kept else mine_p)
+    # over the grid: every block once per core column; each tile once per core row
+    # that keeps it, else once per block
+    dram = columns * blocks * p_dram + (rows if option.kept else blocks) * tiles * w_bytes + \
         shape.batch * shape.filters * oh * ow * out_item
     cores = rows * columns
     load_bw = min(load_bandwidth(config),
@@ -216,10 +215,8 @@ def _estimate(ctx: Context, kernel: Kernel, shape: PatchShape, option: PatchSize
         mine_p * mine_w * out_bytes / dma.bandwidth_bytes_per_cycle
     # a tile's chunks accumulate back to back on one array; a core's tiles share its
     # arrays
-    saving = back_to_back_saving(matrix)
-    mm = sum(matmul_cycles(pix, (u1 - u0) * unit, ot, matrix, dtype) if option.pixels_major
-             else matmul_cycles(ot, (u1 - u0) * unit, pix, matrix, dtype)
-             for u0, u1 in chunks) - (len(chunks) - 1) * saving
+    mm = _chunked_matmul(matrix, dtype, pix, ot, option.pixels_major,
+                         tuple((u1 - u0) * unit for u0, u1 in chunks))
     vlat, acc_rate = vector.pipeline_latency_cycles, vector_rate(config, 4)
     tail = passes * (vlat + pix * ot / acc_rate)
     rearrange = nhwc_in * (len(chunks) * vlat + ot * k / vector_rate(config, item))
@@ -236,3 +233,13 @@ def _estimate(ctx: Context, kernel: Kernel, shape: PatchShape, option: PatchSize
     commands = cores * (commands + mine_p * mine_w * (len(chunks) + 1 + passes))
     sizes = {f.name: getattr(option, f.name) for f in fields(option)}
     return cost.estimate(config), commands, PatchTiling(**sizes, cost=cost)
+
+
+@functools.lru_cache(maxsize=4096)
+def _chunked_matmul(matrix: MatrixConfig, dtype: DType, pix: int, ot: int,
+                    pixels_major: bool, ks: tuple[int, ...]) -> float:
+    """Cycles of one tile's matmuls over its K chunks ``ks``, back to back on one array
+    (the same for every grid and weight policy of a tiling: the search asks often)."""
+    one = (lambda k: matmul_cycles(pix, k, ot, matrix, dtype)) if pixels_major else \
+        (lambda k: matmul_cycles(ot, k, pix, matrix, dtype))
+    return sum(one(k) for k in ks) - (len(ks) - 1) * back_to_back_saving(matrix)
