@@ -292,29 +292,6 @@ def dense_parts(piece: Piece) -> list[tuple[Box, int]]:
     return parts
 
 
-def tiles_whole(view: Shape, base: Shape, dim: int, length: int) -> bool:
-    """Whether tiles of ``length`` along ``dim`` of the view, each starting at a multiple
-    of ``length``, can each map onto one box of the base, as far as ``dim`` itself goes:
-    every digit of the dim's mixed radix over the base that a tile crosses it must cross
-    whole. (Whether they do also depends on the other dims' extents: see
-    :func:`map_box`.)"""
-    if view == base or length <= 1:
-        return True
-    atoms = _atoms(view, base)
-    groups = None if atoms is None else _groups(view, atoms)
-    if atoms is None or groups is None:
-        return False
-    sizes = [atoms[i] for i in groups[dim]]
-    while len(sizes) > 1:
-        rest = math.prod(sizes[1:])
-        if length % rest == 0:
-            return True
-        if rest % length:
-            return False
-        sizes = sizes[1:]
-    return True
-
-
 def flat_boxes(shape: Shape, lo: int, hi: int) -> list[Box]:
     """Boxes of ``shape`` covering its row-major elements ``lo..hi`` (a contiguous run of
     storage) in order, as few as rows allow: the rest of a first partial row, the whole

@@ -286,10 +286,10 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     boxes = tiles_of(space, tile)
     cores = min(ctx.cores, len(boxes))
     layouts = []
+    top = _top_of(ctx, group, tile, sets) if group.weights_only else 0
     for c in range(cores):
         arena = Arena(sram_space(c), ctx.capacity)
-        if group.weights_only:
-            arena.top = _top_of(ctx, group, tile, sets)
+        arena.top = top
         layouts.append(layout(ctx, group, tile, arena, sets, set()))
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     for i, box in enumerate(boxes):

@@ -8,8 +8,9 @@ space's leading dim there can select single elements of the input's innermost di
 (``v.permute(2, 0, 1)`` on ``[128, 128, 8]`` read one element in 8 per tile, 16x the
 bytes in bf16). When the leading order's DMA commands are wasteful, :func:`plan_tile`
 also tries splitting in each permuted input's own order and keeps the clearly cheaper
-tile. Each candidate is evened over the cores (:func:`balanced`) and shortened to
-whole rows of a merged view (:func:`view_aligned`).
+tile. Each candidate is evened over the cores (:func:`balanced`); a tile that ends
+mid-row of a merged view is a few strided boxes (:func:`compiler.views.place_box`),
+charged as such by :class:`DmaCost`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from archsim.dram import box_layout
 from archsim.errors import CapacityError
 from compiler.emit import DramView
 from compiler.ir.operands import DramRef, DramTensor, Slice
-from compiler.views import map_box, place_box, tiles_whole
+from compiler.views import place_box
 
 Box = tuple[tuple[int, int], ...]
 Shape = tuple[int, ...]
@@ -211,38 +212,6 @@ def row_cycles(tile: Shape, dim: int | None, accesses: list[Access], cost: DmaCo
     return moved / cost.core_bytes_per_cycle
 
 
-def view_aligned(space: Shape, tile: Shape, dim: int | None, accesses: list[Access]) -> Shape:
-    """``tile`` with its length along ``dim`` shortened, if need be, so that every tile
-    is one DMA box of each tensor moved through a reshaped view.
-
-    A tile of ``x.flatten(2)`` that ends mid-row of ``x`` is two boxes of ``x`` (the
-    full rows and the partial one): ViT's patch embedding, ``[768, 14, 14] -> [196,
-    768]``, in tiles of 14 or 28 positions takes one load per tile. The tile is left
-    alone when it maps already or no shorter one does."""
-    if dim is None or tile[dim] <= 1:
-        return tile
-    reshaped = [(a, a.dim(dim)) for a in accesses
-                if a.view.shape != a.view.base_shape and a.dim(dim) is not None]
-    if not reshaped:
-        return tile
-
-    def with_length(length: int) -> Shape:
-        return tile[:dim] + (length,) + tile[dim + 1:]
-
-    def maps(length: int) -> bool:
-        boxes = _sample(tiles_of(space, with_length(length)), 8 * SAMPLED_TILES)
-        return all(map_box(a.view.shape, a.view.base_shape, a.box(box)) is not None
-                   for box in boxes for a, _ in reshaped)
-
-    if maps(tile[dim]):
-        return tile
-    for length in range(tile[dim] - 1, 0, -1):
-        if all(tiles_whole(a.view.shape, a.view.base_shape, vdim, length)
-               for a, vdim in reshaped) and maps(length):
-            return with_length(length)
-    return tile
-
-
 def _sample(boxes: list[Box], count: int) -> list[Box]:
     if len(boxes) <= count:
         return boxes
@@ -280,7 +249,7 @@ def plan_tile(space: Shape, whole: set[int], budget: int, bytes_of: Callable[[Sh
               cost: DmaCost) -> Shape:
     """A vector kernel's tile: for the leading split order and each order in which an
     access lays out the space (a permute's input), the largest tile within ``budget``
-    (near ``target``), evened over ``cores``, on whole rows of merged views; the
+    (near ``target``), evened over ``cores``; the
     leading order's unless its DMA commands are wasteful (:data:`WASTEFUL`) and
     another's cost clearly less."""
     leading = tuple(range(len(space)))
@@ -299,9 +268,8 @@ def plan_tile(space: Shape, whole: set[int], budget: int, bytes_of: Callable[[Sh
     def planned(order: tuple[int, ...]) -> Shape:
         chosen = choose_tile(space, whole, budget, bytes_of, what, target, order)
         dim = split_dim(space, chosen, order)
-        tile = balanced(space, chosen, dim, cores, lambda t: allowed(t, chosen),
+        return balanced(space, chosen, dim, cores, lambda t: allowed(t, chosen),
                         row_cycles(chosen, dim, accesses, cost), cost.tile_cycles)
-        return view_aligned(space, tile, dim, accesses)
 
     first = planned(leading)
     if len(orders) == 1:
