@@ -53,6 +53,8 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
 
     cc = chans
     ty = ceil_div(oh, max(1, ctx.cores // max(1, images)))
+    while ty > 1 and _split_pays(geo, images, oh, (ty + 1) // 2, ctx.cores):
+        ty = (ty + 1) // 2
     while (need(cc, ty) > ctx.capacity or not geo.fits(ty)) and (ty > 1 or cc > 1):
         if ty > 1:
             ty = (ty + 1) // 2
@@ -121,10 +123,12 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
             acc = sub(b["acc"][q], (m, nc))
             if len(taps) == 1:
                 ctx.em.emit(vpu, VCopy(taps[0], acc), source)
-            for k, tap in enumerate(taps[1:]):
-                ctx.em.emit(vpu, Binary(kind, taps[0] if k == 0 else acc, tap, acc), source)
+            for k, tap in enumerate(taps[1:]):  # one pass: the running result in registers
+                ctx.em.emit(vpu, Binary(kind, taps[0] if k == 0 else acc, tap, acc, k > 0),
+                            source)
             if spec.kind == "avg" and spec.divisor != 1.0:
-                ctx.em.emit(vpu, Binary(BinaryKind.mul, acc, Scalar(spec.divisor), acc), source)
+                ctx.em.emit(vpu, Binary(BinaryKind.mul, acc, Scalar(spec.divisor), acc,
+                                        len(taps) > 1), source)
             to_channels_first(ctx, core, b, q, nc, ty_t, geo, source)
 
         box = tuple((v, v + 1) for v in unravel(nb, lead)) + (ch, (y0, y0 + ty_t),
@@ -133,6 +137,24 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
                            (nc, ty_t * ow), cast=False)
         per_core[core].append(TileSteps(load, work, finish))
     pipeline(per_core, sets - 1)
+
+TILES_PER_CORE = 4
+"""Tiles a core's share of a pooling is cut into, so that a tile's load runs under the
+previous tile's work (one tile per core leaves the DMA and the vector unit taking turns:
+ResNet's stem pool on one TPU v3 core loaded, reduced and stored it in one piece)."""
+
+HALO_SHARE = 8
+"""...as long as a tile re-reads at most 1/8 of its input rows (a 3x3 stride-2 window
+loads two rows past its own 2 x rows: tiles of at least 8 output rows)."""
+
+
+def _split_pays(geo: Geometry, images: int, oh: int, ty: int, cores: int) -> bool:
+    """Whether tiles of ``ty`` output rows keep within both limits above."""
+    stride = geo.stride[0]
+    tiles = images * ceil_div(oh, ty)
+    halo = geo.rows(ty) - ty * stride
+    return tiles <= TILES_PER_CORE * cores and HALO_SHARE * halo <= ty * stride
+
 
 def _lower_pool_per_tap(ctx: Context, kernel: Kernel) -> None:
     node = kernel.anchor
