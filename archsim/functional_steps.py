@@ -23,7 +23,7 @@ from archsim.functional import (BINARY, REDUCE, UNARY, HostFunction, Memory, run
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramTensor, Scalar, SramRef
 from compiler.ir.ops import (Binary, Cast, Command, Copy, Dequant, Dequantize, Gather, HostOp,
-                             HostTransfer, Load, MatMul, Op, Reduce, ReduceKind, Select, Store,
+                             HostTransfer, Load, MatMul, MulAdd, Op, Reduce, ReduceKind, Select, Store,
                              Transpose, Unary, VCopy)
 
 Step = Callable[[], None]
@@ -202,6 +202,17 @@ def _bind_binary(op: Binary, memory: Memory) -> Step:
     return binary
 
 
+def _bind_muladd(op: MulAdd, memory: Memory) -> Step:
+    read_acc, read_a, read_b = (_reader(memory, x) for x in (op.acc, op.a, op.b))
+    write, dtype = _writer(memory, op.dst), op.dst.dtype
+
+    def muladd() -> None:
+        a, b = read_a(), read_b()
+        product = np.multiply(a, _with_float32_scalars(b, a))
+        write(read_acc() + to_values(to_stored(product, dtype), dtype))
+    return muladd
+
+
 def _bind_select(op: Select, memory: Memory) -> Step:
     cond, write = _reader(memory, op.cond), _writer(memory, op.dst)
     read_a, read_b = _reader(memory, op.a), _reader(memory, op.b)
@@ -252,6 +263,7 @@ BINDERS: dict[type[Op], Binder] = {
     MatMul: _bind_matmul,
     Unary: _bind_unary,
     Binary: _bind_binary,
+    MulAdd: _bind_muladd,
     Select: _bind_select,
     Cast: _bind_cast,
     Dequantize: _bind_dequantize,

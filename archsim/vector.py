@@ -31,6 +31,7 @@ from compiler.ir.ops import (
     Binary,
     Cast,
     Dequantize,
+    MulAdd,
     Op,
     Reduce,
     Select,
@@ -48,7 +49,7 @@ def op_class(op: Op) -> str:
         if op.kind in DIVIDE:
             return "divide"
         return "elementwise"
-    if isinstance(op, Select):
+    if isinstance(op, (Select, MulAdd)):
         return "elementwise"
     if isinstance(op, Reduce):
         return "reduce"
@@ -62,8 +63,14 @@ def op_class(op: Op) -> str:
 
 
 _FORWARDED: dict[type[Op], tuple[str, str]] = {
-    Unary: ("src", "dst"), Binary: ("a", "dst"), Cast: ("src", "dst")}
+    Unary: ("src", "dst"), Binary: ("a", "dst"), MulAdd: ("acc", "dst"), Cast: ("src", "dst")}
 """Per op class that can be chained: the fields that stay in registers when it is."""
+
+
+ARITHMETIC: dict[type[Op], int] = {MulAdd: 2}
+"""Arithmetic operations an element of an op class takes where it is not one: a fused
+multiply-add issues as one instruction (its time) but multiplies and adds (its FLOPs and
+its energy)."""
 
 
 def elements(op: Op) -> int:
@@ -101,5 +108,5 @@ class VectorEngine:
             compute = max(compute, ceil_div(streamed_bytes(op), bandwidth))
         cycles = self.config.pipeline_latency_cycles + compute
         flops = 0 if cls in ("cast", "copy") or (isinstance(op, Binary) and op.kind in COMPARISON) \
-            else count
+            else count * ARITHMETIC.get(type(op), 1)
         return CommandTiming(fixed_cycles=cycles, flops=flops)

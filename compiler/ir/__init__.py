@@ -16,6 +16,7 @@ from compiler.ir.ops import (
     HostTransfer,
     Load,
     MatMul,
+    MulAdd,
     Op,
     Program,
     Reduce,
@@ -32,7 +33,7 @@ from compiler.ir.ops import (
 
 __all__ = [
     "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "Dequant", "Dequantize", "DType", "DramRef",
-    "DramTensor", "Gather", "HostOp", "HostTransfer", "Load", "MatMul", "Op", "Program", "Reduce",
+    "DramTensor", "Gather", "HostOp", "HostTransfer", "Load", "MatMul", "MulAdd", "Op", "Program", "Reduce",
     "ReduceKind", "Scalar", "Select", "Slice", "SramRef", "Store", "Transpose", "Unary",
     "UnaryKind", "VCopy", "engine_core", "engine_kind", "numel", "sram_space",
 ]

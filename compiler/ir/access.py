@@ -29,6 +29,7 @@ from compiler.ir.ops import (
     HostTransfer,
     Load,
     MatMul,
+    MulAdd,
     Op,
     Reduce,
     Select,
@@ -50,6 +51,7 @@ SRAM_READ_FIELDS: dict[type[Op], tuple[str, ...]] = {
     MatMul: ("a", "b", "scales"),  # + "out" when accumulate=True
     Unary: ("src",),
     Binary: ("a", "b"),
+    MulAdd: ("acc", "a", "b"),
     Select: ("cond", "a", "b"),
     Cast: ("src",),
     Reduce: ("src",),
@@ -69,6 +71,7 @@ SRAM_WRITE_FIELDS: dict[type[Op], tuple[str, ...]] = {
     MatMul: ("out",),
     Unary: ("dst",),
     Binary: ("dst",),
+    MulAdd: ("dst",),
     Select: ("dst",),
     Cast: ("dst",),
     Reduce: ("dst",),

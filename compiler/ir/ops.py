@@ -293,6 +293,22 @@ class Binary(Op):
 
 
 @dataclass(frozen=True, slots=True)
+class MulAdd(Op):
+    """``dst = acc + a * b`` with numpy broadcasting of ``a`` and ``b`` (a depthwise
+    convolution's tap: image times its weight, added to the sum so far): one vector
+    instruction a element, as a fused multiply-add unit issues it, where a multiply
+    and an add take two. The product is rounded to ``dst``'s dtype before the add,
+    as the two ops would round it."""
+
+    acc: SramRef
+    a: SramRef
+    b: SramRef | Scalar
+    dst: SramRef
+    chained: bool = False  # ``acc`` comes in registers (CHAINED_DOC)
+    mnemonic = "muladd"
+
+
+@dataclass(frozen=True, slots=True)
 class Select(Op):
     """``dst = where(cond, a, b)`` with broadcasting; a or b may be a Scalar."""
 
@@ -360,8 +376,8 @@ class Dequantize(Op):
     mnemonic = "dequantize"
 
 
-VECTOR_OPS: tuple[type[Op], ...] = (Unary, Binary, Select, Cast, Reduce, Transpose, VCopy,
-                                    Dequantize)
+VECTOR_OPS: tuple[type[Op], ...] = (Unary, Binary, MulAdd, Select, Cast, Reduce, Transpose,
+                                    VCopy, Dequantize)
 
 # -- host link (hdma) and host (host) -------------------------------------------------
 

@@ -98,6 +98,7 @@ from compiler.ir.ops import (
     Op,
     Program,
     Reduce,
+    MulAdd,
     Select,
     Store,
     Transpose,
@@ -187,7 +188,7 @@ def _format_spec(d: Dequant) -> str:
     return f"group={d.group} phase={d.phase} {d.nibbles or 'bytes'}"
 
 
-def _chained(op: Unary | Binary | Cast) -> str:
+def _chained(op: Unary | Binary | MulAdd | Cast) -> str:
     return " chained" if op.chained else ""
 
 
@@ -204,6 +205,8 @@ _PRINTERS: dict[type[Op], Callable[[Op], str]] = {
                        f"{format_sram_ref(op.dst)}" + _chained(op)),
     Binary: lambda op: (f"{op.kind.value} {_format_value(op.a)}, {_format_value(op.b)} -> "
                         f"{format_sram_ref(op.dst)}" + _chained(op)),
+    MulAdd: lambda op: (f"{format_sram_ref(op.acc)}, {format_sram_ref(op.a)}, "
+                        f"{_format_value(op.b)} -> {format_sram_ref(op.dst)}" + _chained(op)),
     Select: lambda op: (f"{format_sram_ref(op.cond)}, {_format_value(op.a)}, "
                         f"{_format_value(op.b)} -> {format_sram_ref(op.dst)}"),
     Cast: lambda op: f"{format_sram_ref(op.src)} -> {format_sram_ref(op.dst)}" + _chained(op),

@@ -26,6 +26,7 @@ from compiler.ir.ops import (
     Op,
     Program,
     Reduce,
+    MulAdd,
     Select,
     Store,
     Transpose,
@@ -129,6 +130,16 @@ def _parse_binary(line: _Line) -> Op:
                   line.accept("chained"))
 
 
+def _parse_muladd(line: _Line) -> Op:
+    acc = _parse_sram(line, "muladd accumulator")
+    line.expect(",", "after muladd accumulator")
+    a = _parse_sram(line, "muladd operand a")
+    line.expect(",", "after muladd operand a")
+    b = _parse_value(line, "muladd operand b")
+    line.expect("->", "after muladd operand b")
+    return MulAdd(acc, a, b, _parse_sram(line, "muladd destination"), line.accept("chained"))
+
+
 def _parse_select(line: _Line) -> Op:
     cond = _parse_sram(line, "select condition")
     line.expect(",", "after select condition")
@@ -183,6 +194,7 @@ _OP_PARSERS: dict[str, Callable[[_Line], Op]] = {
     MatMul.mnemonic: _parse_matmul,
     Unary.mnemonic: _parse_unary,
     Binary.mnemonic: _parse_binary,
+    MulAdd.mnemonic: _parse_muladd,
     Select.mnemonic: _parse_select,
     Cast.mnemonic: _parse_sram_to_sram(Cast, "cast", optional="chained"),
     Reduce.mnemonic: _parse_reduce,

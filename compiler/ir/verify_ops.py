@@ -28,6 +28,7 @@ from compiler.ir.ops import (
     MatMul,
     Op,
     Reduce,
+    MulAdd,
     Select,
     Store,
     Transpose,
@@ -321,6 +322,15 @@ def _check_binary(op: Binary, machine: Machine, tensors: dict[str, DramTensor]
             yield from _same_dtype("b", op.b, "a", op.a.dtype)
         return
     for name, value in (("a", op.a), ("b", op.b)):
+        if isinstance(value, SramRef):
+            yield from _same_dtype(name, value, "dst", op.dst.dtype)
+
+
+@_checks(MulAdd)
+def _check_muladd(op: MulAdd, machine: Machine, tensors: dict[str, DramTensor]
+                  ) -> Iterator[str]:
+    for name, value in (("acc", op.acc), ("a", op.a), ("b", op.b)):
+        yield from _broadcast_problems(name, value, op.dst)
         if isinstance(value, SramRef):
             yield from _same_dtype(name, value, "dst", op.dst.dtype)
 

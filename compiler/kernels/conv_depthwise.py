@@ -1,7 +1,7 @@
 """A depthwise convolution (one filter per channel: MobileNet's, ConvNeXt's) on the vector
 unit. As matmuls each channel is a group of its own with K = N = 1, one array fold per
-channel and tap; on the vector unit every tap is one multiply and one add over a tile of
-all its channels at the lanes' rate:
+channel and tap; on the vector unit every tap is one multiply-add (``MulAdd``, the sum
+kept in registers over the taps) over a tile of all its channels at the lanes' rate:
 
     acc[c, y, x] += w[c, i, j] * window[c, y * sh + i * dh, x * sw + j * dw]
 
@@ -23,7 +23,7 @@ from compiler import graph as g
 from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost
 from compiler.emit import Arena
 from compiler.ir.operands import DramRef, Scalar, Slice, SramRef, numel
-from compiler.ir.ops import Binary, BinaryKind, Cast, Load
+from compiler.ir.ops import Binary, BinaryKind, Cast, Load, MulAdd
 from compiler.kernels.common import Context, TileSteps, box_shape, pipeline
 from compiler.kernels.conv_geometry import (
     finisher, image_load, stored_ref, tile_buffers,
@@ -85,7 +85,6 @@ def _buffers(ctx: Context, kernel: Kernel, ct: int, ty: int, core: int) -> dict:
                for _ in range(sets)] if widen else [],
         "wf": [alloc((ct, kh * kw), acc, "depthwise weights, widened")
                for _ in range(sets)] if widen else [],
-        "tmp": [alloc((ct, ty * ow), acc, "depthwise product") for _ in range(sets)],
         "acc": [alloc((ct, ty * ow), acc, "conv accumulator") for _ in range(sets)],
         **tile_buffers(ctx, kernel, arena, ct, ty, ow, out.dtype is not acc),
     }
@@ -140,14 +139,18 @@ class _Work:
 
     compute: int
     """Vector cycles before the epilogue: the border's fills, the widening casts, a
-    multiply per tap and an add per tap but the first, the cast of the result."""
+    multiply for the first tap, a chained multiply-add for each other, the cast of the
+    result."""
     epilogue: int
     """Vector cycles of the epilogue: a channels-last copy of the tile if the output is
     NHWC, then one pass per fused op."""
     ready: float
     """Cycles from the multiplies' start until the epilogue's operands are in (0: it
-    has none): the finisher loads them once the multiplies are issued and the
-    epilogue waits for them."""
+    has none): the finisher's loads are issued after the multiplies, but a DMA engine
+    runs ahead of the vector unit, so they start beside the window's and their latency
+    passes with it; the epilogue waits for their bytes only. (Counting their latency
+    too overestimated a one-tile layer with DRAM 2,000 cycles away by 27% once the taps
+    became multiply-adds.)"""
     loads: int
     """Bytes the tile's loads bring: its weights, its window's interior, the
     epilogue's operands."""
@@ -177,8 +180,10 @@ def _tile_work(ctx: Context, kernel: Kernel, nc: int, y0: int, ty: int) -> _Work
                          costs.cast)
         compute += _pass(vector, nc * kh * kw, nc * kh * kw * (item + acc_item), costs.cast)
     n = nc * nrows * ow
-    compute += kh * kw * _pass(vector, n, (2 * n + nc) * acc_item, costs.elementwise)
-    compute += (kh * kw - 1) * _pass(vector, n, 3 * n * acc_item, costs.elementwise)
+    # the first tap's multiply starts the pass; each other tap's multiply-add continues
+    # it, the sum in registers, reading its pixels and weights
+    compute += _pass(vector, n, (2 * n + nc) * acc_item, costs.elementwise)
+    compute += (kh * kw - 1) * _pass(vector, n, (n + nc) * acc_item, costs.elementwise)
     cast = out.dtype is not acc
     if cast:
         compute += _pass(vector, n, n * (acc_item + out_item), costs.cast)
@@ -207,7 +212,7 @@ def _tile_work(ctx: Context, kernel: Kernel, nc: int, y0: int, ty: int) -> _Work
                     if isinstance(v, g.Value) and v.id not in ctx.scalars)
         epilogue += _pass(vector, n, moved + (0 if chained else n * member.out.dtype.itemsize),
                           costs.elementwise)
-    ready = _latency(ctx.config) + operands / _stream(ctx.config) if operands else 0.0
+    ready = operands / _stream(ctx.config)
     return _Work(compute, epilogue, ready, loads + operands, stores)
 
 
@@ -333,7 +338,6 @@ def lower_conv_depthwise(ctx: Context, kernel: Kernel, tiling: DepthwiseTiling) 
             window = b["xf" if widen else "x"][q]
             item = window.dtype.itemsize
             acc = sub(b["acc"][q], (nc, nrows, ow))
-            tmp = sub(b["tmp"][q], (nc, nrows, ow))
             wbuf = b["wf" if widen else "w"][q]
             for i in range(kh):
                 for j in range(kw):
@@ -343,12 +347,9 @@ def lower_conv_depthwise(ctx: Context, kernel: Kernel, tiling: DepthwiseTiling) 
                                   (rows * cols, sh * cols, sw))
                     weight = SramRef(wbuf.space, wbuf.offset + (i * kw + j) * item,
                                      (nc, 1, 1), wbuf.dtype, (kh * kw, 1, 1))
-                    first = i == 0 and j == 0
-                    ctx.em.emit(vpu_of[core], Binary(BinaryKind.mul, tap, weight,
-                                                     acc if first else tmp), source)
-                    if not first:
-                        ctx.em.emit(vpu_of[core], Binary(BinaryKind.add, acc, tmp, acc),
-                                    source)
+                    op = Binary(BinaryKind.mul, tap, weight, acc) if i == j == 0 else \
+                        MulAdd(acc, tap, weight, acc, chained=True)
+                    ctx.em.emit(vpu_of[core], op, source)
 
         box = ((n, n + 1), cc, (r0, r1), (0, ow))
         store = finisher(ctx, kernel, core, b, q, box, (nc, nrows * ow), cast)

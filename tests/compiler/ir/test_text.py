@@ -25,6 +25,7 @@ from compiler.ir.ops import (
     HostTransfer,
     Load,
     MatMul,
+    MulAdd,
     Program,
     Reduce,
     ReduceKind,
@@ -80,6 +81,8 @@ def every_op_program() -> Program:
                                             sram(0x100, (1, 4, 2)),
                                             sram(0x200, (4, 4), DType.bf16),
                                             Dequant(4, 0, "pairs")), (15,)),
+        Command(17, "core0.vpu", MulAdd(sram(0x300, (4, 8)), sram(0, (4, 8)),
+                                        sram(0x100, (4, 1)), sram(0x300, (4, 8)), True), (16,)),
     )
     tensors = (
         DramTensor("A", (128, 256), DType.f32, "in"),
@@ -113,6 +116,7 @@ dram %T : f16[] temp
 14: host       host_op aten.cumsum.default (%X) -> (%Y) cycles=1200 after 7,13                         # aten.cumsum
 15: core0.dma0 gather %A[0:128, 0:256] [sram0[0x000000] i64[4]] -> sram0[0x000100] f32[4,256]          # aten.embedding
 16: core0.vpu  dequantize sram0[0x000000] u8[1,4,2], sram0[0x000100] f32[1,4,2] -> sram0[0x000200] bf16[4,4] group=4 phase=0 pairs after 15
+17: core0.vpu  muladd sram0[0x000300] f32[4,8], sram0[0x000000] f32[4,8], sram0[0x000100] f32[4,1] -> sram0[0x000300] f32[4,8] chained after 16
 """
 
 
