@@ -1,0 +1,138 @@
+"""Several small attention items (a (batch, head) pair of one query tile and one key
+tile, such as Swin's 49x49 windows) held by one step of the flash-attention kernel:
+each operand of the whole group moved by one DMA command where the items are one box
+in DRAM, instead of a ~3 KB command per item and operand.
+
+A group is a box of the lead dims ``[..., H]`` of consecutive items. Its buffers hold
+the box as stored: item-major ``[items, S, D]`` for an input stored ``[B, H, S, D]``,
+``[B, S, H, D]`` for one whose heads sit after the sequence, where an item's tile is a
+strided view (rows ``H * D`` apart). The score, softmax and output buffers are
+item-major ``[items * Sq, ...]``, so the softmax is one vector op over all the group's
+rows; each item's two matmuls read their own tiles."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from archsim.config.model import NpuConfig
+from archsim.matrix import back_to_back_saving, matmul_cycles
+from compiler.graph import Value
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import SramRef
+from compiler.ir.ops import Load
+from compiler.kernels.common import Box, Context, unravel
+from compiler.kernels.matmul import load_transposed
+from compiler.kernels.vector import load_box, sub, value_box
+
+ITEMS_MAX = 8
+"""Items a group holds at most: past a few the vector ops of the group are bound by
+their elements, not their issue latency, and the DMA commands are no longer small."""
+
+GROUPS_MIN = 3
+"""Groups a core gets at least: fewer, bigger groups leave the pipeline's first loads
+and last stores longer, with less to overlap them."""
+
+
+def lead_box(first: int, count: int, batch_shape: tuple[int, ...]) -> Box | None:
+    """The box of the lead dims holding flat items ``[first, first + count)``, or None
+    when they are not one box (a run that wraps part-way through a dim)."""
+    lo, hi = unravel(first, batch_shape), unravel(first + count - 1, batch_shape)
+    box = tuple((a, b + 1) for a, b in zip(lo, hi))
+    return box if math.prod(b - a for a, b in box) == count else None
+
+
+def latency_bound(config: NpuConfig, sq: int, sk: int, d: int, dv: int, dtype: DType,
+                  loads: int) -> bool:
+    """Whether an item's DMA latencies outweigh its matmuls: ``loads`` commands, each
+    the engine's setup and the DRAM latency, with as many in flight as a core's load
+    engines keep, against the item's Q K^T and P V spread over the arrays (back to
+    back where the weights are double-buffered). Only then does a group pay: on arrays
+    that are the bound (ATOM's one array) its bigger first loads and last store only
+    lengthen the pipeline's ends."""
+    matrix, dma = config.core.matrix, config.core.dma
+    saving = back_to_back_saving(matrix)
+    mxu = (matmul_cycles(sq, d, sk, matrix, dtype) + matmul_cycles(sq, sk, dv, matrix, dtype)
+           - 2 * saving) / matrix.arrays
+    in_flight = max(1, dma.engines - 1) * dma.outstanding
+    latency = loads * (dma.setup_latency_cycles + config.dram.latency_cycles) / in_flight
+    return latency > mxu
+
+
+def group_size(batch_shape: tuple[int, ...], sq: int, sk: int, mask: Value | None,
+               cores: int, fits: Callable[[int], bool]) -> int:
+    """Items per group: the most (up to :data:`ITEMS_MAX`, whose buffers ``fits``) that
+    cut the batch into boxes of equal size; 1 when a mask broadcasts over an item's
+    rows or keys (its tile would not be per item)."""
+    if mask is not None and ((1, 1) + tuple(mask.shape))[-2:] != (sq, sk):
+        return 1
+    batch = math.prod(batch_shape)
+    for count in range(min(ITEMS_MAX, batch // (cores * GROUPS_MIN)), 1, -1):
+        if batch % count == 0 and fits(count) and all(
+                lead_box(g, count, batch_shape) is not None for g in range(0, batch, count)):
+            return count
+    return 1
+
+
+def item_tile(buf: SramRef, lead: Box, item: int, rows: int, width: int,
+              heads_after_seq: bool) -> SramRef:
+    """Item ``item``'s ``[rows, width]`` tile of a group buffer holding box ``lead`` of
+    an input as stored (see the module docstring)."""
+    heads = lead[-1][1] - lead[-1][0]
+    if not heads_after_seq or heads == 1:
+        return sub(buf, (rows, width), item * rows * width)
+    outer, head = divmod(item, heads)
+    offset = (outer * rows * heads + head) * width
+    return SramRef(buf.space, buf.offset + offset * buf.dtype.itemsize, (rows, width),
+                   buf.dtype, (heads * width, 1))
+
+
+def load_kt(ctx: Context, k: Value, box: Box, kt: SramRef, items: int, core: int,
+            source: str) -> None:
+    """``kt`` ``[items, D, Sk]`` := each item's K tile of ``box`` (``[..., Sk, D]``,
+    stored ``[B, H, S, D]``) transposed by the DMA: one command when the box is one
+    piece of K's tensor, else one transposed load per item."""
+    nk, d = box[-2][1] - box[-2][0], box[-1][1] - box[-1][0]
+    places = ctx.em.dram_places(ctx.view(k), box)
+    shape = tuple(hi - lo for lo, hi in box)
+    if len(places) == 1 and places[0][2] is None and places[0][0].shape == shape:
+        ref = places[0][0]
+        lead_strides = [math.prod(shape[i + 1:-2]) * d * nk for i in range(len(shape) - 2)]
+        view = SramRef(kt.space, kt.offset, shape, kt.dtype, (*lead_strides, 1, nk))
+        ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, view), source)
+        return
+    lead_shape = shape[:-2]
+    for j in range(items):
+        at = unravel(j, lead_shape)
+        one = tuple((lo + i, lo + i + 1) for (lo, _), i in zip(box, at)) + box[-2:]
+        load_transposed(ctx, k, one, sub(kt, (d, nk), j * d * nk), core, source)
+
+
+def load_mask(ctx: Context, mask: Value, space_box: Box, buf: SramRef, core: int,
+              source: str) -> None:
+    """The group's ``[items * Sq, Sk]`` mask rows (``space_box``: the group's lead box,
+    rows and keys): one load, or one per run of items when the mask broadcasts over a
+    lead dim the group spans (Swin's position bias, shared by its windows)."""
+    lead = space_box[:-2]
+    box = value_box(mask, space_box)
+    spread = [i for i, ((lo, hi), (vlo, vhi)) in enumerate(zip(lead, box[-len(space_box):]))
+              if hi - lo > 1 and vhi - vlo == 1]
+    own = len(mask.shape)
+    if not spread:
+        shape = tuple(hi - lo for lo, hi in box)
+        load_box(ctx, mask, box[len(box) - own:], SramRef(buf.space, buf.offset, shape,
+                                                          mask.dtype), core, source, "load")
+        return
+    last = spread[-1]
+    outer = tuple(hi - lo for lo, hi in lead[:last + 1])
+    run = math.prod(hi - lo for lo, hi in lead[last + 1:])
+    per_item = math.prod(hi - lo for lo, hi in space_box[-2:])
+    for n in range(math.prod(outer)):
+        at = unravel(n, outer)
+        part = tuple((lo + i, lo + i + 1) for (lo, _), i in zip(lead, at)) \
+            + lead[last + 1:] + space_box[-2:]
+        piece = value_box(mask, part)
+        shape = tuple(hi - lo for lo, hi in piece)
+        target = SramRef(buf.space, buf.offset + n * run * per_item * mask.dtype.itemsize,
+                         shape, mask.dtype)
+        load_box(ctx, mask, piece[len(piece) - own:], target, core, source, "load")
