@@ -17,6 +17,11 @@ each on the vector engine rather than dequantizing [Tk, D] tiles. Only ``[Tq, Tk
 split by query rows over the core's systolic arrays, and the next key tile's
 ``Q @ K^T`` is issued before this one's ``P @ V``, so it runs while the vector engine
 does this tile's softmax.
+
+Many small items of one step each (Swin's 49x49 windows) go in groups where their
+DMA latencies bound them (:mod:`compiler.kernels.attention_items`): a group's Q, K, V,
+mask and output move in one command each and its softmax is one pass over all its
+rows, while each item keeps its own two matmuls.
 """
 
 from __future__ import annotations
@@ -147,7 +152,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             used = [(first_item + j) % arrays for j in range(arrays)] if group > 1 else \
                 [(tile_counts[core] - 1) % arrays] if deep else range(arrays)
             job = FlashStep(ctx, node, core, bufs[core], ts, ss, lead, kv_lead,
-                            (q0, min(q1, sq)), (k0, k1), s == 0, s == len(k_tiles) - 1,
+                            (q0, q1), (k0, k1), s == 0, s == len(k_tiles) - 1,
                             needs_mask, mask, bias, used)
             if needs_mask and patterns:
                 slot = patterns[q0 + spec.causal_offset - k0]

@@ -94,14 +94,15 @@ def load_kt(ctx: Context, k: Value, box: Box, kt: SramRef, items: int, core: int
     piece of K's tensor, else one transposed load per item."""
     nk, d = box[-2][1] - box[-2][0], box[-1][1] - box[-1][0]
     places = ctx.em.dram_places(ctx.view(k), box)
-    shape = tuple(hi - lo for lo, hi in box)
-    if len(places) == 1 and places[0][2] is None and places[0][0].shape == shape:
-        ref = places[0][0]
+    ref = places[0][0]
+    if len(places) == 1 and places[0][2] is None and ref.shape[-2:] == (nk, d) \
+            and math.prod(ref.shape[:-2]) == items:  # the items one after another
+        shape = ref.shape
         lead_strides = [math.prod(shape[i + 1:-2]) * d * nk for i in range(len(shape) - 2)]
         view = SramRef(kt.space, kt.offset, shape, kt.dtype, (*lead_strides, 1, nk))
         ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, view), source)
         return
-    lead_shape = shape[:-2]
+    lead_shape = tuple(hi - lo for lo, hi in box[:-2])
     for j in range(items):
         at = unravel(j, lead_shape)
         one = tuple((lo + i, lo + i + 1) for (lo, _), i in zip(box, at)) + box[-2:]

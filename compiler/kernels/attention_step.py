@@ -76,7 +76,8 @@ class FlashStep:
         """Steps after this one whose scores it issues during its softmax: the next one,
         or, for items of one small step each on several arrays, as many as there are
         other arrays (their loads are out already: at most the buffer sets but one). On
-        one array more would queue ahead of this step's P @ V."""
+        one array more would queue ahead of this step's P @ V. A group of items issues
+        them before its softmax, not after: it waits for all the group's scores."""
         self.pending: list | None = None
         """Vector work on this step's loaded tiles (Q's scaling, K's transpose) held back
         to be issued with its Q @ K^T, when set (items of one small step each): issued
