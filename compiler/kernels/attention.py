@@ -210,9 +210,10 @@ def _deeper(ctx: Context, sets: int, tq: int, tk: int, sq: int, sk: int, d: int,
 def _group(ctx: Context, node, q_shape: tuple[int, ...], k_shape: tuple[int, ...], tq: int,
            tk: int, d: int, dv: int, masked: bool, arrays: int, mask: Value | None) -> int:
     """Items of one small step each a step holds (:mod:`compiler.kernels.attention_items`):
-    for the deep mode's items (:func:`_deeper`) whose heads match (no grouped-query
-    sharing), with no causal tiles or quantized cache, as many as keep the deep mode's
-    buffer sets in the scratchpad; 1 otherwise."""
+    for the deep mode's items (:func:`_deeper`) whose DMA latencies outweigh their
+    matmuls, whose heads match (no grouped-query sharing), with no causal tiles or
+    quantized cache, as many as :func:`~compiler.kernels.attention_items.group_size`
+    allows with ``GROUP_SETS`` buffer sets in the scratchpad; 1 otherwise."""
     spec: g.Attention = node.spec
     sq, sk = q_shape[-2], k_shape[-2]
     q = node.inputs[0]
@@ -274,7 +275,8 @@ def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype:
     arena = Arena(sram_space(core), ctx.capacity)
     shapes: dict[str, tuple[tuple[int, ...], DType]] = {
         "q": ((tq, d), dtype), "k": ((items * tk, d), dtype),
-        "kt": ((items * d, tk), dtype), "v": ((items * tk, dv), dtype), "s": ((tq, tk), F32), "p": ((tq, tk), F32),
+        "kt": ((items * d, tk), dtype), "v": ((items * tk, dv), dtype),
+        "s": ((tq, tk), F32), "p": ((tq, tk), F32),
         "pc": ((tq, tk), dtype), "pv": ((tq, dv), F32), "acc": ((tq, dv), F32),
         "o": ((tq, dv), dtype), "m": ((tq, 1), F32), "mn": ((tq, 1), F32),
         "rm": ((tq, 1), F32), "l": ((tq, 1), F32), "c": ((tq, 1), F32),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -96,19 +97,24 @@ def test_adjacent_items_load_with_one_command_per_operand():
     assert len(matmuls) == 24 * 2 and all(m.a.shape[0] == 49 for m in matmuls)
 
 
-def test_swin_windows_with_heads_after_tokens_and_a_shared_bias():
+@pytest.mark.parametrize("windows, per_group", [(8, 1), (16, 2)])
+def test_swin_windows_with_heads_after_tokens_and_a_shared_bias(windows, per_group):
     torch.manual_seed(1)
-    q, k, v = (torch.randn(8, 49, 96) for _ in range(3))
+    q, k, v = (torch.randn(windows, 49, 96) for _ in range(3))
     bias = torch.randn(3, 49, 49)
     compiled = _compile(WindowAttention(), (q, k, v, bias), "tpu-v4")
     (out,), _ = compiled.run(q, k, v, bias)
     torch.testing.assert_close(out, WindowAttention()(q, k, v, bias), rtol=1e-5, atol=1e-5)
     commands = compiled.program.commands
     loads = [c.op for c in commands if isinstance(c.op, Load)]
-    # 8 windows x 3 heads on 2 cores: at most 24 // 6 = 4 items, and runs of 4 wrap: a
-    # group is a window's 3 heads, [49, 96] of each of q, k, v in one command, the bias
-    # [3, 49, 49] in one, the output in one; K transposed by one vector op a group
-    assert len(loads) == 8 * 4
-    assert sum(isinstance(c.op, Store) for c in commands) == 8
-    assert sum(isinstance(c.op, Transpose) for c in commands) == 8
-    assert Counter(math.prod(ld.src.shape) for ld in loads) == {49 * 96: 24, 3 * 49 * 49: 8}
+    # 8 windows x 3 heads on 2 cores: at most 24 // 6 = 4 items, runs of 4 wrap: a
+    # group is a window's 3 heads. 16 windows: 48 // 6 = 8 at most, runs of 8 and 7 do
+    # not tile [16, 3] in boxes, of 6 (two windows) do. A group's q, k and v are one
+    # [49 * windows, 96] command each, the bias [3, 49, 49] one per window (it is the
+    # same for all), the output one; K transposed by one vector op a group.
+    groups = windows // per_group
+    assert len(loads) == groups * 3 + windows
+    assert sum(isinstance(c.op, Store) for c in commands) == groups
+    assert sum(isinstance(c.op, Transpose) for c in commands) == groups
+    assert Counter(math.prod(ld.src.shape) for ld in loads) == {
+        per_group * 49 * 96: groups * 3, 3 * 49 * 49: windows}
