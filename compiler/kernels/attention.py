@@ -101,7 +101,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
         raise CapacityError(f"{node.source}: no attention tile fits {ctx.capacity} B")
     tq, tk = max(fitting, key=lambda t: (t[0] * t[1], t[0]))
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
-    group = _group(ctx, node, q_shape, k_shape, tq, tk, d, dv, masked, arrays, mask)
+    group = _group(ctx, node, q_shape, k_shape, tq, tk, d, dv, masked, arrays)
     sets = _deeper(ctx, sets, tq, tk, sq, sk, d, dv, item, masked, spec.kv_scales, arrays,
                    group)
     tq *= group
@@ -208,7 +208,7 @@ def _deeper(ctx: Context, sets: int, tq: int, tk: int, sq: int, sk: int, d: int,
 
 
 def _group(ctx: Context, node, q_shape: tuple[int, ...], k_shape: tuple[int, ...], tq: int,
-           tk: int, d: int, dv: int, masked: bool, arrays: int, mask: Value | None) -> int:
+           tk: int, d: int, dv: int, masked: bool, arrays: int) -> int:
     """Items of one small step each a step holds (:mod:`compiler.kernels.attention_items`):
     for the deep mode's items (:func:`_deeper`) whose DMA latencies outweigh their
     matmuls, whose heads match (no grouped-query sharing), with no causal tiles or
@@ -228,7 +228,7 @@ def _group(ctx: Context, node, q_shape: tuple[int, ...], k_shape: tuple[int, ...
         return _tile_bytes(tq * group, tk, d, dv, q.dtype.itemsize, GROUP_SETS, masked,
                            False, group) <= ctx.capacity
 
-    return group_size(q_shape[:-2], sq, sk, mask, ctx.cores, fits)
+    return group_size(q_shape[:-2], ctx.cores, fits)
 
 
 DEEP_SETS = 8

@@ -8,7 +8,9 @@ the box as stored: item-major ``[items, S, D]`` for an input stored ``[B, H, S, 
 ``[B, S, H, D]`` for one whose heads sit after the sequence, where an item's tile is a
 strided view (rows ``H * D`` apart). The score, softmax and output buffers are
 item-major ``[items * Sq, ...]``, so the softmax is one vector op over all the group's
-rows; each item's two matmuls read their own tiles."""
+rows; each item's two matmuls read their own tiles. A mask is loaded once as the box
+of it the group reads and added to the scores viewed ``[..., H, Sq, Sk]``, broadcast
+over the items that share it (Swin's position bias over the windows)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from compiler.ir.operands import SramRef
 from compiler.ir.ops import Load
 from compiler.kernels.common import Box, Context, unravel
 from compiler.kernels.matmul import load_transposed
-from compiler.kernels.vector import load_box, sub, value_box
+from compiler.kernels.vector import sub
 
 ITEMS_MAX = 8
 """Items a group holds at most: past a few the vector ops of the group are bound by
@@ -59,13 +61,10 @@ def latency_bound(config: NpuConfig, sq: int, sk: int, d: int, dv: int, dtype: D
     return latency > mxu
 
 
-def group_size(batch_shape: tuple[int, ...], sq: int, sk: int, mask: Value | None,
-               cores: int, fits: Callable[[int], bool]) -> int:
-    """Items per group: the most (up to :data:`ITEMS_MAX`, whose buffers ``fits``) that
-    cut the batch into boxes of equal size; 1 when a mask broadcasts over an item's
-    rows or keys (its tile would not be per item)."""
-    if mask is not None and ((1, 1) + tuple(mask.shape))[-2:] != (sq, sk):
-        return 1
+def group_size(batch_shape: tuple[int, ...], cores: int, fits: Callable[[int], bool]) -> int:
+    """Items per group: the most (up to :data:`ITEMS_MAX`, a core getting
+    :data:`GROUPS_MIN` at least, whose buffers ``fits``) that cut the batch into boxes of
+    equal size."""
     batch = math.prod(batch_shape)
     for count in range(min(ITEMS_MAX, batch // (cores * GROUPS_MIN)), 1, -1):
         if batch % count == 0 and fits(count) and all(
@@ -107,33 +106,3 @@ def load_kt(ctx: Context, k: Value, box: Box, kt: SramRef, items: int, core: int
         at = unravel(j, lead_shape)
         one = tuple((lo + i, lo + i + 1) for (lo, _), i in zip(box, at)) + box[-2:]
         load_transposed(ctx, k, one, sub(kt, (d, nk), j * d * nk), core, source)
-
-
-def load_mask(ctx: Context, mask: Value, space_box: Box, buf: SramRef, core: int,
-              source: str) -> None:
-    """The group's ``[items * Sq, Sk]`` mask rows (``space_box``: the group's lead box,
-    rows and keys): one load, or one per run of items when the mask broadcasts over a
-    lead dim the group spans (Swin's position bias, shared by its windows)."""
-    lead = space_box[:-2]
-    box = value_box(mask, space_box)
-    spread = [i for i, ((lo, hi), (vlo, vhi)) in enumerate(zip(lead, box[-len(space_box):]))
-              if hi - lo > 1 and vhi - vlo == 1]
-    own = len(mask.shape)
-    if not spread:
-        shape = tuple(hi - lo for lo, hi in box)
-        load_box(ctx, mask, box[len(box) - own:], SramRef(buf.space, buf.offset, shape,
-                                                          mask.dtype), core, source, "load")
-        return
-    last = spread[-1]
-    outer = tuple(hi - lo for lo, hi in lead[:last + 1])
-    run = math.prod(hi - lo for lo, hi in lead[last + 1:])
-    per_item = math.prod(hi - lo for lo, hi in space_box[-2:])
-    for n in range(math.prod(outer)):
-        at = unravel(n, outer)
-        part = tuple((lo + i, lo + i + 1) for (lo, _), i in zip(lead, at)) \
-            + lead[last + 1:] + space_box[-2:]
-        piece = value_box(mask, part)
-        shape = tuple(hi - lo for lo, hi in piece)
-        target = SramRef(buf.space, buf.offset + n * run * per_item * mask.dtype.itemsize,
-                         shape, mask.dtype)
-        load_box(ctx, mask, piece[len(piece) - own:], target, core, source, "load")

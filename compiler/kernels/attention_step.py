@@ -28,7 +28,7 @@ from compiler.ir.ops import (
     UnaryKind,
     VCopy,
 )
-from compiler.kernels.attention_items import item_tile, load_kt, load_mask
+from compiler.kernels.attention_items import item_tile, load_kt
 from compiler.kernels.attention_layout import logical_shape, online_softmax_update, stored_box
 from compiler.kernels.common import Box, Context
 from compiler.kernels.matmul import load_transposed
@@ -146,9 +146,6 @@ class FlashStep:
                             self.source)
             return
         space_box = self.lead + (self.rows, self.keys)
-        if self.items > 1:
-            load_mask(ctx, self.mask, space_box, mbuf, self.core, self.source)
-            return
         mask = self.mask
         box = value_box(mask, space_box)
         shape = tuple(hi - lo for lo, hi in box)
@@ -214,12 +211,11 @@ class FlashStep:
         if self.bias is not None:
             return self.buf("mask", (self.nq, self.nk))
         mask = self.mask
-        if self.items > 1:  # each item's [Sq, Sk] (the group has no broadcast rows)
-            mbuf = self.bufs["mask"][self.ss]
-            return SramRef(mbuf.space, mbuf.offset, (self.nq, self.nk), mask.dtype)
         space_box = self.lead + (self.rows, self.keys)
         box = value_box(mask, space_box)
-        shape = tuple(hi - lo for lo, hi in box)[-2:]
+        shape = tuple(hi - lo for lo, hi in box)
+        if self.items == 1:
+            shape = shape[-2:]
         mbuf = self.bufs["mask"][self.ss]
         return SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
 
@@ -235,6 +231,9 @@ class FlashStep:
             self.vec(Binary(BinaryKind.mul, s, self._scale_row("k"), s))
         if self.needs_mask:
             mask = self._mask_ref()
+            if self.items > 1:  # the group's scores by item, the mask broadcast over them
+                lead = tuple(hi - lo for lo, hi in self.lead)
+                s = SramRef(s.space, s.offset, lead + (self.item_rows, nk), s.dtype)
             if mask.dtype is DType.bool:
                 self.vec(Select(mask, s, Scalar(float("-inf")), s))
             else:
@@ -243,6 +242,7 @@ class FlashStep:
                     self.vec(Cast(mask, wide))
                     mask = wide
                 self.vec(Binary(BinaryKind.add, s, mask, s))
+            s = self.buf("s", (nq, nk))
         m = self.buf("m", (nq, 1), True)
         mn = self.buf("mn", (nq, 1), True)
         l_sum = self.buf("l", (nq, 1), True)

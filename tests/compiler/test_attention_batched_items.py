@@ -59,11 +59,11 @@ def test_group_size_takes_the_most_items_that_tile_the_batch_in_boxes():
         return True
 
     # [64, 3] on 2 cores: 8 at most; runs of 8 and 7 are not boxes, of 6 (2 windows) are
-    assert group_size((64, 3), 49, 49, None, 2, fits) == 6
+    assert group_size((64, 3), 2, fits) == 6
     # [24] on 2 cores, 3 groups a core at least: 24 // 6 = 4
-    assert group_size((24,), 49, 49, None, 2, fits) == 4
-    assert group_size((24,), 49, 49, None, 2, lambda g: g <= 3) == 3
-    assert group_size((192,), 49, 49, None, 2, fits) == 8
+    assert group_size((24,), 2, fits) == 4
+    assert group_size((24,), 2, lambda g: g <= 3) == 3
+    assert group_size((192,), 2, fits) == 8
 
 
 def test_latency_bound_on_tpu_v4_not_on_atom():
@@ -110,11 +110,29 @@ def test_swin_windows_with_heads_after_tokens_and_a_shared_bias(windows, per_gro
     # 8 windows x 3 heads on 2 cores: at most 24 // 6 = 4 items, runs of 4 wrap: a
     # group is a window's 3 heads. 16 windows: 48 // 6 = 8 at most, runs of 8 and 7 do
     # not tile [16, 3] in boxes, of 6 (two windows) do. A group's q, k and v are one
-    # [49 * windows, 96] command each, the bias [3, 49, 49] one per window (it is the
-    # same for all), the output one; K transposed by one vector op a group.
+    # [49 * windows, 96] command each, the bias [3, 49, 49] one (added to the scores of
+    # each of its windows), the output one; K transposed by one vector op a group.
     groups = windows // per_group
-    assert len(loads) == groups * 3 + windows
+    assert len(loads) == groups * 4
     assert sum(isinstance(c.op, Store) for c in commands) == groups
     assert sum(isinstance(c.op, Transpose) for c in commands) == groups
     assert Counter(math.prod(ld.src.shape) for ld in loads) == {
-        per_group * 49 * 96: groups * 3, 3 * 49 * 49: windows}
+        per_group * 49 * 96: groups * 3, 3 * 49 * 49: groups}
+
+
+class MaskedAttention(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return torch.softmax(q @ k.transpose(-1, -2) * 32 ** -0.5 + mask, -1) @ v
+
+
+def test_a_mask_shared_by_the_heads_is_broadcast_over_the_group():
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(16, 3, 49, 32) for _ in range(3))
+    mask = torch.randn(16, 1, 49, 49)  # Swin's shifted-window mask: one per window
+    compiled = _compile(MaskedAttention(), (q, k, v, mask), "tpu-v4")
+    (out,), _ = compiled.run(q, k, v, mask)
+    torch.testing.assert_close(out, MaskedAttention()(q, k, v, mask), rtol=1e-5, atol=1e-5)
+    loads = [c.op for c in compiled.program.commands if isinstance(c.op, Load)]
+    # 48 items: groups of 6 (two windows' 3 heads), 8 of them; the mask's [2, 1, 49, 49]
+    # for a group in one command, beside q, k and v's [2, 3, 49, 32]
+    assert Counter(ld.src.shape for ld in loads) == {(2, 3, 49, 32): 24, (2, 1, 49, 49): 8}
