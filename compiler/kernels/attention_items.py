@@ -24,7 +24,6 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
 from compiler.ir.ops import Load
 from compiler.kernels.common import Box, Context, unravel
-from compiler.kernels.matmul import load_transposed
 from compiler.kernels.vector import sub
 
 ITEMS_MAX = 8
@@ -86,23 +85,19 @@ def item_tile(buf: SramRef, lead: Box, item: int, rows: int, width: int,
                    buf.dtype, (heads * width, 1))
 
 
-def load_kt(ctx: Context, k: Value, box: Box, kt: SramRef, items: int, core: int,
-            source: str) -> None:
-    """``kt`` ``[items, D, Sk]`` := each item's K tile of ``box`` (``[..., Sk, D]``,
-    stored ``[B, H, S, D]``) transposed by the DMA: one command when the box is one
-    piece of K's tensor, else one transposed load per item."""
+def transposed_load(ctx: Context, k: Value, box: Box, kt: SramRef, items: int
+                    ) -> Load | None:
+    """The one DMA command writing ``kt`` ``[items, D, Sk]``, each item's K tile of
+    ``box`` (``[..., Sk, D]``, stored ``[B, H, S, D]``) transposed, when K's tensor
+    holds the box as one piece of ``[..., Sk, D]`` tiles one after another; else None
+    (a K viewed from ``[B * H * S, D]``: the caller loads it as is and transposes it on
+    the vector engine)."""
     nk, d = box[-2][1] - box[-2][0], box[-1][1] - box[-1][0]
     places = ctx.em.dram_places(ctx.view(k), box)
     ref = places[0][0]
-    if len(places) == 1 and places[0][2] is None and ref.shape[-2:] == (nk, d) \
-            and math.prod(ref.shape[:-2]) == items:  # the items one after another
-        shape = ref.shape
-        lead_strides = [math.prod(shape[i + 1:-2]) * d * nk for i in range(len(shape) - 2)]
-        view = SramRef(kt.space, kt.offset, shape, kt.dtype, (*lead_strides, 1, nk))
-        ctx.em.emit(ctx.em.dma(core, "load"), Load(ref, view), source)
-        return
-    lead_shape = tuple(hi - lo for lo, hi in box[:-2])
-    for j in range(items):
-        at = unravel(j, lead_shape)
-        one = tuple((lo + i, lo + i + 1) for (lo, _), i in zip(box, at)) + box[-2:]
-        load_transposed(ctx, k, one, sub(kt, (d, nk), j * d * nk), core, source)
+    if len(places) > 1 or places[0][2] is not None or ref.shape[-2:] != (nk, d) \
+            or math.prod(ref.shape[:-2]) != items:
+        return None
+    shape = ref.shape
+    lead_strides = [math.prod(shape[i + 1:-2]) * d * nk for i in range(len(shape) - 2)]
+    return Load(ref, SramRef(kt.space, kt.offset, shape, kt.dtype, (*lead_strides, 1, nk)))

@@ -28,7 +28,7 @@ from compiler.ir.ops import (
     UnaryKind,
     VCopy,
 )
-from compiler.kernels.attention_items import item_tile, load_kt
+from compiler.kernels.attention_items import item_tile, transposed_load
 from compiler.kernels.attention_layout import logical_shape, online_softmax_update, stored_box
 from compiler.kernels.common import Box, Context
 from compiler.kernels.matmul import load_transposed
@@ -117,15 +117,16 @@ class FlashStep:
         kv_box = self.kv_lead + (self.keys, (0, d))
         items = self.items
         kt = self.buf("kt", (items * d, self.nk))
+        one = None if stored[1] or items == 1 else transposed_load(ctx, k, kv_box, kt, items)
         if node.spec.kv_scales:
             self._load_int8_kv(kv_box)
-        elif stored[1]:  # heads inside rows: load, then transpose on the vector engine
+        elif one is not None:  # the DMA writes each item's K^T
+            ctx.em.emit(ctx.em.dma(self.core, "load"), one, self.source)
+        elif stored[1] or items > 1:  # load as stored, transpose on the vector engine
             kbuf = self.buf("k", (items * self.nk, d))
             load_box(ctx, k, stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
                      "load")
             self.prep(self._transpose_k(kbuf, kt))
-        elif items > 1:  # the DMA writes each item's K^T
-            load_kt(ctx, k, kv_box, kt, items, self.core, self.source)
         else:  # the DMA writes K^T directly
             load_transposed(ctx, k, kv_box, kt, self.core, self.source)
         v_box = self.kv_lead + (self.keys, (0, dv))
@@ -154,12 +155,16 @@ class FlashStep:
         load_box(ctx, mask, own, target, self.core, self.source, "load")
 
     def _transpose_k(self, kbuf: SramRef, kt: SramRef) -> Transpose:
-        """K (as stored) into ``kt`` [items, D, Tk]: one vector op for the group, the
+        """K (as stored) into ``kt`` [items, D, Tk]: one vector op for the group, a
         stored [B, S, H, D] box read as [B, Tk, H, D]."""
         if self.items == 1:
             return Transpose(kbuf, kt, (1, 0))
-        nb, nh = (hi - lo for lo, hi in self.kv_lead[-2:])
         d = kbuf.shape[-1]
+        if not self.node.spec.heads_after_seq[1]:
+            src = SramRef(kbuf.space, kbuf.offset, (self.items, self.nk, d), kbuf.dtype)
+            dst = SramRef(kt.space, kt.offset, (self.items, d, self.nk), kt.dtype)
+            return Transpose(src, dst, (0, 2, 1))
+        nb, nh = (hi - lo for lo, hi in self.kv_lead[-2:])
         src = SramRef(kbuf.space, kbuf.offset, (nb, self.nk, nh, d), kbuf.dtype)
         dst = SramRef(kt.space, kt.offset, (nb, nh, d, self.nk), kt.dtype)
         return Transpose(src, dst, (0, 2, 3, 1))

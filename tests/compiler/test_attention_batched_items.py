@@ -136,3 +136,27 @@ def test_a_mask_shared_by_the_heads_is_broadcast_over_the_group():
     # 48 items: groups of 6 (two windows' 3 heads), 8 of them; the mask's [2, 1, 49, 49]
     # for a group in one command, beside q, k and v's [2, 3, 49, 32]
     assert Counter(ld.src.shape for ld in loads) == {(2, 3, 49, 32): 24, (2, 1, 49, 49): 8}
+
+
+class FlatKeys(torch.nn.Module):
+    """K viewed [16, 3, 7, 8] from a [336, 8] tensor: a group's keys are one [42, 8]
+    piece of it, which no single DMA can write transposed per item."""
+
+    def forward(self, q, k_flat, v):
+        k = k_flat.view(16, 3, 7, 8)
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.3, -1) @ v
+
+
+def test_keys_of_another_shape_load_as_one_piece_and_transpose_on_the_vector_unit():
+    torch.manual_seed(3)
+    q, v, k_flat = torch.randn(16, 3, 7, 8), torch.randn(16, 3, 7, 8), torch.randn(336, 8)
+    compiled = _compile(FlatKeys(), (q, k_flat, v), "tpu-v4")
+    (out,), _ = compiled.run(q, k_flat, v)
+    torch.testing.assert_close(out, FlatKeys()(q, k_flat, v), rtol=1e-5, atol=1e-5)
+    commands = compiled.program.commands
+    loads = [c.op for c in commands if isinstance(c.op, Load)]
+    # 48 items in 8 groups of 6: K as [42, 8] rows of its tensor, then one transpose
+    assert Counter((ld.src.tensor, ld.src.shape) for ld in loads) == {
+        ("q", (2, 3, 7, 8)): 8, ("k_flat", (42, 8)): 8, ("v", (2, 3, 7, 8)): 8}
+    transposes = [c.op for c in commands if isinstance(c.op, Transpose)]
+    assert [(t.src.shape, t.dst.shape) for t in transposes] == [((6, 7, 8), (6, 8, 7))] * 8
