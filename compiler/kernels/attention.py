@@ -17,6 +17,11 @@ each on the vector engine rather than dequantizing [Tk, D] tiles. Only ``[Tq, Tk
 split by query rows over the core's systolic arrays, and the next key tile's
 ``Q @ K^T`` is issued before this one's ``P @ V``, so it runs while the vector engine
 does this tile's softmax.
+
+Many small items of one step each (Swin's 49x49 windows) go in groups where their
+DMA latencies bound them (:mod:`compiler.kernels.attention_items`): a group's Q, K, V,
+mask and output move in one command each and its softmax is one pass over all its
+rows, while each item keeps its own two matmuls.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
 from compiler.kernels.attention_decode import decode_plan, lower_decode_attention
+from compiler.kernels.attention_items import group_size, latency_bound, lead_box
 from compiler.kernels.attention_layout import logical_shape
 from compiler.kernels.attention_step import FlashStep
 from compiler.kernels.common import Context, TileSteps, pipeline, unravel
@@ -58,8 +64,10 @@ class CausalBias:
 
 
 def _tile_bytes(tq: int, tk: int, d: int, dv: int, item: int, sets: int, masked: bool,
-               int8_kv: bool = False) -> int:
-    per_step = tk * d * item * 2 + tk * dv * item + (tq * tk * 4 if masked else 0)
+               int8_kv: bool = False, items: int = 1) -> int:
+    """Scratchpad bytes of ``sets`` buffer sets; ``items``: items of one step each a
+    step holds (``tq`` counts all their query rows, K and V are per item)."""
+    per_step = (tk * d * item * 2 + tk * dv * item) * items + (tq * tk * 4 if masked else 0)
     if int8_kv:  # int8 K (as loaded and transposed), V, the scales and their f32 rows
         per_step += tk * (2 * d + dv) + 2 * tk * (item + 4)
     scores = tq * tk * 4 * 2 + tq * tk * item + tq * dv * 4
@@ -93,7 +101,10 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
         raise CapacityError(f"{node.source}: no attention tile fits {ctx.capacity} B")
     tq, tk = max(fitting, key=lambda t: (t[0] * t[1], t[0]))
     arrays = ctx.config.core.matrix.arrays if ctx.options.multi_array else 1
-    sets = _deeper(ctx, sets, tq, tk, sq, sk, d, dv, item, masked, spec.kv_scales, arrays)
+    group = _group(ctx, node, q_shape, k_shape, tq, tk, d, dv, masked, arrays)
+    sets = _deeper(ctx, sets, tq, tk, sq, sk, d, dv, item, masked, spec.kv_scales, arrays,
+                   group)
+    tq *= group
     bias = None
     patterns = _causal_patterns(spec, mask, sq, sk, tq, tk, sets)
     for d_offset, slot in patterns.items():
@@ -106,13 +117,13 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
         ctx.constants[bias_name] = CausalBias(sq, sk, spec.causal_offset)
         bias = bias_name
     batch = math.prod(batch_shape)
-    tiles = [(bi, q0) for bi in range(batch) for q0 in range(0, sq, tq)]
+    tiles = [(bi, q0) for bi in range(0, batch, group) for q0 in range(0, sq, tq)]
     cores = min(ctx.cores, len(tiles))
     kv_dtype = node.inputs[1].dtype if spec.kv_scales else None
-    bufs = [_allocate(ctx, c, tq, tk, d, dv, q.dtype, sets, masked, kv_dtype)
+    bufs = [_allocate(ctx, c, tq, tk, d, dv, q.dtype, sets, masked, kv_dtype, group)
             for c in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
-    tile_counts, step_counts = [0] * cores, [0] * cores
+    tile_counts, step_counts, item_counts = [0] * cores, [0] * cores, [0] * cores
     deep = sets > ctx.sets
     previous: list[FlashStep | None] = [None] * cores
     loaded: list[set[int]] = [set() for _ in range(cores)]
@@ -123,6 +134,11 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
         q1 = min(q0 + tq, sq)
         index = unravel(bi, batch_shape)
         kv_index = _kv_index(index, q_shape, k_shape)
+        lead = lead_box(bi, group, batch_shape) if group > 1 else \
+            tuple((i, i + 1) for i in index)
+        kv_lead = lead if group > 1 else tuple((i, i + 1) for i in kv_index)
+        first_item = item_counts[core]
+        item_counts[core] += group
         last_key = q1 - 1 + spec.causal_offset if spec.causal else sk
         k_tiles = [k0 for k0 in range(0, sk, tk) if k0 <= last_key]
         for s, k0 in enumerate(k_tiles):
@@ -133,10 +149,11 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             # an item of one small step takes one array, the next item the next one: split
             # over all of them, each part would pay the weight load, fill and drain for a
             # few rows (Swin's 49-row windows: four 13-row parts of 510 cycles on tpu-v4)
-            used = [(tile_counts[core] - 1) % arrays] if deep else range(arrays)
-            job = FlashStep(ctx, node, core, bufs[core], ts, ss, index, kv_index, (q0, q1),
-                            (k0, k1), s == 0, s == len(k_tiles) - 1, needs_mask, mask, bias,
-                            used)
+            used = [(first_item + j) % arrays for j in range(arrays)] if group > 1 else \
+                [(tile_counts[core] - 1) % arrays] if deep else range(arrays)
+            job = FlashStep(ctx, node, core, bufs[core], ts, ss, lead, kv_lead,
+                            (q0, q1), (k0, k1), s == 0, s == len(k_tiles) - 1,
+                            needs_mask, mask, bias, used)
             if needs_mask and patterns:
                 slot = patterns[q0 + spec.causal_offset - k0]
                 job.pattern = (f"{ctx.view(out).tensor}_causal_tile{slot}", slot,
@@ -145,7 +162,7 @@ def lower_attention_kernel(ctx: Context, kernel: Kernel) -> None:
             if previous[core] is not None and sets > 1:  # its loads are issued first
                 previous[core].next = job
             if deep:
-                job.ahead, job.pending = max(1, min(sets - 1, arrays - 1)), []
+                job.ahead, job.pending = max(1, min(sets - 1, -(-(arrays - 1) // group))), []
             previous[core] = job
             per_core[core].append(TileSteps(job.load, job.compute, job.finish))
     if deep:
@@ -174,7 +191,7 @@ def _finish_late(steps: list[TileSteps]) -> list[TileSteps]:
 
 
 def _deeper(ctx: Context, sets: int, tq: int, tk: int, sq: int, sk: int, d: int, dv: int,
-            item: int, masked: bool, kv_scales: bool, arrays: int) -> int:
+            item: int, masked: bool, kv_scales: bool, arrays: int, group: int = 1) -> int:
     """More buffer sets for items of one small step each, fewer query rows than the
     core's arrays are tall together (Swin's 49x49 windows): such an item's chain (load,
     Q K^T, softmax, P V, store; two DRAM latencies and two matmuls' fill and drain) is
@@ -184,14 +201,40 @@ def _deeper(ctx: Context, sets: int, tq: int, tk: int, sq: int, sk: int, d: int,
     if sets < 2 or sq > tq or sk > tk or sq >= arrays * ctx.config.core.matrix.rows:
         return sets
     wanted = DEEP_SETS
-    while wanted > sets and _tile_bytes(tq, tk, d, dv, item, wanted, masked,
-                                         kv_scales) > ctx.capacity:
+    while wanted > sets and _tile_bytes(tq * group, tk, d, dv, item, wanted, masked,
+                                         kv_scales, group) > ctx.capacity:
         wanted -= 1
     return wanted
 
 
+def _group(ctx: Context, node, q_shape: tuple[int, ...], k_shape: tuple[int, ...], tq: int,
+           tk: int, d: int, dv: int, masked: bool, arrays: int) -> int:
+    """Items of one small step each a step holds (:mod:`compiler.kernels.attention_items`):
+    for the deep mode's items (:func:`_deeper`) whose DMA latencies outweigh their
+    matmuls, whose heads match (no grouped-query sharing), with no causal tiles or
+    quantized cache, as many as :func:`~compiler.kernels.attention_items.group_size`
+    allows with ``GROUP_SETS`` buffer sets in the scratchpad; 1 otherwise."""
+    spec: g.Attention = node.spec
+    sq, sk = q_shape[-2], k_shape[-2]
+    q = node.inputs[0]
+    if (ctx.sets < 2 or sq > tq or sk > tk or sq >= arrays * ctx.config.core.matrix.rows
+            or spec.causal or spec.kv_scales or q_shape[:-2] != k_shape[:-2]
+            or node.out.dtype is not q.dtype):
+        return 1
+    if not latency_bound(ctx.config, sq, sk, d, dv, q.dtype, 4 if masked else 3):
+        return 1
+
+    def fits(group: int) -> bool:
+        return _tile_bytes(tq * group, tk, d, dv, q.dtype.itemsize, GROUP_SETS, masked,
+                           False, group) <= ctx.capacity
+
+    return group_size(q_shape[:-2], ctx.cores, fits)
+
+
 DEEP_SETS = 8
 """Buffer sets for attention items of one step (see :func:`_deeper`)."""
+GROUP_SETS = 3
+"""Buffer sets a group of such items (:func:`_group`) must leave room for at least."""
 
 
 def _causal_patterns(spec: g.Attention, mask: Value | None, sq: int, sk: int, tq: int,
@@ -224,14 +267,16 @@ def _kv_index(index: tuple[int, ...], q_shape: tuple[int, ...],
 
 
 def _allocate(ctx: Context, core: int, tq: int, tk: int, d: int, dv: int, dtype: DType,
-              sets: int, masked: bool, kv_dtype: DType | None
+              sets: int, masked: bool, kv_dtype: DType | None, items: int = 1
               ) -> dict[str, list[SramRef]]:
     """Per-core buffers; ``kv_dtype``: the stored dtype of a quantized cache (int8,
-    fp8) whose raw tiles get their own buffers."""
+    fp8) whose raw tiles get their own buffers; ``items``: items a step holds, each
+    with its own K and V tiles."""
     arena = Arena(sram_space(core), ctx.capacity)
     shapes: dict[str, tuple[tuple[int, ...], DType]] = {
-        "q": ((tq, d), dtype), "k": ((tk, d), dtype), "kt": ((d, tk), dtype),
-        "v": ((tk, dv), dtype), "s": ((tq, tk), F32), "p": ((tq, tk), F32),
+        "q": ((tq, d), dtype), "k": ((items * tk, d), dtype),
+        "kt": ((items * d, tk), dtype), "v": ((items * tk, dv), dtype),
+        "s": ((tq, tk), F32), "p": ((tq, tk), F32),
         "pc": ((tq, tk), dtype), "pv": ((tq, dv), F32), "acc": ((tq, dv), F32),
         "o": ((tq, dv), dtype), "m": ((tq, 1), F32), "mn": ((tq, 1), F32),
         "rm": ((tq, 1), F32), "l": ((tq, 1), F32), "c": ((tq, 1), F32),

@@ -4,6 +4,7 @@ last key tile, the normalized output's store."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,8 +28,9 @@ from compiler.ir.ops import (
     UnaryKind,
     VCopy,
 )
+from compiler.kernels.attention_items import item_tile, transposed_load
 from compiler.kernels.attention_layout import logical_shape, online_softmax_update, stored_box
-from compiler.kernels.common import Context
+from compiler.kernels.common import Box, Context
 from compiler.kernels.matmul import load_transposed
 from compiler.kernels.vector import load_box, store_box, sub, value_box
 
@@ -40,32 +42,42 @@ exp(-inf) = 0 instead of NaN; a causal mask always shows query i key 0."""
 
 
 class FlashStep:
-    """One key tile of one query tile: load, compute and (last step) finish."""
+    """One key tile of one query tile: load, compute and (last step) finish. A step
+    may hold several items of one step each (:mod:`compiler.kernels.attention_items`):
+    ``lead`` is then their box of the lead dims, ``rows`` and ``keys`` each one's."""
 
     def __init__(self, ctx: Context, node, core: int, bufs: dict[str, list[SramRef]],
-                 ts: int, ss: int, index: tuple[int, ...], kv_index: tuple[int, ...],
+                 ts: int, ss: int, lead: Box, kv_lead: Box,
                  rows: tuple[int, int], keys: tuple[int, int], first: bool, last: bool,
                  needs_mask: bool, mask: Value | None, bias: str | None,
                  arrays: Sequence[int]) -> None:
         self.ctx, self.node, self.core = ctx, node, core
         self.bufs, self.ts, self.ss = bufs, ts, ss
-        self.index, self.kv_index = index, kv_index
+        self.lead, self.kv_lead = lead, kv_lead
         self.rows, self.keys = rows, keys
         self.first, self.last = first, last
         self.needs_mask, self.mask, self.bias = needs_mask, mask, bias
-        self.nq, self.nk = rows[1] - rows[0], keys[1] - keys[0]
+        self.items = math.prod(hi - lo for lo, hi in lead)
+        self.item_rows = rows[1] - rows[0]
+        self.nq, self.nk = self.items * self.item_rows, keys[1] - keys[0]
         self.source = node.source
         self.vpu = vpu_engine(core)
-        share = -(-self.nq // len(arrays))
-        self.parts = [(mxu_engine(core, a), r, min(r + share, self.nq))
-                      for a, r in zip(arrays, range(0, self.nq, share))]
-        """(array, first row, end row): each matmul split by query rows over ``arrays``."""
+        if self.items > 1:  # item j on the j-th of ``arrays`` (round)
+            self.parts = [(mxu_engine(core, arrays[j % len(arrays)]), j * self.item_rows,
+                           (j + 1) * self.item_rows, j) for j in range(self.items)]
+        else:
+            share = -(-self.nq // len(arrays))
+            self.parts = [(mxu_engine(core, a), r, min(r + share, self.nq), 0)
+                          for a, r in zip(arrays, range(0, self.nq, share))]
+        """(array, first row, end row, item): each item's matmuls on an array, or one
+        item's split by query rows over ``arrays``."""
         self.next: FlashStep | None = None
         self.ahead = 1
         """Steps after this one whose scores it issues during its softmax: the next one,
         or, for items of one small step each on several arrays, as many as there are
         other arrays (their loads are out already: at most the buffer sets but one). On
-        one array more would queue ahead of this step's P @ V."""
+        one array more would queue ahead of this step's P @ V. A group of items issues
+        them before its softmax, not after: it waits for all the group's scores."""
         self.pending: list | None = None
         """Vector work on this step's loaded tiles (Q's scaling, K's transpose) held back
         to be issued with its Q @ K^T, when set (items of one small step each): issued
@@ -97,26 +109,30 @@ class FlashStep:
         stored = node.spec.heads_after_seq
         d, dv = q.shape[-1], v.shape[-1]
         if self.first:
-            box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, d))
+            box = self.lead + (self.rows, (0, d))
             qbuf = self.buf("q", (self.nq, d), True)
             load_box(ctx, q, stored_box(box, stored[0]), qbuf, self.core, self.source,
                      "load")
             self.prep(Binary(BinaryKind.mul, qbuf, Scalar(node.spec.scale), qbuf))
-        kv_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, d))
-        kt = self.buf("kt", (d, self.nk))
+        kv_box = self.kv_lead + (self.keys, (0, d))
+        items = self.items
+        kt = self.buf("kt", (items * d, self.nk))
+        one = None if stored[1] or items == 1 else transposed_load(ctx, k, kv_box, kt, items)
         if node.spec.kv_scales:
             self._load_int8_kv(kv_box)
-        elif stored[1]:  # heads inside rows: load, then transpose on the vector engine
-            kbuf = self.buf("k", (self.nk, d))
+        elif one is not None:  # the DMA writes each item's K^T
+            ctx.em.emit(ctx.em.dma(self.core, "load"), one, self.source)
+        elif stored[1] or items > 1:  # load as stored, transpose on the vector engine
+            kbuf = self.buf("k", (items * self.nk, d))
             load_box(ctx, k, stored_box(kv_box, stored[1]), kbuf, self.core, self.source,
                      "load")
-            self.prep(Transpose(kbuf, kt, (1, 0)))
+            self.prep(self._transpose_k(kbuf, kt))
         else:  # the DMA writes K^T directly
             load_transposed(ctx, k, kv_box, kt, self.core, self.source)
-        v_box = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, dv))
+        v_box = self.kv_lead + (self.keys, (0, dv))
         if not node.spec.kv_scales:
-            load_box(ctx, v, stored_box(v_box, stored[2]), self.buf("v", (self.nk, dv)),
-                     self.core, self.source, "load")
+            load_box(ctx, v, stored_box(v_box, stored[2]),
+                     self.buf("v", (items * self.nk, dv)), self.core, self.source, "load")
         if not self.needs_mask:
             return
         if self.pattern is not None:
@@ -130,13 +146,28 @@ class FlashStep:
                 ctx.em.emit(ctx.em.dma(self.core, "load"), Load(ref, sub(mbuf, ref.shape, off)),
                             self.source)
             return
-        space_box = tuple((i, i + 1) for i in self.index) + (self.rows, self.keys)
+        space_box = self.lead + (self.rows, self.keys)
         mask = self.mask
         box = value_box(mask, space_box)
         shape = tuple(hi - lo for lo, hi in box)
         own = box[len(box) - len(mask.shape):]
         target = SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
         load_box(ctx, mask, own, target, self.core, self.source, "load")
+
+    def _transpose_k(self, kbuf: SramRef, kt: SramRef) -> Transpose:
+        """K (as stored) into ``kt`` [items, D, Tk]: one vector op for the group, a
+        stored [B, S, H, D] box read as [B, Tk, H, D]."""
+        if self.items == 1:
+            return Transpose(kbuf, kt, (1, 0))
+        d = kbuf.shape[-1]
+        if not self.node.spec.heads_after_seq[1]:
+            src = SramRef(kbuf.space, kbuf.offset, (self.items, self.nk, d), kbuf.dtype)
+            dst = SramRef(kt.space, kt.offset, (self.items, d, self.nk), kt.dtype)
+            return Transpose(src, dst, (0, 2, 1))
+        nb, nh = (hi - lo for lo, hi in self.kv_lead[-2:])
+        src = SramRef(kbuf.space, kbuf.offset, (nb, self.nk, nh, d), kbuf.dtype)
+        dst = SramRef(kt.space, kt.offset, (nb, nh, d, self.nk), kt.dtype)
+        return Transpose(src, dst, (0, 2, 3, 1))
 
     def _load_int8_kv(self, k_box: tuple[tuple[int, int], ...]) -> None:
         """An int8 cache's tiles: K^T (by the DMA, or loaded and transposed on the
@@ -156,7 +187,7 @@ class FlashStep:
         v_box = k_box[:-1] + ((0, dv),)
         load_box(ctx, node.inputs[2], stored_box(v_box, stored[2]), self.buf("vi", (nk, dv)),
                  self.core, self.source, "load")
-        rows = tuple((i, i + 1) for i in self.kv_index) + (self.keys, (0, 1))
+        rows = self.kv_lead + (self.keys, (0, 1))
         for name, scale in (("k", node.inputs[-2]), ("v", node.inputs[-1])):
             column = self.buf(f"{name}s", (nk, 1))
             load_box(ctx, scale, rows, column, self.core, self.source, "load")
@@ -185,9 +216,11 @@ class FlashStep:
         if self.bias is not None:
             return self.buf("mask", (self.nq, self.nk))
         mask = self.mask
-        space_box = tuple((i, i + 1) for i in self.index) + (self.rows, self.keys)
+        space_box = self.lead + (self.rows, self.keys)
         box = value_box(mask, space_box)
-        shape = tuple(hi - lo for lo, hi in box)[-2:]
+        shape = tuple(hi - lo for lo, hi in box)
+        if self.items == 1:
+            shape = shape[-2:]
         mbuf = self.bufs["mask"][self.ss]
         return SramRef(mbuf.space, mbuf.offset, shape, mask.dtype)
 
@@ -197,10 +230,15 @@ class FlashStep:
         nq, nk = self.nq, self.nk
         s = self.buf("s", (nq, nk))
         self.issue_qk()
+        if self.items > 1:  # the next groups' scores (and their Q's scaling) before this
+            self._issue_ahead()  # softmax: after it, the arrays would wait for it whole
         if self.node.spec.kv_scales:  # S = (Q @ K_int^T) * k_scale, column by column
             self.vec(Binary(BinaryKind.mul, s, self._scale_row("k"), s))
         if self.needs_mask:
             mask = self._mask_ref()
+            if self.items > 1:  # the group's scores by item, the mask broadcast over them
+                lead = tuple(hi - lo for lo, hi in self.lead)
+                s = SramRef(s.space, s.offset, lead + (self.item_rows, nk), s.dtype)
             if mask.dtype is DType.bool:
                 self.vec(Select(mask, s, Scalar(float("-inf")), s))
             else:
@@ -209,6 +247,7 @@ class FlashStep:
                     self.vec(Cast(mask, wide))
                     mask = wide
                 self.vec(Binary(BinaryKind.add, s, mask, s))
+            s = self.buf("s", (nq, nk))
         m = self.buf("m", (nq, 1), True)
         mn = self.buf("mn", (nq, 1), True)
         l_sum = self.buf("l", (nq, 1), True)
@@ -239,11 +278,23 @@ class FlashStep:
         for op in self.pending or ():
             self.vec(op)
         d, nq, nk = self.node.inputs[0].shape[-1], self.nq, self.nk
-        kt = self.buf("kti" if self.node.spec.kv_scales else "kt", (d, nk))
+        kt = self.buf("kti" if self.node.spec.kv_scales else "kt", (self.items * d, nk))
         q, s = self.buf("q", (nq, d), True), self.buf("s", (nq, nk))
-        for mxu, r0, r1 in self.parts:
-            self.ctx.em.emit(mxu, MatMul(sub(q, (r1 - r0, d), r0 * d), kt,
+        stored = self.node.spec.heads_after_seq[0]
+        for mxu, r0, r1, j in self.parts:
+            if self.items > 1:
+                a = item_tile(q, self.lead, j, self.item_rows, d, stored)
+            else:
+                a = sub(q, (r1 - r0, d), r0 * d)
+            self.ctx.em.emit(mxu, MatMul(a, sub(kt, (d, nk), j * d * nk),
                                          sub(s, (r1 - r0, nk), r0 * nk)), self.source)
+
+    def _issue_ahead(self) -> None:
+        """The next :attr:`ahead` steps' scores, to run during this softmax."""
+        step, ahead = self.next, self.ahead
+        while step is not None and ahead > 0:
+            step.issue_qk()
+            step, ahead = step.next, ahead - 1
 
     def _pv(self, p: SramRef, dst: SramRef, nq: int, nk: int, dv: int, dtype: DType) -> None:
         lhs = p
@@ -255,13 +306,12 @@ class FlashStep:
             cast = self.buf("pc", (nq, nk))
             self.vec(Cast(lhs, cast))
             lhs = cast
-        step, ahead = self.next, self.ahead  # the next tiles' scores run during this softmax
-        while step is not None and ahead > 0:
-            step.issue_qk()
-            step, ahead = step.next, ahead - 1
-        v = self.buf("vi" if self.node.spec.kv_scales else "v", (nk, dv))
-        for mxu, r0, r1 in self.parts:
-            self.ctx.em.emit(mxu, MatMul(sub(lhs, (r1 - r0, nk), r0 * nk), v,
+        self._issue_ahead()
+        v = self.buf("vi" if self.node.spec.kv_scales else "v", (self.items * nk, dv))
+        stored = self.node.spec.heads_after_seq[2]
+        for mxu, r0, r1, j in self.parts:
+            vj = item_tile(v, self.kv_lead, j, nk, dv, stored) if self.items > 1 else v
+            self.ctx.em.emit(mxu, MatMul(sub(lhs, (r1 - r0, nk), r0 * nk), vj,
                                          sub(dst, (r1 - r0, dv), r0 * dv)), self.source)
 
     def finish(self) -> None:
@@ -273,9 +323,25 @@ class FlashStep:
         l_sum = self.buf("l", (self.nq, 1), True)
         self.vec(Binary(BinaryKind.div, acc, l_sum, acc))
         result = acc
-        if out.dtype is not F32:
+        stored = self.node.spec.out_heads_after_seq
+        heads = self.lead[-1][1] - self.lead[-1][0]
+        if stored and self.items > 1 and heads > 1:
+            result = self._heads_after_rows(acc, dv, heads, out.dtype)
+        elif out.dtype is not F32:
             result = self.buf("o", (self.nq, dv), True)
             self.vec(Cast(acc, result))
-        box = tuple((i, i + 1) for i in self.index) + (self.rows, (0, dv))
-        store_box(self.ctx, out, stored_box(box, self.node.spec.out_heads_after_seq), result,
-                  self.core, self.source, "store")
+        box = self.lead + (self.rows, (0, dv))
+        store_box(self.ctx, out, stored_box(box, stored), result, self.core, self.source,
+                  "store")
+
+    def _heads_after_rows(self, acc: SramRef, dv: int, heads: int, dtype: DType) -> SramRef:
+        """The group's item-major output [B, H, Sq, Dv] written (cast to ``dtype``) in
+        the stored order [B, Sq, H, Dv] by one vector op, so one DMA stores it."""
+        rows, outer = self.item_rows, self.items // heads
+        o = self.buf("o", (self.nq, dv), True)
+        o = SramRef(o.space, o.offset, o.shape, dtype)
+        src = SramRef(acc.space, acc.offset, (outer, heads, rows, dv), acc.dtype)
+        dst = SramRef(o.space, o.offset, (outer, heads, rows, dv), dtype,
+                      (rows * heads * dv, dv, heads * dv, 1))
+        self.vec(Cast(src, dst) if dtype is not F32 else VCopy(src, dst))
+        return o
