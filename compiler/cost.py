@@ -16,6 +16,7 @@ from archsim.errors import CapacityError
 from archsim.matrix import back_to_back_saving, matmul_cycles
 from compiler.emit import ALIGN_BYTES
 from compiler.ir.dtypes import DType
+from compiler.kernels.packed_runs import packed_commands
 
 
 DRAM_EFFICIENCY = 0.85
@@ -115,17 +116,18 @@ def split_sizes(size: int, unit: int, parts: int) -> list[int]:
 
 def b_runs(kt: int, k: int, nt: int, n_unit: int) -> int:
     """DMA commands of one array's B tile: one, or for packed int4 weights (``n_unit`` >
-    1: their blocks of columns, stored ``[N, K / 2]``, so a stored row holds ``k /
-    n_unit`` k rows of a block) one per block, since a block keeps its k rows together,
-    three (a partial row, whole rows, a partial row) when the k steps do not start on a
-    stored row, one for all blocks when the tile spans all of ``k``; and one for the
+    1: blocks of ``n_unit`` columns, each ``n_unit`` rows of the stored ``[N, K / 2]``)
+    the kernel's commands of its busier of the first two k steps
+    (:func:`compiler.kernels.packed_runs.packed_commands`: a command per stored row a
+    block's step meets, strided over the tile's blocks, or a run per block, whichever
+    is fewer; one for all blocks when the tile spans all of ``k``), and one for the
     scales."""
     if n_unit == 1:
         return 1
-    if kt >= k:
-        return 1 + 1
-    per_block = 1 if kt * n_unit % k == 0 else 3
-    return -(-nt // n_unit) * per_block + 1
+    kt, half = min(kt, k), n_unit // 2
+    blocks = (0, -(-nt // n_unit))
+    return 1 + max(len(packed_commands(blocks, (k0, min(k0 + kt, k)), k, half, k * half //
+                                       n_unit)) for k0 in range(0, min(k, 2 * kt), kt))
 
 
 def staging_bytes(sets: int, cores: int, sharing: int, a_bytes: int) -> int:

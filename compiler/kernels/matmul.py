@@ -319,11 +319,12 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRe
         # the shared A tile for every array, and a DMA queue issues in order
         kk = ks[1] - ks[0]
         for j, (c0, c1) in cols:
+            if dq is not None and dq.packed:  # with its scales
+                dq.load_packed(ctx, bufs.b[op_set][j], bufs.scales[op_set][j], ks, (c0, c1),
+                               core, source)
+                continue
             if dq is not None:
                 dq.load_scales(ctx, bufs.scales[op_set][j], ks, (c0, c1), core, source)
-                if dq.packed:
-                    dq.load_packed(ctx, bufs.b[op_set][j], ks, (c0, c1), core, source)
-                    continue
             b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
 
             def from_dram(b_buf: SramRef = b_buf, c0: int = c0, c1: int = c1) -> None:
