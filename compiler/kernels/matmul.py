@@ -104,12 +104,9 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         tiles = panels.emitted(tiles)
     ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each
     cores = min(ctx.cores, len(tiles))
-    tail: list[TailTile] = []  # a one-row-block matmul's last round, balanced; not for
-    # weights dequantized on the way in: their loads (a DMA run per block of columns, and
-    # scales) bind before the arrays do, so split steps only add loads (a 4096 -> 11008
-    # int4 GEMV on tpu-v4 took 1.7% longer balanced)
-    if panels is None and batch == 1 and m <= mt and dq is None:
-        tiles, tail = rebalanced_for(ctx.config, tiles, cores, m, n, k, tiling, a.dtype)
+    tail: list[TailTile] = []  # a one-row-block matmul's last round, balanced
+    if panels is None and batch == 1 and m <= mt and (dq is None or dq.packed and not widen):
+        tiles, tail = rebalanced_for(ctx.config, tiles, cores, m, n, k, tiling, a.dtype, dq)
     staging = StagedA.plan(ctx, tiles, cores, (mt, kt), a.dtype, tiling.op_sets,
                            len(k_steps)) if tiling.a_staged else None
     staged_b = StagedB.plan(ctx, -(-n // n_tile), len(k_steps), used, (kt, nt), b.dtype) \
