@@ -19,7 +19,7 @@ from compiler import compile as compile_module
 from compiler.ir.ops import Load
 from serving.quant import Int4WeightOnlyLinear, Int8WeightOnlyLinear
 
-SHAPES = ((4096, 4096), (4096, 11008))  # (K, N)
+SHAPES = ((4096, 4096), (4096, 11008), (11008, 4096))  # (K, N): Llama-2-7B's projections
 
 
 def module(fmt: str, k: int, n: int) -> torch.nn.Module:

@@ -6,8 +6,6 @@ against torch's CPU kernel."""
 from __future__ import annotations
 
 import collections
-from dataclasses import replace
-
 import torch
 
 import torch_bridge
@@ -16,7 +14,6 @@ from compiler import compile as compile_module
 from compiler.cost import b_runs
 from compiler.ir.ops import Load, MatMul
 from compiler.kernels.packed_runs import PackedCommand, packed_commands
-from serving.quant import Int4WeightOnlyLinear
 from torch_bridge.runtime import use_config
 
 aten = torch.ops.aten
@@ -67,38 +64,11 @@ def test_the_tilings_cost_model_counts_the_kernels_commands() -> None:
     assert b_runs(4096, 4096, 512, 64) == 1 + 1  # all of k
 
 
-def test_a_decode_gemv_loads_each_k_step_a_stored_row_at_a_time() -> None:
-    # Llama-2-7B's gate projection on tpu-v4, int4 in groups of 128
-    k, n = 4096, 11008
-    torch.manual_seed(0)
-    module = Int4WeightOnlyLinear.of(torch.nn.Linear(k, n, bias=False), torch.bfloat16, 128)
-    compile_module.clear_cache()
-    compiled = compile_module.compile_graph(
-        torch.export.export(module, (torch.randn(1, k, dtype=torch.bfloat16),)), TPU_V4)
-    weight = compiled.input_names[0]
-    loads = [c.op for c in compiled.program.commands
-             if isinstance(c.op, Load) and c.op.src.tensor == weight]
-    assert sum(op.dst.nbytes for op in loads) == n * k // 2  # every byte once
-    multiplies = collections.Counter(c.op.b.shape for c in compiled.program.commands
-                                     if isinstance(c.op, MatMul))
-    strided = [op for op in loads if op.src.slices[0].step > 1]
-    # each array k step of B [blocks, kt, 32] with kt / 64 stored rows a block, fewer
-    # than its blocks, is kt / 64 commands of a row of each block, 64 rows apart
-    wide = [(blocks, kt) for blocks, kt, _ in multiplies if kt // 64 < blocks]
-    assert wide
-    assert len(strided) == sum(multiplies[(blocks, kt, 32)] * kt // 64
-                               for blocks, kt in wide)
-    assert all(op.src.slices[0].step == 64 and op.src.slices[1].stop -
-               op.src.slices[1].start == 2048 for op in strided)
-
-
-def test_strided_loads_and_split_k_match_torchs_cpu_kernel() -> None:
-    # tpu-v4 with a 1 MiB scratchpad: k steps of 128 rows over 8-block tiles (2 stored
-    # rows a block of K = 2048), and 33 column units of 128 over 8 arrays: the last
-    # round is split by K
-    config = replace(TPU_V4, core=replace(TPU_V4.core, scratchpad=replace(
-        TPU_V4.core.scratchpad, size_bytes=1 << 20)))
-    n, k, group = 4224, 2048, 128
+def test_a_decode_gemv_loads_a_stored_row_at_a_time_and_matches_torch() -> None:
+    # Llama-2-7B's gate projection on tpu-v4 (M = 1), int4 in groups of 128: plain tiles
+    # over every array, then a last round split by K (86 column units of 128 over 8
+    # arrays)
+    n, k, group = 11008, 4096, 128
     torch.manual_seed(3)
     codes = torch.randint(0, 16, (n, k), dtype=torch.int32)
     packed = aten._convert_weight_to_int4pack_for_cpu(codes, 1)
@@ -111,14 +81,25 @@ def test_strided_loads_and_split_k_match_torchs_cpu_kernel() -> None:
 
     compile_module.clear_cache()
     compiled = compile_module.compile_graph(torch.export.export(Mm(), (x, packed, sz)),
-                                            config)
+                                            TPU_V4)
     weight = compiled.input_names[1]
     commands = compiled.program.commands
-    assert any(isinstance(c.op, Load) and c.op.src.tensor == weight and
-               c.op.src.slices[0].step == 64 for c in commands)
-    k_rows = {c.op.a.shape[-1] for c in commands if isinstance(c.op, MatMul)}
-    assert len(k_rows) > 1, k_rows  # the split tiles' k steps differ from the plain ones
-    with use_config(config), torch_bridge.profile():
+    loads = [c.op for c in commands if isinstance(c.op, Load) and c.op.src.tensor == weight]
+    assert sum(op.dst.nbytes for op in loads) == n * k // 2  # every byte once
+    multiplies = collections.Counter(c.op.b.shape for c in commands
+                                     if isinstance(c.op, MatMul))
+    assert len({kt for _, kt, _ in multiplies}) > 1  # the split tiles' k steps differ
+    # each array k step of B [blocks, kt, 32], kt / 64 stored rows a block (2,048 bytes,
+    # 64 k rows each), fewer than its blocks, is kt / 64 commands of a row of each
+    # block, 64 rows apart; the others a run per block
+    wide = [(blocks, kt) for blocks, kt, _ in multiplies if kt // 64 < blocks]
+    strided = [op for op in loads if op.src.slices[0].step > 1]
+    assert wide
+    assert len(strided) == sum(multiplies[(blocks, kt, 32)] * kt // 64
+                               for blocks, kt in wide)
+    assert all(op.src.slices[0].step == 64 and op.src.slices[1].stop -
+               op.src.slices[1].start == 2048 for op in strided)
+    with use_config(TPU_V4), torch_bridge.profile():
         out = aten._weight_int4pack_mm_for_cpu(x.to("npu"), packed.to("npu"), group,
                                                sz.to("npu"))
     ref = aten._weight_int4pack_mm_for_cpu(x, packed, group, sz)
