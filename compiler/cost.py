@@ -243,7 +243,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             transfer = (a_bytes + used * b_bytes) / load_bw
             # a load's latency holds one of a core's in-flight transfers: a step of more
             # loads than fit in flight waits for several in a row (counted for packed
-            # int4 weights, a run per block; the one-run tiles are calibrated as they are)
+            # int4 weights, :func:`b_runs`; the one-run tiles are calibrated as they are)
             extra_runs = used * (b_runs(kt, k, nt, n_unit) - 1)
             # (strided packed tiles: an array's commands on one engine, so the busiest
             # engine's arrays' commands and the A tile's share its slots)
