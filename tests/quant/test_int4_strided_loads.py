@@ -11,7 +11,7 @@ import torch
 import torch_bridge
 from archsim.config import load_config
 from compiler import compile as compile_module
-from compiler.cost import b_runs
+from compiler.cost import b_runs, b_strided
 from compiler.ir.ops import Load, MatMul
 from compiler.kernels.packed_runs import PackedCommand, packed_commands
 from torch_bridge.runtime import use_config
@@ -62,6 +62,9 @@ def test_the_tilings_cost_model_counts_the_kernels_commands() -> None:
     # (bytes 16,384..32,768) is the end of row 2, rows 3 and 4, the start of row 5
     assert b_runs(512, 11008, 512, 64) == 4 + 1
     assert b_runs(4096, 4096, 512, 64) == 1 + 1  # all of k
+    # strided (one engine an array) where a step has fewer stored rows than blocks
+    assert b_strided(512, 4096, 1408, 64) and not b_strided(1024, 4096, 256, 64)
+    assert not b_strided(4096, 4096, 512, 64) and not b_strided(512, 4096, 512, 1)
 
 
 def test_a_decode_gemv_loads_a_stored_row_at_a_time_and_matches_torch() -> None:
@@ -99,6 +102,19 @@ def test_a_decode_gemv_loads_a_stored_row_at_a_time_and_matches_torch() -> None:
                                for blocks, kt in wide)
     assert all(op.src.slices[0].step == 64 and op.src.slices[1].stop -
                op.src.slices[1].start == 2048 for op in strided)
+    # an array's step: its scales, then its strided commands, all on one load engine
+    scales = compiled.input_names[2]
+    tiles: list[list] = []
+    for c in commands:
+        if isinstance(c.op, Load) and c.op.src.tensor == scales:
+            tiles.append([c])
+        elif isinstance(c.op, Load) and c.op.src.tensor == weight and tiles:
+            tiles[-1].append(c)
+    strided_tiles = [t for t in tiles if t[-1].op.src.slices[0].step > 1]
+    assert sum(len(t) - 1 for t in strided_tiles) == len(strided)
+    assert all(len({c.engine for c in t}) == 1 for t in strided_tiles)
+    # rotating over the load engines dma0..dma2 of both cores (dma3 keeps the stores)
+    assert len({t[0].engine for t in strided_tiles}) == 2 * 3
     with use_config(TPU_V4), torch_bridge.profile():
         out = aten._weight_int4pack_mm_for_cpu(x.to("npu"), packed.to("npu"), group,
                                                sz.to("npu"))
