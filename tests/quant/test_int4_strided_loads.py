@@ -13,6 +13,7 @@ from archsim.config import load_config
 from compiler import compile as compile_module
 from compiler.cost import b_runs, b_strided
 from compiler.ir.ops import Load, MatMul
+from compiler.ir.verify import find_problems
 from compiler.kernels.packed_runs import PackedCommand, packed_commands
 from torch_bridge.runtime import use_config
 
@@ -85,6 +86,7 @@ def test_a_decode_gemv_loads_a_stored_row_at_a_time_and_matches_torch() -> None:
     compile_module.clear_cache()
     compiled = compile_module.compile_graph(torch.export.export(Mm(), (x, packed, sz)),
                                             TPU_V4)
+    assert find_problems(compiled.program, TPU_V4) == []  # no race among the strided
     weight = compiled.input_names[1]
     commands = compiled.program.commands
     loads = [c.op for c in commands if isinstance(c.op, Load) and c.op.src.tensor == weight]
