@@ -16,6 +16,7 @@ from archsim.errors import CapacityError
 from archsim.matrix import back_to_back_saving, matmul_cycles
 from compiler.emit import ALIGN_BYTES
 from compiler.ir.dtypes import DType
+from compiler.kernels.packed_runs import packed_commands
 
 
 DRAM_EFFICIENCY = 0.85
@@ -113,19 +114,33 @@ def split_sizes(size: int, unit: int, parts: int) -> list[int]:
     return sorted(out)
 
 
+def _packed_steps(kt: int, k: int, nt: int, n_unit: int) -> list[list]:
+    """The kernel's DMA commands of the first two k steps of one array's packed tile
+    (:func:`compiler.kernels.packed_runs.packed_commands`), ``n_unit`` columns a block,
+    each block ``n_unit`` rows of the stored ``[N, K / 2]``."""
+    kt, half = min(kt, k), n_unit // 2
+    blocks = (0, -(-nt // n_unit))
+    return [packed_commands(blocks, (k0, min(k0 + kt, k)), k, half, k * half // n_unit)
+            for k0 in range(0, min(k, 2 * kt), kt)]
+
+
 def b_runs(kt: int, k: int, nt: int, n_unit: int) -> int:
     """DMA commands of one array's B tile: one, or for packed int4 weights (``n_unit`` >
-    1: their blocks of columns, stored ``[N, K / 2]``, so a stored row holds ``k /
-    n_unit`` k rows of a block) one per block, since a block keeps its k rows together,
-    three (a partial row, whole rows, a partial row) when the k steps do not start on a
-    stored row, one for all blocks when the tile spans all of ``k``; and one for the
-    scales."""
+    1: blocks of ``n_unit`` columns, each ``n_unit`` rows of the stored ``[N, K / 2]``)
+    the kernel's commands of its busier of the first two k steps (a command per stored
+    row a block's step meets, strided over the tile's blocks, or a run per block,
+    whichever is fewer; one for all blocks when the tile spans all of ``k``), and one
+    for the scales."""
     if n_unit == 1:
         return 1
-    if kt >= k:
-        return 1 + 1
-    per_block = 1 if kt * n_unit % k == 0 else 3
-    return -(-nt // n_unit) * per_block + 1
+    return 1 + max(len(step) for step in _packed_steps(kt, k, nt, n_unit))
+
+
+def b_strided(kt: int, k: int, nt: int, n_unit: int) -> bool:
+    """Whether an array's packed tile loads in commands strided over its blocks, which
+    the kernel puts on one DMA engine (with the tile's scales)."""
+    return n_unit > 1 and any(step[0].strides is not None
+                              for step in _packed_steps(kt, k, nt, n_unit))
 
 
 def staging_bytes(sets: int, cores: int, sharing: int, a_bytes: int) -> int:
@@ -176,7 +191,8 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     dma_bw = config.core.dma.bandwidth_bytes_per_cycle
     setup = config.core.dma.setup_latency_cycles + config.dram.latency_cycles + \
         config.noc.latency_cycles
-    in_flight = max(1, config.core.dma.engines - 1) * config.core.dma.outstanding
+    load_engines = max(1, config.core.dma.engines - 1)
+    in_flight = load_engines * config.core.dma.outstanding
     best: MatmulTiling | None = None
     options: list[tuple[float, int, MatmulTiling]] = []
     per_array_n = -(-n // arrays)
@@ -227,9 +243,15 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             transfer = (a_bytes + used * b_bytes) / load_bw
             # a load's latency holds one of a core's in-flight transfers: a step of more
             # loads than fit in flight waits for several in a row (counted for packed
-            # int4 weights, a run per block; the one-run tiles are calibrated as they are)
+            # int4 weights, :func:`b_runs`; the one-run tiles are calibrated as they are)
             extra_runs = used * (b_runs(kt, k, nt, n_unit) - 1)
-            latency = setup * (-(-(used + 1 + extra_runs) // in_flight) if extra_runs else 1)
+            # (strided packed tiles: an array's commands on one engine, so the busiest
+            # engine's arrays' commands and the A tile's share its slots)
+            queued, slots = (used + 1 + extra_runs, in_flight)
+            if extra_runs and b_strided(kt, k, nt, n_unit):
+                queued = -(-used // load_engines) * b_runs(kt, k, nt, n_unit) + 1
+                slots = config.core.dma.outstanding
+            latency = setup * (-(-queued // slots) if extra_runs else 1)
             if staged:  # A: DRAM -> shared SRAM, then shared SRAM -> the scratchpad
                 copy_bw = load_bandwidth(config)
                 transfer = a_bytes / copy_bw + used * b_bytes / load_bw
@@ -237,6 +259,9 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
                     a_bytes / config.shared_sram.tdma_bandwidth_bytes_per_cycle
             exposed = max(0.0, latency + transfer - (sets - 1) * max(step_mxu, transfer))
             dma = (steps * transfer if staged else load_bytes / load_bw) + steps * exposed
+            if extra_runs:  # each command holds an in-flight slot for its latency at
+                # least: a step's commands take that long on the slots they share
+                dma = max(dma, steps * setup * queued / slots)
             if staged:  # the task DMA loads every round's A tiles for all the cores,
                 # one transfer at a time (latency, then the bytes)
                 tdma = tiles / sharing * steps * (

@@ -104,27 +104,29 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         tiles = panels.emitted(tiles)
     ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each
     cores = min(ctx.cores, len(tiles))
-    tail: list[TailTile] = []  # a one-row-block matmul's last round, balanced; not for
-    # weights dequantized on the way in: their loads (a DMA run per block of columns, and
-    # scales) bind before the arrays do, so split steps only add loads (a 4096 -> 11008
-    # int4 GEMV on tpu-v4 took 1.7% longer balanced)
-    if panels is None and batch == 1 and m <= mt and dq is None:
-        tiles, tail = rebalanced_for(ctx.config, tiles, cores, m, n, k, tiling, a.dtype)
+    def allocate(base: int, split_a: tuple[int, int]) -> list[_Buffers]:
+        return [_allocate(ctx, operand_arena(ctx, c, base), tiling, (a.dtype, b.dtype),
+                          acc_dtype, out, cast_needed, group, rank, dq, widen, split_a)
+                for c in range(cores)]
+    tail: list[TailTile] = []  # a one-row-block matmul's last round, balanced (its split
+    # tiles' own A buffers must fit beside the tiling's: not always so on small scratchpads)
+    if panels is None and batch == 1 and m <= mt and (dq is None or dq.packed and not widen):
+        balanced, tail = rebalanced_for(ctx.config, tiles, cores, m, n, k, tiling, a.dtype, dq)
+        try:
+            allocate(0, _split_lanes(tail))
+            tiles = balanced
+        except CapacityError:
+            tail = []
     staging = StagedA.plan(ctx, tiles, cores, (mt, kt), a.dtype, tiling.op_sets,
                            len(k_steps)) if tiling.a_staged else None
     staged_b = StagedB.plan(ctx, -(-n // n_tile), len(k_steps), used, (kt, nt), b.dtype) \
         if keep_weights else None
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
-    split_a = (max((len(t.lanes) for t in tail if t.split), default=0),
-               max((t.kt for t in tail if t.split), default=0))
-    def allocate(base: int) -> list[_Buffers]:
-        return [_allocate(ctx, operand_arena(ctx, c, base), tiling, (a.dtype, b.dtype),
-                          acc_dtype, out, cast_needed, group, rank, dq, widen, split_a)
-                for c in range(cores)]
+    split_a = _split_lanes(tail)
     try:  # after the previous matmul kernel's buffers, or from 0 if they do not fit
-        bufs = allocate(ctx.matmul_sram_end)
+        bufs = allocate(ctx.matmul_sram_end, split_a)
     except CapacityError:
-        bufs = allocate(0)
+        bufs = allocate(0, split_a)
     ctx.matmul_sram_end = bufs[0].end
     step_count = [0] * cores
     holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
@@ -181,6 +183,12 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     if panels is not None:
         ctx.tile_panels = TilePanels(kernel.name, tuple(ranges), panels.total,
                                      panels.tiles_per_panel)
+
+
+def _split_lanes(tail: list[TailTile]) -> tuple[int, int]:
+    """(arrays, k rows) of the A buffers each array of a split tile needs."""
+    return (max((len(t.lanes) for t in tail if t.split), default=0),
+            max((t.kt for t in tail if t.split), default=0))
 
 
 def _tail_step(ctx: Context, core: int, bufs: _Buffers, op_set: int, q: int,
@@ -319,11 +327,12 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRe
         # the shared A tile for every array, and a DMA queue issues in order
         kk = ks[1] - ks[0]
         for j, (c0, c1) in cols:
+            if dq is not None and dq.packed:  # with its scales
+                dq.load_packed(ctx, bufs.b[op_set][j], bufs.scales[op_set][j], ks, (c0, c1),
+                               core, source)
+                continue
             if dq is not None:
                 dq.load_scales(ctx, bufs.scales[op_set][j], ks, (c0, c1), core, source)
-                if dq.packed:
-                    dq.load_packed(ctx, bufs.b[op_set][j], ks, (c0, c1), core, source)
-                    continue
             b_buf = sub(bufs.b[op_set][j], (kk, c1 - c0))
 
             def from_dram(b_buf: SramRef = b_buf, c0: int = c0, c1: int = c1) -> None:

@@ -3,9 +3,11 @@
 
 Packed int4 weights: each array's B tile is the bytes of its blocks of columns as they
 lie in DRAM, ``[nt / block, kt, block / 2]`` (each block's k rows contiguous), so a
-weight moves at half a byte, each block's run in at most three boxes of the stored
-``[N, K / 2]`` tensor (a partial row, whole rows, a partial row), the blocks' runs as
-one when a tile spans all of ``k``. One-byte weights (int8, fp8) load as any B tile
+weight moves at half a byte. A block is ``block`` rows of the stored ``[N, K / 2]``
+tensor, so a k step's bytes are the same rows (or parts of rows) of every block of
+the tile: one strided DMA command per such stored row reads it from all the blocks at
+once, a row every ``block`` rows (:func:`packed_commands`), instead of a command per
+block; a step spanning all of ``k`` is one run for all its blocks. One-byte weights (int8, fp8) load as any B tile
 does. With either come the scales (and zeros) of the groups the k step meets,
 ``[groups, nt, 1 or 2]``. The array's input path turns the weights into its input
 dtype (``compiler.ir.ops.Dequant``): no vector work, no dequantized copy in SRAM or DRAM.
@@ -25,23 +27,11 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Slice, SramRef, numel
 from compiler.ir.ops import Dequant, Dequantize, Load, MatMul
 from compiler.kernels.common import Context, box_shape
+from compiler.kernels.packed_runs import (  # noqa: F401 (block_runs re-exported)
+    block_runs, packed_commands)
+from compiler.kernels.transfers import placed
 from compiler.kernels.vector import load_box, sub
 from compiler.views import flat_boxes
-
-
-def block_runs(blocks: tuple[int, int], ks: tuple[int, int], k: int, half: int
-               ) -> list[tuple[int, int]]:
-    """The storage runs (byte ranges of the stored tensor, in order) of k rows ``ks`` of
-    packed blocks ``blocks`` (``[blocks, k, half]`` bytes): a run per block, one for all
-    when the rows span all of ``k`` (consecutive blocks then adjoin)."""
-    runs: list[tuple[int, int]] = []
-    for blk in range(*blocks):
-        lo, hi = (blk * k + ks[0]) * half, (blk * k + ks[1]) * half
-        if runs and runs[-1][1] == lo:
-            runs[-1] = (runs[-1][0], hi)
-        else:
-            runs.append((lo, hi))
-    return runs
 
 
 @dataclass(frozen=True)
@@ -97,26 +87,52 @@ class DequantWeights:
         return arena.alloc((self.max_groups(kt), nt, self.scales.shape[-1]),
                            self.scales.dtype, "matmul weight scales")
 
-    def load_packed(self, ctx: Context, b_tile: SramRef, ks: tuple[int, int],
-                    cols: tuple[int, int], core: int, source: str) -> None:
-        """The bytes of columns ``cols`` over k rows ``ks``."""
+    def load_packed(self, ctx: Context, b_tile: SramRef, scales: SramRef,
+                    ks: tuple[int, int], cols: tuple[int, int], core: int, source: str
+                    ) -> None:
+        """The bytes of columns ``cols`` over k rows ``ks`` (:func:`packed_commands` of
+        the stored ``[N, K / 2]`` tensor) and their groups' scales. Dense runs go to the
+        DMA engines in turn; commands strided over the blocks interleave in the tile,
+        so they share one engine, whose queue orders them (on several, each would wait
+        for the one before), and the scales go there too: an array's loads take one
+        turn of the round robin, so the arrays' tiles rotate over the engines from one
+        k step to the next (with a turn per command, the same engine took two arrays'
+        tiles every step of a 4-array core on 3 load engines)."""
         block = self.spec.block
         view = ctx.view(self.b)
-        offset = 0
-        for lo, hi in block_runs((cols[0] // block, cols[1] // block), ks, *view.shape[1:]):
-            for box in flat_boxes(view.base_shape, lo, hi):
-                ref = DramRef(view.tensor, tuple(Slice(a, b) for a, b in box))
-                ctx.em.emit(ctx.em.dma(core, "load"),
-                            Load(ref, sub(b_tile, box_shape(box), offset)), source)
-                offset += numel(box_shape(box))
+        k, half = view.shape[1:]
+        blocks = (cols[0] // block, cols[1] // block)
+        if len(view.base_shape) != 2:  # not torch's layout: a box per run's piece
+            self.load_scales(ctx, scales, ks, cols, core, source)
+            offset = 0
+            for lo, hi in block_runs(blocks, ks, k, half):
+                for box in flat_boxes(view.base_shape, lo, hi):
+                    ref = DramRef(view.tensor, tuple(Slice(a, b) for a, b in box))
+                    ctx.em.emit(ctx.em.dma(core, "load"),
+                                Load(ref, sub(b_tile, box_shape(box), offset)), source)
+                    offset += numel(box_shape(box))
+            return
+        commands = packed_commands(blocks, ks, k, half, view.base_shape[1])
+        shared = ctx.em.dma(core, "load") if commands[0].strides is not None else None
+        self.load_scales(ctx, scales, ks, cols, core, source, shared)
+        for command in commands:
+            ref = DramRef(view.tensor, (Slice(*command.rows), Slice(*command.cols)))
+            dst = SramRef(b_tile.space, b_tile.offset + command.offset * b_tile.dtype.itemsize,
+                          ref.shape, b_tile.dtype, command.strides)
+            ctx.em.emit(shared or ctx.em.dma(core, "load"), Load(ref, dst), source)
 
     def load_scales(self, ctx: Context, scales: SramRef, ks: tuple[int, int],
-                    cols: tuple[int, int], core: int, source: str) -> None:
-        """The scales (and zeros) of the groups k rows ``ks`` meet, columns ``cols``."""
+                    cols: tuple[int, int], core: int, source: str,
+                    engine: str | None = None) -> None:
+        """The scales (and zeros) of the groups k rows ``ks`` meet, columns ``cols``
+        (on ``engine``, else on the DMA engines in turn)."""
         (k0, k1), group = ks, self.spec.group
-        groups = (k0 // group, (k1 - 1) // group + 1)
-        load_box(ctx, self.scales, (groups, cols, (0, self.scales.shape[-1])), scales, core,
-                 source, "load")
+        box = ((k0 // group, (k1 - 1) // group + 1), cols, (0, self.scales.shape[-1]))
+        if engine is None:
+            load_box(ctx, self.scales, box, scales, core, source, "load")
+            return
+        for ref, offset, strides in ctx.em.dram_places(ctx.view(self.scales), box):
+            ctx.em.emit(engine, Load(ref, placed(scales, ref, offset, strides)), source)
 
     def _operands(self, b_tile: SramRef, scales: SramRef, ks: tuple[int, int], n: int
                   ) -> tuple[SramRef, SramRef, Dequant]:

@@ -21,6 +21,7 @@ split four ways (8 of their 32 k folds each): 10 x 32 + 3 x 8 = 344 folds an arr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from archsim.config.model import NpuConfig
 from archsim.matrix import back_to_back_saving, matmul_cycles
 from compiler.cost import MatmulTiling, load_bandwidth
 from compiler.ir.dtypes import DType
+from compiler.kernels.matmul_dequant import DequantWeights
 
 
 @dataclass(frozen=True)
@@ -148,28 +150,32 @@ def rebalanced(tiles: list[Tile], cores: int, n: int, k: int, tile: tuple[int, i
 
 
 def rebalanced_for(config: NpuConfig, tiles: list[Tile], cores: int, m: int, n: int,
-                   k: int, tiling: MatmulTiling, a_dtype: DType
-                   ) -> tuple[list[Tile], list[TailTile]]:
+                   k: int, tiling: MatmulTiling, a_dtype: DType,
+                   dq: DequantWeights | None = None) -> tuple[list[Tile], list[TailTile]]:
     """An ``m``-row matmul's tiles (one row block) without their last round, and that
     round dealt evenly over every array (:func:`rebalanced`), if the array cycles that
     saves on the busiest core outweigh loading A again for each tile of the new round
     (all of K each; a plain tile of a resident A row block loads none): a decode GEMV's
     A is one row, a prefill's a block as large as its weights (Llama-2-7B's TTFT on
-    ``tpu-v4`` rose 1.6% with every prefill projection rebalanced)."""
+    ``tpu-v4`` rose 1.6% with every prefill projection rebalanced).
+
+    Weights dequantized on the way in (``dq``) split in whole blocks of packed columns,
+    and a split step's groups' scales must fit the array's scales buffer too."""
     matrix = config.core.matrix
     kt, nt = tiling.kt, tiling.nt
     k_unit = matrix.rows * matrix.rates.of(a_dtype.rate_name)  # K rows of a fold
+    unit = matrix.cols if dq is None else math.lcm(matrix.cols, dq.n_unit)
 
     def fits(rows: int, width: int) -> bool:  # an array's B buffer (and its widened copy)
-        return rows * width <= kt * nt
+        return rows * width <= kt * nt and (
+            dq is None or dq.max_groups(rows) * width <= dq.max_groups(kt) * nt)
 
     def worth(folds: int, tail_tiles: int) -> bool:
         fold = matmul_cycles(m, k_unit, matrix.cols, matrix, a_dtype) - \
             back_to_back_saving(matrix)
         a_bytes = tail_tiles * m * k * a_dtype.itemsize
         return folds * fold > a_bytes / load_bandwidth(config)
-    return rebalanced(tiles, cores, n, k, (kt, nt), tiling.arrays, matrix.cols, k_unit, fits,
-                      worth)
+    return rebalanced(tiles, cores, n, k, (kt, nt), tiling.arrays, unit, k_unit, fits, worth)
 
 
 __all__ = ["Lane", "TailTile", "Tile", "balanced_tail", "rebalanced", "rebalanced_for"]

@@ -135,7 +135,7 @@ def test_bad_int4_operands_are_named(tail: str, message: str) -> None:
 
 
 def test_runs_of_a_packed_tile_and_boxes_of_a_storage_run() -> None:
-    assert b_runs(512, 4096, 512, 64) == 8 + 1  # a run per block, one for the scales
+    assert b_runs(512, 4096, 512, 64) == 8 + 1  # 8 blocks, 8 stored rows each: 8, and scales
     # K = 3584: a stored row holds 56 k rows of a block; 512-row steps start mid-row
     assert b_runs(512, 3584, 128, 64) == 2 * 3 + 1
     assert b_runs(4096, 4096, 512, 64) == 1 + 1  # all of k: the blocks adjoin
