@@ -14,7 +14,9 @@ import torch_bridge
 from archsim.cli import main
 from archsim.config import load_config
 from compiler import compile as compile_module
-from compiler.ir.ops import Load
+from compiler.ir.access import sram_operands
+from compiler.ir.dtypes import DType
+from compiler.ir.ops import Binary, Cast, Dequantize, Load, Unary
 from serving.plan import Parallelism, Request, check, memory_per_chip
 from serving.quant import Int4WeightOnlyLinear, Int8WeightOnlyLinear
 from serving.spec import spec_from_config
@@ -205,3 +207,42 @@ def test_the_llm_report_says_how_int4_runs_today() -> None:
             "arrays' input path; a weight tile still takes as many cycles to shift into an "
             "array as a 16-bit one, so small-batch decode cannot go below weights / (arrays "
             "x columns) cycles, whatever the packed HBM roofline says") in notes
+
+
+class _PackedHead(torch.nn.Module):
+    """``_weight_int4pack_mm_for_cpu`` on packed buffers, as a quantized head is."""
+
+    def __init__(self, n: int, k: int, group: int) -> None:
+        super().__init__()
+        _, packed, sz = _int4(n, k, group, torch.float32, seed=n)
+        self.register_buffer("packed", packed)
+        self.register_buffer("sz", sz)
+        self.group = group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.sz)
+
+
+def test_a_partial_last_block_leaves_the_whole_blocks_to_the_arrays() -> None:
+    # 4,000 rows (a 32,000 vocabulary over 8 chips): 62 blocks of 64 and 32 rows. The
+    # blocks are read as stored by the arrays, and the 32 rows too, as one block of 32
+    # whose bytes hold its rows in pairs; so the head costs about what its 3,968
+    # whole-block rows cost (all of it unpacked on the vector unit: 31x on tpu-v4)
+    k, group = 256, 64
+    x = torch.randn(1, k)
+    cycles = {}
+    for n in (3968, 4000):
+        head = _PackedHead(n, k, group)
+        compile_module.clear_cache()
+        compiled = compile_module.compile_graph(torch.export.export(head, (x,)), TINY)
+        (out,), result = compiled.run(x)
+        torch.testing.assert_close(out, head(x), rtol=1e-4, atol=1e-3)  # f32 sum order
+        cycles[n] = result.total_cycles
+        # the packed bytes are unpacked by the arrays only: no vector arithmetic on them
+        vector = [c.op for c in compiled.program.commands
+                  if isinstance(c.op, (Binary, Unary, Cast, Dequantize))]
+        assert not [op for op in vector if any(ref.dtype is DType.u8 for _, ref in
+                                               sram_operands(op))]
+        assert any(getattr(c.op, "dequant", None) is not None and c.op.dequant.nibbles == "pairs"
+                   for c in compiled.program.commands) == (n == 4000)
+    assert cycles[4000] < 1.5 * cycles[3968]
