@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from archsim.errors import ParseError
 from compiler.ir.operands import ROLES, DramTensor, SramRef
@@ -120,34 +121,37 @@ def _parse_unary(line: _Line) -> Op:
     return Unary(kind, src, _parse_sram(line, "unary destination"), line.accept("chained"))
 
 
+def _operands(line: _Line, op: str, fields: tuple[tuple[str, Callable[[_Line, str], Any]], ...]
+              ) -> list[Any]:
+    """``A, B, ... -> DST``: each field parsed by its parser (errors name ``op`` and the
+    field), then the destination."""
+    values: list[Any] = []
+    for i, (field, parse) in enumerate(fields):
+        if i:
+            line.expect(",", f"after {op} {fields[i - 1][0]}")
+        values.append(parse(line, f"{op} {field}"))
+    line.expect("->", f"after {op} {fields[-1][0]}")
+    return [*values, _parse_sram(line, f"{op} destination")]
+
+
 def _parse_binary(line: _Line) -> Op:
     kind = line.choice(_BINARY, "binary kind")
-    a = _parse_value(line, "binary operand a")
-    line.expect(",", "after binary operand a")
-    b = _parse_value(line, "binary operand b")
-    line.expect("->", "after binary operand b")
-    return Binary(kind, a, b, _parse_sram(line, "binary destination"),
+    return Binary(kind, *_operands(line, "binary", (("operand a", _parse_value),
+                                                    ("operand b", _parse_value))),
                   line.accept("chained"))
 
 
 def _parse_muladd(line: _Line) -> Op:
-    acc = _parse_sram(line, "muladd accumulator")
-    line.expect(",", "after muladd accumulator")
-    a = _parse_sram(line, "muladd operand a")
-    line.expect(",", "after muladd operand a")
-    b = _parse_value(line, "muladd operand b")
-    line.expect("->", "after muladd operand b")
-    return MulAdd(acc, a, b, _parse_sram(line, "muladd destination"), line.accept("chained"))
+    return MulAdd(*_operands(line, "muladd", (("accumulator", _parse_sram),
+                                              ("operand a", _parse_sram),
+                                              ("operand b", _parse_value))),
+                  line.accept("chained"))
 
 
 def _parse_select(line: _Line) -> Op:
-    cond = _parse_sram(line, "select condition")
-    line.expect(",", "after select condition")
-    a = _parse_value(line, "select operand a")
-    line.expect(",", "after select operand a")
-    b = _parse_value(line, "select operand b")
-    line.expect("->", "after select operand b")
-    return Select(cond, a, b, _parse_sram(line, "select destination"))
+    return Select(*_operands(line, "select", (("condition", _parse_sram),
+                                              ("operand a", _parse_value),
+                                              ("operand b", _parse_value))))
 
 
 def _parse_reduce(line: _Line) -> Op:
