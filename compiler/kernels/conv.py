@@ -30,7 +30,8 @@ from compiler.ir.operands import Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    Geometry, epilogue_bytes, finisher, reads_stored, row_block, stored_ref,
+    Geometry, epilogue_bytes, finisher, image_load, padded_window, reads_stored, row_block,
+    stored_ref, valid_range,
 )
 from compiler.kernels.conv_depthwise import (
     choose_depthwise_tiling,
@@ -40,7 +41,7 @@ from compiler.kernels.conv_depthwise import (
 from compiler.kernels.conv_packed import choose_packed_tiling, lower_conv_packed, packed_inputs
 from compiler.kernels.conv_patch import lower_conv_patch
 from compiler.kernels.conv_patch_tiling import choose_patch_tiling, is_patch_embedding
-from compiler.kernels.conv_per_tap import lower_conv_per_tap, valid_range
+from compiler.kernels.conv_per_tap import lower_conv_per_tap
 from compiler.kernels.conv_tiling import (
     ConvTiling, choose_conv_tiling, packed_groups, weight_loads,
 )
@@ -330,48 +331,24 @@ class _Step:
             self.operands.append(sub(a, (m, len(group) * nc)))
 
     def _window(self, raw: SramRef) -> None:
-        """``raw`` [ni, c, rows, cols] := the zero-padded input window: zero the border
-        strips, then one strided DMA of the interior."""
-        geo, node = self.geo, self.node
+        """``raw`` [ni, c, rows, cols] := the zero-padded input window
+        (:func:`~compiler.kernels.conv_geometry.padded_window`; with row blocks the rows
+        one kernel row reads, ``sh`` apart)."""
+        node = self.node
         x = node.inputs[0]
-        (ph, pw), height, width = node.spec.padding, x.shape[2], x.shape[3]
-        ni, nc, rows, cols = raw.shape
-        (sh, _), (dh, _) = node.spec.stride, node.spec.dilation
+        (sh, sw), (dh, _) = node.spec.stride, node.spec.dilation
         r0 = self.rows[0] * sh  # first window row, in padded coordinates
-        c0 = self.cols[0] * geo.stride[1]  # and column
-        top = min(rows, max(0, ph - r0))
-        inner = max(0, min(r0 + rows - ph, height) - max(r0 - ph, 0))
-        rows_in = Slice(max(r0 - ph, 0), max(r0 - ph, 0) + inner)
-        if self.block is not None:  # one kernel row's input rows, sh apart
+        if self.block is not None:
             r0 += self.block * dh
-            ya, yb = valid_range(0, rows, r0 - ph, sh, height)
-            top = min(ya, rows)
-            inner = max(0, min(yb, rows) - top)
-            rows_in = Slice(r0 - ph + top * sh, r0 - ph + (top + inner - 1) * sh + 1, sh)
-        left = min(cols, max(0, pw - c0))
-        across = max(0, min(c0 + cols - pw, width) - max(c0 - pw, 0))
-        strides = (nc * rows * cols, rows * cols, cols, 1)
-
-        def strip(row: int, nrows: int, col: int, ncols: int) -> SramRef:
-            return SramRef(raw.space, raw.offset + (row * cols + col) * raw.dtype.itemsize,
-                           (ni, nc, nrows, ncols), raw.dtype, strides)
-
-        zero = [strip(0, top, 0, cols), strip(top + inner, rows - top - inner, 0, cols),
-                strip(top, inner, 0, left), strip(top, inner, left + across,
-                                                  cols - left - across)]
-        shape = (*raw.shape, top, inner, left, across)
-        if self.plan.zeroed[self.core].get(self.xs) != shape:
-            self.plan.zeroed[self.core][self.xs] = shape
-            for region in zero:
-                if 0 not in region.shape:
-                    self.emit(self.vpu, Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
-                                               region))
-        if inner and across:
-            v0 = max(c0 - pw, 0)
-            ref = stored_ref(self.ctx, x, (Slice(*self.images), Slice(*self.cc), rows_in,
-                                           Slice(v0, v0 + across)))
+        placed = padded_window(self.ctx, self.core, raw, (r0, self.cols[0] * sw),
+                               tuple(node.spec.padding), tuple(x.shape[2:]), 0.0,
+                               node.source, 0, row_step=1 if self.block is None else sh,
+                               zeroed=(self.plan.zeroed[self.core], self.xs))
+        if placed is not None:
+            inside, rows, cols = placed
             self.emit(self.ctx.em.dma(self.core, "load"),
-                      Load(ref, strip(top, inner, left, across)))
+                      image_load(self.ctx, x, False, self.images, self.cc, rows, cols,
+                                 inside))
 
     def _phases(self, planes: SramRef) -> None:
         """``planes`` [sh, sw, ni, plane rows, plane cols, c] := the zero-padded window's

@@ -26,9 +26,8 @@ from compiler.ir.operands import DramRef, Scalar, Slice, SramRef, numel
 from compiler.ir.ops import Binary, BinaryKind, Cast, Load, MulAdd
 from compiler.kernels.common import Context, TileSteps, box_shape, pipeline
 from compiler.kernels.conv_geometry import (
-    finisher, image_load, stored_ref, tile_buffers,
+    finisher, image_load, stored_ref, tile_buffers, valid_range,
 )
-from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.epilogue import pass_order
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import buffer_values, group_values, sub, value_box

@@ -21,39 +21,58 @@ from compiler.views import unit_dims_only
 from compiler.plan import Kernel
 
 
+def valid_range(lo: int, hi: int, start: int, step: int, size: int) -> tuple[int, int]:
+    """Output positions ``[a, b)`` within ``[lo, hi)`` whose input ``start + p * step``
+    lies inside ``[0, size)``."""
+    a = max(lo, -(start // step))
+    b = min(hi, (size - 1 - start) // step + 1)
+    return a, max(a, b)
+
+
 def padded_window(ctx: Context, core: int, dst: SramRef, corner: tuple[int, int],
                   padding: tuple[int, int], size: tuple[int, int], fill: float, source: str,
-                  lead: int = 1) -> tuple[SramRef, Slice, Slice] | None:
-    """For ``dst`` [c, rows, cols], the padded input window whose first element is at
-    padded row and column ``corner``: fill the border strips the padding covers with
-    ``fill`` and return the part the input covers (a strided view with ``lead`` unit
-    dims in front, for the image's batch) with the input rows and columns that land there, or
-    None when none does. The caller loads it (padding by addressing: the padded tensor
-    never exists)."""
+                  lead: int = 1, *, row_step: int = 1,
+                  zeroed: tuple[dict[int, tuple[int, ...]], int] | None = None
+                  ) -> tuple[SramRef, Slice, Slice] | None:
+    """For ``dst`` [c, rows, cols] (or [images, c, rows, cols]), the padded input window
+    whose first element is at padded row and column ``corner``, its rows ``row_step``
+    input rows apart (a kernel row's rows of consecutive output rows): fill the border
+    strips the padding covers with ``fill`` and return the part the input covers (a
+    strided view with ``lead`` unit dims in front, for the image's batch) with the input
+    rows and columns that land there, or None when none does. The caller loads it
+    (padding by addressing: the padded tensor never exists). ``zeroed`` is (the border
+    layouts filled so far per buffer, this buffer's key): a window whose layout is the
+    one recorded skips the fills (an interior load never touches the border)."""
     (ph, pw), (r0, c0), (height, width) = padding, corner, size
-    nc, rows, cols = dst.shape
-    top = min(rows, max(0, ph - r0))
-    inner = max(0, min(r0 + rows - ph, height) - max(r0 - ph, 0))
+    *outer, nc, rows, cols = dst.shape
+    ya, yb = valid_range(0, rows, r0 - ph, row_step, height)
+    top = min(ya, rows)
+    inner = max(0, min(yb, rows) - top)
     left = min(cols, max(0, pw - c0))
     across = max(0, min(c0 + cols - pw, width) - max(c0 - pw, 0))
-    strides = (rows * cols, cols, 1)
+    strides = (nc * rows * cols,) * len(outer) + (rows * cols, cols, 1)
     item = dst.dtype.itemsize
-    for row, nrows, col, ncols in ((0, top, 0, cols),
-                                   (top + inner, rows - top - inner, 0, cols),
-                                   (top, inner, 0, left),
-                                   (top, inner, left + across, cols - left - across)):
-        if nrows > 0 and ncols > 0:
-            strip = SramRef(dst.space, dst.offset + (row * cols + col) * item,
-                            (nc, nrows, ncols), dst.dtype, strides)
-            ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(fill), Scalar(0.0),
-                                                 strip), source)
+    layout = (*dst.shape, top, inner, left, across)
+    if zeroed is None or zeroed[0].get(zeroed[1]) != layout:
+        if zeroed is not None:
+            zeroed[0][zeroed[1]] = layout
+        for row, nrows, col, ncols in ((0, top, 0, cols),
+                                       (top + inner, rows - top - inner, 0, cols),
+                                       (top, inner, 0, left),
+                                       (top, inner, left + across, cols - left - across)):
+            if nrows > 0 and ncols > 0:
+                strip = SramRef(dst.space, dst.offset + (row * cols + col) * item,
+                                (*outer, nc, nrows, ncols), dst.dtype, strides)
+                ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(fill),
+                                                     Scalar(0.0), strip), source)
     if inner == 0 or across == 0:
         return None
-    u0, v0 = max(r0 - ph, 0), max(c0 - pw, 0)
+    u0, v0 = r0 - ph + top * row_step, max(c0 - pw, 0)
     inside = SramRef(dst.space, dst.offset + (top * cols + left) * item,
-                     (1,) * lead + (nc, inner, across), dst.dtype,
+                     (1,) * lead + (*outer, nc, inner, across), dst.dtype,
                      (nc * rows * cols,) * lead + strides)
-    return inside, Slice(u0, u0 + inner), Slice(v0, v0 + across)
+    return inside, Slice(u0, u0 + (inner - 1) * row_step + 1, row_step), \
+        Slice(v0, v0 + across)
 
 
 def reads_stored(view: DramView) -> bool:

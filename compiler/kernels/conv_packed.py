@@ -36,8 +36,8 @@ from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
     conv_tiles, epilogue_bytes, image_load, pixels_finisher, stored_ref, tile_buffers,
+    valid_range,
 )
-from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel

@@ -23,6 +23,7 @@ from compiler.kernels.conv_geometry import (
     epilogue_bytes, image_load, padded_window, pixels_finisher, reads_stored, stored_ref,
     tile_buffers,
 )
+from compiler.kernels.conv_geometry import valid_range  # noqa: F401  (pooling's import)
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
@@ -163,14 +164,6 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
                 store = pixels_finisher(ctx, kernel, core, b, q, box, (no, pix), cast, True)
             per_core[core].append(TileSteps(load, compute, store))
     pipeline(per_core, sets - 1)
-
-
-def valid_range(lo: int, hi: int, start: int, step: int, size: int) -> tuple[int, int]:
-    """Output positions ``[a, b)`` within ``[lo, hi)`` whose input ``start + p * step``
-    lies inside ``[0, size)``."""
-    a = max(lo, -(start // step))
-    b = min(hi, (size - 1 - start) // step + 1)
-    return a, max(a, b)
 
 
 def load_window(ctx: Context, x: g.Value, n: int, chans: tuple[int, int],
