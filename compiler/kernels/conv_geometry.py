@@ -4,6 +4,7 @@ and the finisher every tile ends with (cast, store, fused epilogue)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -180,20 +181,23 @@ def row_block(geo: Geometry) -> Geometry:
 
 
 def tile_buffers(ctx: Context, kernel: Kernel, arena: Arena, channels: int, ty: int,
-                 ow: int, cast: bool, transposed: bool = True) -> dict[str, list]:
-    """What the finisher of a channel-major tile ``[channels, ty x ow]`` of one image
-    needs per buffer set: the cast result (``out``), the epilogue's buffers (``epi``, on
-    the tile as the output is stored) and, with ``transposed``, the channels-last copy
-    an epilogue on an NHWC output runs on (``tile``)."""
+                 ow: int, cast: bool, transposed: bool = True, images: int = 1
+                 ) -> dict[str, list]:
+    """What the finisher of a channel-major tile ``[channels, ty x ow]`` of ``images``
+    images needs per buffer set: the cast result (``out``), the epilogue's buffers
+    (``epi``, on the tile as the output is stored) and, with ``transposed``, the
+    channels-last copy an epilogue on an NHWC output runs on (``tile``)."""
     out, spec, group, sets = kernel.anchor.out, kernel.anchor.spec, kernel.group, ctx.sets
     nhwc = spec.channels_last_out
+    pixels = images * ty * ow
     return {
-        "out": [arena.alloc((channels, ty * ow), out.dtype, "conv output") if cast else None
+        "out": [arena.alloc((channels, pixels), out.dtype, "conv output") if cast else None
                 for _ in range(sets)],
-        "epi": [layout(ctx, group, (1, ty, ow, channels) if nhwc else (1, channels, ty, ow),
-                       arena, 1, {out.id}) if group else None for _ in range(sets)],
-        "tile": [arena.alloc((ty * ow, channels), accumulator_dtype(kernel.anchor.inputs[0]
-                                                                    .dtype),
+        "epi": [layout(ctx, group, (images, ty, ow, channels) if nhwc else
+                       (images, channels, ty, ow), arena, 1, {out.id}) if group else None
+                for _ in range(sets)],
+        "tile": [arena.alloc((pixels, channels), accumulator_dtype(kernel.anchor.inputs[0]
+                                                                  .dtype),
                              "conv channels-last tile") for _ in range(sets)]
         if nhwc and group and transposed else [],
     }
@@ -280,22 +284,26 @@ def _nhwc_store(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
 
 
 def pixels_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
-                    box: tuple[tuple[int, int], ...], shape: tuple[int, int], cast: bool,
+                    box: tuple[tuple[int, int], ...], shape: tuple[int, ...], cast: bool,
                     pixels_major: bool) -> Callable[[], None]:
     """The tile's store (:func:`finisher`) from an accumulator ``[o, pix]``, or with
     ``pixels_major`` ``[pix, o]``: stored NHWC as it is, or transposed to NCHW
-    (``b["nchw"]``) first."""
+    (``b["nchw"]``) first. ``shape`` is the channels-first tile, ``(o, pix)`` or, for
+    several images stacked in a pixels-major accumulator ``[images x pix, o]``,
+    ``(images, o, pix)``."""
     if not pixels_major:
         return finisher(ctx, kernel, core, b, q, box, shape, cast)
+    *images, no, pix = shape
     if kernel.anchor.spec.channels_last_out:  # [pix, o] is the NHWC tile already
-        no, pix = shape
-        return finisher(ctx, kernel, core, b, q, box, (pix, no), cast, nhwc_tile=True)
+        return finisher(ctx, kernel, core, b, q, box, (math.prod(images) * pix, no), cast,
+                        nhwc_tile=True)
     finish = finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box, shape, cast)
-    no, pix = shape
+    lead = len(images)
 
     def store() -> None:
-        ctx.em.emit(vpu_engine(core), Transpose(sub(b["acc"][q], (pix, no)),
-                                                sub(b["nchw"][q], (no, pix)), (1, 0)),
+        ctx.em.emit(vpu_engine(core), Transpose(sub(b["acc"][q], (*images, pix, no)),
+                                                sub(b["nchw"][q], shape),
+                                                (*range(lead), lead + 1, lead)),
                     kernel.anchor.source)
         finish()
     return store
