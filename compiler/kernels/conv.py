@@ -30,7 +30,7 @@ from compiler.ir.operands import Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose, VCopy
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    Geometry, epilogue_bytes, finisher, image_load, padded_window, reads_stored, row_block,
+    Geometry, conv_tiles, epilogue_bytes, finisher, image_load, padded_window, reads_stored, row_block,
     stored_ref, valid_range,
 )
 from compiler.kernels.conv_depthwise import (
@@ -58,8 +58,8 @@ class _Layout(NamedTuple):
     """The window of a full tile (its ``out_cols`` the tile's width)."""
     tap_groups: list[list[tuple[int, int]]]
     tiles: list[tuple[tuple[int, int], int, int, int, int]]
-    """(images, group, first output row, first output column, first output channel in
-    the group)."""
+    """(images, group, first output channel in the group, first output row, first output
+    column), for :func:`~compiler.kernels.conv_geometry.conv_tiles`."""
     cores: int
     bufs: list[dict[str, Any]]
     zeroed: list[dict[int, tuple[int, ...]]]
@@ -89,7 +89,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
         bk = 1
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     tap_groups = [taps[t:t + ntap] for t in range(0, len(taps), ntap)]
-    tiles = [((n0, min(n0 + ni, batch)), gi, y0, x0, o0) for n0 in range(0, batch, ni)
+    tiles = [((n0, min(n0 + ni, batch)), gi, o0, y0, x0) for n0 in range(0, batch, ni)
              for gi in range(groups) for y0 in range(0, oh, ty) for x0 in range(0, ow, tw)
              for o0 in range(0, og, ot)]
     cores = min(ctx.cores, len(tiles))
@@ -98,7 +98,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
     packed = packed_groups(len(taps), ntap)
     # the weight blocks (group and channel tile, each of every chunk) each core meets
     chunks = -(-cg // ct)
-    blocks = [len({(gi, o0) for _, gi, _, _, o0 in tiles[c::cores]}) * chunks * bk
+    blocks = [len({(gi, o0) for _, gi, o0, _, _ in tiles[c::cores]}) * chunks * bk
               for c in range(cores)]
     bufs = []
     for c in range(cores):
@@ -201,7 +201,7 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: in
     kept: list[dict[tuple[tuple[int, int], tuple[int, int], int | None], SramRef]] = \
         [{} for _ in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
-    tile_counts, step_counts = [0] * cores, [0] * cores
+    step_counts = [0] * cores
 
     def weights(core: int, xs: int, oo: tuple[int, int], cc: tuple[int, int],
                 block: int | None) -> tuple[SramRef, Transpose | None]:
@@ -225,22 +225,16 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: in
         ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, wraw), source)
         return dst, Transpose(wraw, sub(dst, (kh, kw, nc, no)), (2, 3, 1, 0))
 
-    ow = geo.out_cols
-    for t, (nn, gi, y0, x0, o0) in enumerate(plan.tiles):
-        core = t % cores
-        q = tile_counts[core] % ctx.sets
-        turn = tile_counts[core] % arrays
-        tile_counts[core] += 1
-        oo = (gi * og + o0, gi * og + min(o0 + tiling.out_channels, og))
-        rows = (y0, min(y0 + tiling.out_rows, geo.out_rows))
-        cols = (x0, min(x0 + plan.geo.out_cols, ow))
+    for tile in conv_tiles(plan.tiles, cores, ctx.sets, arrays, og, tiling.out_channels,
+                           (geo.out_rows, geo.out_cols), (tiling.out_rows, plan.geo.out_cols)):
+        core, gi = tile.core, tile.gi
         steps = [(c0, block) for c0 in range(0, cg, tiling.in_channels) for block in blocks]
         for s, (c0, block) in enumerate(steps):
             cc = (gi * cg + c0, gi * cg + min(c0 + tiling.in_channels, cg))
             xs = step_counts[core] % ctx.sets
             step_counts[core] += 1
-            step = _Step(ctx, node, plan, core, xs, q, nn, (rows, cols), oo, cc, arrays,
-                         turn, block)
+            step = _Step(ctx, node, plan, core, xs, tile.q, tile.images,
+                         (tile.rows, tile.cols), tile.oo, cc, arrays, tile.array, block)
 
             def load(step=step, c0=c0, block=block) -> None:
                 w_ref, rearrange = weights(step.core, step.xs, step.oo,

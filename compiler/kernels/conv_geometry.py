@@ -338,32 +338,46 @@ class ConvTile:
     core: int
     q: int
     """Its accumulator set: the core's own tile count so far, modulo the sets."""
-    mxu: str
+    array: int
     """The array it runs on: a core's tiles take its arrays in turn."""
-    nb: int
+    images: tuple[int, int]
     gi: int
-    """Image block and group."""
+    """Images and group."""
     oo: tuple[int, int]
     """Output channels (of all groups)."""
     rows: tuple[int, int]
     """Output rows."""
-    pix: int
-    """Output pixels: rows times the output width."""
-    no: int
-    """Output channels."""
+    cols: tuple[int, int]
+    """Output columns."""
+
+    @property
+    def mxu(self) -> str:
+        return mxu_engine(self.core, self.array)
+
+    @property
+    def no(self) -> int:
+        """Output channels."""
+        return self.oo[1] - self.oo[0]
+
+    @property
+    def pix(self) -> int:
+        """Output pixels of one image: rows times columns."""
+        return (self.rows[1] - self.rows[0]) * (self.cols[1] - self.cols[0])
 
 
-def conv_tiles(tiles: list[tuple[int, int, int, int]], cores: int, sets: int, arrays: int,
-               og: int, ot: int, oh: int, ty: int, ow: int) -> Iterator[ConvTile]:
-    """``tiles`` (image block, group, first output channel, first row) dealt to the cores
-    in turn, each with its accumulator set, array and bounds (``og`` channels a group,
-    ``ot`` a tile; ``oh`` rows, ``ty`` a tile; ``ow`` the output width)."""
+def conv_tiles(tiles: list[tuple[tuple[int, int], int, int, int, int]], cores: int,
+               sets: int, arrays: int, og: int, ot: int, out_size: tuple[int, int],
+               tile_size: tuple[int, int]) -> Iterator[ConvTile]:
+    """``tiles`` (images, group, first output channel, first row, first column) dealt to
+    the cores in turn, each with its accumulator set, array and bounds (``og`` channels
+    a group, ``ot`` a tile; ``out_size`` the output's rows and columns, ``tile_size`` a
+    tile's)."""
+    (oh, ow), (ty, tw) = out_size, tile_size
     counts = [0] * cores
-    for t, (nb, gi, o0, y0) in enumerate(tiles):
+    for t, (images, gi, o0, y0, x0) in enumerate(tiles):
         core = t % cores
         q = counts[core] % sets
+        array = counts[core] % arrays
         counts[core] += 1
-        oo = (gi * og + o0, gi * og + min(o0 + ot, og))
-        rows = (y0, min(y0 + ty, oh))
-        yield ConvTile(core, q, mxu_engine(core, (counts[core] - 1) % arrays), nb, gi, oo,
-                       rows, (rows[1] - rows[0]) * ow, oo[1] - oo[0])
+        yield ConvTile(core, q, array, images, gi, (gi * og + o0, gi * og + min(o0 + ot, og)),
+                       (y0, min(y0 + ty, oh)), (x0, min(x0 + tw, ow)))

@@ -234,7 +234,7 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
     sw = spec.stride[1]
     span = row_span(ow, sw)
     direct = weights_as_stored(cg, ntaps)
-    tiles = [(nb, gi, o0, y0) for nb in range(batch) for gi in range(groups)
+    tiles = [((nb, nb + 1), gi, o0, y0, 0) for nb in range(batch) for gi in range(groups)
              for o0 in range(0, og, ot) for y0 in range(0, oh, ty)]
     cores = min(ctx.cores, len(tiles))
     bufs = []
@@ -259,8 +259,8 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
     packs = [taps[t:t + tp] for t in range(0, ntaps, tp)]
     started: set[int] = set()  # cores whose first tile is emitted
     loaded = [0] * cores  # tiles whose weights each core has loaded
-    for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, oh, ty, ow):
-        core, q, mxu, nb, gi = tile.core, tile.q, tile.mxu, tile.nb, tile.gi
+    for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, (oh, ow), (ty, ow)):
+        core, q, mxu, nb, gi = tile.core, tile.q, tile.mxu, tile.images[0], tile.gi
         # weights the array reads as stored are needed only with the input windows:
         # when the core's store queue is empty (nothing before this kernel stored
         # there), the first tile's windows load on it alongside the weights, so the
