@@ -30,13 +30,21 @@ def valid_range(lo: int, hi: int, start: int, step: int, size: int) -> tuple[int
     return a, max(a, b)
 
 
+def window_size(kernel: tuple[int, int], stride: tuple[int, int],
+                dilation: tuple[int, int], ty: int, ow: int) -> tuple[int, int]:
+    """Input rows and columns ``ty`` output rows of ``ow`` columns read (padded)."""
+    return ((ty - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1,
+            (ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1)
+
+
 def padded_window(ctx: Context, core: int, dst: SramRef, corner: tuple[int, int],
                   padding: tuple[int, int], size: tuple[int, int], fill: float, source: str,
                   lead: int = 1, *, row_step: int = 1,
                   zeroed: tuple[dict[int, tuple[int, ...]], int] | None = None
                   ) -> tuple[SramRef, Slice, Slice] | None:
-    """For ``dst`` [c, rows, cols] (or [images, c, rows, cols]), the padded input window
-    whose first element is at padded row and column ``corner``, its rows ``row_step``
+    """For ``dst`` [c, rows, cols] or [images, c, rows, cols] (dense, or a view with unit
+    column stride: the first rows of a taller buffer), the padded input window whose
+    first element is at padded row and column ``corner``, its rows ``row_step``
     input rows apart (a kernel row's rows of consecutive output rows): fill the border
     strips the padding covers with ``fill`` and return the part the input covers (a
     strided view with ``lead`` unit dims in front, for the image's batch) with the input
@@ -51,8 +59,8 @@ def padded_window(ctx: Context, core: int, dst: SramRef, corner: tuple[int, int]
     inner = max(0, min(yb, rows) - top)
     left = min(cols, max(0, pw - c0))
     across = max(0, min(c0 + cols - pw, width) - max(c0 - pw, 0))
-    strides = (nc * rows * cols,) * len(outer) + (rows * cols, cols, 1)
-    item = dst.dtype.itemsize
+    strides = dst.strides or (nc * rows * cols,) * len(outer) + (rows * cols, cols, 1)
+    pitch, item = strides[-2], dst.dtype.itemsize
     layout = (*dst.shape, top, inner, left, across)
     if zeroed is None or zeroed[0].get(zeroed[1]) != layout:
         if zeroed is not None:
@@ -62,16 +70,16 @@ def padded_window(ctx: Context, core: int, dst: SramRef, corner: tuple[int, int]
                                        (top, inner, 0, left),
                                        (top, inner, left + across, cols - left - across)):
             if nrows > 0 and ncols > 0:
-                strip = SramRef(dst.space, dst.offset + (row * cols + col) * item,
+                strip = SramRef(dst.space, dst.offset + (row * pitch + col) * item,
                                 (*outer, nc, nrows, ncols), dst.dtype, strides)
                 ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(fill),
                                                      Scalar(0.0), strip), source)
     if inner == 0 or across == 0:
         return None
     u0, v0 = r0 - ph + top * row_step, max(c0 - pw, 0)
-    inside = SramRef(dst.space, dst.offset + (top * cols + left) * item,
+    inside = SramRef(dst.space, dst.offset + (top * pitch + left) * item,
                      (1,) * lead + (*outer, nc, inner, across), dst.dtype,
-                     (nc * rows * cols,) * lead + strides)
+                     (nc * strides[-3],) * lead + strides)
     return inside, Slice(u0, u0 + (inner - 1) * row_step + 1, row_step), \
         Slice(v0, v0 + across)
 

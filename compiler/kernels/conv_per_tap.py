@@ -21,19 +21,12 @@ from compiler.ir.ops import Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
     conv_tiles, epilogue_bytes, image_load, padded_window, pixels_finisher, reads_stored,
-    stored_ref, tile_buffers,
+    stored_ref, tile_buffers, window_size,
 )
 from compiler.kernels.conv_geometry import valid_range  # noqa: F401  (pooling's import)
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
-
-
-def window_size(kernel: tuple[int, int], stride: tuple[int, int],
-                dilation: tuple[int, int], ty: int, ow: int) -> tuple[int, int]:
-    """Input rows and columns ``ty`` output rows of ``ow`` columns read (padded)."""
-    return ((ty - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1,
-            (ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1)
 
 
 def _sizes(ctx: Context, need: Callable[[int, int, int, int], int], oh: int, ow: int,
