@@ -216,7 +216,7 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
             xs = step_counts[core] % ctx.sets
             step_counts[core] += 1
             step = ConvStep(ctx, node, plan, core, xs, tile.q, tile.images,
-                         (tile.rows, tile.cols), tile.oo, cc, arrays, tile.array, block)
+                            (tile.rows, tile.cols), tile.oo, cc, arrays, tile.array, block)
 
             def load(step=step, c0=c0, block=block) -> None:
                 w_ref, rearrange = weights(step.core, step.xs, step.oo,
