@@ -26,7 +26,8 @@ from compiler.ir.operands import DramRef, Slice, SramRef, numel
 from compiler.ir.ops import Binary, BinaryKind, Cast, Load, MulAdd
 from compiler.kernels.common import Context, TileSteps, box_shape, pipeline
 from compiler.kernels.conv_geometry import (
-    finisher, image_load, padded_window, stored_ref, tile_buffers, valid_range, window_size,
+    conv_tiles, finisher, image_load, padded_window, stored_ref, tile_buffers, valid_range,
+    window_size,
 )
 from compiler.kernels.epilogue import pass_order
 from compiler.kernels.matmul import accumulator_dtype
@@ -279,22 +280,17 @@ def lower_conv_depthwise(ctx: Context, kernel: Kernel, tiling: DepthwiseTiling) 
     acc_dtype = accumulator_dtype(x.dtype)
     cast = out.dtype is not acc_dtype
     widen = x.dtype is not acc_dtype
-    tiles = [(n, c0, y0) for n in range(batch) for c0 in range(0, channels, ct)
-             for y0 in range(0, oh, ty)]
+    # a tile's channels are its output channels (one group: each channel its own filter)
+    tiles = [((n, n + 1), 0, c0, y0, 0) for n in range(batch)
+             for c0 in range(0, channels, ct) for y0 in range(0, oh, ty)]
     cores = min(ctx.cores, len(tiles))
     sets = ctx.sets
     bufs = [_buffers(ctx, kernel, ct, ty, c) for c in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
-    counts = [0] * cores
     vpu_of = [vpu_engine(c) for c in range(cores)]
-    for t, (n, c0, y0) in enumerate(tiles):
-        core = t % cores
-        q = counts[core] % sets
-        counts[core] += 1
-        cc = (c0, min(c0 + ct, channels))
-        nc, (r0, r1) = cc[1] - cc[0], (y0, min(y0 + ty, oh))
-        nrows = r1 - r0
-        b = bufs[core]
+    for tile in conv_tiles(tiles, cores, sets, 1, channels, ct, (oh, ow), (ty, ow)):
+        core, q, n, cc, (r0, r1) = tile.core, tile.q, tile.images[0], tile.oo, tile.rows
+        nc, nrows, b = tile.no, r1 - r0, bufs[core]
 
         def load(core=core, b=b, q=q, n=n, cc=cc, nc=nc, r0=r0, nrows=nrows) -> None:
             wbuf = sub(b["w"][q], (nc, 1, kh, kw))
@@ -334,7 +330,7 @@ def lower_conv_depthwise(ctx: Context, kernel: Kernel, tiling: DepthwiseTiling) 
                         MulAdd(acc, tap, weight, acc, chained=True)
                     ctx.em.emit(vpu_of[core], op, source)
 
-        box = ((n, n + 1), cc, (r0, r1), (0, ow))
+        box = (tile.images, cc, tile.rows, tile.cols)
         store = finisher(ctx, kernel, core, b, q, box, (nc, nrows * ow), cast)
         per_core[core].append(TileSteps(load, compute, store))
     pipeline(per_core, sets - 1)
