@@ -320,23 +320,16 @@ def pixels_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
 def to_channels_first(ctx: Context, core: int, b: dict, q: int, channels: int, ty: int,
                       geo: Geometry, source: str) -> SramRef:
     """Channels-last ``b["acc"][q]`` ``[pixels, c]`` -> ``b["nchw"][q]`` ``[c, ty x ow]``,
-    dropping the extra plane columns (one transpose per output row, then one to
-    interleave them)."""
-    vpu = vpu_engine(core)
+    dropping the extra plane columns: one transpose reading the rows' first ``ow``
+    pixels in place (a transpose per row and one to interleave them took a pass more and
+    ``ty`` latencies)."""
     ow = geo.out_cols
     acc = b["acc"][q]
-    nchw = sub(b["nchw"][q], (channels, ty * ow))
-    if geo.plane_cols == ow or ty == 1:
-        ctx.em.emit(vpu, Transpose(sub(acc, (ty * ow, channels)), nchw, (1, 0)), source)
-        return nchw
-    rowt = b["rowt"][q]
-    for y in range(ty):
-        ctx.em.emit(vpu, Transpose(sub(acc, (ow, channels), y * geo.plane_cols * channels),
-                                   sub(rowt, (channels, ow), y * channels * ow), (1, 0)),
-                    source)
-    ctx.em.emit(vpu, Transpose(sub(rowt, (ty, channels, ow)), sub(nchw, (channels, ty, ow)),
-                               (1, 0, 2)), source)
-    return nchw
+    rows = SramRef(acc.space, acc.offset, (ty, ow, channels), acc.dtype,
+                   (geo.plane_cols * channels, channels, 1))
+    nchw = sub(b["nchw"][q], (channels, ty, ow))
+    ctx.em.emit(vpu_engine(core), Transpose(rows, nchw, (2, 0, 1)), source)
+    return sub(nchw, (channels, ty * ow))
 
 
 @dataclass(frozen=True)

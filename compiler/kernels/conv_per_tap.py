@@ -23,8 +23,6 @@ from compiler.kernels.conv_geometry import (
     conv_tiles, epilogue_bytes, image_load, padded_window, pixels_finisher, reads_stored,
     stored_ref, tile_buffers, window_size,
 )
-# pooling (compiler.kernels.pool) imports valid_range from here; it lives in conv_geometry
-from compiler.kernels.conv_geometry import valid_range  # noqa: F401
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
