@@ -22,7 +22,7 @@ from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.rotate_half import emit_rotate_half
 from compiler.kernels.transfers import load_box, store_box, sub
 from compiler.kernels.vector_tiles import (  # noqa: F401 (re-exported)
-    MIN_TILE_BYTES, Access, DmaCost, choose_tile, plan_tile, tiles_of)
+    MIN_TILE_BYTES, Access, DmaCost, choose_tile, plan_tile, tiles_of, wide_runs)
 from compiler.plan import Group, Kernel, aligned
 
 
@@ -101,8 +101,26 @@ def _scratch_shape(node: Node, box: Box) -> tuple[int, ...] | None:
     if isinstance(node.spec, (g.Permute, g.Slice)):
         return box_shape(value_box(node.out, box))
     if isinstance(node.spec, g.Reduce) and len(node.spec.axes) > 1:
-        return box_shape(value_box(node.inputs[0], box))
+        axes, shape = _reduce_axes(node, box)
+        if len(axes) < 2:
+            return None
+        return (2 * _numel(shape) // shape[axes[0]],)
     return None
+
+
+def _reduce_axes(node: Node, box: Box) -> tuple[list[int], tuple[int, ...]]:
+    """The axes (of the space) a reduce node's tile reduces one after the other, and
+    its input's tile shape. A multi-axis reduction passes its partial results between
+    two halves of a scratch buffer, each as large as the first partial (the input
+    without its first reduced axis: the later ones are smaller); a buffer as large as
+    the input (what it had) kept wav2vec2's weight norm in tiles too narrow for whole
+    DRAM runs."""
+    spec: g.Reduce = node.spec
+    x = node.inputs[0]
+    shape = box_shape(value_box(x, box))
+    shift = len(box) - len(x.shape)
+    axes = [a + shift for a in spec.axes if shape[a + shift] > 1] or [spec.axes[-1] + shift]
+    return axes, shape
 
 
 def _padded(n: int) -> int:
@@ -240,12 +258,10 @@ def emit_compute(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int
 def _emit_reduce(ctx: Context, node: Node, box: Box, vpu: str, bufs: dict[int, SramRef],
                  scratch: dict[int, SramRef], out: SramRef, source: str) -> None:
     spec: g.Reduce = node.spec
-    x = node.inputs[0]
-    cur = operand(ctx, x, box, bufs)
-    shape = list(box_shape(value_box(x, box)))
-    shift = len(box) - len(x.shape)
-    axes = [a + shift for a in spec.axes if shape[a + shift] > 1] or [spec.axes[-1] + shift]
-    half = _numel(tuple(shape)) // 2
+    cur = operand(ctx, node.inputs[0], box, bufs)
+    axes, whole = _reduce_axes(node, box)
+    shape = list(whole)
+    half = _numel(whole) // whole[axes[0]]
     for i, axis in enumerate(axes):
         shape[axis] = 1
         if i == len(axes) - 1:
@@ -281,8 +297,16 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     total = bytes_of(space)
     target = max(MIN_TILE_BYTES, total // (2 * ctx.cores)) if ctx.cores > 1 or sets > 1 \
         else budget
+    accesses, cost = _accesses(ctx, group), DmaCost.of(ctx.config, ctx.cores)
     tile = plan_tile(space, group.whole_axes, budget, bytes_of, kernel.name, target,
-                     ctx.cores, _accesses(ctx, group), DmaCost.of(ctx.config, ctx.cores))
+                     ctx.cores, accesses, cost)
+    wide = wide_runs(space, tile, sets, ctx.capacity, bytes_of, ctx.cores, accesses, cost) \
+        if group.whole_axes else None
+    if wide is not None:
+        tile, sets = wide.tile, wide.sets
+        ctx.choices[kernel.name] = (
+            f"vector tiles {list(tile)}: dim {wide.dim} cut {tile[wide.dim]} long for "
+            f"whole DRAM runs ({sets} buffer set{'s' if sets > 1 else ''})")
     boxes = tiles_of(space, tile)
     cores = min(ctx.cores, len(boxes))
     layouts = []
