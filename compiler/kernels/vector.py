@@ -17,7 +17,8 @@ from compiler import graph as g
 from compiler.emit import ALIGN_BYTES, Arena
 from compiler.graph import Node, Value
 from compiler.ir.operands import Scalar, SramRef
-from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Transpose, Unary, VCopy
+from compiler.ir.ops import Binary, Cast, Load, Reduce, ReduceKind, Select, Transpose, Unary, \
+    VCopy
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.rotate_half import emit_rotate_half
 from compiler.kernels.transfers import load_box, store_box, sub
@@ -250,14 +251,17 @@ def emit_compute(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int
             emit_rotate_half(em, operand(ctx, node.inputs[0], box, bufs), out,
                              node.out.shape[-1], vpu, src)
         elif isinstance(spec, g.Reduce):
-            _emit_reduce(ctx, node, box, vpu, bufs, scratch, out, src)
+            emit_reduce(ctx, node, box, vpu, bufs, scratch, out, src)
         else:
             raise LoweringError(f"{node.source}: {type(spec).__name__} is not a vector op")
 
 
-def _emit_reduce(ctx: Context, node: Node, box: Box, vpu: str, bufs: dict[int, SramRef],
-                 scratch: dict[int, SramRef], out: SramRef, source: str) -> None:
+def emit_reduce(ctx: Context, node: Node, box: Box, vpu: str, bufs: dict[int, SramRef],
+                scratch: dict[int, SramRef], out: SramRef, source: str,
+                kind: ReduceKind | None = None) -> None:
+    """A reduce node's tile, axis by axis, as ``kind`` (default: the node's)."""
     spec: g.Reduce = node.spec
+    kind = kind or spec.kind
     cur = operand(ctx, node.inputs[0], box, bufs)
     axes, whole = _reduce_axes(node, box)
     shape = list(whole)
@@ -268,7 +272,7 @@ def _emit_reduce(ctx: Context, node: Node, box: Box, vpu: str, bufs: dict[int, S
             dst = out
         else:
             dst = sub(scratch[node.out.id], tuple(shape), 0 if i % 2 == 0 else half)
-        ctx.em.emit(vpu, Reduce(spec.kind, cur, dst, axis), source)
+        ctx.em.emit(vpu, Reduce(kind, cur, dst, axis), source)
         cur = dst
 
 
@@ -297,11 +301,21 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     total = bytes_of(space)
     target = max(MIN_TILE_BYTES, total // (2 * ctx.cores)) if ctx.cores > 1 or sets > 1 \
         else budget
-    accesses, cost = _accesses(ctx, group), DmaCost.of(ctx.config, ctx.cores)
+    accesses, cost = accesses_of(ctx, group), DmaCost.of(ctx.config, ctx.cores)
     tile = plan_tile(space, group.whole_axes, budget, bytes_of, kernel.name, target,
                      ctx.cores, accesses, cost)
     wide = wide_runs(space, tile, sets, ctx.capacity, bytes_of, ctx.cores, accesses, cost) \
         if group.whole_axes else None
+    if group.whole_axes:
+        # vector_split builds on this module's emitters, hence imported here
+        from compiler.kernels.vector_split import lower_split_reduce, planned_split
+        split = planned_split(ctx, group, tile, wide, sets, target, accesses, cost)
+        if split is not None:
+            ctx.choices[kernel.name] = (
+                f"vector tiles {list(split.tile)} along the reduced axes, partial results "
+                f"a core combined on core 0")
+            lower_split_reduce(ctx, kernel, split)
+            return
     if wide is not None:
         tile, sets = wide.tile, wide.sets
         ctx.choices[kernel.name] = (
@@ -334,7 +348,7 @@ def _top_of(ctx: Context, group: Group, tile: tuple[int, ...], sets: int) -> int
     return max(0, (ctx.capacity - trial.top) // ALIGN_BYTES * ALIGN_BYTES)
 
 
-def _accesses(ctx: Context, group: Group) -> list[Access]:
+def accesses_of(ctx: Context, group: Group) -> list[Access]:
     """What the group's tiles load and store through DRAM views (slices aside)."""
     rank = len(group.shape)
 
