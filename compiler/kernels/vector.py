@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from archsim.config.names import sram_space, vpu_engine
-from archsim.errors import LoweringError
+from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import ALIGN_BYTES, Arena
 from compiler.graph import Node, Value
@@ -23,7 +23,7 @@ from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.rotate_half import emit_rotate_half
 from compiler.kernels.transfers import load_box, store_box, sub
 from compiler.kernels.vector_tiles import (  # noqa: F401 (re-exported)
-    MIN_TILE_BYTES, Access, DmaCost, choose_tile, plan_tile, tiles_of, wide_runs)
+    MIN_TILE_BYTES, Access, DmaCost, choose_tile, granule_aligned, plan_tile, tiles_of, wide_runs)
 from compiler.plan import Group, Kernel, aligned
 
 
@@ -302,10 +302,15 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     target = max(MIN_TILE_BYTES, total // (2 * ctx.cores)) if ctx.cores > 1 or sets > 1 \
         else budget
     accesses, cost = accesses_of(ctx, group), DmaCost.of(ctx.config, ctx.cores)
-    tile = plan_tile(space, group.whole_axes, budget, bytes_of, kernel.name, target,
-                     ctx.cores, accesses, cost)
+    try:
+        tile: tuple[int, ...] | None = plan_tile(space, group.whole_axes, budget, bytes_of,
+                                                 kernel.name, target, ctx.cores, accesses, cost)
+    except CapacityError:
+        tile = None  # reduced axes too long to keep whole: only tiles along them fit
+    if group.whole_axes and tile is not None:
+        tile = granule_aligned(space, tile, accesses, cost)
     wide = wide_runs(space, tile, sets, ctx.capacity, bytes_of, ctx.cores, accesses, cost) \
-        if group.whole_axes else None
+        if group.whole_axes and tile is not None else None
     if group.whole_axes:
         # vector_split builds on this module's emitters, hence imported here
         from compiler.kernels.vector_split import lower_split_reduce, planned_split
@@ -316,6 +321,9 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
                 f"a core combined on core 0")
             lower_split_reduce(ctx, kernel, split)
             return
+    if tile is None:
+        tile = plan_tile(space, group.whole_axes, budget, bytes_of, kernel.name, target,
+                         ctx.cores, accesses, cost)  # raises the CapacityError again
     if wide is not None:
         tile, sets = wide.tile, wide.sets
         ctx.choices[kernel.name] = (

@@ -180,20 +180,24 @@ def _extra_bytes(ctx: Context, split: SplitReduce) -> int:
     return trial.top + 6 * ALIGN_BYTES
 
 
-def planned_split(ctx: Context, group: Group, tile: Shape, wide: WideRuns | None, sets: int,
-                  target: int, accesses: list[Access], cost: DmaCost) -> SplitPlan | None:
+def planned_split(ctx: Context, group: Group, tile: Shape | None, wide: WideRuns | None,
+                  sets: int, target: int, accesses: list[Access], cost: DmaCost
+                  ) -> SplitPlan | None:
     """The reduction tiled along its axes, when ``tile`` (the planned one) moves
     wasteful DMA runs (:data:`WASTEFUL`) and these tiles' commands cost clearly less
     (:data:`CLEARLY_CHEAPER`), partials' round trip counted, and no less than ``wide``'s
     when that keeps its buffer sets (a one-set tile cannot overlap loads and compute,
-    which the DMA cost does not see)."""
+    which the DMA cost does not see); or when there is no planned tile (the reduced
+    axes do not fit the scratchpad whole: ``x.sum()`` of a large ``x``), if it fits."""
     split = split_reduce_of(group)
     if split is None:
         return None
     space = group.shape
-    cycles, ideal = dma_cycles(space, tile, accesses, cost)
-    if cycles <= WASTEFUL * ideal:
-        return None
+    cycles = math.inf
+    if tile is not None:
+        cycles, ideal = dma_cycles(space, tile, accesses, cost)
+        if cycles <= WASTEFUL * ideal:
+            return None
     budget = (ctx.capacity - _extra_bytes(ctx, split)) // sets
 
     def bytes_of(t: Shape) -> int:

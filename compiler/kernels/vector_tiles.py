@@ -336,3 +336,20 @@ def wide_runs(space: Shape, tile: Shape, sets: int, capacity: int,
             best = WideRuns(wide, sets if size <= budget else 1, dim)
             best_cycles = CLEARLY_CHEAPER * other
     return best
+
+
+def granule_aligned(space: Shape, tile: Shape, accesses: list[Access], cost: DmaCost
+                    ) -> Shape:
+    """``tile`` with its cut of the innermost dim shortened to a whole number of DRAM
+    granules, when that makes its DMA commands cost less: the largest tile that fits
+    may end mid-granule (``[192, 48, 22]`` f32 tiles of a norm over dims 0 and 1 on
+    tpu-v4, 88-byte runs charged 96, where 16 columns are 64 bytes)."""
+    dim = split_dim(space, tile, tuple(range(len(space))))
+    if dim is None or any(n > 1 for n in space[dim + 1:]) or not accesses:
+        return tile
+    unit = max(1, cost.granule_bytes // min(a.view.dtype.itemsize for a in accesses))
+    if tile[dim] <= unit or tile[dim] % unit == 0:
+        return tile
+    shorter = tile[:dim] + (tile[dim] // unit * unit,) + tile[dim + 1:]
+    cycles, _ = dma_cycles(space, tile, accesses, cost)
+    return shorter if dma_cycles(space, shorter, accesses, cost)[0] < cycles else tile

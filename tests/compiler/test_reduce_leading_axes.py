@@ -167,3 +167,20 @@ def test_a_reduction_over_the_last_axis_keeps_its_tiles() -> None:
     torch.testing.assert_close(out, x.sum(-1, keepdim=True), rtol=1e-5, atol=1e-4)
     assert dict(compiled.choices) == {}
     assert all(box[1] == (0, 256) for _, box in _x_loads(compiled))
+
+
+def test_a_sum_of_everything_larger_than_the_scratchpad_compiles() -> None:
+    # [1024, 256] f32 is 1 MiB; tiny's 64 KiB scratchpad cannot keep both axes whole
+    # (this raised CapacityError). A tile [r, 256] takes r KiB for x, 2 KiB of scratch
+    # (two [1, 256] partials) and its [1, 1] result, each buffer padded by 64 B: 1024 r
+    # + 2304 B, within (65536 - 644) // 2 B (core 0's combine buffers take 644 B):
+    # r = 29, 36 tiles over the 2 cores.
+    torch.manual_seed(5)
+    x = torch.randn(1024, 256)
+    compiled, out = _compiled(lambda x: x.sum(), x)
+    want = x.double().sum()
+    assert abs(out.double() - want) <= 1e-6 * x.double().abs().sum()
+    loads = _x_loads(compiled)
+    assert len(loads) == -(-1024 // 29)
+    assert all(box[1] == (0, 256) for _, box in loads)
+    assert sum(hi - lo for _, ((lo, hi), _) in loads) == 1024
