@@ -232,7 +232,17 @@ def lower_split_reduce(ctx: Context, kernel: Kernel, plan: SplitPlan) -> None:
     partials = f"{node.out.name}_partials"
     ctx.em.tensor(partials, (cores, n), split.accumulator, "temp")
     view = DramView(partials, (cores, n), (cores, n), split.accumulator)
+    top = 0
+    if kernel.group is not None and kernel.group.weights_only:
+        # a weight preparation runs ahead of the network: its buffers at the top of the
+        # scratchpad, as compiler.kernels.vector places them
+        trial = Arena(sram_space(0), ctx.capacity)
+        _core_buffers(ctx, split, tile, sets, trial)
+        _combine_buffers(ctx, split, trial, cores)
+        top = max(0, (ctx.capacity - trial.top) // ALIGN_BYTES * ALIGN_BYTES)
     arenas = [Arena(sram_space(c), ctx.capacity) for c in range(cores)]
+    for arena in arenas:
+        arena.top = top
     bufs = [_core_buffers(ctx, split, tile, sets, arena) for arena in arenas]
     combine = _combine_buffers(ctx, split, arenas[0], cores)
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
