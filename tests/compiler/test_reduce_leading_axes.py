@@ -19,8 +19,11 @@ import torch
 
 from compiler import compile_graph
 from compiler.compile import CompiledProgram
+from compiler.emit import DramView
+from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
 from compiler.ir.ops import Binary, BinaryKind, Copy, Load, Reduce, Store, VCopy
+from compiler.kernels.vector_tiles import Access, DmaCost, dma_cycles, granule_aligned
 from compiler_helpers import config, tolerance
 
 
@@ -184,3 +187,22 @@ def test_a_sum_of_everything_larger_than_the_scratchpad_compiles() -> None:
     assert len(loads) == -(-1024 // 29)
     assert all(box[1] == (0, 256) for _, box in loads)
     assert sum(hi - lo for _, ((lo, hi), _) in loads) == 1024
+
+
+def test_a_cut_ending_mid_granule_is_shortened_to_whole_granules() -> None:
+    # [768, 48, 128] f32 read in tiles [192, 48, 22]: 22 columns are 88-byte runs that
+    # a 32-byte granule charges as 96 (the last tile's 18 columns, 72 bytes, too), in
+    # 24 tiles: 768 * 48 * 576 B. Tiles of 16 columns are 64-byte runs, 768 * 48 * 512
+    # B in 32 tiles; at 32 B a cycle and 10 cycles a command that is 589,824 + 320
+    # cycles against 663,552 + 240.
+    view = DramView("v", (768, 48, 128), (768, 48, 128), DType.f32)
+    access = Access(view, lambda box: box, lambda d: d)
+    cost = DmaCost(bytes_per_cycle=32, granule_bytes=32, command_cycles=10,
+                   core_bytes_per_cycle=16, tile_cycles=100)
+    space = (768, 48, 128)
+    assert dma_cycles(space, (192, 48, 22), [access], cost)[0] == 663_552 + 240
+    assert dma_cycles(space, (192, 48, 16), [access], cost)[0] == 589_824 + 320
+    assert granule_aligned(space, (192, 48, 22), [access], cost) == (192, 48, 16)
+    assert granule_aligned(space, (192, 48, 24), [access], cost) == (192, 48, 24)
+    # a cut of an outer dim leaves whole rows: nothing to align
+    assert granule_aligned(space, (192, 20, 128), [access], cost) == (192, 20, 128)
