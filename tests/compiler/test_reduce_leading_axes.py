@@ -206,3 +206,26 @@ def test_a_cut_ending_mid_granule_is_shortened_to_whole_granules() -> None:
     assert granule_aligned(space, (192, 48, 24), [access], cost) == (192, 48, 24)
     # a cut of an outer dim leaves whole rows: nothing to align
     assert granule_aligned(space, (192, 20, 128), [access], cost) == (192, 20, 128)
+
+
+class _Two(torch.nn.Module):
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.sqrt((x * x).mean((0, 1))) * w, torch.exp(x)
+
+
+def test_nodes_before_and_after_the_reduction_run_on_tiles_and_on_the_result() -> None:
+    # exp(x) and x * x are made tile by tile (exp(x) stored by each); sqrt and the
+    # scaling by w (loaded once, on core 0) run on the combined mean
+    torch.manual_seed(6)
+    x, w = torch.randn(256, 16, 8), torch.rand(8) + 0.5
+    model = _Two().eval()
+    exported = torch.export.export(model, (x, w)).run_decompositions()
+    compiled = compile_graph(exported, config("tiny"))
+    (scaled, exp), _ = compiled.run(x, w)
+    want_scaled, want_exp = model(x, w)
+    torch.testing.assert_close(scaled, want_scaled, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(exp, want_exp, rtol=1e-5, atol=1e-6)
+    assert any("along the reduced axes" in c for c in compiled.choices.values())
+    w_loads = [c for c in compiled.program.commands
+               if isinstance(c.op, Load) and c.op.src.tensor == "w"]
+    assert [c.engine.split(".")[0] for c in w_loads] == ["core0"]
