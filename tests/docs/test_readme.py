@@ -1,7 +1,9 @@
 """Every ```python block in README.md runs as written.
 
-A block whose fence says ``python needs-file`` uses files the reader has (a saved
-program, a model file) and is skipped explicitly; shell blocks have no language.
+A block whose fence says ``python needs-file`` uses files the reader has (a model
+file) and is skipped explicitly; ``python saved-program`` reads the program the README's
+``archsim run gemm --seq 64 -c tiny --save-program prog.rbln`` saves, made first;
+shell blocks have no language.
 """
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from archsim.cli.main import main
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 FENCE = re.compile(r"^```(python[^\n]*)\n(.*?)^```", re.S | re.M)
@@ -29,4 +33,7 @@ def test_block_runs(markers: list[str], code: str, tmp_path: Path,
     if "needs-file" in markers:
         pytest.skip("block reads files the reader provides (marked needs-file)")
     monkeypatch.chdir(tmp_path)
+    if "saved-program" in markers:  # the program the README's shell commands save
+        assert main(["run", "gemm", "--seq", "64", "-c", "tiny", "--save-program",
+                     "prog.rbln", "--quiet"]) == 0
     exec(compile(code, str(README), "exec"), {"__name__": "readme"})
