@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import warnings
@@ -163,11 +164,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+"""Loggers whose warnings a command's user cannot act on: torchao (imported by
+transformers when installed) warns that its CUDA and mxfp8 extensions fail to load on a
+CPU-only machine, and registers enums through a pytree API torch deprecates; four lines
+on stderr before every transformers model's report."""
+
+
 def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
     """Run one command; ``exiting``: the process ends after it (the console script), so
     commands need not leave Python's collector a clean heap."""
     # torch.export's own use of a deprecated pytree API; nothing a user can act on
     warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
     parser = build_parser()
     args = parser.parse_args(argv)
     args.exiting = exiting

@@ -234,3 +234,19 @@ class TestBadArguments:
             main(["run"])
         assert info.value.code == 2
         assert "the following arguments are required: MODEL" in capsys.readouterr().err
+
+
+def test_third_party_warnings_no_user_can_act_on_are_quiet(capsys) -> None:
+    # torchao (imported by transformers) warns through these loggers that its CUDA and
+    # mxfp8 extensions fail to load on a CPU-only machine; a library's own errors stay
+    import logging
+
+    from archsim.cli.main import QUIET_LOGGERS, main as cli_main
+
+    assert QUIET_LOGGERS == ("torchao", "torch.utils._pytree")
+    assert cli_main(["configs"]) == 0
+    for name in QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        assert logger.getEffectiveLevel() == logging.ERROR
+        logger.warning("Failed to load _C_mxfp8.so")
+    assert "Failed to load" not in capsys.readouterr().err
