@@ -158,8 +158,8 @@ def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> Sim
     try:
         import transformers
     except ImportError:
-        raise ArchsimError("a transformers config needs transformers: pip install "
-                           "transformers (or archsim's test extra)") from None
+        raise ArchsimError("a transformers config needs transformers: pip install -e "
+                           "'.[hf]' (archsim's hf extra) or pip install transformers") from None
     data, name = read_model_config(workload.name)
     if "model_type" not in data:
         hint = (f"; it is an archsim result: re-render it with 'archsim report "

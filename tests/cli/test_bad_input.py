@@ -198,3 +198,12 @@ def test_run_of_a_json_that_is_no_transformers_config(tmp_path: Path, capsys) ->
     err = _error(capsys, "run", str(unknown))
     assert err.strip() == (f"archsim: error: {unknown}: transformers cannot read this config "
                            f"(Unrecognized model identifier: foo.)")
+
+
+def test_a_transformers_model_without_transformers_says_which_extra(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import raises ImportError
+    err = _error(capsys, "run", "llama-2-7b", "--layers", "1", "--seq", "8")
+    assert err == ("archsim: error: a transformers config needs transformers: pip install "
+                   "-e '.[hf]' (archsim's hf extra) or pip install transformers\n")
