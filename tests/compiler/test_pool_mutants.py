@@ -1,0 +1,109 @@
+"""Pooling's tiles, pinned where mutation testing found them loose
+(``python benchmarks/mutation.py compiler/kernels/pool.py``): the scratchpad a tile
+needs, to the byte; how a pooling is shared among cores; when a split into smaller
+tiles pays; a pooling of an image without a batch dim."""
+
+from __future__ import annotations
+
+import torch
+
+import compiler
+from archsim.config import load_config
+from compiler.compile import clear_cache
+from compiler.ir.ops import Binary, BinaryKind, Load
+from compiler.kernels.conv_geometry import Geometry
+from compiler.kernels.pool import _split_pays
+
+
+def _compile(module: torch.nn.Module, x: torch.Tensor, preset: str, capacity: int = 0):
+    """Compile and run ``module`` on ``preset`` (its scratchpad ``capacity`` bytes, one
+    bank, when given), check it against torch, return the program's commands."""
+    clear_cache()
+    cfg = load_config(preset)
+    if capacity:
+        cfg = cfg.with_overrides({"core.scratchpad.size_bytes": capacity,
+                                  "core.scratchpad.banks": 1})
+    exported = torch.export.export(module.eval(), (x,)).run_decompositions()
+    compiled = compiler.compile_graph(exported, cfg)
+    (out,), _ = compiled.run(x)
+    clear_cache()
+    torch.testing.assert_close(out, module(x), rtol=1e-6, atol=1e-6)
+    return compiled.program.commands
+
+
+def _loads(commands) -> list:
+    return [c for c in commands if isinstance(c.op, Load)]
+
+
+def _maxima(commands) -> int:
+    return sum(isinstance(c.op, Binary) and c.op.kind is BinaryKind.max for c in commands)
+
+
+class _PoolRelu(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.nn.functional.max_pool2d(x, 3, 2, 1))
+
+
+# A 3x3 stride-2 max pool with padding 1 of [1, 4, 16, 16] f32 on one TPU v3 core
+# (2 buffer sets): 8 x 8 outputs, a window of 2 * 8 + 2 = 18 rows of 18 columns (9 a
+# stride phase). One tile of 8 output rows (the halo rule keeps it whole: halving to 4
+# rows would re-read 2 of 8) needs, per set, the window twice (raw and in phases:
+# 2 x 18 x 18 x 4 ch x 4 B = 10,368), the accumulator (8 x 9 x 4 x 4 = 1,152) and two
+# output tiles (2 x 8 x 8 x 4 x 4 = 2,048), 1,024 B of alignment; 8,192 B beside:
+# 2 x (10,368 + 1,152 + 2,048 + 1,024) + 8,192 = 37,376 B.
+ONE_TILE = 37376
+# a fused ReLU's epilogue buffer adds its 8 x 8 x 4 x 4 B (f32) a set: 37,376 + 2 x 1,024
+ONE_TILE_RELU = 39424
+
+
+def test_a_tile_takes_exactly_the_scratchpad_it_needs():
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 16, 16)
+    pool = torch.nn.MaxPool2d(3, 2, 1)
+    whole = _compile(pool, x, "tpu-v3", ONE_TILE)
+    assert len(_loads(whole)) == 1 and _maxima(whole) == 8
+    # a byte less: two tiles of 4 output rows (10 input rows each, 9 inside the border)
+    halves = _compile(pool, x, "tpu-v3", ONE_TILE - 1)
+    assert [c.op.dst.shape for c in _loads(halves)] == [(1, 4, 9, 16)] * 2
+    assert _maxima(halves) == 2 * 8
+
+
+def test_a_fused_epilogue_counts_in_the_tiles_scratchpad():
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 16, 16)
+    assert len(_loads(_compile(_PoolRelu(), x, "tpu-v3", ONE_TILE_RELU))) == 1
+    assert len(_loads(_compile(_PoolRelu(), x, "tpu-v3", ONE_TILE_RELU - 1))) == 2
+
+
+def test_one_image_is_shared_by_the_cores_in_row_tiles():
+    # the same pool on tpu-v4's two cores: 8 output rows, 4 a core; halving again (2
+    # rows, 6 input rows, 2 of them re-read) does not pay, so one tile per core
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 16, 16)
+    loads = _loads(_compile(torch.nn.MaxPool2d(3, 2, 1), x, "tpu-v4"))
+    assert [c.engine.split(".")[0] for c in loads] == ["core0", "core1"]
+    assert [c.op.dst.shape for c in loads] == [(1, 4, 9, 16)] * 2
+
+
+def test_a_pooling_of_an_image_without_a_batch_dim():
+    torch.manual_seed(0)
+    x = torch.randn(4, 12, 12)
+    commands = _compile(torch.nn.MaxPool2d(3, 2, 1), x, "tpu-v3")
+    assert _maxima(commands) == 8  # one tile, 9 taps
+
+
+def test_a_split_counts_the_tiles_of_every_image():
+    # 4 images of 64 output rows on one core, tiles of 32 rows: 4 x 2 = 8 tiles, more
+    # than TILES_PER_CORE (4), though each re-reads only 2 of its 64 input rows
+    geo = Geometry((3, 3), (2, 2), (1, 1), 64, 64, 130, 130)
+    assert not _split_pays(geo, 4, 64, 32, 1)
+    assert _split_pays(geo, 2, 64, 32, 1)  # 4 tiles
+
+
+def test_a_split_reads_the_row_stride():
+    # 3x3 windows, stride 2 down and 1 across: tiles of 8 output rows load 2 x 7 + 3 =
+    # 17 rows, 18 in whole phases, 16 their own: 8 x 2 re-read <= 16; 4-row tiles
+    # re-read 2 of 8
+    geo = Geometry((3, 3), (2, 1), (1, 1), 64, 64, 130, 66)
+    assert _split_pays(geo, 1, 64, 8, 64)
+    assert not _split_pays(geo, 1, 64, 4, 64)
