@@ -1,0 +1,55 @@
+"""Small attention items in groups, pinned where mutation testing found them loose
+(``python benchmarks/mutation.py compiler/kernels/attention_items.py``): the latency
+bound at its edge, a group of two, and an item's tile in a group buffer."""
+
+from __future__ import annotations
+
+import pytest
+
+from compiler.ir.dtypes import DType
+from compiler.ir.operands import SramRef
+from compiler.kernels.attention_items import group_size, item_tile, latency_bound
+from compiler_helpers import config
+
+
+@pytest.mark.parametrize("dram_latency, bound", [(156, False), (157, True)])
+def test_the_latency_bound_at_its_edge(dram_latency: int, bound: bool) -> None:
+    # tpu-v4, a 49x49 item of 32-wide heads: each matmul is one 510-cycle fold, 382 of
+    # them saved back to back, over 4 arrays: (2 x 510 - 2 x 382) / 4 = 64 cycles. 3
+    # loads of 100 setup + the DRAM latency over 3 load engines (one of 4 keeps the
+    # stores) x 4 outstanding: 3 x (100 + 156) / 12 = 64, not above; 157: 64.25
+    cfg = config("tpu-v4").with_overrides({"dram.latency_cycles": dram_latency})
+    assert latency_bound(cfg, 49, 49, 32, 32, DType.bf16, 3) is bound
+
+
+def test_a_mask_is_a_fourth_load() -> None:
+    # 4 x (100 + 156) / 12 = 85.3 > 64 at the edge's 156
+    cfg = config("tpu-v4").with_overrides({"dram.latency_cycles": 156})
+    assert latency_bound(cfg, 49, 49, 32, 32, DType.bf16, 4)
+
+
+def test_a_group_of_two_items() -> None:
+    # [12] on 2 cores, 3 groups a core at least: 12 // 6 = 2 items a group
+    assert group_size((12,), 2, lambda group: True) == 2
+    # [10]: 10 // 6 = 1, no group
+    assert group_size((10,), 2, lambda group: True) == 1
+
+
+BUF = SramRef("sram0", 1024, (2 * 3 * 4, 8), DType.f32)
+"""A group buffer of lead box (2 windows, 3 heads), 4 rows of 8 an item."""
+
+
+def test_an_items_tile_in_a_group_stored_item_major() -> None:
+    # item 4 (window 1, head 1): rows 16..20 of [24, 8], 4 x 4 x 8 x 4 B = 512 B in
+    tile = item_tile(BUF, ((0, 2), (0, 3)), 4, 4, 8, False)
+    assert (tile.offset, tile.shape, tile.strides) == (1024 + 512, (4, 8), None)
+
+
+def test_an_items_tile_in_a_group_stored_heads_after_tokens() -> None:
+    # stored [windows, tokens, heads, 8]: item 4 is window 1 (4 x 3 x 8 elements in),
+    # head 1 (8 more), its rows 3 x 8 = 24 elements apart
+    tile = item_tile(BUF, ((0, 2), (0, 3)), 4, 4, 8, True)
+    assert (tile.offset, tile.shape, tile.strides) == (1024 + (96 + 8) * 4, (4, 8), (24, 1))
+    # one head a group: the tiles are dense, one after another
+    tile = item_tile(BUF, ((2, 4), (1, 2)), 1, 4, 8, True)
+    assert (tile.offset, tile.shape, tile.strides) == (1024 + 32 * 4, (4, 8), None)
