@@ -5,6 +5,7 @@ tiles pays; a pooling of an image without a batch dim."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import compiler
@@ -107,3 +108,34 @@ def test_a_split_reads_the_row_stride():
     geo = Geometry((3, 3), (2, 1), (1, 1), 64, 64, 130, 66)
     assert _split_pays(geo, 1, 64, 8, 64)
     assert not _split_pays(geo, 1, 64, 4, 64)
+
+
+# A 2x2 stride-2 max pool of [1, 4, 8, 8] f32 on one TPU v3 core: 4 x 4 outputs, tiles
+# of one output row (no halo: the split halves 4 -> 2 -> 1), a window of 2 rows of 8.
+# A tile of c channels needs, per set, the window twice (2 x 2 x 8 x c x 4 B = 128 c),
+# the accumulator (4 x c x 4 = 16 c) and two output tiles (2 x 4 x c x 4 = 32 c), and
+# 1,024 B: 2 x (176 c + 1,024) + 8,192 = 352 c + 10,240 B.
+@pytest.mark.parametrize("capacity, shapes, maxima", [
+    (352 * 2 + 10240, [(1, 2, 2, 8)] * 8, 8 * 3),       # 4 rows x 2 pairs of channels
+    (352 * 2 + 10240 - 1, [(1, 1, 2, 8)] * 16, 16 * 3),  # one channel a tile
+    # not even one channel's row fits: the per-tap fallback, all of it in one tile
+    # (2 sets x 2 buffers x 4 ch x 16 pixels x 4 B + 8,192 B), a strided load per tap
+    # (one tile: 3 maxima)
+    (352 + 10240 - 1, [(1, 4, 4, 4)] * 4, 3),
+], ids=["pairs", "singles", "per-tap"])
+def test_channels_are_halved_once_a_tile_is_one_row(capacity, shapes, maxima):
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 8, 8)
+    commands = _compile(torch.nn.MaxPool2d(2, 2), x, "tpu-v3", capacity)
+    assert [c.op.dst.shape for c in _loads(commands)] == shapes
+    assert _maxima(commands) == maxima
+
+
+def test_the_split_tries_half_of_an_even_tile():
+    # 3x3 stride-2 pool of 56 x 56 (28 output rows) on one core: 28 -> 14 rows a tile;
+    # 7 rows would re-read 2 of 14 rows (> 1/8), so two tiles of 14 rows, 29 input rows
+    # inside the border each
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 56, 56)
+    loads = _loads(_compile(torch.nn.MaxPool2d(3, 2, 1), x, "tpu-v3"))
+    assert [c.op.dst.shape for c in loads] == [(1, 4, 29, 56)] * 2
