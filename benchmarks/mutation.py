@@ -195,7 +195,11 @@ MODULES: dict[str, list[str]] = {
         "tests/quant/test_int4_input_path.py",
     ],
     # the multiply-add: run each with --only on its functions (see BENCHMARKS.md)
+    "compiler/ir/text.py": [
+        "tests/compiler/ir/test_text.py",
+    ],
     "compiler/ir/text_parse.py": [
+        "tests/compiler/ir/test_muladd_mutants.py",
         "tests/compiler/ir/test_text.py",
         "tests/compiler/ir/test_verify.py",
     ],

@@ -139,3 +139,12 @@ def test_the_split_tries_half_of_an_even_tile():
     x = torch.randn(1, 4, 56, 56)
     loads = _loads(_compile(torch.nn.MaxPool2d(3, 2, 1), x, "tpu-v3"))
     assert [c.op.dst.shape for c in loads] == [(1, 4, 29, 56)] * 2
+
+
+def test_every_command_of_a_pooling_is_its_ops():
+    # the border's fills, the load, the rearrangement, the taps and the store: all of
+    # them the exported op's (reports attribute time by it)
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 16, 16)
+    commands = _compile(torch.nn.MaxPool2d(3, 2, 1), x, "tpu-v3")
+    assert {c.source for c in commands} == {"max_pool2d_with_indices"}
