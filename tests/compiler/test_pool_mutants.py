@@ -11,7 +11,7 @@ import torch
 import compiler
 from archsim.config import load_config
 from compiler.compile import clear_cache
-from compiler.ir.ops import Binary, BinaryKind, Load
+from compiler.ir.ops import Binary, BinaryKind, Load, Store
 from compiler.kernels.conv_geometry import Geometry
 from compiler.kernels.pool import _split_pays
 
@@ -129,6 +129,10 @@ def test_channels_are_halved_once_a_tile_is_one_row(capacity, shapes, maxima):
     commands = _compile(torch.nn.MaxPool2d(2, 2), x, "tpu-v3", capacity)
     assert [c.op.dst.shape for c in _loads(commands)] == shapes
     assert _maxima(commands) == maxima
+    if len(shapes) > 4:  # TPU v3's 4 DMA engines: loads take turns on 3, the 4th stores
+        assert [c.engine for c in _loads(commands)] == [
+            f"core0.dma{i % 3}" for i in range(len(shapes))]
+        assert {c.engine for c in commands if isinstance(c.op, Store)} == {"core0.dma3"}
 
 
 def test_the_split_tries_half_of_an_even_tile():
