@@ -11,7 +11,7 @@ import torch
 import compiler
 from archsim.config import load_config
 from compiler.compile import clear_cache
-from compiler.ir.ops import Binary, BinaryKind, Load, Store
+from compiler.ir.ops import Binary, BinaryKind, Load, Store, VCopy
 from compiler.kernels.conv_geometry import Geometry
 from compiler.kernels.pool import _split_pays
 
@@ -152,3 +152,18 @@ def test_every_command_of_a_pooling_is_its_ops():
     x = torch.randn(1, 4, 16, 16)
     commands = _compile(torch.nn.MaxPool2d(3, 2, 1), x, "tpu-v3")
     assert {c.source for c in commands} == {"max_pool2d_with_indices"}
+    # the first maximum reads two taps: no copy of the first into the accumulator
+    assert not any(isinstance(c.op, VCopy) for c in commands)
+
+
+def test_a_one_tap_pool_copies_its_tap():
+    # a 1x1 window of stride 2 (a subsampling) of [1, 4, 8, 8]: 4 x 4 outputs; no halo,
+    # so the split halves 4 -> 2 -> 1 output rows (4 tiles, TILES_PER_CORE), each
+    # loading 2 input rows of 8 columns and copying its one tap, 4 pixels x 4 channels
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 8, 8)
+    commands = _compile(torch.nn.MaxPool2d(1, 2), x, "tpu-v3")
+    assert [c.op.dst.shape for c in _loads(commands)] == [(1, 4, 2, 8)] * 4
+    copies = [c.op for c in commands if isinstance(c.op, VCopy)]
+    assert [(op.src.shape, op.dst.shape) for op in copies] == [((4, 4), (4, 4))] * 4
+    assert _maxima(commands) == 0
