@@ -11,6 +11,7 @@ import torch
 import compiler
 from archsim.config import load_config
 from compiler.compile import clear_cache
+from compiler.ir.operands import Scalar
 from compiler.ir.ops import Binary, BinaryKind, Load, Store, VCopy
 from compiler.kernels.conv_geometry import Geometry
 from compiler.kernels.pool import _split_pays
@@ -167,3 +168,20 @@ def test_a_one_tap_pool_copies_its_tap():
     copies = [c.op for c in commands if isinstance(c.op, VCopy)]
     assert [(op.src.shape, op.dst.shape) for op in copies] == [((4, 4), (4, 4))] * 4
     assert _maxima(commands) == 0
+
+
+@pytest.mark.parametrize("pool, ops", [
+    # two taps: their sum (read both, write it), the division on it in registers
+    (torch.nn.AvgPool2d((1, 2), 2), [("add", False), ("mul", True)]),
+    # one tap, divided by 2: copied, then divided in a pass of its own
+    (torch.nn.AvgPool2d(1, 2, divisor_override=2), [("mul", False)]),
+    # one tap, divided by 1: the copy only
+    (torch.nn.AvgPool2d(1, 2), []),
+], ids=["two-taps", "one-tap-halved", "one-tap"])
+def test_an_average_divides_chained_only_after_a_sum(pool, ops):
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 8, 8)
+    commands = _compile(pool, x, "tpu-v3")
+    tiles = len(_loads(commands))
+    assert [(c.op.kind.value, c.op.chained) for c in commands if isinstance(c.op, Binary)
+            and not isinstance(c.op.a, Scalar)] == ops * tiles
