@@ -1,13 +1,19 @@
 """Small attention items in groups, pinned where mutation testing found them loose
 (``python benchmarks/mutation.py compiler/kernels/attention_items.py``): the latency
-bound at its edge, a group of two, and an item's tile in a group buffer."""
+bound at its edge, a group of two, an item's tile in a group buffer, and a group's keys
+transposed by the DMA (the vector unit's transpose gives the same numbers)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
+import torch.nn.functional as F
 
+import compiler
+from compiler.compile import clear_cache
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
+from compiler.ir.ops import Load, Transpose
 from compiler.kernels.attention_items import group_size, item_tile, latency_bound
 from compiler_helpers import config
 
@@ -53,3 +59,30 @@ def test_an_items_tile_in_a_group_stored_heads_after_tokens() -> None:
     # one head a group: the tiles are dense, one after another
     tile = item_tile(BUF, ((2, 4), (1, 2)), 1, 4, 8, True)
     assert (tile.offset, tile.shape, tile.strides) == (1024 + 32 * 4, (4, 8), None)
+
+
+class _Sdpa(torch.nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("shape, group, strides", [
+    # [24] items on 2 cores: groups of 4; K^T [4, 32, 49] written as [4, 49, 32] with
+    # an item's 32 x 49 elements apart, a key's 1 apart, a dim's 49 apart
+    ((24, 49, 32), (4, 49, 32), (32 * 49, 1, 49)),
+    # [16, 3] items: groups of 6 (two batches' 3 heads), one [2, 3, 49, 32] box
+    ((16, 3, 49, 32), (2, 3, 49, 32), (3 * 32 * 49, 32 * 49, 1, 49)),
+], ids=["items", "batch-and-heads"])
+def test_a_groups_keys_are_transposed_by_their_one_load(shape, group, strides) -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(shape, dtype=torch.bfloat16) for _ in range(3))
+    clear_cache()
+    compiled = compiler.compile_graph(torch.export.export(_Sdpa(), (q, k, v)),
+                                      config("tpu-v4"))
+    (out,), _ = compiled.run(q, k, v)
+    torch.testing.assert_close(out, _Sdpa()(q, k, v), rtol=2e-2, atol=2e-2)
+    commands = compiled.program.commands
+    keys = [c.op for c in commands if isinstance(c.op, Load) and c.op.src.tensor == "k"]
+    assert {(ld.src.shape, ld.dst.shape, ld.dst.strides) for ld in keys} == {
+        (group, group, strides)}
+    assert not any(isinstance(c.op, Transpose) for c in commands)  # none on the vector unit
