@@ -28,6 +28,15 @@ def test_the_latency_bound_at_its_edge(dram_latency: int, bound: bool) -> None:
     assert latency_bound(cfg, 49, 49, 32, 32, DType.bf16, 3) is bound
 
 
+@pytest.mark.parametrize("dram_latency, bound", [(764, False), (765, True)])
+def test_the_latency_bound_at_its_edge_on_one_array(dram_latency: int, bound: bool) -> None:
+    # atom, bf16: Q K^T 414 cycles (2 folds), P V 207, no saving on its single-buffered
+    # array: 621. 3 loads of 64 setup + the DRAM latency on 1 load engine (one of 2
+    # keeps the stores) x 4 outstanding: 3 x (64 + 764) / 4 = 621, not above; 765: 621.75
+    cfg = config("atom").with_overrides({"dram.latency_cycles": dram_latency})
+    assert latency_bound(cfg, 49, 49, 32, 32, DType.bf16, 3) is bound
+
+
 def test_a_mask_is_a_fourth_load() -> None:
     # 4 x (100 + 156) / 12 = 85.3 > 64 at the edge's 156
     cfg = config("tpu-v4").with_overrides({"dram.latency_cycles": 156})
