@@ -190,6 +190,7 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/test_attention_small_steps.py",
     ],
     "compiler/kernels/packed_runs.py": [  # int4 packed weights' DMA commands
+        "tests/quant/test_packed_runs_mutants.py",
         "tests/quant/test_int4_strided_loads.py",
         "tests/quant/test_int4.py",
         "tests/quant/test_int4_input_path.py",
