@@ -70,16 +70,17 @@ def test_a_tile_takes_exactly_the_scratchpad_it_needs():
     assert _maxima(halves) == 2 * 8
 
 
-def test_a_tile_is_halved_down_to_one_row_before_its_channels():
-    # the same pool: a tile of t rows needs 3,104 t + 12,544 B (2 x 2 t + 2 rows of the
-    # window, 400 t B of accumulator and outputs): 18,752 B for 2 rows, 15,648 for 1.
-    # A byte under 2 rows' need: 8 tiles of one output row (4 input rows, 3 inside the
-    # border at the top and bottom), all 4 channels
+def test_a_one_channel_tile_is_halved_down_to_one_row():
+    # the same pool over one channel: a tile of t rows needs, per set, 2 x (2 t + 2) x
+    # 18 x 4 B of window, 9 t x 4 of accumulator and 2 x 8 t x 4 of outputs, and 1,024
+    # B: 2 x (388 t + 1,312) + 8,192 = 776 t + 10,816 B; 12,368 B for 2 rows, 11,592
+    # for 1. A byte under 2 rows' need: 8 tiles of one output row (4 input rows, 3
+    # inside the border at the top and the bottom), not the per-tap fallback
     torch.manual_seed(0)
-    x = torch.randn(1, 4, 16, 16)
-    commands = _compile(torch.nn.MaxPool2d(3, 2, 1), x, "tpu-v3", 3104 * 2 + 12544 - 1)
+    x = torch.randn(1, 1, 16, 16)
+    commands = _compile(torch.nn.MaxPool2d(3, 2, 1), x, "tpu-v3", 776 * 2 + 10816 - 1)
     assert [c.op.dst.shape for c in _loads(commands)] == (
-        [(1, 4, 3, 16)] + [(1, 4, 4, 16)] * 6 + [(1, 4, 3, 16)])
+        [(1, 1, 3, 16)] + [(1, 1, 4, 16)] * 6 + [(1, 1, 3, 16)])
     assert _maxima(commands) == 8 * 8
 
 
