@@ -182,6 +182,7 @@ def test_a_one_tap_pool_copies_its_tap():
     copies = [c.op for c in commands if isinstance(c.op, VCopy)]
     assert [(op.src.shape, op.dst.shape) for op in copies] == [((4, 4), (4, 4))] * 4
     assert _maxima(commands) == 0
+    assert {c.source for c in commands} == {"max_pool2d_with_indices"}
 
 
 @pytest.mark.parametrize("pool, ops", [
@@ -199,3 +200,4 @@ def test_an_average_divides_chained_only_after_a_sum(pool, ops):
     tiles = len(_loads(commands))
     assert [(c.op.kind.value, c.op.chained) for c in commands if isinstance(c.op, Binary)
             and not isinstance(c.op.a, Scalar)] == ops * tiles
+    assert {c.source for c in commands} == {"avg_pool2d"}
