@@ -81,7 +81,10 @@ class _Sdpa(torch.nn.Module):
     ((24, 49, 32), (4, 49, 32), (32 * 49, 1, 49)),
     # [16, 3] items: groups of 6 (two batches' 3 heads), one [2, 3, 49, 32] box
     ((16, 3, 49, 32), (2, 3, 49, 32), (3 * 32 * 49, 32 * 49, 1, 49)),
-], ids=["items", "batch-and-heads"])
+    # [4, 6] items: runs of 4 wrap, groups of 3, half a batch's heads (every other one
+    # starts at head 3)
+    ((4, 6, 49, 32), (1, 3, 49, 32), (3 * 32 * 49, 32 * 49, 1, 49)),
+], ids=["items", "batch-and-heads", "half-the-heads"])
 def test_a_groups_keys_are_transposed_by_their_one_load(shape, group, strides) -> None:
     torch.manual_seed(0)
     q, k, v = (torch.randn(shape, dtype=torch.bfloat16) for _ in range(3))
