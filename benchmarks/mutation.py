@@ -205,6 +205,7 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_verify.py",
     ],
     "archsim/vector.py": [
+        "tests/archsim/test_vector_mutants.py",
         "tests/archsim/test_muladd.py",
         "tests/archsim/test_precision_and_vector_bandwidth.py",
         "tests/archsim/test_timing.py",
