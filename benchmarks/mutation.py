@@ -211,6 +211,7 @@ MODULES: dict[str, list[str]] = {
         "tests/archsim/test_timing.py",
     ],
     "archsim/functional_steps.py": [
+        "tests/archsim/test_vector_mutants.py",
         "tests/archsim/test_muladd.py",
         "tests/compiler/test_conv_depthwise.py",
     ],

@@ -48,3 +48,28 @@ def test_a_vector_ops_cycles_and_flops(op, cycles: int, flops: int) -> None:
     b.add("core0.vpu", op)
     result = Simulator(TINY).run(b.build())
     assert (result.total_cycles, result.flops) == (cycles, flops)
+
+
+def test_a_multiply_add_by_a_scalar_multiplies_in_float32() -> None:
+    # dst = acc + x * 0.1 in f32, as torch computes it (the scalar taken as an f32):
+    # x * 0.1 in float64 and then rounded differs in the last bit for some elements
+    import numpy as np
+    import torch
+
+    from compiler.ir.operands import DramRef, Scalar, Slice
+    from compiler.ir.ops import Load, Store
+
+    rng = np.random.default_rng(0)
+    values = {name: rng.standard_normal((16, 4)).astype(np.float32) for name in "AX"}
+    b = ProgramBuilder("muladd_scalar")
+    for i, name in enumerate("AX"):
+        b.tensor(name, (16, 4), DType.f32, "in")
+        b.add(f"core0.dma{i}", Load(DramRef(name, (Slice(0, 16), Slice(0, 4))), _ref(i)))
+    b.tensor("O", (16, 4), DType.f32, "out")
+    b.add("core0.vpu", MulAdd(_ref(0), _ref(1), Scalar(0.1), _ref(2)), (0, 1))
+    b.add("core0.dma0", Store(_ref(2), DramRef("O", (Slice(0, 16), Slice(0, 4)))), (2,))
+    out = Simulator(TINY).run(b.build(), values).outputs["O"]
+    a, x = torch.from_numpy(values["A"]), torch.from_numpy(values["X"])
+    np.testing.assert_array_equal(out, (a + x * 0.1).numpy())
+    wide = (values["X"].astype(np.float64) * 0.1).astype(np.float32)
+    assert not np.array_equal(wide, (x * 0.1).numpy())  # the case tells them apart
