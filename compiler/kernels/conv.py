@@ -11,7 +11,8 @@ tap's A operand is then a strided view ``[ni, ty, ow, c]`` of those planes strea
 exactly the tile's output pixels, B is the tap's weights ``[c, o]`` (kept resident per
 core when they fit), and the taps accumulate into one ``[pixels, o]`` accumulator,
 transposed back to NCHW once. Arrays taller than a chunk get several taps packed into K
-(copied side by side). Tile sizes come from the cost model
+(copied side by side); a chunk's window, taps and matmuls are one
+:class:`~compiler.kernels.conv_step.ConvStep`. Tile sizes come from the cost model
 (:func:`~compiler.kernels.conv_tiling.choose_conv_tiling`); when no tile fits the
 scratchpad the per-tap kernel (:mod:`compiler.kernels.conv_per_tap`) runs instead.
 """
@@ -19,18 +20,17 @@ scratchpad the per-tap kernel (:mod:`compiler.kernels.conv_per_tap`) runs instea
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, NamedTuple
 
-from archsim.config.names import mxu_engine, sram_space, vpu_engine
+from archsim.config.names import sram_space
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
 from compiler.ir.dtypes import DType
-from compiler.ir.operands import Scalar, Slice, SramRef
-from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose, VCopy
+from compiler.ir.operands import Slice, SramRef
+from compiler.ir.ops import Load, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    Geometry, epilogue_bytes, finisher, reads_stored, row_block, stored_ref,
+    Geometry, conv_tiles, epilogue_bytes, reads_stored, row_block, stored_ref,
 )
 from compiler.kernels.conv_depthwise import (
     choose_depthwise_tiling,
@@ -40,7 +40,8 @@ from compiler.kernels.conv_depthwise import (
 from compiler.kernels.conv_packed import choose_packed_tiling, lower_conv_packed, packed_inputs
 from compiler.kernels.conv_patch import lower_conv_patch
 from compiler.kernels.conv_patch_tiling import choose_patch_tiling, is_patch_embedding
-from compiler.kernels.conv_per_tap import lower_conv_per_tap, valid_range
+from compiler.kernels.conv_per_tap import lower_conv_per_tap
+from compiler.kernels.conv_step import ConvLayout, ConvStep
 from compiler.kernels.conv_tiling import (
     ConvTiling, choose_conv_tiling, packed_groups, weight_loads,
 )
@@ -49,26 +50,8 @@ from compiler.kernels.vector import layout, sub
 from compiler.plan import Kernel
 
 
-class _Layout(NamedTuple):
-    """A tiling laid out: the tiles and every core's SRAM buffers."""
-
-    tiling: ConvTiling
-    geo: Geometry
-    """The window of a full tile (its ``out_cols`` the tile's width)."""
-    tap_groups: list[list[tuple[int, int]]]
-    tiles: list[tuple[tuple[int, int], int, int, int, int]]
-    """(images, group, first output row, first output column, first output channel in
-    the group)."""
-    cores: int
-    bufs: list[dict[str, Any]]
-    zeroed: list[dict[int, tuple[int, ...]]]
-    """Per core and buffer set, the window layout whose border is zero already (an
-    interior load never touches the border, so the next tile of that layout skips
-    the fills)."""
-
-
 def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
-             acc_dtype: DType, cast: bool) -> _Layout:
+             acc_dtype: DType, cast: bool) -> ConvLayout:
     """Allocate every core's buffers for ``tiling``; raises CapacityError when they do
     not fit the scratchpad."""
     node = kernel.anchor
@@ -88,7 +71,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
         bk = 1
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     tap_groups = [taps[t:t + ntap] for t in range(0, len(taps), ntap)]
-    tiles = [((n0, min(n0 + ni, batch)), gi, y0, x0, o0) for n0 in range(0, batch, ni)
+    tiles = [((n0, min(n0 + ni, batch)), gi, o0, y0, x0) for n0 in range(0, batch, ni)
              for gi in range(groups) for y0 in range(0, oh, ty) for x0 in range(0, ow, tw)
              for o0 in range(0, og, ot)]
     cores = min(ctx.cores, len(tiles))
@@ -97,7 +80,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
     packed = packed_groups(len(taps), ntap)
     # the weight blocks (group and channel tile, each of every chunk) each core meets
     chunks = -(-cg // ct)
-    blocks = [len({(gi, o0) for _, gi, _, _, o0 in tiles[c::cores]}) * chunks * bk
+    blocks = [len({(gi, o0) for _, gi, o0, _, _ in tiles[c::cores]}) * chunks * bk
               for c in range(cores)]
     bufs = []
     for c in range(cores):
@@ -128,7 +111,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
                            else (ni, ot, ty, ow), arena, 1, {out.id})
                     if kernel.group else None for _ in range(sets)],
         })
-    return _Layout(tiling, geo, tap_groups, tiles, cores, bufs, [{} for _ in range(cores)])
+    return ConvLayout(tiling, geo, tap_groups, tiles, cores, bufs, [{} for _ in range(cores)])
 
 
 def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
@@ -186,7 +169,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     _emit(ctx, kernel, geo, plan, arrays, cast)
 
 
-def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: int,
+def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays: int,
           cast: bool) -> None:
     node = kernel.anchor
     w, source = node.inputs[1], node.source
@@ -200,7 +183,7 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: in
     kept: list[dict[tuple[tuple[int, int], tuple[int, int], int | None], SramRef]] = \
         [{} for _ in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
-    tile_counts, step_counts = [0] * cores, [0] * cores
+    step_counts = [0] * cores
 
     def weights(core: int, xs: int, oo: tuple[int, int], cc: tuple[int, int],
                 block: int | None) -> tuple[SramRef, Transpose | None]:
@@ -224,22 +207,16 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: in
         ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, wraw), source)
         return dst, Transpose(wraw, sub(dst, (kh, kw, nc, no)), (2, 3, 1, 0))
 
-    ow = geo.out_cols
-    for t, (nn, gi, y0, x0, o0) in enumerate(plan.tiles):
-        core = t % cores
-        q = tile_counts[core] % ctx.sets
-        turn = tile_counts[core] % arrays
-        tile_counts[core] += 1
-        oo = (gi * og + o0, gi * og + min(o0 + tiling.out_channels, og))
-        rows = (y0, min(y0 + tiling.out_rows, geo.out_rows))
-        cols = (x0, min(x0 + plan.geo.out_cols, ow))
+    for tile in conv_tiles(plan.tiles, cores, ctx.sets, arrays, og, tiling.out_channels,
+                           (geo.out_rows, geo.out_cols), (tiling.out_rows, plan.geo.out_cols)):
+        core, gi = tile.core, tile.gi
         steps = [(c0, block) for c0 in range(0, cg, tiling.in_channels) for block in blocks]
         for s, (c0, block) in enumerate(steps):
             cc = (gi * cg + c0, gi * cg + min(c0 + tiling.in_channels, cg))
             xs = step_counts[core] % ctx.sets
             step_counts[core] += 1
-            step = _Step(ctx, node, plan, core, xs, q, nn, (rows, cols), oo, cc, arrays,
-                         turn, block)
+            step = ConvStep(ctx, node, plan, core, xs, tile.q, tile.images,
+                            (tile.rows, tile.cols), tile.oo, cc, arrays, tile.array, block)
 
             def load(step=step, c0=c0, block=block) -> None:
                 w_ref, rearrange = weights(step.core, step.xs, step.oo,
@@ -252,287 +229,6 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: _Layout, arrays: in
             per_core[core].append(TileSteps(load, step.compute if s else step.compute_first,
                                             store))
     pipeline(per_core, ctx.sets - 1)
-
-
-class _Step:
-    """One input-channel chunk of one tile: build the window, multiply every tap."""
-
-    def __init__(self, ctx: Context, node: g.Node, plan: _Layout, core: int,
-                 xs: int, q: int, images: tuple[int, int],
-                 pixels: tuple[tuple[int, int], tuple[int, int]],
-                 oo: tuple[int, int], cc: tuple[int, int], arrays: int, turn: int,
-                 block: int | None = None) -> None:
-        self.ctx, self.node, self.geo, self.plan = ctx, node, plan.geo, plan
-        self.core, self.xs, self.q = core, xs, q
-        self.arrays, self.turn = arrays, turn
-        self.rows, self.cols = pixels  # output rows and columns
-        self.images, self.oo, self.cc = images, oo, cc
-        self.ni, self.ty = images[1] - images[0], self.rows[1] - self.rows[0]
-        self.tw = self.cols[1] - self.cols[0]  # the tile's width (a last one narrower)
-        self.block = block  # with row blocks, the kernel row this step multiplies
-        self.no, self.nc = oo[1] - oo[0], cc[1] - cc[0]
-        self.b = plan.bufs[core]
-        self.vpu = vpu_engine(core)
-        self.operands: list[SramRef] = []
-        self.strides: tuple[int, ...] = ()
-        self.w: SramRef | None = None
-
-    def emit(self, engine: str, op: Any) -> None:
-        self.ctx.em.emit(engine, op, self.node.source)
-
-    def load(self, w: SramRef, rearrange: Transpose | None) -> None:
-        geo, ni, nc, ty = self.geo, self.ni, self.nc, self.ty
-        rows, cols = geo.rows(ty), geo.cols
-        self.w = w
-        sh, sw = geo.stride
-        planes = self.b["planes"][self.xs]
-        nhwc = self.node.spec.channels_last_in
-        if nhwc and self.plan.tiling.direct_phases:
-            self._phases(sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)))
-        elif nhwc:  # the window as stored, its phases split on the vector unit
-            raw = sub(self.b["raw"][self.xs], (1, 1, ni, rows, cols, nc))
-            self._phases(raw)
-            self.emit(self.vpu, Transpose(
-                sub(raw, (ni, rows // sh, sh, geo.plane_cols, sw, nc)),
-                sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)), (2, 4, 0, 1, 3, 5)))
-        else:
-            raw = sub(self.b["raw"][self.xs], (ni, nc, rows, cols))
-            self._window(raw)
-            self.emit(self.vpu, Transpose(
-                sub(raw, (ni, nc, rows // sh, sh, geo.plane_cols, sw)),
-                sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)), (3, 5, 0, 2, 4, 1)))
-        if rearrange is not None:
-            self.emit(self.vpu, rearrange)
-        m, tw = ni * ty * self.tw, self.tw
-        image_rows = geo.plane_rows(ty)
-        strides = self.strides = (image_rows * geo.plane_cols * nc, geo.plane_cols * nc,
-                                  nc, 1)
-
-        def tap_view(i: int, j: int) -> SramRef:
-            offset = geo.shift(ty, i, j, ni) * nc * planes.dtype.itemsize
-            return SramRef(planes.space, planes.offset + offset, (ni, ty, tw, nc),
-                           planes.dtype, strides)
-
-        slot = 0
-        for group in self.plan.tap_groups:
-            if len(group) == 1:
-                self.operands.append(tap_view(*group[0]))
-                continue
-            stage = sub(self.b["stage"], (len(group), m, nc))
-            for u, (i, j) in enumerate(group):
-                self.emit(self.vpu, VCopy(tap_view(i, j),
-                                          sub(stage, (ni, ty, tw, nc), u * m * nc)))
-            tiling = self.plan.tiling
-            a = sub(self.b["packed"][self.xs], (m, len(group), nc),
-                    slot * m * tiling.taps * tiling.in_channels)
-            slot += 1
-            self.emit(self.vpu, Transpose(stage, a, (1, 0, 2)))
-            self.operands.append(sub(a, (m, len(group) * nc)))
-
-    def _window(self, raw: SramRef) -> None:
-        """``raw`` [ni, c, rows, cols] := the zero-padded input window: zero the border
-        strips, then one strided DMA of the interior."""
-        geo, node = self.geo, self.node
-        x = node.inputs[0]
-        (ph, pw), height, width = node.spec.padding, x.shape[2], x.shape[3]
-        ni, nc, rows, cols = raw.shape
-        (sh, _), (dh, _) = node.spec.stride, node.spec.dilation
-        r0 = self.rows[0] * sh  # first window row, in padded coordinates
-        c0 = self.cols[0] * geo.stride[1]  # and column
-        top = min(rows, max(0, ph - r0))
-        inner = max(0, min(r0 + rows - ph, height) - max(r0 - ph, 0))
-        rows_in = Slice(max(r0 - ph, 0), max(r0 - ph, 0) + inner)
-        if self.block is not None:  # one kernel row's input rows, sh apart
-            r0 += self.block * dh
-            ya, yb = valid_range(0, rows, r0 - ph, sh, height)
-            top = min(ya, rows)
-            inner = max(0, min(yb, rows) - top)
-            rows_in = Slice(r0 - ph + top * sh, r0 - ph + (top + inner - 1) * sh + 1, sh)
-        left = min(cols, max(0, pw - c0))
-        across = max(0, min(c0 + cols - pw, width) - max(c0 - pw, 0))
-        strides = (nc * rows * cols, rows * cols, cols, 1)
-
-        def strip(row: int, nrows: int, col: int, ncols: int) -> SramRef:
-            return SramRef(raw.space, raw.offset + (row * cols + col) * raw.dtype.itemsize,
-                           (ni, nc, nrows, ncols), raw.dtype, strides)
-
-        zero = [strip(0, top, 0, cols), strip(top + inner, rows - top - inner, 0, cols),
-                strip(top, inner, 0, left), strip(top, inner, left + across,
-                                                  cols - left - across)]
-        shape = (*raw.shape, top, inner, left, across)
-        if self.plan.zeroed[self.core].get(self.xs) != shape:
-            self.plan.zeroed[self.core][self.xs] = shape
-            for region in zero:
-                if 0 not in region.shape:
-                    self.emit(self.vpu, Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
-                                               region))
-        if inner and across:
-            v0 = max(c0 - pw, 0)
-            ref = stored_ref(self.ctx, x, (Slice(*self.images), Slice(*self.cc), rows_in,
-                                           Slice(v0, v0 + across)))
-            self.emit(self.ctx.em.dma(self.core, "load"),
-                      Load(ref, strip(top, inner, left, across)))
-
-    def _phases(self, planes: SramRef) -> None:
-        """``planes`` [sh, sw, ni, plane rows, plane cols, c] := the zero-padded window's
-        stride phases, read from the NHWC image: per phase, zero the border strips
-        the padding covers and one strided DMA of the interior (runs of c channels).
-        With ``sh = sw = 1`` it is the window itself."""
-        node = self.node
-        x = node.inputs[0]
-        (ph, pw) = node.spec.padding
-        _, height, width, _ = x.shape
-        sh, sw, ni, prow, pcol, nc = planes.shape
-        r0 = self.rows[0] * self.geo.stride[0]  # first window row, in padded coordinates
-        c0 = self.cols[0] * self.geo.stride[1]  # and column
-        strides = (prow * pcol * nc, pcol * nc, nc, 1)
-        item = planes.dtype.itemsize
-        layouts = []
-        read = self.geo.phases_read() if (sh, sw) == self.geo.stride else {(0, 0)}
-        for a in range(sh):
-            for c in range(sw):
-                if (a, c) not in read:  # no tap reads this phase: left unloaded
-                    continue
-                base = planes.offset + (a * sw + c) * ni * prow * pcol * nc * item
-                ya, yb = valid_range(0, prow, r0 + a - ph, sh, height)
-                xa, xb = valid_range(0, pcol, c0 + c - pw, sw, width)
-                layouts.append((base, ya, yb, xa, xb))
-        shape = ("nhwc", *planes.shape, *layouts)
-        if self.plan.zeroed[self.core].get(self.xs) != shape:
-            self.plan.zeroed[self.core][self.xs] = shape
-            for base, ya, yb, xa, xb in layouts:
-                for row, nrows, col, ncols in ((0, ya, 0, pcol), (yb, prow - yb, 0, pcol),
-                                               (ya, yb - ya, 0, xa),
-                                               (ya, yb - ya, xb, pcol - xb)):
-                    if nrows > 0 and ncols > 0:
-                        strip = SramRef(planes.space, base + (row * pcol + col) * nc * item,
-                                        (ni, nrows, ncols, nc), planes.dtype, strides)
-                        self.emit(self.vpu, Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
-                                                   strip))
-        for (a, c), (base, ya, yb, xa, xb) in zip(sorted(read), layouts):
-            if yb <= ya or xb <= xa:
-                continue
-            u0 = r0 + a + ya * sh - ph
-            v0 = c0 + c + xa * sw - pw
-            ref = stored_ref(self.ctx, x, (Slice(*self.images),
-                                           Slice(u0, u0 + (yb - ya - 1) * sh + 1, sh),
-                                           Slice(v0, v0 + (xb - xa - 1) * sw + 1, sw),
-                                           Slice(*self.cc)))
-            inside = SramRef(planes.space, base + (ya * pcol + xa) * nc * item,
-                             (ni, yb - ya, xb - xa, nc), planes.dtype, strides)
-            self.emit(self.ctx.em.dma(self.core, "load"), Load(ref, inside))
-
-    def compute_first(self) -> None:
-        self._compute(first=True)
-
-    def compute(self) -> None:
-        self._compute(first=False)
-
-    def _compute(self, first: bool) -> None:
-        kw = self.node.inputs[1].shape[3]
-        nc, no = self.nc, self.no
-        m = self.ni * self.ty * self.tw
-        acc = sub(self.b["acc"][self.q], (m, no))
-        parts = self._split()
-        for k, (group, a) in enumerate(zip(self.plan.tap_groups, self.operands)):
-            (i, j) = group[0]
-            rhs = sub(self.w, (len(group) * nc, no), (i * kw + j) * nc * no)
-            for array, by, span in parts:
-                if by == "cols":  # each array accumulates its columns densely
-                    block = sub(acc, (m, span[1] - span[0]), m * span[0])
-                    op = MatMul(a, _columns(rhs, span), block, not (first and k == 0))
-                else:
-                    op = MatMul(self._rows(a, by, span), rhs, self._rows(acc, by, span),
-                                not (first and k == 0))
-                self.emit(mxu_engine(self.core, array), op)
-
-    def _split(self) -> list[tuple[int, str, tuple[int, int]]]:
-        """How the tile's matmuls spread over the core's arrays (so the next tile's
-        window is built while this one computes): by output-channel columns when there
-        are enough for every array, else by images, else by output rows; else the
-        tile's matmuls take turns with other tiles. ``(array, by, range)``."""
-        arrays, cols = self.arrays, self.ctx.config.core.matrix.cols
-        choices = [("cols", self.no, arrays * cols), ("images", self.ni, arrays),
-                   ("rows", self.ty if self.ni == 1 else 0, arrays)]
-        for by, extent, least in choices:
-            if arrays > 1 and extent >= least:
-                step = -(-extent // arrays)
-                return [(a, by, (r, min(r + step, extent)))
-                        for a, r in enumerate(range(0, extent, step))]
-        return [(self.turn, "all", (0, 0))]
-
-    def _rows(self, ref: SramRef, by: str, span: tuple[int, int]) -> SramRef:
-        """The images or output rows ``span`` of an operand: a tap view
-        ``[ni, ty, ow, c]`` or a dense ``[pixels, k]`` matrix."""
-        if by == "all":
-            return ref
-        lo, hi = span
-        if ref.strides is not None and len(ref.shape) == 4:
-            axis = 0 if by == "images" else 1
-            shape = list(ref.shape)
-            shape[axis] = hi - lo
-            offset = ref.offset + lo * ref.strides[axis] * ref.dtype.itemsize
-            return SramRef(ref.space, offset, tuple(shape), ref.dtype, ref.strides)
-        unit = self.ty * self.tw if by == "images" else self.tw
-        return sub(ref, ((hi - lo) * unit, ref.shape[-1]), lo * unit * ref.shape[-1])
-
-    def finisher(self, kernel: Kernel, cast: bool):
-        """Channels-last accumulator ``[images x pixels, o]`` -> NCHW tile
-        ``[images, o, pixels]`` (one transpose), then the shared finisher (cast, store,
-        fused epilogue)."""
-        ni, no, pixels = self.ni, self.no, self.ty * self.tw
-        box = (self.images, self.oo, self.rows, self.cols)
-        b, q = self.b, self.q
-        if self.node.spec.channels_last_out:
-            return self._nhwc_finisher(kernel, cast, box)
-        finish = finisher(self.ctx, kernel, self.core, {**b, "acc": b["nchw"]}, q, box,
-                          (ni, no, pixels), cast)
-
-        def store() -> None:
-            nchw = sub(b["nchw"][q], (ni, no, pixels))
-            for _, by, (lo, hi) in self._split():
-                if by != "cols":
-                    self.emit(self.vpu, Transpose(sub(b["acc"][q], (ni, pixels, no)), nchw,
-                                                  (0, 2, 1)))
-                    break
-                block = sub(b["acc"][q], (ni, pixels, hi - lo), ni * pixels * lo)
-                channels = SramRef(nchw.space, nchw.offset + lo * pixels * nchw.dtype.itemsize,
-                                   (ni, hi - lo, pixels), nchw.dtype, (no * pixels, pixels, 1))
-                self.emit(self.vpu, Transpose(block, channels, (0, 2, 1)))
-            finish()
-        return store
-
-    def _nhwc_finisher(self, kernel: Kernel, cast: bool,
-                       box: tuple[tuple[int, int], ...]):
-        """The channels-last accumulator into the NHWC output: as it is when one array
-        or several by rows computed it; when the arrays took column blocks (each
-        accumulating its columns densely), the blocks are first copied side by side
-        into one ``[pixels, o]`` tile (as the NCHW path transposes them into one), so
-        the epilogue and the store run once over the whole tile."""
-        ni, no, pixels = self.ni, self.no, self.ty * self.tw
-        b, q = self.b, self.q
-        blocks = [(lo, hi) for _, by, (lo, hi) in self._split() if by == "cols"]
-        tile = {**b, "acc": b["nchw"]} if blocks else b
-        finish = finisher(self.ctx, kernel, self.core, tile, q, box, (ni * pixels, no),
-                          cast, nhwc_tile=True)
-
-        def store() -> None:
-            whole = b["nchw"][q]
-            for lo, hi in blocks:
-                src = sub(b["acc"][q], (ni * pixels, hi - lo), ni * pixels * lo)
-                dst = SramRef(whole.space, whole.offset + lo * whole.dtype.itemsize,
-                              (ni * pixels, hi - lo), whole.dtype, (no, 1))
-                self.emit(self.vpu, VCopy(src, dst))
-            finish()
-        return store
-
-
-def _columns(ref: SramRef, span: tuple[int, int]) -> SramRef:
-    """Columns ``span`` of a dense 2-D matrix, as a strided view."""
-    rows, width = ref.shape
-    lo, hi = span
-    return SramRef(ref.space, ref.offset + lo * ref.dtype.itemsize, (rows, hi - lo),
-                   ref.dtype, (width, 1))
 
 
 def _layout_note(spec: g.Conv2d) -> str:

@@ -22,13 +22,13 @@ from archsim.errors import CapacityError
 from compiler import graph as g
 from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost
 from compiler.emit import Arena
-from compiler.ir.operands import DramRef, Scalar, Slice, SramRef, numel
+from compiler.ir.operands import DramRef, Slice, SramRef, numel
 from compiler.ir.ops import Binary, BinaryKind, Cast, Load, MulAdd
 from compiler.kernels.common import Context, TileSteps, box_shape, pipeline
 from compiler.kernels.conv_geometry import (
-    finisher, image_load, stored_ref, tile_buffers,
+    conv_tiles, finisher, image_load, padded_window, stored_ref, tile_buffers, valid_range,
+    window_size,
 )
-from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.epilogue import pass_order
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import buffer_values, group_values, sub, value_box
@@ -51,13 +51,6 @@ class DepthwiseTiling:
     cost: Cost
 
 
-def _window(ty: int, ow: int, kernel: tuple[int, int], stride: tuple[int, int],
-            dilation: tuple[int, int]) -> tuple[int, int]:
-    """Input rows and columns a tile of ``ty`` output rows reads (padded coordinates)."""
-    return ((ty - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1,
-            (ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1)
-
-
 def _shapes(node: g.Node) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:
     spec = node.spec
     return (spec.image_shape(node.inputs[0], spec.channels_last_in),
@@ -72,7 +65,7 @@ def _buffers(ctx: Context, kernel: Kernel, ct: int, ty: int, core: int) -> dict:
     spec, (x, w), out = node.spec, node.inputs, node.out
     (_, _, oh, ow) = _shapes(node)[1]
     kh, kw = w.shape[2:]
-    rows, cols = _window(ty, ow, (kh, kw), tuple(spec.stride), tuple(spec.dilation))
+    rows, cols = window_size((kh, kw), tuple(spec.stride), tuple(spec.dilation), ty, ow)
     acc = accumulator_dtype(x.dtype)
     widen = x.dtype is not acc
     arena = Arena(sram_space(core), ctx.capacity)
@@ -168,7 +161,7 @@ def _tile_work(ctx: Context, kernel: Kernel, nc: int, y0: int, ty: int) -> _Work
     acc = accumulator_dtype(x.dtype)
     item, acc_item, out_item = x.dtype.itemsize, acc.itemsize, out.dtype.itemsize
     costs = vector.costs
-    rows, cols = _window(ty, ow, (kh, kw), tuple(spec.stride), tuple(spec.dilation))
+    rows, cols = window_size((kh, kw), tuple(spec.stride), tuple(spec.dilation), ty, ow)
     nrows = min(ty, oh - y0)
     used, (ya, yb), (xa, xb) = _inside(node, y0, nrows, cols)
     strips = (ya * cols, (used - yb) * cols, (yb - ya) * xa, (yb - ya) * (cols - xb))
@@ -283,51 +276,37 @@ def lower_conv_depthwise(ctx: Context, kernel: Kernel, tiling: DepthwiseTiling) 
     kh, kw = w.shape[2:]
     (sh, sw), (dh, dw), (ph, pw) = spec.stride, spec.dilation, spec.padding
     ct, ty = tiling.channels, tiling.out_rows
-    rows, cols = _window(ty, ow, (kh, kw), (sh, sw), (dh, dw))
+    rows, cols = window_size((kh, kw), (sh, sw), (dh, dw), ty, ow)
     acc_dtype = accumulator_dtype(x.dtype)
     cast = out.dtype is not acc_dtype
     widen = x.dtype is not acc_dtype
-    tiles = [(n, c0, y0) for n in range(batch) for c0 in range(0, channels, ct)
-             for y0 in range(0, oh, ty)]
+    # a tile's channels are its output channels (one group: each channel its own filter)
+    tiles = [((n, n + 1), 0, c0, y0, 0) for n in range(batch)
+             for c0 in range(0, channels, ct) for y0 in range(0, oh, ty)]
     cores = min(ctx.cores, len(tiles))
     sets = ctx.sets
     bufs = [_buffers(ctx, kernel, ct, ty, c) for c in range(cores)]
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
-    counts = [0] * cores
     vpu_of = [vpu_engine(c) for c in range(cores)]
-    for t, (n, c0, y0) in enumerate(tiles):
-        core = t % cores
-        q = counts[core] % sets
-        counts[core] += 1
-        cc = (c0, min(c0 + ct, channels))
-        nc, (r0, r1) = cc[1] - cc[0], (y0, min(y0 + ty, oh))
-        nrows = r1 - r0
-        b = bufs[core]
+    for tile in conv_tiles(tiles, cores, sets, 1, channels, ct, (oh, ow), (ty, ow)):
+        core, q, n, cc, (r0, r1) = tile.core, tile.q, tile.images[0], tile.oo, tile.rows
+        nc, nrows, b = tile.no, r1 - r0, bufs[core]
 
         def load(core=core, b=b, q=q, n=n, cc=cc, nc=nc, r0=r0, nrows=nrows) -> None:
             wbuf = sub(b["w"][q], (nc, 1, kh, kw))
             ctx.em.emit(ctx.em.dma(core, "load"), Load(
                 _weights(ctx, w, cc), wbuf), source)
-            window = sub(b["x"][q], (nc, rows, cols))
-            top = r0 * sh - ph  # input row of the window's first row
-            used, (ya, yb), (xa, xb) = _inside(node, r0, nrows, cols)
-            strides = (rows * cols, cols, 1)
-            for first, shape in ((0, (nc, ya, cols)), (yb * cols, (nc, used - yb, cols)),
-                                 (ya * cols, (nc, yb - ya, xa)),
-                                 (ya * cols + xb, (nc, yb - ya, cols - xb))):
-                if 0 not in shape:  # the border the padding covers
-                    strip = SramRef(window.space, window.offset + first * window.dtype.itemsize,
-                                    shape, window.dtype, strides)
-                    ctx.em.emit(vpu_of[core], Binary(BinaryKind.add, Scalar(0.0),
-                                                     Scalar(0.0), strip), source)
-            if yb > ya and xb > xa:
-                inside = SramRef(window.space, window.offset +
-                                 (ya * cols + xa) * window.dtype.itemsize,
-                                 (1, nc, yb - ya, xb - xa), window.dtype,
-                                 (nc * rows * cols, rows * cols, cols, 1))
+            used = window_size((kh, kw), (sh, sw), (dh, dw), nrows, ow)[0]  # rows it reads
+            window = b["x"][q]
+            placed = padded_window(ctx, core, SramRef(window.space, window.offset,
+                                                      (nc, used, cols), window.dtype,
+                                                      (rows * cols, cols, 1)),
+                                   (r0 * sh, 0), (ph, pw), (height, width), 0.0, source)
+            if placed is not None:
+                inside, in_rows, in_cols = placed
                 ctx.em.emit(ctx.em.dma(core, "load"), image_load(
-                    ctx, x, spec.channels_last_in, (n, n + 1), cc,
-                    Slice(top + ya, top + yb), Slice(xa - pw, xb - pw), inside), source)
+                    ctx, x, spec.channels_last_in, (n, n + 1), cc, in_rows, in_cols, inside),
+                    source)
 
         def compute(core=core, b=b, q=q, nc=nc, nrows=nrows) -> None:
             if widen:  # here, not in load: the vector unit would wait there for the DMA
@@ -351,7 +330,7 @@ def lower_conv_depthwise(ctx: Context, kernel: Kernel, tiling: DepthwiseTiling) 
                         MulAdd(acc, tap, weight, acc, chained=True)
                     ctx.em.emit(vpu_of[core], op, source)
 
-        box = ((n, n + 1), cc, (r0, r1), (0, ow))
+        box = (tile.images, cc, tile.rows, tile.cols)
         store = finisher(ctx, kernel, core, b, q, box, (nc, nrows * ow), cast)
         per_core[core].append(TileSteps(load, compute, store))
     pipeline(per_core, sets - 1)

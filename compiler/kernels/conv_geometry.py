@@ -4,6 +4,7 @@ and the finisher every tile ends with (cast, store, fused epilogue)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -21,39 +22,66 @@ from compiler.views import unit_dims_only
 from compiler.plan import Kernel
 
 
+def valid_range(lo: int, hi: int, start: int, step: int, size: int) -> tuple[int, int]:
+    """Output positions ``[a, b)`` within ``[lo, hi)`` whose input ``start + p * step``
+    lies inside ``[0, size)``."""
+    a = max(lo, -(start // step))
+    b = min(hi, (size - 1 - start) // step + 1)
+    return a, max(a, b)
+
+
+def window_size(kernel: tuple[int, int], stride: tuple[int, int],
+                dilation: tuple[int, int], ty: int, ow: int) -> tuple[int, int]:
+    """Input rows and columns ``ty`` output rows of ``ow`` columns read (padded)."""
+    return ((ty - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1,
+            (ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1)
+
+
 def padded_window(ctx: Context, core: int, dst: SramRef, corner: tuple[int, int],
                   padding: tuple[int, int], size: tuple[int, int], fill: float, source: str,
-                  lead: int = 1) -> tuple[SramRef, Slice, Slice] | None:
-    """For ``dst`` [c, rows, cols], the padded input window whose first element is at
-    padded row and column ``corner``: fill the border strips the padding covers with
-    ``fill`` and return the part the input covers (a strided view with ``lead`` unit
-    dims in front, for the image's batch) with the input rows and columns that land there, or
-    None when none does. The caller loads it (padding by addressing: the padded tensor
-    never exists)."""
+                  lead: int = 1, *, row_step: int = 1,
+                  zeroed: tuple[dict[int, tuple[int, ...]], int] | None = None
+                  ) -> tuple[SramRef, Slice, Slice] | None:
+    """For ``dst`` [c, rows, cols] or [images, c, rows, cols] (dense, or a view with unit
+    column stride: the first rows of a taller buffer), the padded input window whose
+    first element is at padded row and column ``corner``, its rows ``row_step``
+    input rows apart (a kernel row's rows of consecutive output rows): fill the border
+    strips the padding covers with ``fill`` and return the part the input covers (a
+    strided view with ``lead`` unit dims in front, for the image's batch) with the input
+    rows and columns that land there, or None when none does. The caller loads it
+    (padding by addressing: the padded tensor never exists). ``zeroed`` is (the border
+    layouts filled so far per buffer, this buffer's key): a window whose layout is the
+    one recorded skips the fills (an interior load never touches the border)."""
     (ph, pw), (r0, c0), (height, width) = padding, corner, size
-    nc, rows, cols = dst.shape
-    top = min(rows, max(0, ph - r0))
-    inner = max(0, min(r0 + rows - ph, height) - max(r0 - ph, 0))
+    *outer, nc, rows, cols = dst.shape
+    ya, yb = valid_range(0, rows, r0 - ph, row_step, height)
+    top = min(ya, rows)
+    inner = max(0, min(yb, rows) - top)
     left = min(cols, max(0, pw - c0))
     across = max(0, min(c0 + cols - pw, width) - max(c0 - pw, 0))
-    strides = (rows * cols, cols, 1)
-    item = dst.dtype.itemsize
-    for row, nrows, col, ncols in ((0, top, 0, cols),
-                                   (top + inner, rows - top - inner, 0, cols),
-                                   (top, inner, 0, left),
-                                   (top, inner, left + across, cols - left - across)):
-        if nrows > 0 and ncols > 0:
-            strip = SramRef(dst.space, dst.offset + (row * cols + col) * item,
-                            (nc, nrows, ncols), dst.dtype, strides)
-            ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(fill), Scalar(0.0),
-                                                 strip), source)
+    strides = dst.strides or (nc * rows * cols,) * len(outer) + (rows * cols, cols, 1)
+    pitch, item = strides[-2], dst.dtype.itemsize
+    layout = (*dst.shape, top, inner, left, across)
+    if zeroed is None or zeroed[0].get(zeroed[1]) != layout:
+        if zeroed is not None:
+            zeroed[0][zeroed[1]] = layout
+        for row, nrows, col, ncols in ((0, top, 0, cols),
+                                       (top + inner, rows - top - inner, 0, cols),
+                                       (top, inner, 0, left),
+                                       (top, inner, left + across, cols - left - across)):
+            if nrows > 0 and ncols > 0:
+                strip = SramRef(dst.space, dst.offset + (row * pitch + col) * item,
+                                (*outer, nc, nrows, ncols), dst.dtype, strides)
+                ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(fill),
+                                                     Scalar(0.0), strip), source)
     if inner == 0 or across == 0:
         return None
-    u0, v0 = max(r0 - ph, 0), max(c0 - pw, 0)
-    inside = SramRef(dst.space, dst.offset + (top * cols + left) * item,
-                     (1,) * lead + (nc, inner, across), dst.dtype,
-                     (nc * rows * cols,) * lead + strides)
-    return inside, Slice(u0, u0 + inner), Slice(v0, v0 + across)
+    u0, v0 = r0 - ph + top * row_step, max(c0 - pw, 0)
+    inside = SramRef(dst.space, dst.offset + (top * pitch + left) * item,
+                     (1,) * lead + (*outer, nc, inner, across), dst.dtype,
+                     (nc * strides[-3],) * lead + strides)
+    return inside, Slice(u0, u0 + (inner - 1) * row_step + 1, row_step), \
+        Slice(v0, v0 + across)
 
 
 def reads_stored(view: DramView) -> bool:
@@ -161,20 +189,23 @@ def row_block(geo: Geometry) -> Geometry:
 
 
 def tile_buffers(ctx: Context, kernel: Kernel, arena: Arena, channels: int, ty: int,
-                 ow: int, cast: bool, transposed: bool = True) -> dict[str, list]:
-    """What the finisher of a channel-major tile ``[channels, ty x ow]`` of one image
-    needs per buffer set: the cast result (``out``), the epilogue's buffers (``epi``, on
-    the tile as the output is stored) and, with ``transposed``, the channels-last copy
-    an epilogue on an NHWC output runs on (``tile``)."""
+                 ow: int, cast: bool, transposed: bool = True, images: int = 1
+                 ) -> dict[str, list]:
+    """What the finisher of a channel-major tile ``[channels, ty x ow]`` of ``images``
+    images needs per buffer set: the cast result (``out``), the epilogue's buffers
+    (``epi``, on the tile as the output is stored) and, with ``transposed``, the
+    channels-last copy an epilogue on an NHWC output runs on (``tile``)."""
     out, spec, group, sets = kernel.anchor.out, kernel.anchor.spec, kernel.group, ctx.sets
     nhwc = spec.channels_last_out
+    pixels = images * ty * ow
     return {
-        "out": [arena.alloc((channels, ty * ow), out.dtype, "conv output") if cast else None
+        "out": [arena.alloc((channels, pixels), out.dtype, "conv output") if cast else None
                 for _ in range(sets)],
-        "epi": [layout(ctx, group, (1, ty, ow, channels) if nhwc else (1, channels, ty, ow),
-                       arena, 1, {out.id}) if group else None for _ in range(sets)],
-        "tile": [arena.alloc((ty * ow, channels), accumulator_dtype(kernel.anchor.inputs[0]
-                                                                    .dtype),
+        "epi": [layout(ctx, group, (images, ty, ow, channels) if nhwc else
+                       (images, channels, ty, ow), arena, 1, {out.id}) if group else None
+                for _ in range(sets)],
+        "tile": [arena.alloc((pixels, channels), accumulator_dtype(kernel.anchor.inputs[0]
+                                                                  .dtype),
                              "conv channels-last tile") for _ in range(sets)]
         if nhwc and group and transposed else [],
     }
@@ -261,22 +292,26 @@ def _nhwc_store(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
 
 
 def pixels_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
-                    box: tuple[tuple[int, int], ...], shape: tuple[int, int], cast: bool,
+                    box: tuple[tuple[int, int], ...], shape: tuple[int, ...], cast: bool,
                     pixels_major: bool) -> Callable[[], None]:
     """The tile's store (:func:`finisher`) from an accumulator ``[o, pix]``, or with
     ``pixels_major`` ``[pix, o]``: stored NHWC as it is, or transposed to NCHW
-    (``b["nchw"]``) first."""
+    (``b["nchw"]``) first. ``shape`` is the channels-first tile, ``(o, pix)`` or, for
+    several images stacked in a pixels-major accumulator ``[images x pix, o]``,
+    ``(images, o, pix)``."""
     if not pixels_major:
         return finisher(ctx, kernel, core, b, q, box, shape, cast)
+    *images, no, pix = shape
     if kernel.anchor.spec.channels_last_out:  # [pix, o] is the NHWC tile already
-        no, pix = shape
-        return finisher(ctx, kernel, core, b, q, box, (pix, no), cast, nhwc_tile=True)
+        return finisher(ctx, kernel, core, b, q, box, (math.prod(images) * pix, no), cast,
+                        nhwc_tile=True)
     finish = finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box, shape, cast)
-    no, pix = shape
+    lead = len(images)
 
     def store() -> None:
-        ctx.em.emit(vpu_engine(core), Transpose(sub(b["acc"][q], (pix, no)),
-                                                sub(b["nchw"][q], (no, pix)), (1, 0)),
+        ctx.em.emit(vpu_engine(core), Transpose(sub(b["acc"][q], (*images, pix, no)),
+                                                sub(b["nchw"][q], shape),
+                                                (*range(lead), lead + 1, lead)),
                     kernel.anchor.source)
         finish()
     return store
@@ -285,23 +320,16 @@ def pixels_finisher(ctx: Context, kernel: Kernel, core: int, b: dict, q: int,
 def to_channels_first(ctx: Context, core: int, b: dict, q: int, channels: int, ty: int,
                       geo: Geometry, source: str) -> SramRef:
     """Channels-last ``b["acc"][q]`` ``[pixels, c]`` -> ``b["nchw"][q]`` ``[c, ty x ow]``,
-    dropping the extra plane columns (one transpose per output row, then one to
-    interleave them)."""
-    vpu = vpu_engine(core)
+    dropping the extra plane columns: one transpose reading the rows' first ``ow``
+    pixels in place (a transpose per row and one to interleave them took a pass more and
+    ``ty`` latencies)."""
     ow = geo.out_cols
     acc = b["acc"][q]
-    nchw = sub(b["nchw"][q], (channels, ty * ow))
-    if geo.plane_cols == ow or ty == 1:
-        ctx.em.emit(vpu, Transpose(sub(acc, (ty * ow, channels)), nchw, (1, 0)), source)
-        return nchw
-    rowt = b["rowt"][q]
-    for y in range(ty):
-        ctx.em.emit(vpu, Transpose(sub(acc, (ow, channels), y * geo.plane_cols * channels),
-                                   sub(rowt, (channels, ow), y * channels * ow), (1, 0)),
-                    source)
-    ctx.em.emit(vpu, Transpose(sub(rowt, (ty, channels, ow)), sub(nchw, (channels, ty, ow)),
-                               (1, 0, 2)), source)
-    return nchw
+    rows = SramRef(acc.space, acc.offset, (ty, ow, channels), acc.dtype,
+                   (geo.plane_cols * channels, channels, 1))
+    nchw = sub(b["nchw"][q], (channels, ty, ow))
+    ctx.em.emit(vpu_engine(core), Transpose(rows, nchw, (2, 0, 1)), source)
+    return sub(nchw, (channels, ty * ow))
 
 
 @dataclass(frozen=True)
@@ -311,32 +339,46 @@ class ConvTile:
     core: int
     q: int
     """Its accumulator set: the core's own tile count so far, modulo the sets."""
-    mxu: str
+    array: int
     """The array it runs on: a core's tiles take its arrays in turn."""
-    nb: int
+    images: tuple[int, int]
     gi: int
-    """Image block and group."""
+    """Images and group."""
     oo: tuple[int, int]
     """Output channels (of all groups)."""
     rows: tuple[int, int]
     """Output rows."""
-    pix: int
-    """Output pixels: rows times the output width."""
-    no: int
-    """Output channels."""
+    cols: tuple[int, int]
+    """Output columns."""
+
+    @property
+    def mxu(self) -> str:
+        return mxu_engine(self.core, self.array)
+
+    @property
+    def no(self) -> int:
+        """Output channels."""
+        return self.oo[1] - self.oo[0]
+
+    @property
+    def pix(self) -> int:
+        """Output pixels of one image: rows times columns."""
+        return (self.rows[1] - self.rows[0]) * (self.cols[1] - self.cols[0])
 
 
-def conv_tiles(tiles: list[tuple[int, int, int, int]], cores: int, sets: int, arrays: int,
-               og: int, ot: int, oh: int, ty: int, ow: int) -> Iterator[ConvTile]:
-    """``tiles`` (image block, group, first output channel, first row) dealt to the cores
-    in turn, each with its accumulator set, array and bounds (``og`` channels a group,
-    ``ot`` a tile; ``oh`` rows, ``ty`` a tile; ``ow`` the output width)."""
+def conv_tiles(tiles: list[tuple[tuple[int, int], int, int, int, int]], cores: int,
+               sets: int, arrays: int, og: int, ot: int, out_size: tuple[int, int],
+               tile_size: tuple[int, int]) -> Iterator[ConvTile]:
+    """``tiles`` (images, group, first output channel, first row, first column) dealt to
+    the cores in turn, each with its accumulator set, array and bounds (``og`` channels
+    a group, ``ot`` a tile; ``out_size`` the output's rows and columns, ``tile_size`` a
+    tile's)."""
+    (oh, ow), (ty, tw) = out_size, tile_size
     counts = [0] * cores
-    for t, (nb, gi, o0, y0) in enumerate(tiles):
+    for t, (images, gi, o0, y0, x0) in enumerate(tiles):
         core = t % cores
         q = counts[core] % sets
+        array = counts[core] % arrays
         counts[core] += 1
-        oo = (gi * og + o0, gi * og + min(o0 + ot, og))
-        rows = (y0, min(y0 + ty, oh))
-        yield ConvTile(core, q, mxu_engine(core, (counts[core] - 1) % arrays), nb, gi, oo,
-                       rows, (rows[1] - rows[0]) * ow, oo[1] - oo[0])
+        yield ConvTile(core, q, array, images, gi, (gi * og + o0, gi * og + min(o0 + ot, og)),
+                       (y0, min(y0 + ty, oh)), (x0, min(x0 + tw, ow)))

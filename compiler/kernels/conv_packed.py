@@ -35,9 +35,9 @@ from compiler.ir.operands import Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    conv_tiles, epilogue_bytes, image_load, pixels_finisher, stored_ref, tile_buffers,
+    conv_tiles, epilogue_bytes, image_load, padded_window, pixels_finisher, stored_ref,
+    tile_buffers, valid_range,
 )
-from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
@@ -234,7 +234,7 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
     sw = spec.stride[1]
     span = row_span(ow, sw)
     direct = weights_as_stored(cg, ntaps)
-    tiles = [(nb, gi, o0, y0) for nb in range(batch) for gi in range(groups)
+    tiles = [((nb, nb + 1), gi, o0, y0, 0) for nb in range(batch) for gi in range(groups)
              for o0 in range(0, og, ot) for y0 in range(0, oh, ty)]
     cores = min(ctx.cores, len(tiles))
     bufs = []
@@ -259,8 +259,8 @@ def lower_conv_packed(ctx: Context, kernel: Kernel, tiling: PackedTiling) -> Non
     packs = [taps[t:t + tp] for t in range(0, ntaps, tp)]
     started: set[int] = set()  # cores whose first tile is emitted
     loaded = [0] * cores  # tiles whose weights each core has loaded
-    for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, oh, ty, ow):
-        core, q, mxu, nb, gi = tile.core, tile.q, tile.mxu, tile.nb, tile.gi
+    for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, (oh, ow), (ty, ow)):
+        core, q, mxu, nb, gi = tile.core, tile.q, tile.mxu, tile.images[0], tile.gi
         # weights the array reads as stored are needed only with the input windows:
         # when the core's store queue is empty (nothing before this kernel stored
         # there), the first tile's windows load on it alongside the weights, so the
@@ -341,36 +341,25 @@ def _load_rows(ctx: Context, x: Value, n: int, chans: tuple[int, int], rows: tup
                tap: tuple[int, int], spec: g.Conv2d, core: int, dst: SramRef,
                source: str, queue: str = "load") -> None:
     """``dst`` [c, rows, span] := the input columns tap ``(i, j)`` reads for each output
-    row (contiguous from its first pixel's column to its last's), zero in the padding:
-    one strided DMA with one DRAM run per row."""
+    row (contiguous from its first pixel's column to its last's), zero in the padding
+    (:func:`~compiler.kernels.conv_geometry.padded_window`, its rows ``sh`` apart): one
+    strided DMA with one DRAM run per row."""
     (i, j), (sh, _), (dh, dw), (ph, pw) = tap, spec.stride, spec.dilation, spec.padding
     _, _, height, width = spec.image_shape(x, spec.channels_last_in)
-    nc, nrows, span = dst.shape
+    _, _, span = dst.shape
     row0, col0 = i * dh - ph, j * dw - pw  # input row/col of output pixel (0, 0)
     ya, yb = valid_range(rows[0], rows[1], row0, sh, height)
-    ua, ub = max(0, -col0), min(span, width - col0)
-    if yb <= ya or ub <= ua:  # the tap reads only padding here
+    if yb <= ya or min(span, width - col0) <= max(0, -col0):  # the tap reads only padding
         ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0), dst),
                     source)
         return
-    top, bottom = ya - rows[0], rows[1] - yb
-    inner = nrows - top - bottom
-    strides = (nrows * span, span, 1)
-    for first, shape in ((0, (nc, top, span)), ((nrows - bottom) * span, (nc, bottom, span)),
-                         (top * span, (nc, inner, ua)), (top * span + ub, (nc, inner, span - ub))):
-        if 0 not in shape:  # zero the border strips the DMA does not write
-            strip = SramRef(dst.space, dst.offset + first * dst.dtype.itemsize, shape,
-                            dst.dtype, strides)
-            ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0),
-                                                 strip), source)
-    r = row0 + ya * sh
-    offset = ((ya - rows[0]) * span + ua) * dst.dtype.itemsize
-    inside = SramRef(dst.space, dst.offset + offset, (1, nc, yb - ya, ub - ua), dst.dtype,
-                     (nc * nrows * span, nrows * span, span, 1))
-    ctx.em.emit(ctx.em.dma(core, queue),
-                image_load(ctx, x, spec.channels_last_in, (n, n + 1), chans,
-                           Slice(r, r + (yb - ya - 1) * sh + 1, sh),
-                           Slice(col0 + ua, col0 + ub), inside), source)
+    placed = padded_window(ctx, core, dst, (rows[0] * sh + i * dh, j * dw), (ph, pw),
+                           (height, width), 0.0, source, row_step=sh)
+    if placed is not None:
+        inside, in_rows, in_cols = placed
+        ctx.em.emit(ctx.em.dma(core, queue),
+                    image_load(ctx, x, spec.channels_last_in, (n, n + 1), chans, in_rows,
+                               in_cols, inside), source)
 
 
 def packed_inputs(ctx: Context, kernel: Kernel) -> dict:

@@ -37,10 +37,10 @@ from compiler.emit import Arena
 from compiler.ir.operands import Slice, SramRef
 from compiler.ir.ops import Load, MatMul, Op, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
-from compiler.kernels.conv_geometry import finisher, stored_ref
+from compiler.kernels.conv_geometry import pixels_finisher, stored_ref, tile_buffers
 from compiler.kernels.conv_patch_tiling import PatchShape, PatchTiling, patch_shape
 from compiler.kernels.matmul import accumulator_dtype
-from compiler.kernels.vector import layout, sub
+from compiler.kernels.vector import sub
 from compiler.plan import Kernel
 
 
@@ -83,14 +83,8 @@ def lower_conv_patch(ctx: Context, kernel: Kernel, tiling: PatchTiling) -> None:
                     for _ in range(sets)],
             "nchw": [alloc((pix, ot), acc_dtype, "conv output tile")
                      for _ in range(sets if tiling.pixels_major and not nhwc_out else 0)],
-            "out": [alloc((pix, ot), out.dtype, "conv output") if cast else None
-                    for _ in range(sets)],
-            "epi": [layout(ctx, kernel.group, (ni, ty, ow, ot) if nhwc_out else
-                           (ni, ot, ty, ow), arena, 1, {out.id}) if kernel.group else None
-                    for _ in range(sets)],
-            "tile": [alloc((pix, ot), acc_dtype, "conv channels-last tile")
-                     for _ in range(sets if nhwc_out and kernel.group and
-                                    not tiling.pixels_major else 0)],
+            **tile_buffers(ctx, kernel, arena, ot, ty, ow, cast, not tiling.pixels_major,
+                           ni),
         }
         steps: list[TileSteps] = []
         loaded = finished = 0  # weight chunks loaded, tiles finished
@@ -241,28 +235,14 @@ class _Cell:
         self._emit(mxu_engine(self.core, array), op)
 
     def finisher(self, cast: bool, q: int) -> Callable[[], None]:
-        """The tile into the output (the finishing buffers of set ``q``): a
-        pixels-major tile is NHWC (or transposed per image into NCHW), a
-        channels-major one NCHW (:func:`finisher`)."""
+        """The tile into the output (the finishing buffers of set ``q``,
+        :func:`~compiler.kernels.conv_geometry.pixels_finisher`): a pixels-major tile is
+        NHWC (or transposed per image into NCHW), a channels-major one NCHW."""
         ni, nty, no = self._sizes()
         ow = self.shape.out_size[1]
         (n0, n1), (y0, y1) = self.block
         box = ((n0, n1), self.oo, (y0, y1), (0, ow))
-        pixels = nty * ow
-        acc = self.b["acc"][self.q][self.tile]
-        b = {**self.b, "acc": {q: acc}}
-        ctx, kernel, core = self.ctx, self.kernel, self.core
-        if not self.pixels_major:
-            return finisher(ctx, kernel, core, b, q, box, (no, pixels), cast)
-        if self.shape.nhwc[1]:
-            return finisher(ctx, kernel, core, b, q, box, (ni * pixels, no), cast,
-                            nhwc_tile=True)
-        finish = finisher(ctx, kernel, core, {**b, "acc": b["nchw"]}, q, box,
-                          (ni, no, pixels), cast)
-
-        def store() -> None:
-            self._emit(vpu_engine(core), Transpose(sub(acc, (ni, pixels, no)),
-                                                   sub(b["nchw"][q], (ni, no, pixels)),
-                                                   (0, 2, 1)))
-            finish()
-        return store
+        shape = (ni, no, nty * ow) if self.pixels_major else (no, nty * ow)
+        b = {**self.b, "acc": {q: self.b["acc"][self.q][self.tile]}}
+        return pixels_finisher(self.ctx, self.kernel, self.core, b, q, box, shape, cast,
+                               self.pixels_major)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from archsim.config.names import mxu_engine, sram_space, vpu_engine
+from archsim.config.names import sram_space, vpu_engine
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
@@ -20,19 +20,12 @@ from compiler.ir.operands import Slice, SramRef
 from compiler.ir.ops import Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    epilogue_bytes, image_load, padded_window, pixels_finisher, reads_stored, stored_ref,
-    tile_buffers,
+    conv_tiles, epilogue_bytes, image_load, padded_window, pixels_finisher, reads_stored,
+    stored_ref, tile_buffers, window_size,
 )
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
-
-
-def window_size(kernel: tuple[int, int], stride: tuple[int, int],
-                dilation: tuple[int, int], ty: int, ow: int) -> tuple[int, int]:
-    """Input rows and columns ``ty`` output rows of ``ow`` columns read (padded)."""
-    return ((ty - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1,
-            (ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1)
 
 
 def _sizes(ctx: Context, need: Callable[[int, int, int, int], int], oh: int, ow: int,
@@ -94,7 +87,7 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
     except CapacityError as e:
         raise CapacityError(f"{node.source}: {e}") from None
     rows, cols = window_size(*shape, ty, tw)
-    tiles = [(nb, gi, o0, y0, x0) for nb in range(batch) for gi in range(groups)
+    tiles = [((nb, nb + 1), gi, o0, y0, x0) for nb in range(batch) for gi in range(groups)
              for o0 in range(0, og, ot) for y0 in range(0, oh, ty) for x0 in range(0, ow, tw)]
     cores = min(ctx.cores, len(tiles))
     arrays = matrix.arrays if ctx.options.multi_array else 1
@@ -115,18 +108,14 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
                      for _ in range(sets)],
             **tile_buffers(ctx, kernel, arena, ot, ty, tw, cast, False),
         })
-    tile_counts, step_counts = [0] * cores, [0] * cores
+    step_counts = [0] * cores
     source = node.source
     (sh, sw), (dh, dw) = spec.stride, spec.dilation
-    for t, (nb, gi, o0, y0, x0) in enumerate(tiles):
-        core = t % cores
-        q = tile_counts[core] % sets
-        mxu = mxu_engine(core, tile_counts[core] % arrays)
-        tile_counts[core] += 1
-        oo = (gi * og + o0, gi * og + min(o0 + ot, og))
-        trows, tcols = (y0, min(y0 + ty, oh)), (x0, min(x0 + tw, ow))
-        no, nrows, ncols = oo[1] - oo[0], trows[1] - trows[0], tcols[1] - tcols[0]
-        pix, b = nrows * ncols, bufs[core]
+    for tile in conv_tiles(tiles, cores, sets, arrays, og, ot, (oh, ow), (ty, tw)):
+        core, q, mxu, gi, oo, b = tile.core, tile.q, tile.mxu, tile.gi, tile.oo, bufs[tile.core]
+        nb = tile.images[0]
+        trows, tcols, no, pix = tile.rows, tile.cols, tile.no, tile.pix
+        nrows, ncols = trows[1] - trows[0], tcols[1] - tcols[0]
         wrows, wcols = window_size(*shape, nrows, ncols)
         chunks = list(range(0, cg, ct))
         for s, c0 in enumerate(chunks):
@@ -137,7 +126,7 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
             win = sub(b["x"][xs], (nc, wrows, wcols))
 
             def load(core=core, b=b, xs=xs, cc=cc, nc=nc, nb=nb, gi=gi, oo=oo, no=no,
-                     win=win, corner=(y0 * sh, x0 * sw)) -> None:
+                     win=win, corner=(trows[0] * sh, tcols[0] * sw)) -> None:
                 wref = stored_ref(ctx, w, (Slice(*oo), Slice(*cc), Slice(0, kh),
                                            Slice(0, kw)))
                 raw = sub(b["wraw"][xs], (no, nc, kh, kw))
@@ -159,18 +148,10 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
 
             store = (lambda: None)
             if s == len(chunks) - 1:
-                box = ((nb, nb + 1), oo, trows, tcols)
+                box = (tile.images, oo, trows, tcols)
                 store = pixels_finisher(ctx, kernel, core, b, q, box, (no, pix), cast, True)
             per_core[core].append(TileSteps(load, compute, store))
     pipeline(per_core, sets - 1)
-
-
-def valid_range(lo: int, hi: int, start: int, step: int, size: int) -> tuple[int, int]:
-    """Output positions ``[a, b)`` within ``[lo, hi)`` whose input ``start + p * step``
-    lies inside ``[0, size)``."""
-    a = max(lo, -(start // step))
-    b = min(hi, (size - 1 - start) // step + 1)
-    return a, max(a, b)
 
 
 def load_window(ctx: Context, x: g.Value, n: int, chans: tuple[int, int],

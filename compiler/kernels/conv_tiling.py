@@ -177,10 +177,16 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
     outs = tile_sizes(cout, matrix.cols), narrow_channel_tiles(cout, matrix.cols)
     ins = tile_sizes(cin, matrix.rows), narrow_channel_tiles(cin, matrix.rows)
     options: list[tuple[float, int, ConvTiling]] = []
+    # (tile shape, channel tiles, fallback) an earlier tier estimated: none of it fit,
+    # and a later tier estimates it alike (tier 3 holds all of tier 2)
+    tried: set[tuple[Shape, int, int, bool]] = set()
     for shapes, o_tiles, c_tiles, fallback in _tiers(whole, columns, outs, ins):
         if options:
             break
         for (ni, ty, tw), ot, ct in itertools.product(shapes, o_tiles, c_tiles):
+            if ((ni, ty, tw), ot, ct, fallback) in tried:
+                continue
+            tried.add(((ni, ty, tw), ot, ct, fallback))
             geo = replace(full, out_cols=tw)  # the tile's window
             m = ni * ty * tw
             tiles = groups * ceil_div(batch, ni) * ceil_div(cout, ot) * ceil_div(oh, ty) * \
@@ -199,6 +205,9 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
             # tiers after the first: an NCHW image's kernel rows may run as steps of
             # their own (:attr:`ConvTiling.row_blocks`)
             blockings = (False, True) if fallback and not nhwc_in and kh > 1 else (False,)
+            # array cycles of a tile by (row blocks, taps a matmul): the same whichever
+            # weights stay resident and however the phases load
+            mxu_of: dict[tuple[bool, int], int] = {}
             for blocked, resident, direct in itertools.product(blockings, (kept, 0), modes):
                 tgeo = row_block(geo) if blocked else geo
                 tn = kw if blocked else ntaps
@@ -212,8 +221,11 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     if need > capacity:
                         continue
                     mm_groups = ceil_div(tn, g)
-                    mxu = steps * sum(matmul_cycles(m, min(g, tn - t) * ct, ot, matrix,
-                                                    dtype) for t in range(0, tn, g))
+                    if (blocked, g) not in mxu_of:
+                        mxu_of[blocked, g] = steps * sum(
+                            matmul_cycles(m, min(g, tn - t) * ct, ot, matrix, dtype)
+                            for t in range(0, tn, g))
+                    mxu = mxu_of[blocked, g]
                     if nhwc_in:  # runs of a pixel's channels, or a row's when all load
                         run = ct * item * (1 if ct < cin or direct and tgeo.stride != (1, 1)
                                            else tgeo.cols)

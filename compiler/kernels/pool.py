@@ -21,8 +21,8 @@ from compiler.kernels.conv_geometry import (
     finisher,
     padded_window,
     to_channels_first,
+    valid_range,
 )
-from compiler.kernels.conv_per_tap import valid_range
 from compiler.kernels.vector import layout, sub
 from compiler.plan import Kernel
 
@@ -47,8 +47,8 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
     epi = epilogue_bytes(ctx, kernel, out)
 
     def need(cc: int, ty: int) -> int:
-        window = geo.rows(ty) * geo.cols * cc * item
-        tile = ty * geo.plane_cols * cc * item + 2 * ty * ow * cc * item
+        window = geo.rows(ty) * geo.cols * cc * item  # the raw window and its planes
+        tile = ty * geo.plane_cols * cc * item + ty * ow * cc * item  # acc, channels first
         return sets * (2 * window + tile + ty * ow * cc * epi + 64 * 16) + 8192
 
     cc = chans
@@ -77,8 +77,6 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
                        for _ in range(sets)],
             "acc": [arena.alloc((ty * geo.plane_cols, cc), x.dtype, "pool accumulator")
                     for _ in range(sets)],
-            "rowt": [arena.alloc((ty, cc, ow), x.dtype, "pool output rows")
-                     for _ in range(sets)],
             "nchw": [arena.alloc((cc, ty * ow), x.dtype, "pool output tile")
                      for _ in range(sets)],
             "epi": [layout(ctx, kernel.group, (1,) * len(lead) + (cc, ty, ow), arena, 1,

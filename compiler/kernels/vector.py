@@ -12,17 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from archsim.config.names import sram_space, vpu_engine
-from archsim.errors import LoweringError
+from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import ALIGN_BYTES, Arena
 from compiler.graph import Node, Value
 from compiler.ir.operands import Scalar, SramRef
-from compiler.ir.ops import Binary, Cast, Load, Reduce, Select, Transpose, Unary, VCopy
+from compiler.ir.ops import Binary, Cast, Load, Reduce, ReduceKind, Select, Transpose, Unary, \
+    VCopy
 from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.rotate_half import emit_rotate_half
 from compiler.kernels.transfers import load_box, store_box, sub
 from compiler.kernels.vector_tiles import (  # noqa: F401 (re-exported)
-    MIN_TILE_BYTES, Access, DmaCost, choose_tile, plan_tile, tiles_of)
+    MIN_TILE_BYTES, Access, DmaCost, choose_tile, granule_aligned, plan_tile, tiles_of, wide_runs)
 from compiler.plan import Group, Kernel, aligned
 
 
@@ -101,8 +102,26 @@ def _scratch_shape(node: Node, box: Box) -> tuple[int, ...] | None:
     if isinstance(node.spec, (g.Permute, g.Slice)):
         return box_shape(value_box(node.out, box))
     if isinstance(node.spec, g.Reduce) and len(node.spec.axes) > 1:
-        return box_shape(value_box(node.inputs[0], box))
+        axes, shape = _reduce_axes(node, box)
+        if len(axes) < 2:
+            return None
+        return (2 * _numel(shape) // shape[axes[0]],)
     return None
+
+
+def _reduce_axes(node: Node, box: Box) -> tuple[list[int], tuple[int, ...]]:
+    """The axes (of the space) a reduce node's tile reduces one after the other, and
+    its input's tile shape. A multi-axis reduction passes its partial results between
+    two halves of a scratch buffer, each as large as the first partial (the input
+    without its first reduced axis: the later ones are smaller); a buffer as large as
+    the input (what it had) kept wav2vec2's weight norm in tiles too narrow for whole
+    DRAM runs."""
+    spec: g.Reduce = node.spec
+    x = node.inputs[0]
+    shape = box_shape(value_box(x, box))
+    shift = len(box) - len(x.shape)
+    axes = [a + shift for a in spec.axes if shape[a + shift] > 1] or [spec.axes[-1] + shift]
+    return axes, shape
 
 
 def _padded(n: int) -> int:
@@ -232,27 +251,28 @@ def emit_compute(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int
             emit_rotate_half(em, operand(ctx, node.inputs[0], box, bufs), out,
                              node.out.shape[-1], vpu, src)
         elif isinstance(spec, g.Reduce):
-            _emit_reduce(ctx, node, box, vpu, bufs, scratch, out, src)
+            emit_reduce(ctx, node, box, vpu, bufs, scratch, out, src)
         else:
             raise LoweringError(f"{node.source}: {type(spec).__name__} is not a vector op")
 
 
-def _emit_reduce(ctx: Context, node: Node, box: Box, vpu: str, bufs: dict[int, SramRef],
-                 scratch: dict[int, SramRef], out: SramRef, source: str) -> None:
+def emit_reduce(ctx: Context, node: Node, box: Box, vpu: str, bufs: dict[int, SramRef],
+                scratch: dict[int, SramRef], out: SramRef, source: str,
+                kind: ReduceKind | None = None) -> None:
+    """A reduce node's tile, axis by axis, as ``kind`` (default: the node's)."""
     spec: g.Reduce = node.spec
-    x = node.inputs[0]
-    cur = operand(ctx, x, box, bufs)
-    shape = list(box_shape(value_box(x, box)))
-    shift = len(box) - len(x.shape)
-    axes = [a + shift for a in spec.axes if shape[a + shift] > 1] or [spec.axes[-1] + shift]
-    half = _numel(tuple(shape)) // 2
+    kind = kind or spec.kind
+    cur = operand(ctx, node.inputs[0], box, bufs)
+    axes, whole = _reduce_axes(node, box)
+    shape = list(whole)
+    half = _numel(whole) // whole[axes[0]]
     for i, axis in enumerate(axes):
         shape[axis] = 1
         if i == len(axes) - 1:
             dst = out
         else:
             dst = sub(scratch[node.out.id], tuple(shape), 0 if i % 2 == 0 else half)
-        ctx.em.emit(vpu, Reduce(spec.kind, cur, dst, axis), source)
+        ctx.em.emit(vpu, Reduce(kind, cur, dst, axis), source)
         cur = dst
 
 
@@ -281,8 +301,34 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     total = bytes_of(space)
     target = max(MIN_TILE_BYTES, total // (2 * ctx.cores)) if ctx.cores > 1 or sets > 1 \
         else budget
-    tile = plan_tile(space, group.whole_axes, budget, bytes_of, kernel.name, target,
-                     ctx.cores, _accesses(ctx, group), DmaCost.of(ctx.config, ctx.cores))
+    accesses, cost = accesses_of(ctx, group), DmaCost.of(ctx.config, ctx.cores)
+    try:
+        tile: tuple[int, ...] | None = plan_tile(space, group.whole_axes, budget, bytes_of,
+                                                 kernel.name, target, ctx.cores, accesses, cost)
+    except CapacityError:
+        tile = None  # reduced axes too long to keep whole: only tiles along them fit
+    if group.whole_axes and tile is not None:
+        tile = granule_aligned(space, tile, accesses, cost)
+    wide = wide_runs(space, tile, sets, ctx.capacity, bytes_of, ctx.cores, accesses, cost) \
+        if group.whole_axes and tile is not None else None
+    if group.whole_axes:
+        # vector_split builds on this module's emitters, hence imported here
+        from compiler.kernels.vector_split import lower_split_reduce, planned_split
+        split = planned_split(ctx, group, tile, wide, sets, target, accesses, cost)
+        if split is not None:
+            ctx.choices[kernel.name] = (
+                f"vector tiles {list(split.tile)} along the reduced axes, partial results "
+                f"a core combined on core 0")
+            lower_split_reduce(ctx, kernel, split)
+            return
+    if tile is None:
+        tile = plan_tile(space, group.whole_axes, budget, bytes_of, kernel.name, target,
+                         ctx.cores, accesses, cost)  # raises the CapacityError again
+    if wide is not None:
+        tile, sets = wide.tile, wide.sets
+        ctx.choices[kernel.name] = (
+            f"vector tiles {list(tile)}: dim {wide.dim} cut {tile[wide.dim]} long for "
+            f"whole DRAM runs ({sets} buffer set{'s' if sets > 1 else ''})")
     boxes = tiles_of(space, tile)
     cores = min(ctx.cores, len(boxes))
     layouts = []
@@ -310,7 +356,7 @@ def _top_of(ctx: Context, group: Group, tile: tuple[int, ...], sets: int) -> int
     return max(0, (ctx.capacity - trial.top) // ALIGN_BYTES * ALIGN_BYTES)
 
 
-def _accesses(ctx: Context, group: Group) -> list[Access]:
+def accesses_of(ctx: Context, group: Group) -> list[Access]:
     """What the group's tiles load and store through DRAM views (slices aside)."""
     rank = len(group.shape)
 
