@@ -50,12 +50,12 @@ class _PoolRelu(torch.nn.Module):
 # (2 buffer sets): 8 x 8 outputs, a window of 2 * 8 + 2 = 18 rows of 18 columns (9 a
 # stride phase). One tile of 8 output rows (the halo rule keeps it whole: halving to 4
 # rows would re-read 2 of 8) needs, per set, the window twice (raw and in phases:
-# 2 x 18 x 18 x 4 ch x 4 B = 10,368), the accumulator (8 x 9 x 4 x 4 = 1,152) and two
-# output tiles (2 x 8 x 8 x 4 x 4 = 2,048), 1,024 B of alignment; 8,192 B beside:
-# 2 x (10,368 + 1,152 + 2,048 + 1,024) + 8,192 = 37,376 B.
-ONE_TILE = 37376
-# a fused ReLU's epilogue buffer adds its 8 x 8 x 4 x 4 B (f32) a set: 37,376 + 2 x 1,024
-ONE_TILE_RELU = 39424
+# 2 x 18 x 18 x 4 ch x 4 B = 10,368), the accumulator (8 x 9 x 4 x 4 = 1,152) and the
+# output tile channels first (8 x 8 x 4 x 4 = 1,024), 1,024 B of alignment; 8,192 B
+# beside: 2 x (10,368 + 1,152 + 1,024 + 1,024) + 8,192 = 35,328 B.
+ONE_TILE = 35328
+# a fused ReLU's epilogue buffer adds its 8 x 8 x 4 x 4 B (f32) a set: 35,328 + 2 x 1,024
+ONE_TILE_RELU = 37376
 
 
 def test_a_tile_takes_exactly_the_scratchpad_it_needs():
@@ -72,13 +72,13 @@ def test_a_tile_takes_exactly_the_scratchpad_it_needs():
 
 def test_a_one_channel_tile_is_halved_down_to_one_row():
     # the same pool over one channel: a tile of t rows needs, per set, 2 x (2 t + 2) x
-    # 18 x 4 B of window, 9 t x 4 of accumulator and 2 x 8 t x 4 of outputs, and 1,024
-    # B: 2 x (388 t + 1,312) + 8,192 = 776 t + 10,816 B; 12,368 B for 2 rows, 11,592
-    # for 1. A byte under 2 rows' need: 8 tiles of one output row (4 input rows, 3
+    # 18 x 4 B of window, 9 t x 4 of accumulator and 8 t x 4 of output, and 1,024 B:
+    # 2 x (356 t + 1,312) + 8,192 = 712 t + 10,816 B; 12,240 B for 2 rows, 11,528 for
+    # 1. A byte under 2 rows' need: 8 tiles of one output row (4 input rows, 3
     # inside the border at the top and the bottom), not the per-tap fallback
     torch.manual_seed(0)
     x = torch.randn(1, 1, 16, 16)
-    commands = _compile(torch.nn.MaxPool2d(3, 2, 1), x, "tpu-v3", 776 * 2 + 10816 - 1)
+    commands = _compile(torch.nn.MaxPool2d(3, 2, 1), x, "tpu-v3", 712 * 2 + 10816 - 1)
     assert [c.op.dst.shape for c in _loads(commands)] == (
         [(1, 1, 3, 16)] + [(1, 1, 4, 16)] * 6 + [(1, 1, 3, 16)])
     assert _maxima(commands) == 8 * 8
@@ -128,15 +128,15 @@ def test_a_split_reads_the_row_stride():
 # A 2x2 stride-2 max pool of [1, 4, 8, 8] f32 on one TPU v3 core: 4 x 4 outputs, tiles
 # of one output row (no halo: the split halves 4 -> 2 -> 1), a window of 2 rows of 8.
 # A tile of c channels needs, per set, the window twice (2 x 2 x 8 x c x 4 B = 128 c),
-# the accumulator (4 x c x 4 = 16 c) and two output tiles (2 x 4 x c x 4 = 32 c), and
-# 1,024 B: 2 x (176 c + 1,024) + 8,192 = 352 c + 10,240 B.
+# the accumulator (4 x c x 4 = 16 c) and the output tile (4 x c x 4 = 16 c), and
+# 1,024 B: 2 x (160 c + 1,024) + 8,192 = 320 c + 10,240 B.
 @pytest.mark.parametrize("capacity, shapes, maxima", [
-    (352 * 2 + 10240, [(1, 2, 2, 8)] * 8, 8 * 3),       # 4 rows x 2 pairs of channels
-    (352 * 2 + 10240 - 1, [(1, 1, 2, 8)] * 16, 16 * 3),  # one channel a tile
+    (320 * 2 + 10240, [(1, 2, 2, 8)] * 8, 8 * 3),       # 4 rows x 2 pairs of channels
+    (320 * 2 + 10240 - 1, [(1, 1, 2, 8)] * 16, 16 * 3),  # one channel a tile
     # not even one channel's row fits: the per-tap fallback, all of it in one tile
     # (2 sets x 2 buffers x 4 ch x 16 pixels x 4 B + 8,192 B), a strided load per tap
     # (one tile: 3 maxima)
-    (352 + 10240 - 1, [(1, 4, 4, 4)] * 4, 3),
+    (320 + 10240 - 1, [(1, 4, 4, 4)] * 4, 3),
 ], ids=["pairs", "singles", "per-tap"])
 def test_channels_are_halved_once_a_tile_is_one_row(capacity, shapes, maxima):
     torch.manual_seed(0)
