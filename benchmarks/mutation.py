@@ -145,6 +145,7 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_strided_sram.py",
     ],
     "compiler/ir/verify_ops.py": [
+        "tests/compiler/ir/test_muladd_mutants.py",  # the multiply-add's checks
         "tests/quant/test_dequantize_op.py",  # the vector unit's dequantize command
         "tests/quant/test_int4_input_path.py",  # the dequantizing matmul's checks
         "tests/compiler/ir/test_verify_mutants.py",
@@ -174,6 +175,46 @@ MODULES: dict[str, list[str]] = {
         "tests/app/test_pipeline.py::TestNumerics",
         "tests/torch_bridge/test_compile_backend.py",
     ],
+    "compiler/kernels/pool.py": [  # pooling's tiles per core and one-pass tap reduction
+        "tests/compiler/test_pool_mutants.py",
+        "tests/compiler/test_pool_tiles.py",
+        "tests/compiler/test_pool_padding.py",
+        "tests/compiler/test_lowerings.py::test_pooling",
+        "tests/compiler/test_lowerings.py::"
+        "test_avg_pool_excluding_padding_without_ceil_mode_matches_torch",
+        "tests/compiler/test_reshaped_inputs.py",
+    ],
+    "compiler/kernels/attention_items.py": [  # small attention items in groups
+        "tests/compiler/test_attention_items_mutants.py",
+        "tests/compiler/test_attention_batched_items.py",
+        "tests/compiler/test_attention_small_steps.py",
+    ],
+    "compiler/kernels/packed_runs.py": [  # int4 packed weights' DMA commands
+        "tests/quant/test_packed_runs_mutants.py",
+        "tests/quant/test_int4_strided_loads.py",
+        "tests/quant/test_int4.py",
+        "tests/quant/test_int4_input_path.py",
+    ],
+    # the multiply-add: run each with --only on its functions (see BENCHMARKS.md)
+    "compiler/ir/text.py": [
+        "tests/compiler/ir/test_text.py",
+    ],
+    "compiler/ir/text_parse.py": [
+        "tests/compiler/ir/test_muladd_mutants.py",
+        "tests/compiler/ir/test_text.py",
+        "tests/compiler/ir/test_verify.py",
+    ],
+    "archsim/vector.py": [
+        "tests/archsim/test_vector_mutants.py",
+        "tests/archsim/test_muladd.py",
+        "tests/archsim/test_precision_and_vector_bandwidth.py",
+        "tests/archsim/test_timing.py",
+    ],
+    "archsim/functional_steps.py": [
+        "tests/archsim/test_vector_mutants.py",
+        "tests/archsim/test_muladd.py",
+        "tests/compiler/test_conv_depthwise.py",
+    ],
     "compiler/ir/verify_races.py": [
         "tests/compiler/ir/test_verify.py",
         "tests/compiler/ir/test_verify_shortcuts.py",
@@ -187,7 +228,8 @@ PACKAGES = ("archsim", "compiler", "reports", "torch_bridge", "serving")
 
 
 TIMEOUTS: dict[str, tuple[float, float]] = {"archsim/simulator.py": (3.0, 5.0),
-                                            "archsim/plan.py": (3.0, 5.0)}
+                                            "archsim/plan.py": (3.0, 5.0),
+                                            "compiler/kernels/pool.py": (3.0, 5.0)}
 """Per module, mutmut's ``(timeout_multiplier, timeout_constant)`` when not its defaults
 (15, 1 s): a mutant times out (and counts as caught) after (its tests' time + constant)
 x multiplier seconds of wall time (twice that of CPU time). The defaults give a mutant
