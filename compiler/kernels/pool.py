@@ -39,8 +39,11 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
     oh, ow = out.shape[-2:]
     view = ctx.view(x)
     (ph, pw) = spec.padding
+    (sh, sw) = spec.stride
+    # a window rounded up to whole stride phases may reach up to a stride less one past
+    # the padded input: the border fill covers those rows and columns, which no tap reads
     geo = Geometry(tuple(spec.kernel), tuple(spec.stride), tuple(spec.dilation), oh, ow,
-                   in_rows + 2 * ph, in_cols + 2 * pw)
+                   in_rows + 2 * ph + sh - 1, in_cols + 2 * pw + sw - 1)
     images = math.prod(lead)
     sets = ctx.sets
     item = x.dtype.itemsize
