@@ -159,6 +159,12 @@ def vector_rate(config: NpuConfig, item: int) -> float:
     return min(vector.lanes, bandwidth / (2 * item)) if bandwidth else vector.lanes
 
 
+def loads_in_flight(config: NpuConfig) -> int:
+    """Transfers a core's loads keep in flight: its DMA engines but the one that stores,
+    each with its outstanding transfers."""
+    return max(1, config.core.dma.engines - 1) * config.core.dma.outstanding
+
+
 def load_bandwidth(config: NpuConfig) -> float:
     """Bytes per cycle one core's loads can reach."""
     engines = max(1, config.core.dma.engines - 1)
@@ -192,7 +198,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
     setup = config.core.dma.setup_latency_cycles + config.dram.latency_cycles + \
         config.noc.latency_cycles
     load_engines = max(1, config.core.dma.engines - 1)
-    in_flight = load_engines * config.core.dma.outstanding
+    in_flight = loads_in_flight(config)
     best: MatmulTiling | None = None
     options: list[tuple[float, int, MatmulTiling]] = []
     per_array_n = -(-n // arrays)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from archsim.config.model import NpuConfig
 from archsim.matrix import back_to_back_saving, matmul_cycles
+from compiler.cost import loads_in_flight
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
@@ -55,8 +56,8 @@ def latency_bound(config: NpuConfig, sq: int, sk: int, d: int, dv: int, dtype: D
     saving = back_to_back_saving(matrix)
     mxu = (matmul_cycles(sq, d, sk, matrix, dtype) + matmul_cycles(sq, sk, dv, matrix, dtype)
            - 2 * saving) / matrix.arrays
-    in_flight = max(1, dma.engines - 1) * dma.outstanding
-    latency = loads * (dma.setup_latency_cycles + config.dram.latency_cycles) / in_flight
+    latency = loads * (dma.setup_latency_cycles + config.dram.latency_cycles) \
+        / loads_in_flight(config)
     return latency > mxu
 
 

@@ -310,7 +310,7 @@ class FlashStep:
         v = self.buf("vi" if self.node.spec.kv_scales else "v", (self.items * nk, dv))
         stored = self.node.spec.heads_after_seq[2]
         for mxu, r0, r1, j in self.parts:
-            vj = item_tile(v, self.kv_lead, j, nk, dv, stored) if self.items > 1 else v
+            vj = item_tile(v, self.kv_lead, j, nk, dv, stored)
             self.ctx.em.emit(mxu, MatMul(sub(lhs, (r1 - r0, nk), r0 * nk), vj,
                                          sub(dst, (r1 - r0, dv), r0 * dv)), self.source)
 

@@ -157,11 +157,14 @@ class Geometry:
             self.out_cols
 
     def fits(self, ty: int) -> bool:
-        """Every row tile's window lies inside the (padded) input."""
-        if self.cols > self.in_cols:
+        """Every row tile's window lies inside the (padded) input, but for its rounding
+        up to whole stride phases: up to a stride less one row or column past it, which
+        the border fill covers and no tap reads (odd-sized images fell back to a load a
+        tap)."""
+        sh, sw = self.stride
+        if self.cols > self.in_cols + sw - 1:
             return False
-        sh = self.stride[0]
-        return all(y0 * sh + self.rows(min(ty, self.out_rows - y0)) <= self.in_rows
+        return all(y0 * sh + self.rows(min(ty, self.out_rows - y0)) <= self.in_rows + sh - 1
                    for y0 in range(0, self.out_rows, ty))
 
     def phases_read(self) -> frozenset[tuple[int, int]]:

@@ -26,6 +26,15 @@ from compiler.kernels.conv_geometry import (
 from compiler.kernels.vector import layout, sub
 from compiler.plan import Kernel
 
+TILES_PER_CORE = 4
+"""Tiles a core's share of a pooling is cut into, so that a tile's load runs under the
+previous tile's work (one tile per core leaves the DMA and the vector unit taking turns:
+ResNet's stem pool on one TPU v3 core loaded, reduced and stored it in one piece)."""
+
+HALO_SHARE = 8
+"""...as long as a tile re-reads at most 1/8 of its input rows (a 3x3 stride-2 window
+loads two rows past its own 2 x rows: tiles of at least 8 output rows)."""
+
 
 def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
     """Load each input window once, rearrange it into stride phases channels-last (as
@@ -39,11 +48,8 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
     oh, ow = out.shape[-2:]
     view = ctx.view(x)
     (ph, pw) = spec.padding
-    (sh, sw) = spec.stride
-    # a window rounded up to whole stride phases may reach up to a stride less one past
-    # the padded input: the border fill covers those rows and columns, which no tap reads
     geo = Geometry(tuple(spec.kernel), tuple(spec.stride), tuple(spec.dilation), oh, ow,
-                   in_rows + 2 * ph + sh - 1, in_cols + 2 * pw + sw - 1)
+                   in_rows + 2 * ph, in_cols + 2 * pw)
     images = math.prod(lead)
     sets = ctx.sets
     item = x.dtype.itemsize
@@ -138,15 +144,6 @@ def lower_pool_kernel(ctx: Context, kernel: Kernel) -> None:
                            (nc, ty_t * ow), cast=False)
         per_core[core].append(TileSteps(load, work, finish))
     pipeline(per_core, sets - 1)
-
-TILES_PER_CORE = 4
-"""Tiles a core's share of a pooling is cut into, so that a tile's load runs under the
-previous tile's work (one tile per core leaves the DMA and the vector unit taking turns:
-ResNet's stem pool on one TPU v3 core loaded, reduced and stored it in one piece)."""
-
-HALO_SHARE = 8
-"""...as long as a tile re-reads at most 1/8 of its input rows (a 3x3 stride-2 window
-loads two rows past its own 2 x rows: tiles of at least 8 output rows)."""
 
 
 def _split_pays(geo: Geometry, images: int, oh: int, ty: int, cores: int) -> bool:

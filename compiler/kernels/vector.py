@@ -302,11 +302,12 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
     target = max(MIN_TILE_BYTES, total // (2 * ctx.cores)) if ctx.cores > 1 or sets > 1 \
         else budget
     accesses, cost = accesses_of(ctx, group), DmaCost.of(ctx.config, ctx.cores)
+    too_long: CapacityError | None = None
     try:
         tile: tuple[int, ...] | None = plan_tile(space, group.whole_axes, budget, bytes_of,
                                                  kernel.name, target, ctx.cores, accesses, cost)
-    except CapacityError:
-        tile = None  # reduced axes too long to keep whole: only tiles along them fit
+    except CapacityError as exc:
+        tile, too_long = None, exc  # reduced axes too long to keep whole: tiles along them
     if group.whole_axes and tile is not None:
         tile = granule_aligned(space, tile, accesses, cost)
     wide = wide_runs(space, tile, sets, ctx.capacity, bytes_of, ctx.cores, accesses, cost) \
@@ -321,9 +322,8 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
                 f"a core combined on core 0")
             lower_split_reduce(ctx, kernel, split)
             return
-    if tile is None:
-        tile = plan_tile(space, group.whole_axes, budget, bytes_of, kernel.name, target,
-                         ctx.cores, accesses, cost)  # raises the CapacityError again
+    if too_long is not None:
+        raise too_long
     if wide is not None:
         tile, sets = wide.tile, wide.sets
         ctx.choices[kernel.name] = (

@@ -236,17 +236,17 @@ class TestBadArguments:
         assert "the following arguments are required: MODEL" in capsys.readouterr().err
 
 
-def test_third_party_warnings_no_user_can_act_on_are_quiet(capsys) -> None:
+def test_third_party_warnings_no_user_can_act_on_are_quiet(caplog) -> None:
     # torchao (imported by transformers) warns through these loggers that its CUDA and
-    # mxfp8 extensions fail to load on a CPU-only machine; a library's own errors stay
+    # mxfp8 extensions fail to load on a CPU-only machine; their errors still reach
     import logging
 
-    from archsim.cli.main import QUIET_LOGGERS, main as cli_main
+    from archsim.cli.main import main as cli_main
 
-    assert QUIET_LOGGERS == ("torchao", "torch.utils._pytree")
     assert cli_main(["configs"]) == 0
-    for name in QUIET_LOGGERS:
+    for name in ("torchao", "torch.utils._pytree"):
         logger = logging.getLogger(name)
-        assert logger.getEffectiveLevel() == logging.ERROR
         logger.warning("Failed to load _C_mxfp8.so")
-    assert "Failed to load" not in capsys.readouterr().err
+        logger.error("a real failure")
+    assert [(r.name, r.levelno) for r in caplog.records] == [
+        ("torchao", logging.ERROR), ("torch.utils._pytree", logging.ERROR)]

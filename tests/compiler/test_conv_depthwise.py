@@ -184,8 +184,8 @@ def test_three_row_tiles_an_image_on_one_core_by_hand(monkeypatch):
     assert compiled.program.sram_high_water["sram0"] == 2 * 1024 + 320 + 288 + 32 + 2 * 384
 
 
-class _ScaleShiftReLU6(torch.nn.Module):
-    """MobileNet's folded batch norm and ReLU6: per-channel operands the epilogue loads."""
+class _ScaleShift(torch.nn.Module):
+    """A folded batch norm: two per-channel operands, the shift's add chained."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
@@ -193,7 +193,14 @@ class _ScaleShiftReLU6(torch.nn.Module):
         self.register_buffer("shift", torch.rand(channels, 1, 1) - 0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.hardtanh(x * self.scale + self.shift, 0.0, 6.0)
+        return x * self.scale + self.shift
+
+
+class _ScaleShiftReLU6(_ScaleShift):
+    """MobileNet's folded batch norm and ReLU6: per-channel operands the epilogue loads."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.hardtanh(super().forward(x), 0.0, 6.0)
 
 
 @pytest.mark.parametrize("preset,channels,size,k,stride,dtype,layout,epilogue", [
@@ -354,18 +361,6 @@ def test_a_reused_window_is_zeroed_again_where_the_padding_is(monkeypatch, paddi
     torch.manual_seed(0)
     model = torch.nn.Conv2d(8, 8, 3, 1, padding, groups=8)
     _run(model, torch.randn(2, 8, 6, 6) + 2, config("tiny").with_overrides({"cores": 1}))
-
-
-class _ScaleShift(torch.nn.Module):
-    """A folded batch norm: two per-channel operands, the shift's add chained."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.register_buffer("scale", torch.rand(channels, 1, 1) + 0.5)
-        self.register_buffer("shift", torch.rand(channels, 1, 1) - 0.5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.scale + self.shift
 
 
 @pytest.mark.parametrize("operands", [True, False])

@@ -107,3 +107,4 @@ def test_an_odd_sized_image_loads_one_window_a_tile(pool, shape):
     compiled, _ = _compile(pool, x, "tpu-v3")
     loads = [c.op for c in compiled.program.commands if isinstance(c.op, Load)]
     assert len(loads) == shape[0]  # one tile an image: 8 (7) output rows, one window
+    assert {ld.dst.shape[-2:] for ld in loads} == {shape[-2:]}  # the whole image in it

@@ -226,8 +226,9 @@ class _PackedHead(torch.nn.Module):
 def test_a_partial_last_block_leaves_the_whole_blocks_to_the_arrays() -> None:
     # 4,000 rows (a 32,000 vocabulary over 8 chips): 62 blocks of 64 and 32 rows. The
     # blocks are read as stored by the arrays, and the 32 rows too, as one block of 32
-    # whose bytes hold its rows in pairs; so the head costs about what its 3,968
-    # whole-block rows cost (all of it unpacked on the vector unit: 31x on tpu-v4)
+    # whose bytes hold its rows in pairs: a second matmul over the whole K, a quarter
+    # more on tiny (one array a core), where all of it unpacked on the vector unit took
+    # 31x on tpu-v4
     k, group = 256, 64
     x = torch.randn(1, k)
     cycles = {}
@@ -245,4 +246,4 @@ def test_a_partial_last_block_leaves_the_whole_blocks_to_the_arrays() -> None:
                                                sram_operands(op))]
         assert any(getattr(c.op, "dequant", None) is not None and c.op.dequant.nibbles == "pairs"
                    for c in compiled.program.commands) == (n == 4000)
-    assert cycles[4000] < 1.5 * cycles[3968]
+    assert cycles[4000] < 1.3 * cycles[3968]
