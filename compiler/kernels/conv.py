@@ -51,7 +51,7 @@ from compiler.plan import Kernel
 
 
 def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
-             acc_dtype: DType, cast: bool) -> ConvLayout:
+             acc_dtype: DType, cast: bool, arrays: int) -> ConvLayout:
     """Allocate every core's buffers for ``tiling``; raises CapacityError when they do
     not fit the scratchpad."""
     node = kernel.anchor
@@ -103,6 +103,10 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
             "packed": [alloc((packed, m, ntap * ct), x.dtype, "conv packed taps")
                        for _ in range(sets)] if packed else [],
             "acc": [alloc((m, ot), acc_dtype, "conv accumulator") for _ in range(sets)],
+            # with K blocks dealt to the arrays, the partials of arrays 1, 2, ...
+            "partials": [[alloc((m, ot), acc_dtype, "conv array partial")
+                          for _ in range(arrays - 1 if tiling.k_split else 0)]
+                         for _ in range(sets)],
             "nchw": [alloc((ni, ot, ty * ow), acc_dtype, "conv output tile")
                      for _ in range(sets)],
             "out": [alloc((ni, ot, ty * ow), out.dtype, "conv output") if cast else None
@@ -162,7 +166,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
             lower_conv_per_tap(ctx, kernel)
             return
         try:
-            plan = _buffers(ctx, kernel, geo, tiling, acc_dtype, cast)
+            plan = _buffers(ctx, kernel, geo, tiling, acc_dtype, cast, arrays)
             break
         except CapacityError:
             budget = budget * 7 // 8

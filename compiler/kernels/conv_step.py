@@ -8,6 +8,7 @@ chunk finishes the tile (:func:`~compiler.kernels.conv_geometry.finisher`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 from archsim.config.names import mxu_engine, vpu_engine
@@ -18,7 +19,7 @@ from compiler.kernels.common import Context
 from compiler.kernels.conv_geometry import (
     Geometry, finisher, image_load, padded_window, stored_ref, valid_range,
 )
-from compiler.kernels.conv_tiling import ConvTiling
+from compiler.kernels.conv_tiling import ConvTiling, array_split, k_blocks
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
 
@@ -197,6 +198,9 @@ class ConvStep:
         m = self.ni * self.ty * self.tw
         acc = sub(self.b["acc"][self.q], (m, no))
         parts = self._split()
+        if parts[0][1] == "k":
+            self._dealt(first, acc)
+            return
         for k, (group, a) in enumerate(zip(self.plan.tap_groups, self.operands)):
             (i, j) = group[0]
             rhs = sub(self.w, (len(group) * nc, no), (i * kw + j) * nc * no)
@@ -209,20 +213,50 @@ class ConvStep:
                                 not (first and k == 0))
                 self.emit(mxu_engine(self.core, array), op)
 
+    def _dealt(self, first: bool, acc: SramRef) -> None:
+        """The tile's matmuls with their K blocks dealt to the arrays in turn
+        (:func:`~compiler.kernels.conv_tiling.k_split`): array 0 sums into the
+        accumulator, the others into partials of their own, each starting its sum with
+        its first block of the tile's first step."""
+        kw, rows = self.node.inputs[1].shape[3], self.ctx.config.core.matrix.rows
+        nc, no = self.nc, self.no
+        m = acc.shape[0]
+        sums = [acc] + [sub(p, (m, no)) for p in self.b["partials"][self.q]]
+        ks = [len(group) * nc for group in self.plan.tap_groups]
+        for u, (k, lo, hi) in enumerate(k_blocks(ks, rows)):
+            array = u % self.arrays
+            (i, j), a = self.plan.tap_groups[k][0], self.operands[k]
+            rhs = sub(self.w, (hi - lo, no), ((i * kw + j) * nc + lo) * no)
+            op = MatMul(_k_range(a, lo, hi), rhs, sums[array],
+                        not (first and u < self.arrays))
+            self.emit(mxu_engine(self.core, array), op)
+
+    def _combine(self) -> None:
+        """Add the arrays' partials into the accumulator (K blocks dealt)."""
+        partials = self.b["partials"][self.q]
+        if not partials or self._split()[0][1] != "k":
+            return
+        m = self.ni * self.ty * self.tw
+        acc = sub(self.b["acc"][self.q], (m, self.no))
+        for partial in partials:
+            self.emit(self.vpu, Binary(BinaryKind.add, acc, sub(partial, (m, self.no)), acc))
+
     def _split(self) -> list[tuple[int, str, tuple[int, int]]]:
         """How the tile's matmuls spread over the core's arrays (so the next tile's
-        window is built while this one computes): by output-channel columns when there
-        are enough for every array, else by images, else by output rows; else the
-        tile's matmuls take turns with other tiles. ``(array, by, range)``."""
-        arrays, cols = self.arrays, self.ctx.config.core.matrix.cols
-        choices = [("cols", self.no, arrays * cols), ("images", self.ni, arrays),
-                   ("rows", self.ty if self.ni == 1 else 0, arrays)]
-        for by, extent, least in choices:
-            if arrays > 1 and extent >= least:
-                step = -(-extent // arrays)
-                return [(a, by, (r, min(r + step, extent)))
-                        for a, r in enumerate(range(0, extent, step))]
-        return [(self.turn, "all", (0, 0))]
+        window is built while this one computes;
+        :func:`~compiler.kernels.conv_tiling.array_split`): by output-channel columns,
+        images or output rows, or with the tiling's ``k_split`` instead of images or
+        rows by K blocks (``"k"``); else the tile's matmuls take turns with other
+        tiles. ``(array, by, range)``."""
+        by, extent = array_split(self.arrays, self.ctx.config.core.matrix.cols, self.no,
+                                 self.ni, self.ty)
+        if by == "all":
+            return [(self.turn, "all", (0, 0))]
+        if by != "cols" and self.plan.tiling.k_split:
+            return [(a, "k", (0, 0)) for a in range(self.arrays)]
+        step = -(-extent // self.arrays)
+        return [(a, by, (r, min(r + step, extent)))
+                for a, r in enumerate(range(0, extent, step))]
 
     def _rows(self, ref: SramRef, by: str, span: tuple[int, int]) -> SramRef:
         """The images or output rows ``span`` of an operand: a tap view
@@ -252,6 +286,7 @@ class ConvStep:
                           (ni, no, pixels), cast)
 
         def store() -> None:
+            self._combine()
             nchw = sub(b["nchw"][q], (ni, no, pixels))
             for _, by, (lo, hi) in self._split():
                 if by != "cols":
@@ -280,6 +315,7 @@ class ConvStep:
                           cast, nhwc_tile=True)
 
         def store() -> None:
+            self._combine()
             whole = b["nchw"][q]
             for lo, hi in blocks:
                 src = sub(b["acc"][q], (ni * pixels, hi - lo), ni * pixels * lo)
@@ -288,6 +324,16 @@ class ConvStep:
                 self.emit(self.vpu, VCopy(src, dst))
             finish()
         return store
+
+
+def _k_range(ref: SramRef, lo: int, hi: int) -> SramRef:
+    """Elements ``lo:hi`` of the last (K) axis of a matmul's A operand: a tap view
+    ``[ni, ty, ow, c]`` or a dense ``[pixels, k]`` matrix."""
+    strides = ref.strides
+    if strides is None:
+        strides = tuple(math.prod(ref.shape[d + 1:]) for d in range(len(ref.shape)))
+    return SramRef(ref.space, ref.offset + lo * strides[-1] * ref.dtype.itemsize,
+                   (*ref.shape[:-1], hi - lo), ref.dtype, strides)
 
 
 def _columns(ref: SramRef, span: tuple[int, int]) -> SramRef:
