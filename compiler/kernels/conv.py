@@ -27,7 +27,7 @@ from compiler import graph as g
 from compiler.emit import Arena
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import Slice, SramRef
-from compiler.ir.ops import Load, Transpose
+from compiler.ir.ops import Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
     Geometry, conv_tiles, epilogue_bytes, reads_stored, row_block, stored_ref,
@@ -46,6 +46,7 @@ from compiler.kernels.conv_tiling import (
     ConvTiling, choose_conv_tiling, packed_groups, weight_loads,
 )
 from compiler.kernels.matmul import accumulator_dtype
+from compiler.kernels.transfers import load_dense
 from compiler.kernels.vector import layout, sub
 from compiler.plan import Kernel
 
@@ -208,7 +209,7 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
         krows = Slice(0, kh) if block is None else Slice(block, block + 1)
         wref = stored_ref(ctx, w, (Slice(*oo), Slice(*cc), krows, Slice(0, kw)))
         wraw = sub(b["wraw"][xs % len(b["wraw"])], (no, nc, kh, kw))
-        ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, wraw), source)
+        load_dense(ctx, wref, wraw, core, source)
         return dst, Transpose(wraw, sub(dst, (kh, kw, nc, no)), (2, 3, 1, 0))
 
     for tile in conv_tiles(plan.tiles, cores, ctx.sets, arrays, og, tiling.out_channels,
