@@ -111,6 +111,8 @@ def split_sizes(size: int, unit: int, parts: int) -> list[int]:
     for d in range(2, parts + 1):
         share = -(-size // d)
         out.add(min(size, -(-share // unit) * unit))
+        if share < unit:  # narrower than an array: rounding up would leave a core idle
+            out.add(share)
     return sorted(out)
 
 

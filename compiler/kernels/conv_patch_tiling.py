@@ -8,6 +8,7 @@ import itertools
 from dataclasses import dataclass, fields
 
 from archsim.config.model import MatrixConfig, ceil_div
+from archsim.errors import LoweringError
 from archsim.matrix import back_to_back_saving, matmul_cycles
 from compiler import graph as g
 from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost, load_bandwidth, \
@@ -55,6 +56,12 @@ class PatchSizes:
     grid: tuple[int, int]
     chunk_rows: int
     kept: bool
+
+    def __post_init__(self) -> None:
+        if self.images > 1 and not self.pixels_major:
+            raise LoweringError(f"patch tiling of {self.images} images a block must run "
+                                "pixels-major: a channels-major tile [o, pixels] holds "
+                                "one image")
 
 
 @dataclass(frozen=True)

@@ -77,8 +77,12 @@ def test_patch_embedding_matches_torch_as_one_gemm(preset, patch, size, filters,
 
 def _forcing(monkeypatch, **fields) -> None:
     """Every mapping but the patches taken away, the patch tiling's ``fields`` forced
-    (both orientations, kept or streamed weights: each must compute torch's numbers)."""
+    (both orientations, kept or streamed weights: each must compute torch's numbers).
+    Channels-major tiles hold one image (the tiling offers several images a tile only
+    pixels-major), so forcing that orientation forces one image too."""
     choose = conv.choose_patch_tiling
+    if fields.get("pixels_major") is False:
+        fields = {**fields, "images": 1}
     monkeypatch.setattr(conv, "choose_conv_tiling", lambda *a, **k: None)
     monkeypatch.setattr(conv, "choose_packed_tiling", lambda *a, **k: None)
     monkeypatch.setattr(conv, "choose_patch_tiling",

@@ -180,16 +180,18 @@ def test_the_cap_is_checked_against_a_load_and_a_multiply_per_tile_and_k_step(
 # -- a last tile that needs fewer arrays ---------------------------------------------------------
 
 def test_a_last_tile_multiplies_on_the_arrays_its_columns_need() -> None:
-    """4x4 @ 4x640 bf16 on tpu-v4: 128 columns an array, 512 a tile (4 arrays): tile 0
-    (columns 0-511, core 0) on mxu0-3, tile 1 (columns 512-639, core 1) on mxu0 only."""
-    t = _tiling(TPU_V4, 4, 4, 640, DType.bf16)
-    assert (t.mt, t.kt, t.nt, t.arrays, t.k_steps) == (4, 4, 128, 4, 1)
+    """4x4 @ 4x1152 bf16 on tpu-v4: 256 columns an array, 1024 a tile (4 arrays): tile 0
+    (columns 0-1023, core 0) on mxu0-3, tile 1 (columns 1024-1151, core 1) on mxu0 only.
+    (4x640 was this case until shares under an array's width were offered: it now
+    takes 80 columns an array, 2 even tiles.)"""
+    t = _tiling(TPU_V4, 4, 4, 1152, DType.bf16)
+    assert (t.mt, t.kt, t.nt, t.arrays, t.k_steps) == (4, 4, 256, 4, 1)
     torch.manual_seed(0)
-    a, b = torch.randn(4, 4).bfloat16(), torch.randn(4, 640).bfloat16()
+    a, b = torch.randn(4, 4).bfloat16(), torch.randn(4, 1152).bfloat16()
     program = _compiled(_Mm(), a, b, config=TPU_V4).program
     assert [(c.engine, c.op.b.shape) for c in program.commands
             if isinstance(c.op, MatMul)] == \
-        [(f"core0.mxu{j}", (4, 128)) for j in range(4)] + [("core1.mxu0", (4, 128))]
+        [(f"core0.mxu{j}", (4, 256)) for j in range(4)] + [("core1.mxu0", (4, 128))]
 
 
 # -- loads run ahead by the operand sets less one ------------------------------------------------
