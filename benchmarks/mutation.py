@@ -220,6 +220,13 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_verify_shortcuts.py",
         "tests/compiler/ir/test_verify_race_history.py",
     ],
+    # twelfth session: run with --only '*k_split*' '*k_blocks*' '*array_split*'
+    "compiler/kernels/conv_tiling.py": [
+        "tests/compiler/test_conv_k_split.py",
+    ],
+    "torch_bridge/float64_reference.py": [  # quantized matmuls' float64 reference
+        "tests/torch_bridge/test_float64_reference.py",
+    ],
 }
 """Module -> the test files that are its own tests."""
 

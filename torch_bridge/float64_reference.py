@@ -30,13 +30,12 @@ def int4_codes(packed: torch.Tensor, k: int) -> torch.Tensor:
     ``2c`` and ``2c + 1`` (pairs); a partial last block holds pairs."""
     layout = cpu_layout()
     n, rows = packed.shape[0], layout.block_rows
-    full = n // rows
     blocks = []
-    for b0, count, halves in [(b * rows, rows, layout.halves) for b in range(full)] + \
-            ([(full * rows, n - full * rows, False)] if n % rows else []):
-        data = packed[b0:b0 + count].reshape(k, count // 2).to(torch.int32)
+    for b0 in range(0, n, rows):
+        count = min(rows, n - b0)
+        data = packed[b0:b0 + count].reshape(k, count // 2)
         low, high = data % 16, data // 16
-        both = torch.cat([low, high], 1) if halves else \
+        both = torch.cat([low, high], 1) if layout.halves and count == rows else \
             torch.stack([low, high], 2).reshape(k, count)
         blocks.append(both.t())
     return torch.cat(blocks)
@@ -45,8 +44,8 @@ def int4_codes(packed: torch.Tensor, k: int) -> torch.Tensor:
 def _int4_mm(x: torch.Tensor, packed: torch.Tensor, group: int,
              scales_zeros: torch.Tensor) -> torch.Tensor:
     """``_weight_int4pack_mm_for_cpu`` in float64: ``x @ W^T`` with ``W[n, k] =
-    (code - 8) * scale + zero`` of its group."""
-    k = x.shape[-1]
+    (code - 8) * scale + zero`` of its group (``x`` is ``[M, K]``)."""
+    k = x.shape[1]
     sz = scales_zeros.double()
     scale = sz[..., 0].t().repeat_interleave(group, 1)  # [N, K]
     zero = sz[..., 1].t().repeat_interleave(group, 1)
@@ -69,7 +68,7 @@ RULES: dict[Any, Callable[..., torch.Tensor]] = {
 class _Float64Reference(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         rule = RULES.get(func)
-        if rule is not None and args and getattr(args[0], "dtype", None) is torch.float64:
+        if rule is not None and args[0].dtype is torch.float64:
             return rule(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
 

@@ -79,6 +79,17 @@ def test_int8_in_float64() -> None:
     torch.testing.assert_close(out, (x @ w.double().t()) * scales, rtol=1e-12, atol=1e-12)
 
 
+def test_other_ops_and_narrower_activations_run_as_they_are() -> None:
+    _, packed, _, _, sz = _int4(16, 64, 32)
+    x = torch.randn(2, 64)
+    with float64_reference():
+        total = torch.add(x.double(), 1.0)  # an op without a rule, in float64
+        narrow = aten._weight_int4pack_mm_for_cpu(x, packed, 32, sz)  # float32: torch's
+    assert torch.equal(total, x.double() + 1.0)
+    assert narrow.dtype is torch.float32
+    assert torch.equal(narrow, aten._weight_int4pack_mm_for_cpu(x, packed, 32, sz))
+
+
 def test_without_it_torch_has_no_float64_kernel() -> None:
     _, packed, _, _, sz = _int4(16, 64, 32)
     with pytest.raises(RuntimeError, match="expect A to be either 32-bit or 16-bit float"):
