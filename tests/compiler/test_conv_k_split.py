@@ -57,6 +57,43 @@ def test_not_dealt_where_rows_fill_the_arrays_or_blocks_are_few() -> None:
         is None
 
 
+@pytest.mark.parametrize(("arrays", "no", "ni", "ty", "split"), [
+    (4, 512, 1, 7, ("cols", 512)),    # a whole array's columns for each
+    (4, 256, 4, 7, ("images", 4)),    # else one image or more each
+    (4, 256, 1, 7, ("rows", 7)),      # else output rows of the one image
+    (4, 256, 2, 7, ("all", 0)),       # two images, too few for four: take turns
+    (4, 256, 1, 3, ("all", 0)),       # three rows for four arrays
+    (1, 512, 4, 7, ("all", 0)),       # one array
+])
+def test_how_a_tile_spreads_over_the_arrays(arrays, no, ni, ty, split) -> None:
+    assert array_split(arrays, 128, no, ni, ty) == split
+
+
+def test_dealing_beats_an_image_split_of_small_images() -> None:
+    # four 7x7 images over four arrays: 49 pixels an array, all 36 folds on each
+    # (36 x 128 + 382 = 4,990); dealt: 9 folds an array streaming all 196 pixels
+    matrix = FOUR.core.matrix
+    assert k_split(matrix, DType.f32, 4, (4, 7, 7), 128, [512] * 9, combine=100.0) == \
+        9 * 196 + FILL
+
+
+def test_as_many_blocks_as_arrays_is_enough() -> None:
+    # four K blocks, one an array (510 cycles each) against the row split's 14 pixels
+    # through all four on every array (4 x 128 + 382 = 894)
+    matrix = FOUR.core.matrix
+    assert k_split(matrix, DType.f32, 4, (1, 7, 7), 128, [128] * 4, combine=1.0) == \
+        128 + FILL
+
+
+def test_the_operands_dtype_sets_the_passes() -> None:
+    # f32 on a bf16 array at 'high' precision: three passes a matmul, bf16 one
+    matrix = FOUR.with_overrides({"core.matrix.input_dtype": "bf16",
+                                  "core.matrix.f32_precision": "high"}).core.matrix
+    assert k_split(matrix, DType.bf16, 4, (1, 7, 7), 128, [512] * 9, combine=1.0) == 1534
+    assert k_split(matrix, DType.f32, 4, (1, 7, 7), 128, [512] * 9, combine=1.0) == \
+        3 * (9 * (128 + FILL)) - 8 * FILL
+
+
 def test_k_blocks_cover_each_matmul_once() -> None:
     assert k_blocks([300, 64], 128) == [(0, 0, 128), (0, 128, 256), (0, 256, 300),
                                         (1, 0, 64)]
