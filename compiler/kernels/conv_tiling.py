@@ -59,8 +59,8 @@ class ConvTiling:
     its weights that row's taps, so a step holds ``1 / kh`` of the weights (CLIP's
     32x32 patch embedding: 6 KiB per filter whole, 192 bytes a row)."""
     staged_weights: bool = False
-    """Weight blocks staged in shared SRAM: the first core to need a block loads and
-    rearranges it and copies it there, later cores copy it from there
+    """Weight blocks staged in shared SRAM: the first core to need a block loads it
+    from DRAM into shared SRAM, and every core that needs it copies it from there
     (:mod:`compiler.kernels.conv_staging`)."""
     k_split: bool = False
     """A tile's K blocks are dealt to the core's arrays, each summing its own partial
@@ -111,6 +111,7 @@ def tap_packs(matrix: MatrixConfig, taps: int, kw: int, ct: int) -> set[int]:
     """Taps a matmul packs into K, tried: one, and as many as the array's rows hold of
     ``ct``-channel chunks; on an output-stationary array also a kernel row's ``kw``
     when the rows hold fewer.
+
     There K streams through the array (its rows hold output pixels), so a matmul of
     any K costs one fill and drain per fold (``rows + cols - 2`` cycles): a 3x3
     convolution's chunk of 128 channels on ascend-910b's 64x64 array spends 126 of
