@@ -41,6 +41,7 @@ from compiler.kernels.conv_packed import choose_packed_tiling, lower_conv_packed
 from compiler.kernels.conv_patch import lower_conv_patch
 from compiler.kernels.conv_patch_tiling import choose_patch_tiling, is_patch_embedding
 from compiler.kernels.conv_per_tap import lower_conv_per_tap
+from compiler.kernels.conv_staging import StagedWeights, rotated
 from compiler.kernels.conv_step import ConvLayout, ConvStep
 from compiler.kernels.conv_tiling import (
     ConvTiling, choose_conv_tiling, packed_groups, weight_loads,
@@ -153,7 +154,9 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
                          ("patch", patch, is_patch_embedding(node)),
                          ("packed", packed, True), ("gemm", tiling, True)) if applies}
         taken = _taken(estimates)
-        ctx.choices[node.source] = _choice(taken, estimates) + _layout_note(spec)
+        ctx.choices[node.source] = _choice(taken, estimates) + _layout_note(spec) + (
+            "; weights shared through shared SRAM"
+            if taken == "gemm" and tiling is not None and tiling.staged_weights else "")
         if taken == "depthwise":
             lower_conv_depthwise(ctx, kernel, depthwise)
             return
@@ -190,9 +193,12 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     step_counts = [0] * cores
 
+    staged = StagedWeights.plan(ctx, w.dtype) if tiling.staged_weights else None
+
     def weights(core: int, xs: int, oo: tuple[int, int], cc: tuple[int, int],
                 block: int | None) -> tuple[SramRef, Transpose | None]:
-        """Load a weight block (once per core when weights are resident): kernel row
+        """Load a weight block (once per core when weights are resident; staged,
+        through shared SRAM: :mod:`~compiler.kernels.conv_staging`): kernel row
         ``block`` or all rows; returns where it lives as ``[kh * kw * c, o]`` and the
         rearrangement still to emit."""
         b = plan.bufs[core]
@@ -209,13 +215,20 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
         krows = Slice(0, kh) if block is None else Slice(block, block + 1)
         wref = stored_ref(ctx, w, (Slice(*oo), Slice(*cc), krows, Slice(0, kw)))
         wraw = sub(b["wraw"][xs % len(b["wraw"])], (no, nc, kh, kw))
-        load_dense(ctx, wref, wraw, core, source)
+        if staged is not None:
+            staged.fill(ctx, key, wref, wraw, core, source)
+        else:
+            load_dense(ctx, wref, wraw, core, source)
         return dst, Transpose(wraw, sub(dst, (kh, kw, nc, no)), (2, 3, 1, 0))
 
+    met: dict[tuple[int, int], int] = {}  # staged: tiles so far of each weight block
     for tile in conv_tiles(plan.tiles, cores, ctx.sets, arrays, og, tiling.out_channels,
                            (geo.out_rows, geo.out_cols), (tiling.out_rows, plan.geo.out_cols)):
         core, gi = tile.core, tile.gi
         steps = [(c0, block) for c0 in range(0, cg, tiling.in_channels) for block in blocks]
+        if staged is not None:  # each tile of a block loads a different chunk first
+            turn = met[tile.oo] = met.get(tile.oo, -1) + 1
+            steps = rotated(steps, turn)
         for s, (c0, block) in enumerate(steps):
             cc = (gi * cg + c0, gi * cg + min(c0 + tiling.in_channels, cg))
             xs = step_counts[core] % ctx.sets

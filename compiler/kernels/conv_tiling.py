@@ -21,6 +21,9 @@ from compiler.cost import (
 from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
 from compiler.kernels.conv_geometry import Geometry, row_block
+from compiler.kernels.conv_staging import (
+    StagingCost, sharers, staged_cost, staging_pays,
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,10 @@ class ConvTiling:
     output rows' input rows of that kernel row (one strided DMA, rows ``sh`` apart) and
     its weights that row's taps, so a step holds ``1 / kh`` of the weights (CLIP's
     32x32 patch embedding: 6 KiB per filter whole, 192 bytes a row)."""
+    staged_weights: bool = False
+    """Weight blocks staged in shared SRAM: the first core to need a block loads it
+    from DRAM into shared SRAM, and every core that needs it copies it from there
+    (:mod:`compiler.kernels.conv_staging`)."""
     k_split: bool = False
     """A tile's K blocks are dealt to the core's arrays, each summing its own partial
     (:func:`k_split`), instead of splitting its pixels among them."""
@@ -98,6 +105,23 @@ def narrow_channel_tiles(size: int, unit: int) -> list[int]:
     narrow tiles by 5-10% that simulate 10-30% slower (ResNet-18 on tpu-v4: 157k ->
     203k cycles), an array's idle columns costing more than it sees."""
     return sorted({t for t in (unit // 2, unit // 4, unit // 8) if 0 < t < size})
+
+
+def tap_packs(matrix: MatrixConfig, taps: int, kw: int, ct: int) -> set[int]:
+    """Taps a matmul packs into K, tried: one, and as many as the array's rows hold of
+    ``ct``-channel chunks; on an output-stationary array also a kernel row's ``kw``
+    when the rows hold fewer.
+
+    There K streams through the array (its rows hold output pixels), so a matmul of
+    any K costs one fill and drain per fold (``rows + cols - 2`` cycles): a 3x3
+    convolution's chunk of 128 channels on ascend-910b's 64x64 array spends 126 of
+    every 254 cycles on them one tap at a time, 126 of 510 three taps at a time (the
+    vector unit copying the taps side by side meanwhile). A row's taps, not all nine:
+    ResNet-18 on ascend-910b took 169.8k cycles with rows, 177.9k with all nine
+    taps and 171.8k with both tried (whole kernels' packing buffers crowd out the
+    larger tiles)."""
+    most = min(taps, max(1, matrix.rows // ct))
+    return {1, most, min(kw, taps)} if matrix.dataflow == "os" and kw > most else {1, most}
 
 
 def packed_groups(ntaps: int, taps: int) -> int:
@@ -267,8 +291,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                 tn = kw if blocked else ntaps
                 steps = chunks * (kh if blocked else 1)  # window loads a tile
                 trows = tgeo.rows(ty)
-                most = min(tn, max(1, matrix.rows // ct))
-                for g in sorted({1, most}):
+                for g in sorted(tap_packs(matrix, tn, kw, ct)):
                     ks = [min(g, tn - t) * ct for t in range(0, tn, g)]
                     if (blocked, g) not in mxu_of:
                         mxu_of[blocked, g] = steps * sum(
@@ -332,20 +355,44 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                                 dram_bytes=cores * loads + tiles * out_bytes,
                                 serial_cycles=fill + tail + setup + out_bytes /
                                 dma.bandwidth_bytes_per_cycle)
-                    tiling = ConvTiling(ni, ty, ot, ct, g, resident > 0, cost, direct,
-                                        tw if tw < ow else 0, fallback, blocked)
-                    if dealt is not None:  # every array on the tile's own matmuls
-                        tiling = replace(tiling, k_split=True, cost=replace(
-                            cost, mxu_cycles=per_core * steps * dealt + first,
-                            vpu_cycles=per_core * (vpu + combine)))
                     commands = tiles * (steps * (8 + mm_groups * (1 + (g + 1) * (g > 1))) + 4)
-                    options.append((cost.estimate(config), commands, tiling))
+                    # staged weights (not with resident ones: a core keeping its blocks
+                    # loads each once, fewer than ``weight_share`` counts, so staging
+                    # would be credited with DRAM bytes the resident tiling never reads)
+                    o_tiles = ceil_div(cout, ot)
+                    staged = None if resident else staged_cost(config, cost, cores, StagingCost(
+                        groups * cout * cin * ntaps * item,
+                        sharers(o_tiles, tiles // groups, cores), groups * o_tiles * steps,
+                        weight_share, weights, load_bw, setup))
+                    for shared, variant in ((False, cost), (True, staged)):
+                        if variant is None:
+                            continue
+                        tiling = ConvTiling(ni, ty, ot, ct, g, resident > 0, variant, direct,
+                                            tw if tw < ow else 0, fallback, blocked,
+                                            staged_weights=shared)
+                        if dealt is not None:  # every array on the tile's own matmuls
+                            tiling = replace(tiling, k_split=True, cost=replace(
+                                variant, mxu_cycles=per_core * steps * dealt + first,
+                                vpu_cycles=variant.vpu_cycles + per_core * combine))
+                        # (a staged tiling: a copy out of shared SRAM a step)
+                        options.append((variant.estimate(config),
+                                        commands + tiles * steps * shared, tiling))
     if not options:
         return None
     # ranked by the estimate without dealt K blocks: with them, small tiles estimate
     # faster than they run (ResNet-18's 56x56 layers on tpu-v3: 3-row tiles, estimated
     # 8% under the 19-row tiles, simulate 3% over them); the choice then deals its K
     # blocks where they help, and its estimate says so
+    unstaged = [o for o in options if not o[2].staged_weights]
+    taken = _taken(unstaged)
+    fastest = min(o[0] for o in unstaged)
+    return _taken(unstaged + [o for o in options if o[2].staged_weights and
+                              staging_pays(o[0], o[2].cost, fastest, taken.cost)])
+
+
+def _taken(options: list[tuple[float, int, ConvTiling]]) -> ConvTiling:
+    """Among the options within :data:`~compiler.cost.COMMAND_TOLERANCE` of the lowest
+    estimate, the one issuing the fewest commands."""
     fastest = min(o[0] for o in options)
     near = [o for o in options if o[0] <= fastest * (1 + COMMAND_TOLERANCE)]
     return min(near, key=lambda o: (o[1], o[0]))[2]
