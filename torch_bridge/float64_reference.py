@@ -7,7 +7,10 @@ a wrong number. torch's weight-only quantized matmuls take float32/16-bit activa
 only, so a model using them had no float64 reference, and a float32 int4 head of 4,224
 x 2,048 was refused for a sum order 1.4x over float32's tolerance. Under
 :func:`float64_reference` those ops with float64 activations multiply in float64 by
-their weights dequantized in float64 from the packed codes.
+their weights dequantized in float64 from the packed codes. The codes are read with
+the compiler's own table of the CPU packing, so each result is checked against torch's
+float32 kernel on the same inputs first (:data:`AGREEMENT`): a table wrong for the
+program and the reference alike makes the reference refuse, and the first error stands.
 """
 
 from __future__ import annotations
@@ -65,12 +68,36 @@ RULES: dict[Any, Callable[..., torch.Tensor]] = {
 """Quantized ops without a float64 kernel, and how to compute each in float64."""
 
 
+AGREEMENT = 1e-3
+"""How far (relative to the largest value) a rule's result, rounded to float32, may be
+from torch's own float32 kernel on the same inputs: a sum order is ~1e-6, a weight
+decoded wrong is the values themselves."""
+
+
+class RuleDisagrees(RuntimeError):
+    """A rule disagrees with torch's own kernel: it cannot serve as the reference."""
+
+
+def _narrow(value: Any) -> Any:
+    return value.float() if isinstance(value, torch.Tensor) and \
+        value.dtype is torch.float64 else value
+
+
 class _Float64Reference(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         rule = RULES.get(func)
-        if rule is not None and args[0].dtype is torch.float64:
-            return rule(*args, **(kwargs or {}))
-        return func(*args, **(kwargs or {}))
+        if rule is None or args[0].dtype is not torch.float64:
+            return func(*args, **(kwargs or {}))
+        out = rule(*args, **(kwargs or {}))
+        # the rule decodes the weights with the compiler's tables (the CPU packing):
+        # checked against torch's own kernel, so a table that is wrong for the
+        # program and the reference alike cannot pass a wrong result
+        torchs = func(*[_narrow(a) for a in args], **(kwargs or {}))
+        scale = float(torchs.abs().max()) if torchs.numel() else 0.0
+        if not torch.allclose(out.float(), torchs, rtol=0, atol=AGREEMENT * max(scale, 1e-30)):
+            raise RuleDisagrees(f"{func}: the float64 rule disagrees with torch's float32 "
+                                 "kernel")
+        return out
 
 
 @contextmanager
@@ -81,4 +108,4 @@ def float64_reference() -> Iterator[None]:
         yield
 
 
-__all__ = ["RULES", "float64_reference", "int4_codes"]
+__all__ = ["AGREEMENT", "RULES", "RuleDisagrees", "float64_reference", "int4_codes"]
