@@ -12,6 +12,7 @@ import math
 from typing import Any, NamedTuple
 
 from archsim.config.names import mxu_engine, vpu_engine
+from archsim.errors import LoweringError
 from compiler import graph as g
 from compiler.ir.operands import Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose, VCopy
@@ -217,13 +218,18 @@ class ConvStep:
         """The tile's matmuls with their K blocks dealt to the arrays in turn
         (:func:`~compiler.kernels.conv_tiling.k_split`): array 0 sums into the
         accumulator, the others into partials of their own, each starting its sum with
-        its first block of the tile's first step."""
+        its first block of the tile's first step (which has a block for every array:
+        ``k_split`` deals only then, and the first step's chunk is a whole one)."""
         kw, rows = self.node.inputs[1].shape[3], self.ctx.config.core.matrix.rows
         nc, no = self.nc, self.no
         m = acc.shape[0]
         sums = [acc] + [sub(p, (m, no)) for p in self.b["partials"][self.q]]
         ks = [len(group) * nc for group in self.plan.tap_groups]
-        for u, (k, lo, hi) in enumerate(k_blocks(ks, rows)):
+        blocks = k_blocks(ks, rows)
+        if first and len(blocks) < self.arrays:
+            raise LoweringError(f"{self.node.source}: {len(blocks)} K blocks dealt to "
+                                f"{self.arrays} arrays would leave a partial unwritten")
+        for u, (k, lo, hi) in enumerate(blocks):
             array = u % self.arrays
             (i, j), a = self.plan.tap_groups[k][0], self.operands[k]
             rhs = sub(self.w, (hi - lo, no), ((i * kw + j) * nc + lo) * no)

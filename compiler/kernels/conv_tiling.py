@@ -149,11 +149,12 @@ def k_blocks(ks: list[int], rows: int) -> list[tuple[int, int, int]]:
 
 
 def k_split(matrix: MatrixConfig, dtype: DType, arrays: int, tile: tuple[int, int, int],
-            no: int, ks: list[int], combine: float) -> int | None:
+            no: int, ks: list[int], combine: float, steps: int = 1) -> int | None:
     """A tile's K blocks (:func:`k_blocks`) dealt to the arrays in turn, each array
     summing a partial of its own, against the split by images or rows
-    (:func:`array_split`): the busiest array's cycles a step when dealing wins by more
-    than ``combine`` (the vector cycles adding the partials up), else None.
+    (:func:`array_split`): the busiest array's cycles a step when dealing wins over the
+    tile's ``steps`` (channel chunks, kernel rows) by more than ``combine`` (the vector
+    cycles adding the partials up, once a tile), else None.
 
     ``tile`` is (images, rows, columns), ``no`` its output channels, ``ks`` the K of
     each tap group's matmul. A row split has every array load every weight fold for its
@@ -174,22 +175,22 @@ def k_split(matrix: MatrixConfig, dtype: DType, arrays: int, tile: tuple[int, in
     split = run([(share, k) for k in ks])
     dealt = max(run([(ni * ty * tw, hi - lo) for u, (_, lo, hi) in enumerate(units)
                      if u % arrays == a]) for a in range(arrays))
-    return dealt if dealt + combine < split else None
+    return dealt if steps * dealt + combine < steps * split else None
 
 
 def sram_bytes(geo: Geometry, ni: int, ty: int, ot: int, ct: int, taps: int,
                resident: int, item: int, out_item: int, cast: bool, epi: int,
-               sets: int, loads: int | None = None, partials: int = 0) -> int:
+               sets: int, loads: int | None = None) -> int:
     """Scratchpad one core needs (``resident``: bytes of the weight blocks kept;
-    ``loads``: buffers weight blocks load into, default ``sets``; ``partials``: the
-    arrays' accumulators beside the tile's own, :func:`k_split`)."""
+    ``loads``: buffers weight blocks load into, default ``sets``; with :func:`k_split`
+    the arrays' partials come on top, ``sets x (arrays - 1)`` accumulators)."""
     kh, kw = geo.kernel
     m = ni * ty * geo.out_cols
     window = ni * geo.rows(ty) * geo.cols * ct * item
     weights = ot * ct * kh * kw * item
     pack = packed_groups(kh * kw, taps) * m * taps * ct * item
     stage = taps * m * ct * item if taps > 1 else 0
-    acc = (2 + partials) * m * ot * 4 + m * ot * ((out_item if cast else 0) + epi)
+    acc = 2 * m * ot * 4 + m * ot * ((out_item if cast else 0) + epi)
     # as loaded, and rearranged (or kept)
     weights = (sets if loads is None else loads) * weights + \
         (resident if resident else sets * weights)
@@ -297,7 +298,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                         mxu_of[blocked, g] = steps * sum(
                             matmul_cycles(m, k, ot, matrix, dtype) for k in ks)
                         dealt_of[blocked, g] = k_split(matrix, dtype, arrays, (ni, ty, tw),
-                                                       ot, ks, combine)
+                                                       ot, ks, combine, steps)
                     mxu, dealt = mxu_of[blocked, g], dealt_of[blocked, g]
                     need = sram_bytes(tgeo, ni, ty, ot, ct, g, resident, item, out_item,
                                       cast, epi, ctx.sets,

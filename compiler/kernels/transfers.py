@@ -53,14 +53,22 @@ def _split_ref(ref: DramRef, parts: int) -> list[tuple[DramRef, int]]:
     return out
 
 
+def pieces(ctx: Context, nbytes: int, kind: str) -> int:
+    """Commands a dense transfer of ``nbytes`` is cut into: one a :data:`SPLIT_BYTES`,
+    at most one a load engine (a store keeps to its one engine)."""
+    if kind == "store":
+        return 1
+    engines = ctx.config.core.dma.engines
+    usable = engines - 1 if kind == "load" and engines > 1 else engines
+    return min(usable, -(-nbytes // SPLIT_BYTES))
+
+
 def load_dense(ctx: Context, ref: DramRef, buf: SramRef, core: int, source: str) -> None:
     """Load the DRAM box ``ref`` into the dense ``buf`` of its shape: one command, or
     over :data:`SPLIT_BYTES` pieces on the core's load engines (a convolution's weight
     block of 288 KiB on one 256 B/cycle engine took 1,760 cycles)."""
-    engines = ctx.config.core.dma.engines
-    usable = engines - 1 if engines > 1 else engines
     nbytes = math.prod(ref.shape) * buf.dtype.itemsize
-    for piece, offset in _split_ref(ref, min(usable, -(-nbytes // SPLIT_BYTES))):
+    for piece, offset in _split_ref(ref, pieces(ctx, nbytes, "load")):
         ctx.em.emit(ctx.em.dma(core, "load"), Load(piece, sub(buf, piece.shape, offset)),
                     source)
 
@@ -72,14 +80,9 @@ def dram_transfers(ctx: Context, value: Value, box: Box, kind: str) -> list[Tran
     places = ctx.em.dram_places(ctx.view(value), box)
     if any(strides is not None for _, _, strides in places):
         return places
-    engines = ctx.config.core.dma.engines
-    usable = engines - 1 if kind in ("load", "store") and engines > 1 else engines
-    if kind == "store":
-        usable = 1
     out: list[Transfer] = []
     for ref, offset, _ in places:
-        nbytes = math.prod(ref.shape) * value.dtype.itemsize
-        parts = min(usable, -(-nbytes // SPLIT_BYTES))
+        parts = pieces(ctx, math.prod(ref.shape) * value.dtype.itemsize, kind)
         out += [(piece, offset + extra, None) for piece, extra in _split_ref(ref, parts)]
     return out
 

@@ -4,6 +4,9 @@ its own, instead of every array loading every fold for a quarter of the pixels."
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 import torch
 
@@ -11,10 +14,13 @@ from archsim.matrix import back_to_back_saving, matmul_cycles
 from archsim.simulator import Simulator
 from compiler import compile_op
 from compiler.ir.dtypes import DType
-from compiler.ir.ops import Binary, MatMul
+from archsim.errors import LoweringError
+from compiler.compile import clear_cache
+from compiler.ir.operands import SramRef
+from compiler.ir.ops import Binary, BinaryKind, MatMul
 from compiler.kernels import conv, conv_tiling
 from compiler.kernels.conv_tiling import array_split, k_blocks, k_split
-from compiler_helpers import ARRAY, check_op
+from compiler_helpers import ARRAY, check_op, config
 
 aten = torch.ops.aten
 
@@ -128,7 +134,7 @@ def test_simulated_arrays_each_load_a_quarter_of_the_folds() -> None:
     (256, 256, 14, "tpu-v4", torch.bfloat16),   # 14-row tiles split over two cores
     (64, 128, 7, "tpu-v4", torch.float32),      # two taps packed into K 128
     (128, 128, 14, "tpu-v3", torch.float32),    # two arrays, 7-row tiles
-    (96, 80, 9, "tpu-v4", torch.float32),       # blocks of 96 rows, a last tile short
+    (96, 80, 9, "tpu-v4", torch.float32),       # blocks of 96 rows
 ])
 def test_numbers_match_torch(cin: int, cout: int, size: int, preset: str,
                              dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,3 +152,52 @@ def test_numbers_match_torch(cin: int, cout: int, size: int, preset: str,
                            (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), preset)
     assert compiled.choices["convolution_default"].startswith("implicit GEMM")
     assert chosen[-1].k_split
+
+
+def test_chunks_and_a_short_last_tile(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 512 -> 128 at 7x7 on tpu-v4 forced into tiles of 4 rows and chunks of 128 input
+    # channels: the 4-row tile deals its 9 x 1 blocks a chunk to the four arrays over
+    # four steps and adds three partials; the 3-row last tile (fewer rows than arrays)
+    # takes turns on one array and adds none
+    real = conv_tiling.choose_conv_tiling
+
+    def forced(*args, **kwargs):
+        chosen = real(*args, **kwargs)
+        return dataclasses.replace(chosen, out_rows=4, in_channels=128, k_split=True)
+
+    monkeypatch.setattr(conv, "choose_conv_tiling", forced)
+    monkeypatch.setattr(conv, "choose_packed_tiling", lambda *a, **k: None)
+    clear_cache()
+    torch.manual_seed(3)
+    x = torch.randn(1, 512, 7, 7)
+    w = torch.randn(128, 512, 3, 3) / (9 * 512) ** 0.5
+    compiled, _ = check_op(aten.convolution.default,
+                           (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), "tpu-v4")
+    clear_cache()
+    assert compiled.choices["convolution_default"].startswith("implicit GEMM")
+    adds = [c for c in compiled.program.commands if isinstance(c.op, Binary)
+            and c.op.kind is BinaryKind.add and isinstance(c.op.b, SramRef)
+            and c.op.dst.shape == (28, 128)]
+    assert len(adds) == 3
+    dealt = [c.op for c in compiled.program.commands
+             if isinstance(c.op, MatMul) and math.prod(c.op.a.shape[:-1]) == 28]
+    # four chunks x nine taps, one 128-row block each, nine an array; each array
+    # starts its sum once
+    assert len(dealt) == 36 and sum(not m.accumulate for m in dealt) == 4
+
+
+def test_too_few_blocks_for_the_arrays_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # forced: 32 input channels in four-tap groups are three K blocks for four arrays
+    real = conv_tiling.choose_conv_tiling
+    monkeypatch.setattr(conv, "choose_conv_tiling", lambda *a, **k: dataclasses.replace(
+        real(*a, **k), k_split=True, taps=4, out_rows=7))
+    monkeypatch.setattr(conv, "choose_packed_tiling", lambda *a, **k: None)
+    clear_cache()
+    x = torch.empty(1, 32, 7, 7, device="meta")
+    w = torch.empty(128, 32, 3, 3, device="meta")
+    with pytest.raises(LoweringError, match="3 K blocks dealt to 4 arrays would leave a "
+                                            "partial unwritten"):
+        compile_op(aten.convolution.default,
+                   (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {},
+                   config("tpu-v4"))
+    clear_cache()

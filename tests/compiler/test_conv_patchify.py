@@ -17,10 +17,12 @@ import torch
 
 import compiler
 import compiler.kernels.conv as conv
+from archsim.errors import LoweringError
 from archsim.app.pipeline import run
 from archsim.app.workload import Workload
 from compiler import CompileOptions, compile_op
 from compiler.compile import clear_cache
+from compiler.kernels.conv_patch_tiling import PatchSizes
 from compiler.ir.operands import Scalar, SramRef
 from compiler.ir.ops import Binary, Load, MatMul, Store, Transpose, VCopy
 from compiler_helpers import config, tolerance
@@ -224,3 +226,11 @@ def test_conv1d_moves_what_it_must():
     assert "taps packed into K" in _choice(compiled)
     rows = sum(-(-cols * 2 // 32) * 32 for cols in (598, 599, 599))
     assert result.dram_bytes == w.numel() * 2 + 64 * rows + want.numel() * 2
+
+
+def test_a_channels_major_tile_of_several_images_is_refused() -> None:
+    # [o, pixels] holds one image's pixels; several images a block run pixels-major
+    PatchSizes(2, 4, 32, True, (1, 1), 2, False)
+    with pytest.raises(LoweringError, match="patch tiling of 2 images a block must run "
+                                            "pixels-major"):
+        PatchSizes(2, 4, 32, False, (1, 1), 2, False)
