@@ -21,16 +21,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from archsim.config.names import sram_space
+from archsim.config.names import sram_space, vpu_engine
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
 from compiler.ir.dtypes import DType
-from compiler.ir.operands import Slice, SramRef
-from compiler.ir.ops import Transpose
+from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
+from compiler.ir.ops import Binary, BinaryKind, Load, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    Geometry, conv_tiles, epilogue_bytes, reads_stored, row_block, stored_ref,
+    Geometry, conv_tiles, epilogue_bytes, interleaved, reads_stored, row_block, stored_ref,
 )
 from compiler.kernels.conv_depthwise import (
     choose_depthwise_tiling,
@@ -67,7 +67,11 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
                             tiling.in_channels, tiling.taps)
     tw = tiling.out_cols or ow
     geo = replace(geo, out_cols=tw)
-    if tiling.row_blocks:  # a step is one kernel row: its own 1 x kw convolution
+    if tiling.interleaved:  # the kernel padded to whole phases, a row of them a matmul
+        geo = interleaved(geo)
+        (kh, kw), bk = geo.kernel, 1
+        ntap = geo.stride[0] * kw
+    elif tiling.row_blocks:  # a step is one kernel row: its own 1 x kw convolution
         geo, kh, bk = row_block(geo), 1, kh  # bk: the steps a chunk takes
     else:
         bk = 1
@@ -79,7 +83,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
     cores = min(ctx.cores, len(tiles))
     sets = ctx.sets
     rows, m, ow = geo.rows(ty), ni * ty * tw, tw
-    packed = packed_groups(len(taps), ntap)
+    packed = 0 if tiling.interleaved else packed_groups(len(taps), ntap)
     # the weight blocks (group and channel tile, each of every chunk) each core meets
     chunks = -(-cg // ct)
     blocks = [len({(gi, o0) for _, gi, o0, _, _ in tiles[c::cores]}) * chunks * bk
@@ -101,7 +105,8 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
             "kept": alloc((blocks[c] * ot * ct * kh * kw if tiling.blocks_kept else
                            cout * cg * kh * kw,), x.dtype, "conv resident weights")
             if tiling.resident_weights else None,
-            "stage": alloc((ntap, m, ct), x.dtype, "conv tap staging") if ntap > 1 else None,
+            "stage": alloc((ntap, m, ct), x.dtype, "conv tap staging")
+            if packed else None,
             "packed": [alloc((packed, m, ntap * ct), x.dtype, "conv packed taps")
                        for _ in range(sets)] if packed else [],
             "acc": [alloc((m, ot), acc_dtype, "conv accumulator") for _ in range(sets)],
@@ -156,7 +161,9 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         taken = _taken(estimates)
         ctx.choices[node.source] = _choice(taken, estimates) + _layout_note(spec) + (
             "; weights shared through shared SRAM"
-            if taken == "gemm" and tiling is not None and tiling.staged_weights else "")
+            if taken == "gemm" and tiling is not None and tiling.staged_weights else "") + (
+            "; phases interleaved" if taken == "gemm" and tiling is not None and
+            tiling.interleaved else "")
         if taken == "depthwise":
             lower_conv_depthwise(ctx, kernel, depthwise)
             return
@@ -186,6 +193,10 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
     blocks: list[int | None] = list(range(kh)) if plan.tiling.row_blocks else [None]
     if plan.tiling.row_blocks:
         kh = 1
+    padded = plan.geo.kernel if plan.tiling.interleaved else None
+    stored = (kh, kw)  # the kernel rows and columns a block loads
+    if padded is not None:
+        kh, kw = padded
     og = cout // node.spec.groups
     tiling, cores = plan.tiling, plan.cores
     kept: list[dict[tuple[tuple[int, int], tuple[int, int], int | None], SramRef]] = \
@@ -212,9 +223,13 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
             dst = kept[core][key] = sub(b["kept"], (kh * kw * nc, no), offset)
         else:
             dst = sub(b["w"][xs], (kh * kw * nc, no))
-        krows = Slice(0, kh) if block is None else Slice(block, block + 1)
-        wref = stored_ref(ctx, w, (Slice(*oo), Slice(*cc), krows, Slice(0, kw)))
+        krows = Slice(0, stored[0]) if block is None else Slice(block, block + 1)
+        wref = stored_ref(ctx, w, (Slice(*oo), Slice(*cc), krows, Slice(0, stored[1])))
         wraw = sub(b["wraw"][xs % len(b["wraw"])], (no, nc, kh, kw))
+        if padded is not None:
+            return _padded_weights(ctx, core, wref, (no, nc, *stored),
+                                   b["wraw"][xs % len(b["wraw"])], dst,
+                                   padded, tuple(node.spec.stride), source)
         if staged is not None:
             staged.fill(ctx, key, wref, wraw, core, source)
         else:
@@ -247,6 +262,27 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
             per_core[core].append(TileSteps(load, step.compute if s else step.compute_first,
                                             store))
     pipeline(per_core, ctx.sets - 1)
+
+
+def _padded_weights(ctx: Context, core: int, wref: DramRef, shape: tuple[int, ...],
+                    wraw: SramRef, dst: SramRef, padded: tuple[int, int],
+                    stride: tuple[int, int], source: str) -> tuple[SramRef, Transpose]:
+    """The weights of an interleaved tiling (:attr:`ConvTiling.interleaved`): the
+    buffer ``[o, c, KH, KW]`` of the kernel padded to whole phases is zeroed, the
+    block lands in its first ``kh x kw`` taps (one strided DMA) and the
+    rearrangement to ``[KH / sh, KW / sw, sh, sw, c, o]`` (the planes' K order) is
+    returned. ``shape`` is the block's ``[o, c, kh, kw]``, ``dst`` where it goes, as
+    ``[KH x KW x c, o]``."""
+    no, nc, kh, kw = shape
+    (ph, pw), (sh, sw) = padded, stride
+    whole = sub(wraw, (no, nc, ph, pw))
+    ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0), whole),
+                source)
+    inside = SramRef(whole.space, whole.offset, (no, nc, kh, kw), whole.dtype,
+                     (nc * ph * pw, ph * pw, pw, 1))
+    ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, inside), source)
+    return dst, Transpose(sub(whole, (no, nc, ph // sh, sh, pw // sw, sw)),
+                          sub(dst, (ph // sh, pw // sw, sh, sw, nc, no)), (2, 4, 3, 5, 1, 0))
 
 
 def _layout_note(spec: g.Conv2d) -> str:

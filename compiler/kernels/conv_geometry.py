@@ -182,6 +182,19 @@ class Geometry:
         return (phase * plane_rows + (i * dh) // sh) * self.plane_cols + (j * dw) // sw
 
 
+def interleaved(geo: Geometry) -> Geometry:
+    """``geo`` with its kernel padded to whole stride phases (a 7x7 kernel of stride 2
+    as 8x8, the added taps' weights zero): the geometry of a window whose phase planes
+    are laid out interleaved, ``[images, plane rows, plane cols, sh, sw, c]``, so that
+    the ``kw / sw`` plane columns a kernel row of phases reads are one run of
+    ``kw x sh x c`` elements a pixel (space-to-depth: a stride-2 7x7 convolution over
+    3 channels is a stride-1 4x4 one over the 12 channels of the 2x2 phases, and a
+    row of it one matmul of K = 48 reading the planes in place, no tap copied)."""
+    (kh, kw), (sh, sw) = geo.kernel, geo.stride
+    return Geometry((ceil_div(kh, sh) * sh, ceil_div(kw, sw) * sw), geo.stride,
+                    geo.dilation, geo.out_rows, geo.out_cols, geo.in_rows, geo.in_cols)
+
+
 def row_block(geo: Geometry) -> Geometry:
     """One kernel row of ``geo`` as a convolution of its own: over a window whose rows
     are the input rows that row reads for consecutive output rows (loaded ``sh``

@@ -84,6 +84,12 @@ class ConvStep:
             self.emit(self.vpu, Transpose(
                 sub(raw, (ni, rows // sh, sh, geo.plane_cols, sw, nc)),
                 sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)), (2, 4, 0, 1, 3, 5)))
+        elif self.plan.tiling.interleaved:  # [ni, plane rows, plane cols, sh, sw, c]
+            raw = sub(self.b["raw"][self.xs], (ni, nc, rows, cols))
+            self._window(raw)
+            self.emit(self.vpu, Transpose(
+                sub(raw, (ni, nc, rows // sh, sh, geo.plane_cols, sw)),
+                sub(planes, (ni, rows // sh, geo.plane_cols, sh, sw, nc)), (0, 2, 4, 3, 5, 1)))
         else:
             raw = sub(self.b["raw"][self.xs], (ni, nc, rows, cols))
             self._window(raw)
@@ -94,6 +100,9 @@ class ConvStep:
             self.emit(self.vpu, rearrange)
         m, tw = ni * ty * self.tw, self.tw
         image_rows = geo.plane_rows(ty)
+        if self.plan.tiling.interleaved:
+            self._interleaved_views(planes)
+            return
         strides = self.strides = (image_rows * geo.plane_cols * nc, geo.plane_cols * nc,
                                   nc, 1)
 
@@ -117,6 +126,23 @@ class ConvStep:
             slot += 1
             self.emit(self.vpu, Transpose(stage, a, (1, 0, 2)))
             self.operands.append(sub(a, (m, len(group) * nc)))
+
+    def _interleaved_views(self, planes: SramRef) -> None:
+        """A matmul's A operand per kernel row of phases, read in place from the
+        interleaved planes ``[ni, plane rows, plane cols, sh, sw, c]``: for output
+        pixel (y, x) of row ``di`` the ``kw / sw`` plane columns from (y + di, x), a
+        run of ``K = kw / sw x sh x sw x c`` elements (consecutive pixels' runs
+        overlap: they are ``sh x sw x c`` apart)."""
+        geo, ni, ty, tw, nc = self.geo, self.ni, self.ty, self.tw, self.nc
+        (sh, sw), (_, kw) = geo.stride, geo.kernel
+        depth = sh * sw * nc  # one plane pixel: its phases' channels
+        pitch = geo.plane_cols * depth
+        strides = (geo.plane_rows(ty) * pitch, pitch, depth, 1)
+        item = planes.dtype.itemsize
+        for di in range(geo.plane_rows(1)):
+            self.operands.append(SramRef(planes.space, planes.offset + di * pitch * item,
+                                         (ni, ty, tw, kw // sw * depth), planes.dtype,
+                                         strides))
 
     def _window(self, raw: SramRef) -> None:
         """``raw`` [ni, c, rows, cols] := the zero-padded input window
@@ -194,7 +220,7 @@ class ConvStep:
         self._compute(first=False)
 
     def _compute(self, first: bool) -> None:
-        kw = self.node.inputs[1].shape[3]
+        kw = self.geo.kernel[1]  # padded to whole phases when interleaved
         nc, no = self.nc, self.no
         m = self.ni * self.ty * self.tw
         acc = sub(self.b["acc"][self.q], (m, no))
@@ -220,7 +246,7 @@ class ConvStep:
         accumulator, the others into partials of their own, each starting its sum with
         its first block of the tile's first step (which has a block for every array:
         ``k_split`` deals only then, and the first step's chunk is a whole one)."""
-        kw, rows = self.node.inputs[1].shape[3], self.ctx.config.core.matrix.rows
+        kw, rows = self.geo.kernel[1], self.ctx.config.core.matrix.rows
         nc, no = self.nc, self.no
         m = acc.shape[0]
         sums = [acc] + [sub(p, (m, no)) for p in self.b["partials"][self.q]]

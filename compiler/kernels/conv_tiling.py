@@ -20,7 +20,7 @@ from compiler.cost import (
 )
 from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
-from compiler.kernels.conv_geometry import Geometry, row_block
+from compiler.kernels.conv_geometry import Geometry, interleaved, row_block
 from compiler.kernels.conv_staging import (
     StagingCost, sharers, staged_cost, staging_pays,
 )
@@ -65,6 +65,11 @@ class ConvTiling:
     k_split: bool = False
     """A tile's K blocks are dealt to the core's arrays, each summing its own partial
     (:func:`k_split`), instead of splitting its pixels among them."""
+    interleaved: bool = False
+    """The window's phase planes interleaved (NCHW image, one channel chunk:
+    :func:`~compiler.kernels.conv_geometry.interleaved`): a matmul a kernel row of
+    phases, its A operand a view of the planes (K = ``kw / sw x sh x sw x c``, the
+    kernel padded to whole phases with zero weights), no tap copied side by side."""
 
 
 def blocks_met(groups: int, o_tiles: int, tiles: int, cores: int) -> int:
@@ -122,6 +127,18 @@ def tap_packs(matrix: MatrixConfig, taps: int, kw: int, ct: int) -> set[int]:
     larger tiles)."""
     most = min(taps, max(1, matrix.rows // ct))
     return {1, most, min(kw, taps)} if matrix.dataflow == "os" and kw > most else {1, most}
+
+
+def interleaves(matrix: MatrixConfig, geo: Geometry, cin: int, ct: int, groups: int,
+                nhwc_in: bool) -> bool:
+    """Whether a tiling may read the phase planes interleaved
+    (:attr:`ConvTiling.interleaved`): an NCHW image with a stride and no dilation, all
+    its channels one chunk, and a kernel row of phases (``kw / sw x sh x sw x c``)
+    no deeper than the array's rows: a 3-channel stem, whose taps the vector unit
+    otherwise copies 3 elements a pixel at a time (ResNet's 7x7/2: K = 48 a row)."""
+    (_, kw), (sh, sw) = interleaved(geo).kernel, geo.stride
+    return (not nhwc_in and groups == 1 and ct == cin and (sh, sw) != (1, 1)
+            and geo.dilation == (1, 1) and kw * sh * ct <= matrix.rows)
 
 
 def packed_groups(ntaps: int, taps: int) -> int:
@@ -284,22 +301,28 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
             blockings = (False, True) if fallback and not nhwc_in and kh > 1 else (False,)
             # array cycles of a tile by (row blocks, taps a matmul): the same whichever
             # weights stay resident and however the phases load
-            mxu_of: dict[tuple[bool, int], int] = {}
-            dealt_of: dict[tuple[bool, int], int | None] = {}
+            mxu_of: dict[tuple[bool, int, bool], int] = {}
+            dealt_of: dict[tuple[bool, int, bool], int | None] = {}
             combine = (arrays - 1) * (vlat + m * ot / vector_rate(config, 4))
+            inter = interleaves(matrix, geo, cin, ct, groups, nhwc_in)
             for blocked, resident, direct in itertools.product(blockings, (kept, 0), modes):
-                tgeo = row_block(geo) if blocked else geo
-                tn = kw if blocked else ntaps
                 steps = chunks * (kh if blocked else 1)  # window loads a tile
-                trows = tgeo.rows(ty)
-                for g in sorted(tap_packs(matrix, tn, kw, ct)):
-                    ks = [min(g, tn - t) * ct for t in range(0, tn, g)]
-                    if (blocked, g) not in mxu_of:
-                        mxu_of[blocked, g] = steps * sum(
+                packs = [(g, False) for g in sorted(tap_packs(
+                    matrix, kw if blocked else ntaps, kw, ct))]
+                for g, inside in packs + ([(1, True)] if inter and not blocked else []):
+                    tgeo = interleaved(geo) if inside else row_block(geo) if blocked else geo
+                    tn = kw if blocked else tgeo.kernel[0] * tgeo.kernel[1]
+                    trows = tgeo.rows(ty)
+                    # interleaved: a matmul a kernel row of phases, K its sh rows of taps
+                    row = tgeo.stride[0] * tgeo.kernel[1]
+                    ks = [row * ct] * tgeo.plane_rows(1) if inside else \
+                        [min(g, tn - t) * ct for t in range(0, tn, g)]
+                    if (blocked, g, inside) not in mxu_of:
+                        mxu_of[blocked, g, inside] = steps * sum(
                             matmul_cycles(m, k, ot, matrix, dtype) for k in ks)
-                        dealt_of[blocked, g] = k_split(matrix, dtype, arrays, (ni, ty, tw),
-                                                       ot, ks, combine, steps)
-                    mxu, dealt = mxu_of[blocked, g], dealt_of[blocked, g]
+                        dealt_of[blocked, g, inside] = k_split(
+                            matrix, dtype, arrays, (ni, ty, tw), ot, ks, combine, steps)
+                    mxu, dealt = mxu_of[blocked, g, inside], dealt_of[blocked, g, inside]
                     need = sram_bytes(tgeo, ni, ty, ot, ct, g, resident, item, out_item,
                                       cast, epi, ctx.sets,
                                       weight_loads(resident > 0, fallback, ctx.sets))
@@ -308,7 +331,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     if dealt is not None and need + ctx.sets * (arrays - 1) * m * ot * 4 > \
                             capacity:  # no room for the arrays' partials
                         dealt = None
-                    mm_groups = ceil_div(tn, g)
+                    mm_groups = len(ks)
                     if nhwc_in:  # runs of a pixel's channels, or a row's when all load
                         run = ct * item * (1 if ct < cin or direct and tgeo.stride != (1, 1)
                                            else tgeo.cols)
@@ -361,7 +384,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     # loads each once, fewer than ``weight_share`` counts, so staging
                     # would be credited with DRAM bytes the resident tiling never reads)
                     o_tiles = ceil_div(cout, ot)
-                    staged = None if resident else staged_cost(config, cost, cores, StagingCost(
+                    staged = None if resident or inside else staged_cost(config, cost, cores, StagingCost(
                         groups * cout * cin * ntaps * item,
                         sharers(o_tiles, tiles // groups, cores), groups * o_tiles * steps,
                         weight_share, weights, load_bw, setup))
@@ -370,7 +393,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                             continue
                         tiling = ConvTiling(ni, ty, ot, ct, g, resident > 0, variant, direct,
                                             tw if tw < ow else 0, fallback, blocked,
-                                            staged_weights=shared)
+                                            staged_weights=shared, interleaved=inside)
                         if dealt is not None:  # every array on the tile's own matmuls
                             tiling = replace(tiling, k_split=True, cost=replace(
                                 variant, mxu_cycles=per_core * steps * dealt + first,
