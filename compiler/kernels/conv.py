@@ -70,7 +70,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
     if tiling.interleaved:  # the kernel padded to whole phases, a row of them a matmul
         geo = interleaved(geo)
         (kh, kw), bk = geo.kernel, 1
-        ntap = geo.stride[0] * kw
+        ntap = tiling.interleaved * geo.stride[0] * kw
     elif tiling.row_blocks:  # a step is one kernel row: its own 1 x kw convolution
         geo, kh, bk = row_block(geo), 1, kh  # bk: the steps a chunk takes
     else:
@@ -95,7 +95,8 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
         bufs.append({
             "raw": [alloc((ni, ct, rows, geo.cols), x.dtype, "conv input window")
                     for _ in range(sets)] if not tiling.direct_phases else [],
-            "planes": [alloc((ni * rows * geo.cols, ct), x.dtype, "conv input planes")
+            "planes": [alloc((ni * rows * geo.cols * max(1, tiling.interleaved), ct), x.dtype,
+                             "conv input planes")
                        for _ in range(sets)],
             "wraw": [alloc((ot, ct, kh, kw), x.dtype, "conv weight tile") for _ in range(
                 weight_loads(tiling.resident_weights, tiling.blocks_kept, sets))],
@@ -228,8 +229,8 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
         wraw = sub(b["wraw"][xs % len(b["wraw"])], (no, nc, kh, kw))
         if padded is not None:
             return _padded_weights(ctx, core, wref, (no, nc, *stored),
-                                   b["wraw"][xs % len(b["wraw"])], dst,
-                                   padded, tuple(node.spec.stride), source)
+                                   b["wraw"][xs % len(b["wraw"])], dst, padded,
+                                   (tiling.interleaved, *node.spec.stride), source)
         if staged is not None:
             staged.fill(ctx, key, wref, wraw, core, source)
         else:
@@ -266,23 +267,25 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
 
 def _padded_weights(ctx: Context, core: int, wref: DramRef, shape: tuple[int, ...],
                     wraw: SramRef, dst: SramRef, padded: tuple[int, int],
-                    stride: tuple[int, int], source: str) -> tuple[SramRef, Transpose]:
+                    stacked: tuple[int, int, int], source: str
+                    ) -> tuple[SramRef, Transpose]:
     """The weights of an interleaved tiling (:attr:`ConvTiling.interleaved`): the
     buffer ``[o, c, KH, KW]`` of the kernel padded to whole phases is zeroed, the
     block lands in its first ``kh x kw`` taps (one strided DMA) and the
-    rearrangement to ``[KH / sh, KW / sw, sh, sw, c, o]`` (the planes' K order) is
-    returned. ``shape`` is the block's ``[o, c, kh, kw]``, ``dst`` where it goes, as
-    ``[KH x KW x c, o]``."""
+    rearrangement to ``[KH / sh / R, KW / sw, R, sh, sw, c, o]`` (the planes' K
+    order, ``stacked`` = (R, sh, sw)) is returned. ``shape`` is the block's
+    ``[o, c, kh, kw]``, ``dst`` where it goes, as ``[KH x KW x c, o]``."""
     no, nc, kh, kw = shape
-    (ph, pw), (sh, sw) = padded, stride
+    (ph, pw), (r, sh, sw) = padded, stacked
     whole = sub(wraw, (no, nc, ph, pw))
     ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0), whole),
                 source)
     inside = SramRef(whole.space, whole.offset, (no, nc, kh, kw), whole.dtype,
                      (nc * ph * pw, ph * pw, pw, 1))
     ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, inside), source)
-    return dst, Transpose(sub(whole, (no, nc, ph // sh, sh, pw // sw, sw)),
-                          sub(dst, (ph // sh, pw // sw, sh, sw, nc, no)), (2, 4, 3, 5, 1, 0))
+    return dst, Transpose(sub(whole, (no, nc, ph // sh // r, r, sh, pw // sw, sw)),
+                          sub(dst, (ph // sh // r, pw // sw, r, sh, sw, nc, no)),
+                          (2, 5, 3, 4, 6, 1, 0))
 
 
 def _layout_note(spec: g.Conv2d) -> str:

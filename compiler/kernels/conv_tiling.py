@@ -20,7 +20,7 @@ from compiler.cost import (
 )
 from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
-from compiler.kernels.conv_geometry import Geometry, interleaved, row_block
+from compiler.kernels.conv_geometry import Geometry, interleaved, row_block, stacked_rows
 from compiler.kernels.conv_staging import (
     StagingCost, sharers, staged_cost, staging_pays,
 )
@@ -65,11 +65,13 @@ class ConvTiling:
     k_split: bool = False
     """A tile's K blocks are dealt to the core's arrays, each summing its own partial
     (:func:`k_split`), instead of splitting its pixels among them."""
-    interleaved: bool = False
-    """The window's phase planes interleaved (NCHW image, one channel chunk:
-    :func:`~compiler.kernels.conv_geometry.interleaved`): a matmul a kernel row of
-    phases, its A operand a view of the planes (K = ``kw / sw x sh x sw x c``, the
-    kernel padded to whole phases with zero weights), no tap copied side by side."""
+    interleaved: int = 0
+    """Non-zero: the window's phase planes interleaved (NCHW image, one channel chunk:
+    :func:`~compiler.kernels.conv_geometry.interleaved`), each entry stacking this many
+    plane rows (:func:`~compiler.kernels.conv_geometry.stacked_rows`): a matmul that
+    many kernel rows of phases, its A operand a view of the planes (K = ``R x kw / sw x
+    sh x sw x c``, the kernel padded to whole phases with zero weights), no tap copied
+    side by side."""
 
 
 def blocks_met(groups: int, o_tiles: int, tiles: int, cores: int) -> int:
@@ -313,9 +315,10 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     tgeo = interleaved(geo) if inside else row_block(geo) if blocked else geo
                     tn = kw if blocked else tgeo.kernel[0] * tgeo.kernel[1]
                     trows = tgeo.rows(ty)
-                    # interleaved: a matmul a kernel row of phases, K its sh rows of taps
-                    row = tgeo.stride[0] * tgeo.kernel[1]
-                    ks = [row * ct] * tgeo.plane_rows(1) if inside else \
+                    # interleaved: a matmul R kernel rows of phases, K their taps
+                    stack = stacked_rows(tgeo, ct, matrix.rows) if inside else 0
+                    row = stack * tgeo.stride[0] * tgeo.kernel[1]
+                    ks = [row * ct] * (tgeo.plane_rows(1) // stack) if inside else \
                         [min(g, tn - t) * ct for t in range(0, tn, g)]
                     if (blocked, g, inside) not in mxu_of:
                         mxu_of[blocked, g, inside] = steps * sum(
@@ -326,6 +329,8 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     need = sram_bytes(tgeo, ni, ty, ot, ct, g, resident, item, out_item,
                                       cast, epi, ctx.sets,
                                       weight_loads(resident > 0, fallback, ctx.sets))
+                    if inside:  # the planes written once a stacked row
+                        need += (stack - 1) * ctx.sets * ni * trows * tgeo.cols * ct * item
                     if need > capacity:
                         continue
                     if dealt is not None and need + ctx.sets * (arrays - 1) * m * ot * 4 > \
@@ -352,7 +357,8 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                         steps * (1 + window_loads) * setup / max(1, dma.engines - 1) +
                         out_bytes / dma.bandwidth_bytes_per_cycle)
                     # phase split, border fills, weight rearrangement
-                    split = 0 if direct else 2 * ni * trows * tgeo.cols * ct / lanes
+                    split = 0 if direct else \
+                        2 * max(1, stack) * ni * trows * tgeo.cols * ct / lanes
                     vpu = steps * (6 * vlat + split) + weight_share / per_core / item / lanes
                     if g > 1:  # per packed matmul: g tap copies, one transpose of all g
                         vpu += steps * packed_groups(tn, g) * \
@@ -393,7 +399,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                             continue
                         tiling = ConvTiling(ni, ty, ot, ct, g, resident > 0, variant, direct,
                                             tw if tw < ow else 0, fallback, blocked,
-                                            staged_weights=shared, interleaved=inside)
+                                            staged_weights=shared, interleaved=stack)
                         if dealt is not None:  # every array on the tile's own matmuls
                             tiling = replace(tiling, k_split=True, cost=replace(
                                 variant, mxu_cycles=per_core * steps * dealt + first,
