@@ -357,8 +357,10 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                         steps * (1 + window_loads) * setup / max(1, dma.engines - 1) +
                         out_bytes / dma.bandwidth_bytes_per_cycle)
                     # phase split, border fills, weight rearrangement
-                    split = 0 if direct else \
-                        2 * max(1, stack) * ni * trows * tgeo.cols * ct / lanes
+                    split = 0 if direct else 2 * ni * trows * tgeo.cols * ct / lanes
+                    if inside:  # R transposes, each of the window but R - 1 plane rows
+                        split = stack * (vlat + ni * (trows - (stack - 1) * tgeo.stride[0]) *
+                                         tgeo.cols * ct / lanes)
                     vpu = steps * (6 * vlat + split) + weight_share / per_core / item / lanes
                     if g > 1:  # per packed matmul: g tap copies, one transpose of all g
                         vpu += steps * packed_groups(tn, g) * \
