@@ -21,17 +21,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from archsim.config.names import sram_space, vpu_engine
+from archsim.config.names import sram_space
 from archsim.errors import CapacityError, LoweringError
 from compiler import graph as g
 from compiler.emit import Arena
 from compiler.ir.dtypes import DType
-from compiler.ir.operands import DramRef, Scalar, Slice, SramRef
-from compiler.ir.ops import Binary, BinaryKind, Load, Transpose
+from compiler.ir.operands import Slice, SramRef
+from compiler.ir.ops import Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    Geometry, conv_tiles, epilogue_bytes, interleaved, reads_stored, row_block, stored_ref,
+    Geometry, conv_tiles, epilogue_bytes, reads_stored, row_block, stored_ref,
 )
+from compiler.kernels.conv_interleave import interleaved, padded_weights
 from compiler.kernels.conv_depthwise import (
     choose_depthwise_tiling,
     is_depthwise,
@@ -228,7 +229,7 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
         wref = stored_ref(ctx, w, (Slice(*oo), Slice(*cc), krows, Slice(0, stored[1])))
         wraw = sub(b["wraw"][xs % len(b["wraw"])], (no, nc, kh, kw))
         if padded is not None:
-            return _padded_weights(ctx, core, wref, (no, nc, *stored),
+            return padded_weights(ctx, core, wref, (no, nc, *stored),
                                    b["wraw"][xs % len(b["wraw"])], dst, padded,
                                    (tiling.interleaved, *node.spec.stride), source)
         if staged is not None:
@@ -263,29 +264,6 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
             per_core[core].append(TileSteps(load, step.compute if s else step.compute_first,
                                             store))
     pipeline(per_core, ctx.sets - 1)
-
-
-def _padded_weights(ctx: Context, core: int, wref: DramRef, shape: tuple[int, ...],
-                    wraw: SramRef, dst: SramRef, padded: tuple[int, int],
-                    stacked: tuple[int, int, int], source: str
-                    ) -> tuple[SramRef, Transpose]:
-    """The weights of an interleaved tiling (:attr:`ConvTiling.interleaved`): the
-    buffer ``[o, c, KH, KW]`` of the kernel padded to whole phases is zeroed, the
-    block lands in its first ``kh x kw`` taps (one strided DMA) and the
-    rearrangement to ``[KH / sh / R, KW / sw, R, sh, sw, c, o]`` (the planes' K
-    order, ``stacked`` = (R, sh, sw)) is returned. ``shape`` is the block's
-    ``[o, c, kh, kw]``, ``dst`` where it goes, as ``[KH x KW x c, o]``."""
-    no, nc, kh, kw = shape
-    (ph, pw), (r, sh, sw) = padded, stacked
-    whole = sub(wraw, (no, nc, ph, pw))
-    ctx.em.emit(vpu_engine(core), Binary(BinaryKind.add, Scalar(0.0), Scalar(0.0), whole),
-                source)
-    inside = SramRef(whole.space, whole.offset, (no, nc, kh, kw), whole.dtype,
-                     (nc * ph * pw, ph * pw, pw, 1))
-    ctx.em.emit(ctx.em.dma(core, "load"), Load(wref, inside), source)
-    return dst, Transpose(sub(whole, (no, nc, ph // sh // r, r, sh, pw // sw, sw)),
-                          sub(dst, (ph // sh // r, pw // sw, r, sh, sw, nc, no)),
-                          (2, 5, 3, 4, 6, 1, 0))
 
 
 def _layout_note(spec: g.Conv2d) -> str:

@@ -182,32 +182,6 @@ class Geometry:
         return (phase * plane_rows + (i * dh) // sh) * self.plane_cols + (j * dw) // sw
 
 
-def interleaved(geo: Geometry) -> Geometry:
-    """``geo`` with its kernel padded to whole stride phases (a 7x7 kernel of stride 2
-    as 8x8, the added taps' weights zero): the geometry of a window whose phase planes
-    are laid out interleaved, ``[images, plane rows, plane cols, sh, sw, c]``, so that
-    the ``kw / sw`` plane columns a kernel row of phases reads are one run of
-    ``kw x sh x c`` elements a pixel (space-to-depth: a stride-2 7x7 convolution over
-    3 channels is a stride-1 4x4 one over the 12 channels of the 2x2 phases, and a
-    row of it one matmul of K = 48 reading the planes in place, no tap copied)."""
-    (kh, kw), (sh, sw) = geo.kernel, geo.stride
-    return Geometry((ceil_div(kh, sh) * sh, ceil_div(kw, sw) * sw), geo.stride,
-                    geo.dilation, geo.out_rows, geo.out_cols, geo.in_rows, geo.in_cols)
-
-
-def stacked_rows(geo: Geometry, channels: int, depth: int) -> int:
-    """Plane rows an interleaved entry stacks (``geo`` from :func:`interleaved`): the
-    most rows of phases, dividing them, whose taps fit ``depth`` (the array's rows) as
-    one matmul's K. An entry (y, x) holds plane rows ``y .. y + R - 1`` at column x,
-    so the vector unit writes the planes ``R`` times (once a row shift) and a matmul
-    covers ``R`` kernel rows of phases: ResNet's 7x7/2 on a 128-row array two
-    matmuls of K = 96 (as the taps packed by copies), not four of K = 48."""
-    (kh, kw), (sh, sw) = geo.kernel, geo.stride
-    row = kw // sw * sh * sw * channels  # one kernel row of phases' K
-    return max(r for r in range(1, kh // sh + 1) if (kh // sh) % r == 0 and
-               (r == 1 or r * row <= depth))
-
-
 def row_block(geo: Geometry) -> Geometry:
     """One kernel row of ``geo`` as a convolution of its own: over a window whose rows
     are the input rows that row reads for consecutive output rows (loaded ``sh``

@@ -20,6 +20,7 @@ from compiler.kernels.common import Context
 from compiler.kernels.conv_geometry import (
     Geometry, finisher, image_load, padded_window, stored_ref, valid_range,
 )
+from compiler.kernels.conv_interleave import interleave_window, interleaved_operands
 from compiler.kernels.conv_tiling import ConvTiling, array_split, k_blocks
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
@@ -87,7 +88,8 @@ class ConvStep:
         elif self.plan.tiling.interleaved:
             raw = sub(self.b["raw"][self.xs], (ni, nc, rows, cols))
             self._window(raw)
-            self._interleave(raw, planes)
+            for op in interleave_window(raw, planes, geo, ty, self.plan.tiling.interleaved):
+                self.emit(self.vpu, op)
         else:
             raw = sub(self.b["raw"][self.xs], (ni, nc, rows, cols))
             self._window(raw)
@@ -99,7 +101,8 @@ class ConvStep:
         m, tw = ni * ty * self.tw, self.tw
         image_rows = geo.plane_rows(ty)
         if self.plan.tiling.interleaved:
-            self._interleaved_views(planes)
+            self.operands += interleaved_operands(planes, geo, (ni, ty, tw), nc,
+                                                  self.plan.tiling.interleaved)
             return
         strides = self.strides = (image_rows * geo.plane_cols * nc, geo.plane_cols * nc,
                                   nc, 1)
@@ -124,49 +127,6 @@ class ConvStep:
             slot += 1
             self.emit(self.vpu, Transpose(stage, a, (1, 0, 2)))
             self.operands.append(sub(a, (m, len(group) * nc)))
-
-    def _entries(self) -> tuple[int, int, int]:
-        """(R, entry rows an image, elements an entry) of the interleaved planes
-        ``[ni, entry rows, plane cols, R, sh, sw, c]``: entry (y, x) holds plane rows
-        ``y .. y + R - 1`` at column x (R = :attr:`ConvTiling.interleaved`), and the
-        last rows that no matmul starts from are left out."""
-        r, (sh, sw) = self.plan.tiling.interleaved, self.geo.stride
-        return r, self.geo.plane_rows(self.ty) - r + 1, r * sh * sw * self.nc
-
-    def _interleave(self, raw: SramRef, planes: SramRef) -> None:
-        """``planes`` := the window ``raw`` [ni, c, rows, cols] as interleaved entries
-        (:meth:`_entries`): one transpose a stacked row, each the window shifted by
-        that many plane rows."""
-        geo, ni, nc = self.geo, self.ni, self.nc
-        (sh, sw), pcol, cols = geo.stride, geo.plane_cols, geo.cols
-        r, rows, entry = self._entries()
-        total, item = geo.rows(self.ty), raw.dtype.itemsize
-        for u in range(r):
-            src = SramRef(raw.space, raw.offset + u * sh * cols * item,
-                          (ni, nc, rows, sh, pcol, sw), raw.dtype,
-                          (nc * total * cols, total * cols, sh * cols, cols, sw, 1))
-            dst = SramRef(planes.space, planes.offset + u * sh * sw * nc * item,
-                          (ni, rows, pcol, sh, sw, nc), planes.dtype,
-                          (rows * pcol * entry, pcol * entry, entry, sw * nc, nc, 1))
-            self.emit(self.vpu, Transpose(src, dst, (0, 2, 4, 3, 5, 1)))
-
-    def _interleaved_views(self, planes: SramRef) -> None:
-        """A matmul's A operand per R kernel rows of phases, read in place from the
-        interleaved planes (:meth:`_entries`): for output pixel (y, x) of matmul ``d``
-        the ``kw / sw`` entries from (y + d R, x), a run of ``K = kw / sw x R x sh x
-        sw x c`` elements (consecutive pixels' runs overlap: they are one entry
-        apart)."""
-        geo, ni, ty, tw = self.geo, self.ni, self.ty, self.tw
-        (_, sw), (_, kw) = geo.stride, geo.kernel
-        r, rows, entry = self._entries()
-        pitch = geo.plane_cols * entry
-        strides = (rows * pitch, pitch, entry, 1)
-        item = planes.dtype.itemsize
-        for d in range(geo.plane_rows(1) // r):
-            self.operands.append(SramRef(planes.space,
-                                         planes.offset + d * r * pitch * item,
-                                         (ni, ty, tw, kw // sw * entry), planes.dtype,
-                                         strides))
 
     def _window(self, raw: SramRef) -> None:
         """``raw`` [ni, c, rows, cols] := the zero-padded input window

@@ -20,7 +20,8 @@ from compiler.cost import (
 )
 from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
-from compiler.kernels.conv_geometry import Geometry, interleaved, row_block, stacked_rows
+from compiler.kernels.conv_geometry import Geometry, row_block
+from compiler.kernels.conv_interleave import interleaved, interleaves, stacked_rows
 from compiler.kernels.conv_staging import (
     StagingCost, sharers, staged_cost, staging_pays,
 )
@@ -129,18 +130,6 @@ def tap_packs(matrix: MatrixConfig, taps: int, kw: int, ct: int) -> set[int]:
     larger tiles)."""
     most = min(taps, max(1, matrix.rows // ct))
     return {1, most, min(kw, taps)} if matrix.dataflow == "os" and kw > most else {1, most}
-
-
-def interleaves(matrix: MatrixConfig, geo: Geometry, cin: int, ct: int, groups: int,
-                nhwc_in: bool) -> bool:
-    """Whether a tiling may read the phase planes interleaved
-    (:attr:`ConvTiling.interleaved`): an NCHW image with a stride and no dilation, all
-    its channels one chunk, and a kernel row of phases (``kw / sw x sh x sw x c``)
-    no deeper than the array's rows: a 3-channel stem, whose taps the vector unit
-    otherwise copies 3 elements a pixel at a time (ResNet's 7x7/2: K = 48 a row)."""
-    (_, kw), (sh, sw) = interleaved(geo).kernel, geo.stride
-    return (not nhwc_in and groups == 1 and ct == cin and (sh, sw) != (1, 1)
-            and geo.dilation == (1, 1) and kw * sh * ct <= matrix.rows)
 
 
 def packed_groups(ntaps: int, taps: int) -> int:

@@ -13,7 +13,8 @@ from compiler.compile import clear_cache
 from compiler.cost import Cost
 from compiler.ir.ops import MatMul, Transpose, VCopy
 from compiler.kernels import conv
-from compiler.kernels.conv_geometry import Geometry, interleaved, stacked_rows
+from compiler.kernels.conv_geometry import Geometry
+from compiler.kernels.conv_interleave import interleaved, stacked_rows
 from compiler.kernels.conv_tiling import ConvTiling
 from compiler_helpers import ARRAY, check_op, config
 
