@@ -127,9 +127,16 @@ def tap_packs(matrix: MatrixConfig, taps: int, kw: int, ct: int) -> set[int]:
     vector unit copying the taps side by side meanwhile). A row's taps, not all nine:
     ResNet-18 on ascend-910b took 169.8k cycles with rows, 177.9k with all nine
     taps and 171.8k with both tried (whole kernels' packing buffers crowd out the
-    larger tiles)."""
+    larger tiles). Only where the fill is a third of a tap's K or more: on a 32x32
+    array, 512-channel chunks save 7% of the folds and the vector unit's copies,
+    which a one-tile layer cannot overlap, cost more (ResNet-18's 7x7 x 512 layer
+    81,007 -> 98,493 cycles on SCALE-Sim's os 32x32, `benchmarks/conv_mapping.py
+    --dataflow os`, before this condition)."""
     most = min(taps, max(1, matrix.rows // ct))
-    return {1, most, min(kw, taps)} if matrix.dataflow == "os" and kw > most else {1, most}
+    fill = matrix.rows + matrix.cols - 2
+    if matrix.dataflow == "os" and kw > most and 3 * fill >= ct:
+        return {1, most, min(kw, taps)}
+    return {1, most}
 
 
 def packed_groups(ntaps: int, taps: int) -> int:

@@ -4,6 +4,7 @@ a kernel row's taps packed into K on an output-stationary array
 
 from __future__ import annotations
 
+import dataclasses
 import pytest
 import torch
 
@@ -113,6 +114,12 @@ def test_tap_packs_add_a_kernel_row_on_output_stationary_arrays_only() -> None:
     assert tap_packs(ascend, 9, 3, 128) == {1, 3}
     assert tap_packs(ascend, 9, 3, 16) == {1, 4}    # the rows hold four: no row added
     assert tap_packs(tpu, 9, 3, 128) == {1}
+    # only where the fill (rows + cols - 2 = 126) is a third of a tap's K or more
+    assert tap_packs(ascend, 9, 3, 378) == {1, 3}
+    assert tap_packs(ascend, 9, 3, 379) == {1}
+    # SCALE-Sim's os 32x32 with 512-channel chunks: 62 cycles of fill against 512
+    small = dataclasses.replace(ascend, rows=32, cols=32)
+    assert tap_packs(small, 9, 3, 512) == {1}
 
 
 def test_sharers_and_rotation() -> None:
