@@ -32,6 +32,7 @@ from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
     Geometry, conv_tiles, epilogue_bytes, reads_stored, row_block, stored_ref,
 )
+from compiler.kernels.conv_interleave import interleaved, padded_weights
 from compiler.kernels.conv_depthwise import (
     choose_depthwise_tiling,
     is_depthwise,
@@ -67,7 +68,11 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
                             tiling.in_channels, tiling.taps)
     tw = tiling.out_cols or ow
     geo = replace(geo, out_cols=tw)
-    if tiling.row_blocks:  # a step is one kernel row: its own 1 x kw convolution
+    if tiling.interleaved:  # the kernel padded to whole phases, a row of them a matmul
+        geo = interleaved(geo)
+        (kh, kw), bk = geo.kernel, 1
+        ntap = tiling.interleaved * geo.stride[0] * kw
+    elif tiling.row_blocks:  # a step is one kernel row: its own 1 x kw convolution
         geo, kh, bk = row_block(geo), 1, kh  # bk: the steps a chunk takes
     else:
         bk = 1
@@ -79,7 +84,7 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
     cores = min(ctx.cores, len(tiles))
     sets = ctx.sets
     rows, m, ow = geo.rows(ty), ni * ty * tw, tw
-    packed = packed_groups(len(taps), ntap)
+    packed = 0 if tiling.interleaved else packed_groups(len(taps), ntap)
     # the weight blocks (group and channel tile, each of every chunk) each core meets
     chunks = -(-cg // ct)
     blocks = [len({(gi, o0) for _, gi, o0, _, _ in tiles[c::cores]}) * chunks * bk
@@ -91,7 +96,8 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
         bufs.append({
             "raw": [alloc((ni, ct, rows, geo.cols), x.dtype, "conv input window")
                     for _ in range(sets)] if not tiling.direct_phases else [],
-            "planes": [alloc((ni * rows * geo.cols, ct), x.dtype, "conv input planes")
+            "planes": [alloc((ni * rows * geo.cols * max(1, tiling.interleaved), ct), x.dtype,
+                             "conv input planes")
                        for _ in range(sets)],
             "wraw": [alloc((ot, ct, kh, kw), x.dtype, "conv weight tile") for _ in range(
                 weight_loads(tiling.resident_weights, tiling.blocks_kept, sets))],
@@ -101,7 +107,8 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
             "kept": alloc((blocks[c] * ot * ct * kh * kw if tiling.blocks_kept else
                            cout * cg * kh * kw,), x.dtype, "conv resident weights")
             if tiling.resident_weights else None,
-            "stage": alloc((ntap, m, ct), x.dtype, "conv tap staging") if ntap > 1 else None,
+            "stage": alloc((ntap, m, ct), x.dtype, "conv tap staging")
+            if packed else None,
             "packed": [alloc((packed, m, ntap * ct), x.dtype, "conv packed taps")
                        for _ in range(sets)] if packed else [],
             "acc": [alloc((m, ot), acc_dtype, "conv accumulator") for _ in range(sets)],
@@ -156,7 +163,9 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         taken = _taken(estimates)
         ctx.choices[node.source] = _choice(taken, estimates) + _layout_note(spec) + (
             "; weights shared through shared SRAM"
-            if taken == "gemm" and tiling is not None and tiling.staged_weights else "")
+            if taken == "gemm" and tiling is not None and tiling.staged_weights else "") + (
+            "; phases interleaved" if taken == "gemm" and tiling is not None and
+            tiling.interleaved else "")
         if taken == "depthwise":
             lower_conv_depthwise(ctx, kernel, depthwise)
             return
@@ -186,6 +195,10 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
     blocks: list[int | None] = list(range(kh)) if plan.tiling.row_blocks else [None]
     if plan.tiling.row_blocks:
         kh = 1
+    padded = plan.geo.kernel if plan.tiling.interleaved else None
+    stored = (kh, kw)  # the kernel rows and columns a block loads
+    if padded is not None:
+        kh, kw = padded
     og = cout // node.spec.groups
     tiling, cores = plan.tiling, plan.cores
     kept: list[dict[tuple[tuple[int, int], tuple[int, int], int | None], SramRef]] = \
@@ -212,9 +225,13 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
             dst = kept[core][key] = sub(b["kept"], (kh * kw * nc, no), offset)
         else:
             dst = sub(b["w"][xs], (kh * kw * nc, no))
-        krows = Slice(0, kh) if block is None else Slice(block, block + 1)
-        wref = stored_ref(ctx, w, (Slice(*oo), Slice(*cc), krows, Slice(0, kw)))
+        krows = Slice(0, stored[0]) if block is None else Slice(block, block + 1)
+        wref = stored_ref(ctx, w, (Slice(*oo), Slice(*cc), krows, Slice(0, stored[1])))
         wraw = sub(b["wraw"][xs % len(b["wraw"])], (no, nc, kh, kw))
+        if padded is not None:
+            return padded_weights(ctx, core, wref, (no, nc, *stored),
+                                   b["wraw"][xs % len(b["wraw"])], dst, padded,
+                                   (tiling.interleaved, *node.spec.stride), source)
         if staged is not None:
             staged.fill(ctx, key, wref, wraw, core, source)
         else:

@@ -20,6 +20,7 @@ from compiler.kernels.common import Context
 from compiler.kernels.conv_geometry import (
     Geometry, finisher, image_load, padded_window, stored_ref, valid_range,
 )
+from compiler.kernels.conv_interleave import interleave_window, interleaved_operands
 from compiler.kernels.conv_tiling import ConvTiling, array_split, k_blocks
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
@@ -84,6 +85,11 @@ class ConvStep:
             self.emit(self.vpu, Transpose(
                 sub(raw, (ni, rows // sh, sh, geo.plane_cols, sw, nc)),
                 sub(planes, (sh, sw, ni, rows // sh, geo.plane_cols, nc)), (2, 4, 0, 1, 3, 5)))
+        elif self.plan.tiling.interleaved:
+            raw = sub(self.b["raw"][self.xs], (ni, nc, rows, cols))
+            self._window(raw)
+            for op in interleave_window(raw, planes, geo, ty, self.plan.tiling.interleaved):
+                self.emit(self.vpu, op)
         else:
             raw = sub(self.b["raw"][self.xs], (ni, nc, rows, cols))
             self._window(raw)
@@ -94,6 +100,10 @@ class ConvStep:
             self.emit(self.vpu, rearrange)
         m, tw = ni * ty * self.tw, self.tw
         image_rows = geo.plane_rows(ty)
+        if self.plan.tiling.interleaved:
+            self.operands += interleaved_operands(planes, geo, (ni, ty, tw), nc,
+                                                  self.plan.tiling.interleaved)
+            return
         strides = self.strides = (image_rows * geo.plane_cols * nc, geo.plane_cols * nc,
                                   nc, 1)
 
@@ -194,7 +204,7 @@ class ConvStep:
         self._compute(first=False)
 
     def _compute(self, first: bool) -> None:
-        kw = self.node.inputs[1].shape[3]
+        kw = self.geo.kernel[1]  # padded to whole phases when interleaved
         nc, no = self.nc, self.no
         m = self.ni * self.ty * self.tw
         acc = sub(self.b["acc"][self.q], (m, no))
@@ -220,7 +230,7 @@ class ConvStep:
         accumulator, the others into partials of their own, each starting its sum with
         its first block of the tile's first step (which has a block for every array:
         ``k_split`` deals only then, and the first step's chunk is a whole one)."""
-        kw, rows = self.node.inputs[1].shape[3], self.ctx.config.core.matrix.rows
+        kw, rows = self.geo.kernel[1], self.ctx.config.core.matrix.rows
         nc, no = self.nc, self.no
         m = acc.shape[0]
         sums = [acc] + [sub(p, (m, no)) for p in self.b["partials"][self.q]]

@@ -21,6 +21,7 @@ from compiler.cost import (
 from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
 from compiler.kernels.conv_geometry import Geometry, row_block
+from compiler.kernels.conv_interleave import interleaved, interleaves, stacked_rows
 from compiler.kernels.conv_staging import (
     StagingCost, sharers, staged_cost, staging_pays,
 )
@@ -65,6 +66,13 @@ class ConvTiling:
     k_split: bool = False
     """A tile's K blocks are dealt to the core's arrays, each summing its own partial
     (:func:`k_split`), instead of splitting its pixels among them."""
+    interleaved: int = 0
+    """Non-zero: the window's phase planes interleaved (NCHW image, one channel chunk:
+    :func:`~compiler.kernels.conv_geometry.interleaved`), each entry stacking this many
+    plane rows (:func:`~compiler.kernels.conv_geometry.stacked_rows`): a matmul that
+    many kernel rows of phases, its A operand a view of the planes (K = ``R x kw / sw x
+    sh x sw x c``, the kernel padded to whole phases with zero weights), no tap copied
+    side by side."""
 
 
 def blocks_met(groups: int, o_tiles: int, tiles: int, cores: int) -> int:
@@ -291,31 +299,46 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
             blockings = (False, True) if fallback and not nhwc_in and kh > 1 else (False,)
             # array cycles of a tile by (row blocks, taps a matmul): the same whichever
             # weights stay resident and however the phases load
-            mxu_of: dict[tuple[bool, int], int] = {}
-            dealt_of: dict[tuple[bool, int], int | None] = {}
+            mxu_of: dict[tuple[bool, int, bool], int] = {}
+            dealt_of: dict[tuple[bool, int, bool], int | None] = {}
             combine = (arrays - 1) * (vlat + m * ot / vector_rate(config, 4))
+            inter = interleaves(matrix, geo, cin, ct, groups, nhwc_in)
             for blocked, resident, direct in itertools.product(blockings, (kept, 0), modes):
-                tgeo = row_block(geo) if blocked else geo
-                tn = kw if blocked else ntaps
                 steps = chunks * (kh if blocked else 1)  # window loads a tile
-                trows = tgeo.rows(ty)
-                for g in sorted(tap_packs(matrix, tn, kw, ct)):
-                    ks = [min(g, tn - t) * ct for t in range(0, tn, g)]
-                    if (blocked, g) not in mxu_of:
-                        mxu_of[blocked, g] = steps * sum(
+                tn0 = kw if blocked else ntaps
+                packs = [(g, False) for g in sorted(tap_packs(matrix, tn0, kw, ct))]
+                for g, inside in packs + ([(1, True)] if inter and not blocked else []):
+                    tgeo = interleaved(geo) if inside else row_block(geo) if blocked else geo
+                    tn = kw if blocked else tgeo.kernel[0] * tgeo.kernel[1]
+                    trows = tgeo.rows(ty)
+                    # interleaved: a matmul R kernel rows of phases, K their taps
+                    stack = stacked_rows(tgeo, ct, matrix.rows) if inside else 0
+                    row = stack * tgeo.stride[0] * tgeo.kernel[1]
+                    ks = [row * ct] * (tgeo.plane_rows(1) // stack) if inside else \
+                        [min(g, tn - t) * ct for t in range(0, tn, g)]
+                    if (blocked, g, inside) not in mxu_of:
+                        mxu_of[blocked, g, inside] = steps * sum(
                             matmul_cycles(m, k, ot, matrix, dtype) for k in ks)
-                        dealt_of[blocked, g] = k_split(matrix, dtype, arrays, (ni, ty, tw),
-                                                       ot, ks, combine, steps)
-                    mxu, dealt = mxu_of[blocked, g], dealt_of[blocked, g]
+                        dealt_of[blocked, g, inside] = k_split(
+                            matrix, dtype, arrays, (ni, ty, tw), ot, ks, combine, steps)
+                    mxu, dealt = mxu_of[blocked, g, inside], dealt_of[blocked, g, inside]
+                    if inside and len(ks) > min(ceil_div(tn0, p) for p, _ in packs):
+                        # the padded taps would take more matmuls than the taps packed
+                        # by copies (ResNet's 7x7/2 on a 64-row array: four of K = 48
+                        # against three of K <= 63), each one more pass over the pixels:
+                        # atom's stem ran 17,945 -> 23,018 cycles in ResNet-18
+                        continue
                     need = sram_bytes(tgeo, ni, ty, ot, ct, g, resident, item, out_item,
                                       cast, epi, ctx.sets,
                                       weight_loads(resident > 0, fallback, ctx.sets))
+                    if inside:  # the planes written once a stacked row
+                        need += (stack - 1) * ctx.sets * ni * trows * tgeo.cols * ct * item
                     if need > capacity:
                         continue
                     if dealt is not None and need + ctx.sets * (arrays - 1) * m * ot * 4 > \
                             capacity:  # no room for the arrays' partials
                         dealt = None
-                    mm_groups = ceil_div(tn, g)
+                    mm_groups = len(ks)
                     if nhwc_in:  # runs of a pixel's channels, or a row's when all load
                         run = ct * item * (1 if ct < cin or direct and tgeo.stride != (1, 1)
                                            else tgeo.cols)
@@ -337,6 +360,9 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                         out_bytes / dma.bandwidth_bytes_per_cycle)
                     # phase split, border fills, weight rearrangement
                     split = 0 if direct else 2 * ni * trows * tgeo.cols * ct / lanes
+                    if inside:  # R transposes, each of the window but R - 1 plane rows
+                        split = stack * (vlat + ni * (trows - (stack - 1) * tgeo.stride[0]) *
+                                         tgeo.cols * ct / lanes)
                     vpu = steps * (6 * vlat + split) + weight_share / per_core / item / lanes
                     if g > 1:  # per packed matmul: g tap copies, one transpose of all g
                         vpu += steps * packed_groups(tn, g) * \
@@ -368,7 +394,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     # loads each once, fewer than ``weight_share`` counts, so staging
                     # would be credited with DRAM bytes the resident tiling never reads)
                     o_tiles = ceil_div(cout, ot)
-                    staged = None if resident else staged_cost(config, cost, cores, StagingCost(
+                    staged = None if resident or inside else staged_cost(config, cost, cores, StagingCost(
                         groups * cout * cin * ntaps * item,
                         sharers(o_tiles, tiles // groups, cores), groups * o_tiles * steps,
                         weight_share, weights, load_bw, setup))
@@ -377,7 +403,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                             continue
                         tiling = ConvTiling(ni, ty, ot, ct, g, resident > 0, variant, direct,
                                             tw if tw < ow else 0, fallback, blocked,
-                                            staged_weights=shared)
+                                            staged_weights=shared, interleaved=stack)
                         if dealt is not None:  # every array on the tile's own matmuls
                             tiling = replace(tiling, k_split=True, cost=replace(
                                 variant, mxu_cycles=per_core * steps * dealt + first,
