@@ -30,7 +30,7 @@ from compiler.ir.operands import Slice, SramRef
 from compiler.ir.ops import Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    Geometry, conv_tiles, epilogue_bytes, reads_stored, row_block, stored_ref,
+    Geometry, conv_tiles, epilogue_bytes, epilogue_reads, reads_stored, row_block, stored_ref,
 )
 from compiler.kernels.conv_interleave import interleaved, padded_weights
 from compiler.kernels.conv_depthwise import (
@@ -154,7 +154,8 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         tiling = choose_conv_tiling(ctx, geo, batch, spec.groups, cg, cout // spec.groups,
                                     x.dtype, out.dtype.itemsize, cast,
                                     epilogue_bytes(ctx, kernel, out), epi_ops, arrays, budget,
-                                    (spec.channels_last_in, spec.channels_last_out))
+                                    (spec.channels_last_in, spec.channels_last_out),
+                                    epilogue_reads(kernel, out))
         estimates = {name: found.cost.estimate(ctx.config) if found is not None else None
                      for name, found, applies in (
                          ("depthwise", depthwise, depthwise is not None),

@@ -17,7 +17,7 @@ from compiler.emit import Arena, DramView
 from compiler.kernels.common import Context
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.epilogue import finish_tile, pass_order
-from compiler.kernels.vector import bytes_per_element, layout, sub
+from compiler.kernels.vector import bytes_per_element, group_values, layout, sub
 from compiler.views import unit_dims_only
 from compiler.plan import Kernel
 
@@ -107,6 +107,19 @@ def epilogue_bytes(ctx: Context, kernel: Kernel, out: Value) -> int:
     if kernel.group is None:
         return 0
     return bytes_per_element(ctx, kernel.group, {out.id})
+
+
+def epilogue_reads(kernel: Kernel, out: Value) -> int:
+    """DRAM bytes a fused epilogue reads per output element: its operands the size of
+    the output (a residual), not the convolution's own result (in the accumulator), its
+    per-channel operands (a batch norm's) nor the values it computes in SRAM, which
+    ``epilogue_bytes`` counts for capacity."""
+    if kernel.group is None:
+        return 0
+    external, _ = group_values(kernel.group)
+    size = math.prod(out.shape)
+    return sum(v.dtype.itemsize for v in external
+               if v.id != out.id and math.prod(v.shape) == size)
 
 
 @dataclass(frozen=True)

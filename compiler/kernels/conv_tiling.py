@@ -239,8 +239,8 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                        cout: int, dtype: DType, out_item: int, cast: bool, epi: int,
                        epi_ops: int, arrays: int,
                        capacity: int | None = None,
-                       channels_last: tuple[bool, bool] = (False, False)
-                       ) -> ConvTiling | None:
+                       channels_last: tuple[bool, bool] = (False, False),
+                       epi_dram: int | None = None) -> ConvTiling | None:
     """The tiling with the lowest estimated time (``compiler.cost``) that fits the
     scratchpad; None when none fits (the caller falls back to the per-tap kernel).
 
@@ -353,7 +353,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     weights = ot * ct * tn * item
                     weight_share = min(per_core * steps * weights, kept) if resident else \
                         per_core * steps * weights
-                    out_bytes = m * ot * (out_item + epi)
+                    out_bytes = m * ot * (out_item + (epi if epi_dram is None else epi_dram))
                     loads = per_core * steps * window + weight_share
                     dma_cycles = loads / load_bw + per_core * (
                         steps * (1 + window_loads) * setup / max(1, dma.engines - 1) +
