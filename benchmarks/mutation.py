@@ -220,8 +220,7 @@ MODULES: dict[str, list[str]] = {
         "tests/compiler/ir/test_verify_shortcuts.py",
         "tests/compiler/ir/test_verify_race_history.py",
     ],
-    # twelfth session: run with --only '*k_split*' '*k_blocks*' '*array_split*'
-    "compiler/kernels/conv_tiling.py": [
+    "compiler/kernels/conv_arrays.py": [  # a conv tile over a core's arrays
         "tests/compiler/test_conv_k_split.py",
     ],
     "torch_bridge/float64_reference.py": [  # quantized matmuls' float64 reference

@@ -21,7 +21,8 @@ from compiler.kernels.conv_geometry import (
     Geometry, finisher, image_load, padded_window, stored_ref, valid_range,
 )
 from compiler.kernels.conv_interleave import interleave_window, interleaved_operands
-from compiler.kernels.conv_tiling import ConvTiling, array_split, k_blocks
+from compiler.kernels.conv_arrays import array_split, k_blocks
+from compiler.kernels.conv_tiling import ConvTiling
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
 
@@ -226,7 +227,7 @@ class ConvStep:
 
     def _dealt(self, first: bool, acc: SramRef) -> None:
         """The tile's matmuls with their K blocks dealt to the arrays in turn
-        (:func:`~compiler.kernels.conv_tiling.k_split`): array 0 sums into the
+        (:func:`~compiler.kernels.conv_arrays.k_split`): array 0 sums into the
         accumulator, the others into partials of their own, each starting its sum with
         its first block of the tile's first step (which has a block for every array:
         ``k_split`` deals only then, and the first step's chunk is a whole one)."""
@@ -260,7 +261,7 @@ class ConvStep:
     def _split(self) -> list[tuple[int, str, tuple[int, int]]]:
         """How the tile's matmuls spread over the core's arrays (so the next tile's
         window is built while this one computes;
-        :func:`~compiler.kernels.conv_tiling.array_split`): by output-channel columns,
+        :func:`~compiler.kernels.conv_arrays.array_split`): by output-channel columns,
         images or output rows, or with the tiling's ``k_split`` instead of images or
         rows by K blocks (``"k"``); else the tile's matmuls take turns with other
         tiles. ``(array, by, range)``."""

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, replace
 
 from archsim.config.model import MatrixConfig, ceil_div
-from archsim.matrix import back_to_back_saving, matmul_cycles
+from archsim.matrix import matmul_cycles
 from compiler.cost import (
     COMMAND_TOLERANCE,
     DRAM_EFFICIENCY,
@@ -20,6 +20,7 @@ from compiler.cost import (
 )
 from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
+from compiler.kernels.conv_arrays import k_split
 from compiler.kernels.conv_geometry import Geometry, row_block
 from compiler.kernels.conv_interleave import interleaved, interleaves, stacked_rows
 from compiler.kernels.conv_staging import (
@@ -65,7 +66,7 @@ class ConvTiling:
     (:mod:`compiler.kernels.conv_staging`)."""
     k_split: bool = False
     """A tile's K blocks are dealt to the core's arrays, each summing its own partial
-    (:func:`k_split`), instead of splitting its pixels among them."""
+    (:func:`~compiler.kernels.conv_arrays.k_split`), instead of splitting its pixels among them."""
     interleaved: int = 0
     """Non-zero: the window's phase planes interleaved (NCHW image, one channel chunk:
     :func:`~compiler.kernels.conv_geometry.interleaved`), each entry stacking this many
@@ -144,60 +145,11 @@ def packed_groups(ntaps: int, taps: int) -> int:
     return sum(1 for t in range(0, ntaps, taps) if min(taps, ntaps - t) > 1)
 
 
-def array_split(arrays: int, cols: int, no: int, ni: int, ty: int) -> tuple[str, int]:
-    """How a tile's matmuls spread over a core's ``arrays`` (``cols`` wide): by
-    output-channel columns when there are enough for every array, else by images, else
-    by output rows (``by``, and the extent it divides), else ``("all", 0)``: the tile's
-    matmuls take turns with other tiles'."""
-    for by, extent, least in (("cols", no, arrays * cols), ("images", ni, arrays),
-                              ("rows", ty if ni == 1 else 0, arrays)):
-        if arrays > 1 and extent >= least:
-            return by, extent
-    return "all", 0
-
-
-def k_blocks(ks: list[int], rows: int) -> list[tuple[int, int, int]]:
-    """Each matmul's K (a tap group's rows of weights, ``ks``) cut into blocks of the
-    array's ``rows``: (matmul, first row, end row)."""
-    return [(k, lo, min(lo + rows, size)) for k, size in enumerate(ks)
-            for lo in range(0, size, rows)]
-
-
-def k_split(matrix: MatrixConfig, dtype: DType, arrays: int, tile: tuple[int, int, int],
-            no: int, ks: list[int], combine: float, steps: int = 1) -> int | None:
-    """A tile's K blocks (:func:`k_blocks`) dealt to the arrays in turn, each array
-    summing a partial of its own, against the split by images or rows
-    (:func:`array_split`): the busiest array's cycles a step when dealing wins over the
-    tile's ``steps`` (channel chunks, kernel rows) by more than ``combine`` (the vector
-    cycles adding the partials up, once a tile), else None.
-
-    ``tile`` is (images, rows, columns), ``no`` its output channels, ``ks`` the K of
-    each tap group's matmul. A row split has every array load every weight fold for its
-    share of the pixels: a tile with fewer pixels an array than the array has rows
-    (ResNet's 7x7 and 14x14 layers at batch 1) loads each fold four times over."""
-    ni, ty, tw = tile
-    by, extent = array_split(arrays, matrix.cols, no, ni, ty)
-    units = k_blocks(ks, matrix.rows)
-    if by not in ("images", "rows") or len(units) < arrays:
-        return None
-    share = ceil_div(extent, arrays) * (ty * tw if by == "images" else tw)
-    saving = back_to_back_saving(matrix)
-
-    def run(mks: list[tuple[int, int]]) -> int:
-        return sum(matmul_cycles(m, k, no, matrix, dtype) for m, k in mks) - \
-            saving * (len(mks) - 1)
-
-    split = run([(share, k) for k in ks])
-    dealt = max(run([(ni * ty * tw, hi - lo) for u, (_, lo, hi) in enumerate(units)
-                     if u % arrays == a]) for a in range(arrays))
-    return dealt if steps * dealt + combine < steps * split else None
-
-
 def sram_bytes(geo: Geometry, ni: int, ty: int, ot: int, ct: int, taps: int,
                resident: int, item: int, out_item: int, cast: bool, epi: int,
                sets: int, loads: int | None = None) -> int:
     """Scratchpad one core needs (``resident``: bytes of the weight blocks kept;
-    ``loads``: buffers weight blocks load into, default ``sets``; with :func:`k_split`
+    ``loads``: buffers weight blocks load into, default ``sets``; with :func:`~compiler.kernels.conv_arrays.k_split`
     the arrays' partials come on top, ``sets x (arrays - 1)`` accumulators)."""
     kh, kw = geo.kernel
     m = ni * ty * geo.out_cols

@@ -1,4 +1,4 @@
-"""A small tile's K blocks dealt to a core's arrays (:func:`compiler.kernels.conv_tiling.
+"""A small tile's K blocks dealt to a core's arrays (:func:`compiler.kernels.conv_arrays.
 k_split`): each array loads a distinct quarter of the weight folds and sums a partial of
 its own, instead of every array loading every fold for a quarter of the pixels."""
 
@@ -19,7 +19,7 @@ from compiler.compile import clear_cache
 from compiler.ir.operands import SramRef
 from compiler.ir.ops import Binary, BinaryKind, MatMul
 from compiler.kernels import conv, conv_tiling
-from compiler.kernels.conv_tiling import array_split, k_blocks, k_split
+from compiler.kernels.conv_arrays import array_split, k_blocks, k_split
 from compiler_helpers import ARRAY, check_op, config
 
 aten = torch.ops.aten
