@@ -15,8 +15,7 @@ program and the reference alike makes the reference refuse, and the first error 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -100,12 +99,10 @@ class _Float64Reference(TorchDispatchMode):
         return out
 
 
-@contextmanager
-def float64_reference() -> Iterator[None]:
-    """Within it, the ops of :data:`RULES` given float64 activations compute in
-    float64 instead of raising."""
-    with _Float64Reference():
-        yield
+def float64_reference() -> _Float64Reference:
+    """A context: within it, the ops of :data:`RULES` given float64 activations compute
+    in float64 instead of raising."""
+    return _Float64Reference()
 
 
 __all__ = ["AGREEMENT", "RULES", "RuleDisagrees", "float64_reference", "int4_codes"]

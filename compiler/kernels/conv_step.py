@@ -209,10 +209,10 @@ class ConvStep:
         nc, no = self.nc, self.no
         m = self.ni * self.ty * self.tw
         acc = sub(self.b["acc"][self.q], (m, no))
-        parts = self._split()
-        if parts[0][1] == "k":
+        if self._deals():
             self._dealt(first, acc)
             return
+        parts = self._split()
         for k, (group, a) in enumerate(zip(self.plan.tap_groups, self.operands)):
             (i, j) = group[0]
             rhs = sub(self.w, (len(group) * nc, no), (i * kw + j) * nc * no)
@@ -250,27 +250,29 @@ class ConvStep:
 
     def _combine(self) -> None:
         """Add the arrays' partials into the accumulator (K blocks dealt)."""
-        partials = self.b["partials"][self.q]
-        if not partials or self._split()[0][1] != "k":
+        if not self._deals():
             return
         m = self.ni * self.ty * self.tw
         acc = sub(self.b["acc"][self.q], (m, self.no))
-        for partial in partials:
+        for partial in self.b["partials"][self.q]:
             self.emit(self.vpu, Binary(BinaryKind.add, acc, sub(partial, (m, self.no)), acc))
+
+    def _deals(self) -> bool:
+        """Whether this tile deals its K blocks to the arrays (:meth:`_dealt`): the
+        tiling's ``k_split``, where the tile would otherwise split by images or rows (a
+        short last tile that takes turns does not)."""
+        return self.plan.tiling.k_split and self._split()[0][1] in ("images", "rows")
 
     def _split(self) -> list[tuple[int, str, tuple[int, int]]]:
         """How the tile's matmuls spread over the core's arrays (so the next tile's
         window is built while this one computes;
         :func:`~compiler.kernels.conv_arrays.array_split`): by output-channel columns,
-        images or output rows, or with the tiling's ``k_split`` instead of images or
-        rows by K blocks (``"k"``); else the tile's matmuls take turns with other
-        tiles. ``(array, by, range)``."""
+        images or output rows, else they take turns with other tiles' (:meth:`_deals`
+        replaces an image or row split). ``(array, by, range)``."""
         by, extent = array_split(self.arrays, self.ctx.config.core.matrix.cols, self.no,
                                  self.ni, self.ty)
         if by == "all":
             return [(self.turn, "all", (0, 0))]
-        if by != "cols" and self.plan.tiling.k_split:
-            return [(a, "k", (0, 0)) for a in range(self.arrays)]
         step = -(-extent // self.arrays)
         return [(a, by, (r, min(r + step, extent)))
                 for a, r in enumerate(range(0, extent, step))]
