@@ -246,7 +246,10 @@ def _emit(ctx: Context, kernel: Kernel, geo: Geometry, plan: ConvLayout, arrays:
         steps = [(c0, block) for c0 in range(0, cg, tiling.in_channels) for block in blocks]
         if staged is not None:  # each tile of a block loads a different chunk first
             turn = met[tile.oo] = met.get(tile.oo, -1) + 1
-            steps = rotated(steps, turn)
+            # among the whole chunks: a short last one stays last, as a tile's first step
+            # must be whole (dealt K blocks start every array's sum there)
+            whole = [st for st in steps if st[0] + tiling.in_channels <= cg]
+            steps = rotated(whole, turn) + steps[len(whole):]
         for s, (c0, block) in enumerate(steps):
             cc = (gi * cg + c0, gi * cg + min(c0 + tiling.in_channels, cg))
             xs = step_counts[core] % ctx.sets

@@ -65,7 +65,6 @@ class ConvStep:
         self.b = plan.bufs[core]
         self.vpu = vpu_engine(core)
         self.operands: list[SramRef] = []
-        self.strides: tuple[int, ...] = ()
         self.w: SramRef | None = None
 
     def emit(self, engine: str, op: Any) -> None:
@@ -105,8 +104,7 @@ class ConvStep:
             self.operands += interleaved_operands(planes, geo, (ni, ty, tw), nc,
                                                   self.plan.tiling.interleaved)
             return
-        strides = self.strides = (image_rows * geo.plane_cols * nc, geo.plane_cols * nc,
-                                  nc, 1)
+        strides = (image_rows * geo.plane_cols * nc, geo.plane_cols * nc, nc, 1)
 
         def tap_view(i: int, j: int) -> SramRef:
             offset = geo.shift(ty, i, j, ni) * nc * planes.dtype.itemsize

@@ -69,8 +69,8 @@ class ConvTiling:
     (:func:`~compiler.kernels.conv_arrays.k_split`), instead of splitting its pixels among them."""
     interleaved: int = 0
     """Non-zero: the window's phase planes interleaved (NCHW image, one channel chunk:
-    :func:`~compiler.kernels.conv_geometry.interleaved`), each entry stacking this many
-    plane rows (:func:`~compiler.kernels.conv_geometry.stacked_rows`): a matmul that
+    :func:`~compiler.kernels.conv_interleave.interleaved`), each entry stacking this many
+    plane rows (:func:`~compiler.kernels.conv_interleave.stacked_rows`): a matmul that
     many kernel rows of phases, its A operand a view of the planes (K = ``R x kw / sw x
     sh x sw x c``, the kernel padded to whole phases with zero weights), no tap copied
     side by side."""

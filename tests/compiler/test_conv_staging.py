@@ -162,3 +162,37 @@ def test_not_staged_where_it_does_not_pay(cin: int, cout: int, size: int, kernel
     compiled = compile_op(aten.convolution.default, meta, {}, config(preset))
     assert not chosen[-1].staged_weights
     assert "shared SRAM" not in compiled.choices["convolution_default"]
+
+
+def test_each_tile_of_a_block_starts_at_another_whole_chunk(monkeypatch) -> None:
+    # 520 input channels in chunks of 128: four whole chunks and a short one of 8. The
+    # tiles of one weight block rotate their first chunk among the whole ones (so their
+    # first DRAM loads differ), the short chunk always last: a tile's first step must be
+    # whole, dealt K blocks start every array's sum there (it raised with the short
+    # chunk first: 3 K blocks for 4 arrays)
+    _forced(monkeypatch, images=1, out_rows=4, out_channels=128, in_channels=128, taps=4,
+            k_split=True, staged_weights=True)
+    monkeypatch.setattr(conv, "choose_packed_tiling", lambda *a, **k: None)
+    torch.manual_seed(0)
+    x = torch.randn(1, 520, 20, 7)
+    w = torch.randn(128, 520, 3, 3) / 70
+    compiled, _ = check_op(aten.convolution.default,
+                           (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), "tpu-v4")
+    clear_cache()
+    # the shared copies out of shared SRAM, in program order, per core: each tile's
+    # chunks as (first input channel) of the Copy's source block
+    weights = [c for c in compiled.program.commands
+               if isinstance(c.op, Load) and c.op.src.tensor == "arg1"]
+    firsts = sorted({c.op.src.slices[1].start for c in weights})
+    assert firsts == [0, 128, 256, 384, 512]
+    # five row tiles (20 rows by 4) of the one block over two cores: tile t starts at
+    # whole chunk t mod 4, and the 8-channel chunk is its last step
+    copies = {core: [c.op.src.offset for c in compiled.program.commands
+                     if isinstance(c.op, Copy) and c.engine.startswith(core)]
+              for core in ("core0", "core1")}
+    assert [len(v) for v in copies.values()] == [15, 10]  # tiles 0, 2, 4 and 1, 3
+    tiles = {t: copies[f"core{t % 2}"][t // 2 * 5:t // 2 * 5 + 5] for t in range(5)}
+    starts = [tiles[t][0] for t in range(5)]
+    assert len(set(starts[:4])) == 4 and starts[4] == starts[0]
+    assert len({tiles[t][4] for t in range(5)}) == 1  # the short chunk, last in every tile
+    assert tiles[0][4] not in starts
