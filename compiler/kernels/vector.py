@@ -23,7 +23,8 @@ from compiler.kernels.common import Box, Context, TileSteps, box_shape, pipeline
 from compiler.kernels.rotate_half import emit_rotate_half
 from compiler.kernels.transfers import load_box, store_box, sub
 from compiler.kernels.vector_tiles import (  # noqa: F401 (re-exported)
-    MIN_TILE_BYTES, Access, DmaCost, choose_tile, granule_aligned, plan_tile, tiles_of, wide_runs)
+    MIN_TILE_BYTES, Access, DmaCost, choose_tile, dma_cycles, granule_aligned, plan_tile, tiles_of,
+    wide_runs)
 from compiler.plan import Group, Kernel, aligned
 
 
@@ -308,14 +309,16 @@ def lower_vector_kernel(ctx: Context, kernel: Kernel) -> None:
                                                  kernel.name, target, ctx.cores, accesses, cost)
     except CapacityError as exc:
         tile, too_long = None, exc  # reduced axes too long to keep whole: tiles along them
+    wide = planned = None
     if group.whole_axes and tile is not None:
         tile = granule_aligned(space, tile, accesses, cost)
-    wide = wide_runs(space, tile, sets, ctx.capacity, bytes_of, ctx.cores, accesses, cost) \
-        if group.whole_axes and tile is not None else None
+        planned = dma_cycles(space, tile, accesses, cost)  # the planned tile's DMA, once
+        wide = wide_runs(space, tile, sets, ctx.capacity, bytes_of, ctx.cores, accesses,
+                         cost, planned)
     if group.whole_axes:
         # vector_split builds on this module's emitters, hence imported here
         from compiler.kernels.vector_split import lower_split_reduce, planned_split
-        split = planned_split(ctx, group, tile, wide, sets, target, accesses, cost)
+        split = planned_split(ctx, group, tile, wide, sets, target, accesses, cost, planned)
         if split is not None:
             ctx.choices[kernel.name] = (
                 f"vector tiles {list(split.tile)} along the reduced axes, partial results "

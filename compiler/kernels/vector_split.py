@@ -181,21 +181,22 @@ def _extra_bytes(ctx: Context, split: SplitReduce) -> int:
 
 
 def planned_split(ctx: Context, group: Group, tile: Shape | None, wide: WideRuns | None,
-                  sets: int, target: int, accesses: list[Access], cost: DmaCost
-                  ) -> SplitPlan | None:
+                  sets: int, target: int, accesses: list[Access], cost: DmaCost,
+                  planned: tuple[float, float] | None = None) -> SplitPlan | None:
     """The reduction tiled along its axes, when ``tile`` (the planned one) moves
     wasteful DMA runs (:data:`WASTEFUL`) and these tiles' commands cost clearly less
     (:data:`CLEARLY_CHEAPER`), partials' round trip counted, and no less than ``wide``'s
     when that keeps its buffer sets (a one-set tile cannot overlap loads and compute,
     which the DMA cost does not see); or when there is no planned tile (the reduced
-    axes do not fit the scratchpad whole: ``x.sum()`` of a large ``x``), if it fits."""
+    axes do not fit the scratchpad whole: ``x.sum()`` of a large ``x``), if it fits.
+    ``planned``: :func:`dma_cycles` of ``tile``, when the caller has it."""
     split = split_reduce_of(group)
     if split is None:
         return None
     space = group.shape
     cycles = math.inf
     if tile is not None:
-        cycles, ideal = dma_cycles(space, tile, accesses, cost)
+        cycles, ideal = planned or dma_cycles(space, tile, accesses, cost)
         if cycles <= WASTEFUL * ideal:
             return None
     budget = (ctx.capacity - _extra_bytes(ctx, split)) // sets

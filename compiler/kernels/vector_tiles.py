@@ -299,7 +299,8 @@ class WideRuns:
 
 def wide_runs(space: Shape, tile: Shape, sets: int, capacity: int,
               bytes_of: Callable[[Shape], int], cores: int, accesses: list[Access],
-              cost: DmaCost) -> WideRuns | None:
+              cost: DmaCost, planned: tuple[float, float] | None = None
+              ) -> WideRuns | None:
     """A wider tile than ``tile`` (the planned one) along the dim it cuts, when that
     cut leaves DRAM runs shorter than the access granularity and a wider one's DMA
     commands cost clearly less (:data:`CLEARLY_CHEAPER`); None otherwise.
@@ -310,8 +311,9 @@ def wide_runs(space: Shape, tile: Shape, sets: int, capacity: int,
     that are multiples of the granule (in the narrowest access's elements) are tried,
     from the shortest up, that fit a buffer set's share of ``capacity`` bytes (``sets``
     of them) or, one tile a core at most, all of it; never fewer tiles than the cores
-    the planned tile keeps busy."""
-    cycles, ideal = dma_cycles(space, tile, accesses, cost)
+    the planned tile keeps busy. ``planned``: :func:`dma_cycles` of ``tile``, when the
+    caller has it."""
+    cycles, ideal = planned or dma_cycles(space, tile, accesses, cost)
     if cycles <= WASTEFUL * ideal:
         return None
     dim = split_dim(space, tile, tuple(range(len(space))))

@@ -229,3 +229,26 @@ def test_nodes_before_and_after_the_reduction_run_on_tiles_and_on_the_result() -
     w_loads = [c for c in compiled.program.commands
                if isinstance(c.op, Load) and c.op.src.tensor == "w"]
     assert [c.engine.split(".")[0] for c in w_loads] == ["core0"]
+
+
+def test_the_kernel_takes_the_granule_aligned_tile(monkeypatch) -> None:
+    # lower_vector_kernel must use granule_aligned's answer: stand in one that halves
+    # the rows of the planned tile, and the loads follow it
+    from compiler.compile import clear_cache
+    from compiler.kernels import vector
+
+    seen = []
+
+    def halved(space, tile, accesses, cost):
+        seen.append(tile)
+        return (tile[0] // 2,) + tile[1:]
+
+    monkeypatch.setattr(vector, "granule_aligned", halved)
+    clear_cache()
+    x = torch.randn(64, 256)
+    compiled, out = _compiled(lambda x: x.sum(-1, keepdim=True), x)
+    clear_cache()
+    torch.testing.assert_close(out, x.sum(-1, keepdim=True), rtol=1e-5, atol=1e-4)
+    (planned,) = seen
+    rows = {box[0][1] - box[0][0] for _, box in _x_loads(compiled)}
+    assert max(rows) == planned[0] // 2
