@@ -14,17 +14,14 @@ c`` ("halves"); a partial last block (and every block without AVX-512/AVX2) hold
 ``2c`` and ``2c + 1`` ("pairs"). Which layout a tensor has depends on the CPU build that
 packed it, so the lowering reads torch's CPU capability.
 
-Where the rows are whole blocks (every LLM shape, and all but the last block of the
-others), the matmul reads the bytes as stored,
-half a byte a weight, and dequantizes them where the preset says (``core.matrix.dequant``):
-in the arrays' input path or tile by tile on the vector unit
-(:meth:`GraphBuilder.matmul_dequant`, :mod:`compiler.kernels.matmul_dequant`). A
-partial last block is unpacked and dequantized on the vector unit always (a nibble is
-``byte mod 16`` and ``(byte - lo) / 16``, exact in f32; :func:`_dequantized`) into
-weights in the activations' dtype that a float matmul then reads, a DRAM round trip;
-its columns join the whole blocks' after (a vocabulary of 32,000 split over 8 chips is
-62 blocks and 32 rows: the whole head on the vector unit took 1.12 M cycles a decode
-step on tpu-v4 against int8's 38 k).
+The matmul reads the bytes as stored, half a byte a weight, and dequantizes them where
+the preset says (``core.matrix.dequant``): in the arrays' input path or tile by tile on
+the vector unit (:meth:`GraphBuilder.matmul_dequant`, :mod:`compiler.kernels.matmul_dequant`).
+A partial last block (a vocabulary of 32,000 split over 8 chips is 62 blocks and 32
+rows; a head of fewer rows than a block is only that) holds its rows in pairs: it runs
+as one block of its rows, its columns joined after the whole blocks'. It used to be
+unpacked on the vector unit into weights a float matmul read back: the 8-chip head took
+1.12 M cycles a decode step on tpu-v4 against int8's 38 k.
 """
 
 from __future__ import annotations
@@ -85,60 +82,6 @@ def _blocks(n: int, layout: CpuLayout) -> tuple[int, int]:
     return divmod(n, layout.block_rows)
 
 
-def _nibbles(b: GraphBuilder, packed: Value) -> tuple[Value, Value]:
-    """Low and high nibbles of bytes, as f32 values 0..15 (vector unit): a nibble is
-    ``byte mod 16`` and ``(byte - low) / 16``, exact in f32."""
-    wide = b.cast(packed, DType.f32)
-    low = b.binary(BinaryKind.remainder, wide, 16.0)
-    high = b.binary(BinaryKind.mul, b.binary(BinaryKind.sub, wide, low), 1 / 16)
-    return low, high
-
-
-def _interleave(b: GraphBuilder, low: Value, high: Value, halves: bool) -> Value:
-    """``[..., C]`` low and high nibbles as ``[..., 2C]`` columns: ``h * C + c`` for
-    halves, ``2c + h`` for pairs."""
-    lead, c = low.shape[:-1], low.shape[-1]
-    axis = len(lead) if halves else len(lead) + 1
-    shape = (*lead, 1, c) if halves else (*lead, c, 1)
-    both = lower_cat(b, [b.view(low, shape), b.view(high, shape)], axis)
-    return b.view(both, (*lead, 2 * c))
-
-
-def unpack_cpu_int4(b: GraphBuilder, packed: Value, k: int) -> Value:
-    """The codes (0..15, f32) of CPU-packed ``[N, K/2]`` bytes, as ``[K, N]`` (the
-    general path: each block's nibbles interleaved, then transposed, in f32)."""
-    n = packed.shape[0]
-    layout = cpu_layout()
-    full, rest = _blocks(n, layout)
-    rows, half = layout.block_rows, layout.block_rows // 2
-    parts = []
-    if full:
-        body = b.view(b.slice(packed, 0, 0, full * rows), (full, k, half))
-        codes = _interleave(b, *_nibbles(b, body), layout.halves)  # [full, K, rows]
-        parts.append(b.view(b.permute(codes, (1, 0, 2)), (k, full * rows)))
-    if rest:
-        tail = b.view(b.slice(packed, 0, full * rows, n), (k, rest // 2))
-        parts.append(_interleave(b, *_nibbles(b, tail), False))  # [K, rest]
-    if len(parts) == 1:
-        return parts[0]
-    return lower_cat(b, parts, 1)
-
-
-def _dequantized(b: GraphBuilder, x: Value, packed: Value, scales_and_zeros: Value,
-                 group: int) -> Value:
-    """``x @ w.T`` (f32) through :func:`unpack_cpu_int4`: the codes as ``[K, N]``,
-    dequantized on the vector unit, rounded to ``x``'s dtype, one matmul."""
-    k, n = x.shape[-1], packed.shape[0]
-    groups = k // group
-    codes = b.view(unpack_cpu_int4(b, packed, k), (groups, group, n))
-    wide = b.cast(scales_and_zeros, DType.f32)
-    scale = b.view(b.slice(wide, 2, 0, 1), (groups, 1, n))
-    zero = b.view(b.slice(wide, 2, 1, 2), (groups, 1, n))
-    weight = b.binary(BinaryKind.add, b.binary(
-        BinaryKind.mul, b.binary(BinaryKind.sub, codes, float(ZERO_CODE)), scale), zero)
-    return b.matmul(x, b.view(b.cast(weight, x.dtype), (k, n)), out_dtype=DType.f32)
-
-
 @lowering(aten._weight_int4pack_mm_for_cpu.default)
 def lower_weight_int4pack_mm(b: GraphBuilder, x: Value, packed: Value, group_size: int,
                              scales_and_zeros: Value) -> Value:
@@ -155,21 +98,20 @@ def lower_weight_int4pack_mm(b: GraphBuilder, x: Value, packed: Value, group_siz
                             f"{group_size}, {list(scales_and_zeros.shape)}")
     layout = cpu_layout()
     full, rest = _blocks(n, layout)
-    if not full:
-        return b.cast(_dequantized(b, x, packed, scales_and_zeros, group_size), x.dtype)
-    # whole blocks: the arrays read the bytes as stored; a partial last block (4,000 vocab
-    # rows a chip of a head split 8 ways) on the vector unit, its columns joined after
     rows = layout.block_rows
-    spec = g.Dequantization(group_size, "halves" if layout.halves else "pairs", rows)
-    blocks = b.view(b.slice(packed, 0, 0, full * rows), (full, k, rows // 2))
-    body = b.matmul_dequant(x, blocks, b.slice(scales_and_zeros, 1, 0, full * rows), spec)
-    if not rest:
-        return b.cast(body, x.dtype)
-    # the partial block's bytes hold its rows in pairs: one block of ``rest`` rows
-    last = g.Dequantization(group_size, "pairs", rest)
-    tail = b.matmul_dequant(x, b.view(b.slice(packed, 0, full * rows, n), (1, k, rest // 2)),
-                            b.slice(scales_and_zeros, 1, full * rows, n), last)
-    return b.cast(lower_cat(b, [body, tail], 1), x.dtype)
+    parts = []
+    if full:  # whole blocks: the arrays read the bytes as stored
+        spec = g.Dequantization(group_size, "halves" if layout.halves else "pairs", rows)
+        blocks = b.view(b.slice(packed, 0, 0, full * rows), (full, k, rows // 2))
+        parts.append(b.matmul_dequant(x, blocks,
+                                      b.slice(scales_and_zeros, 1, 0, full * rows), spec))
+    if rest:  # a partial last block (all of a head under one block) holds its rows in
+        # pairs: one block of ``rest`` rows, its columns joined after the whole blocks'
+        last = g.Dequantization(group_size, "pairs", rest)
+        parts.append(b.matmul_dequant(
+            x, b.view(b.slice(packed, 0, full * rows, n), (1, k, rest // 2)),
+            b.slice(scales_and_zeros, 1, full * rows, n), last))
+    return b.cast(parts[0] if len(parts) == 1 else lower_cat(b, parts, 1), x.dtype)
 
 
 @lowering(aten._convert_weight_to_int4pack_for_cpu.default)

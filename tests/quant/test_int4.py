@@ -247,3 +247,23 @@ def test_a_partial_last_block_leaves_the_whole_blocks_to_the_arrays() -> None:
         assert any(getattr(c.op, "dequant", None) is not None and c.op.dequant.nibbles == "pairs"
                    for c in compiled.program.commands) == (n == 4000)
     assert cycles[4000] < 1.3 * cycles[3968]
+
+
+def test_a_head_smaller_than_one_block_runs_on_the_arrays() -> None:
+    # 16 rows: fewer than a block in every CPU layout (32 or 64), so all of it is the
+    # partial block, read by the arrays in pairs (it was unpacked on the vector unit:
+    # 12.8k cycles on tiny, 3.1k as one block)
+    k, group = 256, 64
+    x = torch.randn(1, k)
+    head = _PackedHead(16, k, group)
+    compile_module.clear_cache()
+    compiled = compile_module.compile_graph(torch.export.export(head, (x,)), TINY)
+    (out,), _ = compiled.run(x)
+    torch.testing.assert_close(out, head(x), rtol=1e-4, atol=1e-3)  # f32 sum order
+    assert [c.op.dequant.nibbles for c in compiled.program.commands
+            if getattr(c.op, "dequant", None) is not None] and all(
+        c.op.dequant.nibbles == "pairs" for c in compiled.program.commands
+        if getattr(c.op, "dequant", None) is not None)
+    assert not [c.op for c in compiled.program.commands
+                if isinstance(c.op, (Binary, Unary, Cast, Dequantize))
+                and any(ref.dtype is DType.u8 for _, ref in sram_operands(c.op))]
