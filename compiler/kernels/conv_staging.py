@@ -111,10 +111,12 @@ def staged_cost(config: NpuConfig, cost: Cost, cores: int, s: StagingCost) -> Co
     waits for its block's DRAM load (its own or another core's: the distinct blocks'
     first loads run at once, :func:`rotated`), then for its copy."""
     shared = config.shared_sram
-    distinct = -(-s.distinct // ALIGN_BYTES) * ALIGN_BYTES
+    # what shared SRAM must hold: each block allocated at its own aligned offset
+    # (a partial last block takes less than this bound)
+    held = s.blocks * (-(-s.step_weights // ALIGN_BYTES) * ALIGN_BYTES)
     loaded = cores * s.weight_share
     dram_rate = config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY
-    if not shared.size_bytes or distinct > shared.size_bytes or s.sharers < SHARING or \
+    if not shared.size_bytes or held > shared.size_bytes or s.sharers < SHARING or \
             (loaded - s.distinct) / dram_rate < STAGING_GAIN * cost.estimate(config):
         return None
     dma_config = config.core.dma

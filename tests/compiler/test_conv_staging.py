@@ -196,3 +196,16 @@ def test_each_tile_of_a_block_starts_at_another_whole_chunk(monkeypatch) -> None
     assert len(set(starts[:4])) == 4 and starts[4] == starts[0]
     assert len({tiles[t][4] for t in range(5)}) == 1  # the short chunk, last in every tile
     assert tiles[0][4] not in starts
+
+
+def test_staging_fits_the_blocks_at_their_aligned_offsets() -> None:
+    # four blocks of 100 bytes: 400 bytes, 448 rounded once, but each block is allocated
+    # at a 64-byte boundary, 4 x 128 = 512 bytes of shared SRAM
+    from compiler.kernels.conv_staging import StagingCost, staged_cost
+    unstaged = Cost(mxu_cycles=10.0, vpu_cycles=0.0, dma_cycles=10.0, dram_bytes=8000,
+                    serial_cycles=0.0)
+    blocks = StagingCost(distinct=400, sharers=2, blocks=4, weight_share=4000.0,
+                         step_weights=100, load_bw=8.0, setup=10.0)
+    for size, fits in ((450, False), (512, True)):
+        cfg = config("ascend-910b").with_overrides({"shared_sram.size_bytes": size})
+        assert (staged_cost(cfg, unstaged, 2, blocks) is not None) == fits
