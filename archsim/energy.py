@@ -154,8 +154,7 @@ def command_energy(op: Op, engine: str, timing_links: tuple[int, ...], nbytes: f
     elif engine_kind(engine) == "vpu":
         cls = vector.op_class(op)
         cost = getattr(config.core.vector.costs, cls)
-        out[_COMPONENT["vector"]] = (vector.elements(op) * cost * table.vector_op_pj
-                                     * vector.ARITHMETIC.get(type(op), 1))
+        out[_COMPONENT["vector"]] = vector.arithmetic_ops(op) * cost * table.vector_op_pj
         out[_COMPONENT["sram"]] = vector.streamed_bytes(op) * table.scratchpad_pj_per_byte
     for link in timing_links:
         name = link_names[link]

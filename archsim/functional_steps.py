@@ -24,7 +24,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramTensor, Scalar, SramRef
 from compiler.ir.ops import (Binary, Cast, Command, Copy, Dequant, Dequantize, Gather, HostOp,
                              HostTransfer, Load, MatMul, MulAdd, Op, Reduce, ReduceKind, Select, Store,
-                             Transpose, Unary, VCopy)
+                             Transpose, Unary, VCopy, VectorMatMul)
 
 Step = Callable[[], None]
 Binder = Callable[[Any, Memory], Step]
@@ -143,12 +143,14 @@ def dequantized(b: np.ndarray, scales: np.ndarray, dequant: Dequant,
     return to_values(to_stored(weights.astype(np.float32), dtype), dtype)
 
 
-def _bind_matmul(op: MatMul, memory: Memory) -> Step:
+def _bind_matmul(op: MatMul | VectorMatMul, memory: Memory) -> Step:
+    """An array's matmul; or the vector unit's, whose dequantized weights stay f32 (it
+    applies the scales to its sums, :class:`~compiler.ir.ops.VectorMatMul`)."""
     integer = op.a.dtype.is_int8
     read_a, read_b, k = _reader(memory, op.a), _reader(memory, op.b), op.a.shape[-1]
     if op.dequant is not None and op.scales is not None:
         read_stored, read_scales, dequant = read_b, _reader(memory, op.scales), op.dequant
-        dtype = op.a.dtype
+        dtype = op.a.dtype if type(op) is MatMul else DType.f32
 
         def read_b() -> np.ndarray:
             return dequantized(read_stored(), read_scales(), dequant, dtype)
@@ -261,6 +263,7 @@ BINDERS: dict[type[Op], Binder] = {
     VCopy: _bind_copy,
     Gather: _bind_gather,
     MatMul: _bind_matmul,
+    VectorMatMul: _bind_matmul,
     Unary: _bind_unary,
     Binary: _bind_binary,
     MulAdd: _bind_muladd,

@@ -34,6 +34,7 @@ from compiler.ir.ops import (
     Transpose,
     Unary,
     VCopy,
+    VectorMatMul,
 )
 
 
@@ -112,6 +113,10 @@ COST_KEY: dict[type[Op], Callable[[Any], Hashable]] = {
     VCopy: lambda op: (VCopy, _shape(op.src), _shape(op.dst)),
     Dequantize: lambda op: (Dequantize, _shape(op.src), _shape(op.scales), _shape(op.dst),
                             op.dequant.nibbles),
+    VectorMatMul: lambda op: (VectorMatMul, _shape(op.a), _shape(op.b), op.columns,
+                              _shape(op.scales) if op.scales is not None else None,
+                              op.dequant.nibbles if op.dequant is not None else None,
+                              _shape(op.out), op.accumulate),
     HostTransfer: lambda op: _box(HostTransfer, op.to_device, op.ref),
     HostOp: lambda op: (HostOp, op.cycles),
 }

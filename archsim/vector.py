@@ -2,6 +2,7 @@
 
 compute = ceil(elements / lanes) * cost(op class)
           (+ ceil(log2(axis length)) tree steps for a reduction)
+          (a matmul on the vector unit: its element operations, :func:`matvec_ops`)
 cycles  = pipeline_latency + max(compute, ceil(sram bytes / sram_bandwidth))
 
 ``elements`` is the larger of what the op reads and writes; the class costs come from
@@ -38,6 +39,7 @@ from compiler.ir.ops import (
     Transpose,
     Unary,
     VCopy,
+    VectorMatMul,
 )
 
 
@@ -49,7 +51,7 @@ def op_class(op: Op) -> str:
         if op.kind in DIVIDE:
             return "divide"
         return "elementwise"
-    if isinstance(op, (Select, MulAdd)):
+    if isinstance(op, (Select, MulAdd, VectorMatMul)):
         return "elementwise"
     if isinstance(op, Reduce):
         return "reduce"
@@ -73,9 +75,40 @@ multiply-add issues as one instruction (its time) but multiplies and adds (its F
 its energy)."""
 
 
+def matvec_ops(m: int, k: int, n: int, unpack: int, groups: int) -> int:
+    """Element operations of an ``m x k x n`` matmul on the vector unit
+    (:class:`~compiler.ir.ops.VectorMatMul`): a multiply-add per weight and row, each
+    weight unpacked and widened once first (``unpack`` operations), and with grouped
+    weights two multiply-adds a group, column and row applying the group's scale and
+    zero to its sums."""
+    return m * k * n + k * n * unpack + 2 * m * groups * n
+
+
+def _matvec(op: VectorMatMul) -> tuple[int, int, int]:
+    """(rows, element operations, arithmetic operations) of a vector-unit matmul."""
+    m, k, n = math.prod(op.a.shape[:-1]), op.a.shape[-1], op.columns
+    if op.dequant is not None:
+        unpack, groups = op.dequant.unpack_ops, op.scales.shape[0]
+    else:  # weight-only int8 widened, or weights in a's dtype
+        unpack, groups = int(op.b.dtype is not op.a.dtype), 0
+    ops = matvec_ops(m, k, n, unpack, groups)
+    return m, ops, ops + m * k * n + 2 * m * groups * n  # a multiply-add is two
+
+
 def elements(op: Op) -> int:
-    """Elements a vector op processes: the larger of what it reads and writes."""
+    """Elements a vector op processes: the larger of what it reads and writes (a
+    matmul: its element operations)."""
+    if type(op) is VectorMatMul:
+        return _matvec(op)[1]
     return max(numel(ref.shape) for _, ref in sram_operands(op))
+
+
+def arithmetic_ops(op: Op) -> int:
+    """Arithmetic operations a vector op does (its energy): its elements, times
+    :data:`ARITHMETIC` where an element takes more than one."""
+    if type(op) is VectorMatMul:
+        return _matvec(op)[2]
+    return elements(op) * ARITHMETIC.get(type(op), 1)
 
 
 def streamed_bytes(op: Op) -> int:
@@ -107,6 +140,10 @@ class VectorEngine:
         if bandwidth:
             compute = max(compute, ceil_div(streamed_bytes(op), bandwidth))
         cycles = self.config.pipeline_latency_cycles + compute
-        flops = 0 if cls in ("cast", "copy") or (isinstance(op, Binary) and op.kind in COMPARISON) \
-            else count * ARITHMETIC.get(type(op), 1)
+        if type(op) is VectorMatMul:  # the matmul's FLOPs, as the arrays count them
+            flops = 2 * math.prod(op.a.shape) * op.columns
+        elif cls in ("cast", "copy") or (isinstance(op, Binary) and op.kind in COMPARISON):
+            flops = 0
+        else:
+            flops = count * ARITHMETIC.get(type(op), 1)
         return CommandTiming(fixed_cycles=cycles, flops=flops)

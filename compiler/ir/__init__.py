@@ -27,6 +27,7 @@ from compiler.ir.ops import (
     Unary,
     UnaryKind,
     VCopy,
+    VectorMatMul,
     engine_core,
     engine_kind,
 )
@@ -35,5 +36,5 @@ __all__ = [
     "ALL_OPS", "Binary", "BinaryKind", "Cast", "Command", "Copy", "Dequant", "Dequantize", "DType", "DramRef",
     "DramTensor", "Gather", "HostOp", "HostTransfer", "Load", "MatMul", "MulAdd", "Op", "Program", "Reduce",
     "ReduceKind", "Scalar", "Select", "Slice", "SramRef", "Store", "Transpose", "Unary",
-    "UnaryKind", "VCopy", "engine_core", "engine_kind", "numel", "sram_space",
+    "UnaryKind", "VCopy", "VectorMatMul", "engine_core", "engine_kind", "numel", "sram_space",
 ]

@@ -37,6 +37,7 @@ from compiler.ir.ops import (
     Transpose,
     Unary,
     VCopy,
+    VectorMatMul,
 )
 
 FieldRef = tuple[str, SramRef]
@@ -58,6 +59,7 @@ SRAM_READ_FIELDS: dict[type[Op], tuple[str, ...]] = {
     Transpose: ("src",),
     VCopy: ("src",),
     Dequantize: ("src", "scales"),
+    VectorMatMul: ("a", "b", "scales"),  # + "out" when accumulate=True
     HostTransfer: (),
     HostOp: (),
 }
@@ -78,6 +80,7 @@ SRAM_WRITE_FIELDS: dict[type[Op], tuple[str, ...]] = {
     Transpose: ("dst",),
     VCopy: ("dst",),
     Dequantize: ("dst",),
+    VectorMatMul: ("out",),
     HostTransfer: (),
     HostOp: (),
 }
@@ -104,7 +107,7 @@ def sram_reads(op: Op) -> tuple[FieldRef, ...]:
     names = _table_row(SRAM_READ_FIELDS, op)
     pairs = tuple((name, getattr(op, name)) for name in names)
     found = tuple((name, ref) for name, ref in pairs if isinstance(ref, SramRef))
-    if isinstance(op, MatMul) and op.accumulate:
+    if isinstance(op, (MatMul, VectorMatMul)) and op.accumulate:
         found += (("out", op.out),)
     return found
 

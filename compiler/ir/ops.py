@@ -227,6 +227,13 @@ class Dequant:
         widened, scaled and rounded (3)."""
         return 5 if self.nibbles else 3
 
+    @property
+    def unpack_ops(self) -> int:
+        """Element operations per weight before a :class:`VectorMatMul` multiplies it:
+        int4, a byte's two nibbles split and widened (2); one-byte values widened (1).
+        The scale and zero are not applied per weight there (see that op)."""
+        return 2 if self.nibbles else 1
+
     def byte_of(self, r: int, h: int) -> tuple[int, int]:
         """(byte, nibble) of a block of ``h`` bytes holding the block's column ``r``."""
         if self.nibbles == "halves":
@@ -258,9 +265,14 @@ class MatMul(Op):
     @property
     def columns(self) -> int:
         """``n``: output columns (two per byte of packed int4 ``b``)."""
-        if self.dequant is not None and self.dequant.nibbles:
-            return 2 * self.b.shape[0] * self.b.shape[-1]
-        return self.b.shape[-1]
+        return matmul_columns(self.b, self.dequant)
+
+
+def matmul_columns(b: SramRef, dequant: Dequant | None) -> int:
+    """A matmul's output columns: ``b``'s last dim, two per byte of packed int4."""
+    if dequant is not None and dequant.nibbles:
+        return 2 * b.shape[0] * b.shape[-1]
+    return b.shape[-1]
 
 
 # -- vector engine (coreN.vpu) -------------------------------------------------------
@@ -376,8 +388,35 @@ class Dequantize(Op):
     mnemonic = "dequantize"
 
 
+@dataclass(frozen=True, slots=True)
+class VectorMatMul(Op):
+    """``out (+)= a @ b`` on the vector unit, as a :class:`MatMul` with the same fields
+    and numbers' shapes: a matmul of few rows (a decode GEMV) run as multiply-adds, the
+    share of a weight-only matmul's columns the vector unit takes beside the arrays
+    when their weight intake binds (``compiler.kernels.matmul_vector``).
+
+    With ``dequant``, each weight is unpacked and widened once (``Dequant.unpack_ops``)
+    and each of the ``m`` rows multiply-adds it into a per-group sum; a group's scale
+    and zero are applied to its sums, not to its weights: ``sum((c - 8) s + z) x =
+    s sum(c x) + (z - 8 s) sum(x)``, two multiply-adds a group, column and row. The
+    weights are never rounded to ``a``'s dtype (none is written): the numbers are f32
+    weights and f32 sums."""
+
+    a: SramRef
+    b: SramRef
+    out: SramRef
+    accumulate: bool = False
+    scales: SramRef | None = None
+    dequant: Dequant | None = None
+    mnemonic = "vmatmul"
+
+    @property
+    def columns(self) -> int:
+        return matmul_columns(self.b, self.dequant)
+
+
 VECTOR_OPS: tuple[type[Op], ...] = (Unary, Binary, MulAdd, Select, Cast, Reduce, Transpose,
-                                    VCopy, Dequantize)
+                                    VCopy, Dequantize, VectorMatMul)
 
 # -- host link (hdma) and host (host) -------------------------------------------------
 

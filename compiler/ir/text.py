@@ -104,6 +104,7 @@ from compiler.ir.ops import (
     Transpose,
     Unary,
     VCopy,
+    VectorMatMul,
 )
 from compiler.ir.text_lex import _NAME_RE
 from compiler.ir.text_parse import load_program, parse_program
@@ -176,7 +177,12 @@ def _operands(op: Op) -> str:
     return printer(op)
 
 
-def _format_dequant(op: MatMul) -> str:
+def _format_matmul(op: MatMul | VectorMatMul) -> str:
+    return (f"{format_sram_ref(op.a)}, {format_sram_ref(op.b)} -> {format_sram_ref(op.out)}"
+            + (" acc" if op.accumulate else "") + _format_dequant(op))
+
+
+def _format_dequant(op: MatMul | VectorMatMul) -> str:
     """`` dequant SCALES group=G phase=P halves|pairs|bytes`` for weights dequantized
     on the way in."""
     if op.dequant is None or op.scales is None:
@@ -198,9 +204,8 @@ _PRINTERS: dict[type[Op], Callable[[Op], str]] = {
     Copy: lambda op: f"{format_sram_ref(op.src)} -> {format_sram_ref(op.dst)}",
     Gather: lambda op: (f"{format_dram_ref(op.table)} [{format_sram_ref(op.indices)}] -> "
                         f"{format_sram_ref(op.dst)}"),
-    MatMul: lambda op: (f"{format_sram_ref(op.a)}, {format_sram_ref(op.b)} -> "
-                        f"{format_sram_ref(op.out)}" + (" acc" if op.accumulate else "")
-                        + _format_dequant(op)),
+    MatMul: lambda op: _format_matmul(op),
+    VectorMatMul: lambda op: _format_matmul(op),
     Unary: lambda op: (f"{op.kind.value} {format_sram_ref(op.src)} -> "
                        f"{format_sram_ref(op.dst)}" + _chained(op)),
     Binary: lambda op: (f"{op.kind.value} {_format_value(op.a)}, {_format_value(op.b)} -> "

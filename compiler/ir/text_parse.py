@@ -33,6 +33,7 @@ from compiler.ir.ops import (
     Transpose,
     Unary,
     VCopy,
+    VectorMatMul,
 )
 from compiler.ir.text_lex import (
     _BINARY, _DIRECTIONS, _ENGINE_RE, _HUGE_NUMBER, _INT_RE, _REDUCE, _UNARY, _choices,
@@ -87,14 +88,14 @@ def _parse_two_to_one(line: _Line, first: str, second: str, result: str
     return x, y, _parse_sram(line, result)
 
 
-def _parse_matmul(line: _Line) -> Op:
-    a, b, out = _parse_two_to_one(line, "matmul operand a", "matmul operand b",
-                                  "matmul output")
+def _parse_matmul(line: _Line, cls: type[MatMul] | type[VectorMatMul] = MatMul) -> Op:
+    a, b, out = _parse_two_to_one(line, f"{cls.mnemonic} operand a",
+                                  f"{cls.mnemonic} operand b", f"{cls.mnemonic} output")
     accumulate = line.accept("acc")
     if not line.accept("dequant"):
-        return MatMul(a, b, out, accumulate)
+        return cls(a, b, out, accumulate)
     scales = _parse_sram(line, "dequant scales")
-    return MatMul(a, b, out, accumulate, scales, _parse_spec(line, "matmul dequant"))
+    return cls(a, b, out, accumulate, scales, _parse_spec(line, f"{cls.mnemonic} dequant"))
 
 
 def _parse_spec(line: _Line, what: str) -> Dequant:
@@ -196,6 +197,7 @@ _OP_PARSERS: dict[str, Callable[[_Line], Op]] = {
     Copy.mnemonic: _parse_sram_to_sram(Copy, "copy"),
     Gather.mnemonic: _parse_gather,
     MatMul.mnemonic: _parse_matmul,
+    VectorMatMul.mnemonic: lambda line: _parse_matmul(line, VectorMatMul),
     Unary.mnemonic: _parse_unary,
     Binary.mnemonic: _parse_binary,
     MulAdd.mnemonic: _parse_muladd,

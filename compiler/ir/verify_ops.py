@@ -35,6 +35,7 @@ from compiler.ir.ops import (
     Unary,
     WIDENED_WEIGHTS,
     VCopy,
+    VectorMatMul,
 )
 from compiler.ir.text import format_dram_ref, format_shape, format_type
 
@@ -196,8 +197,9 @@ def _check_gather(op: Gather, machine: Machine, tensors: dict[str, DramTensor]
                f"{tensor.dtype} (DMA does not convert; use a cast)")
 
 
+@_checks(VectorMatMul)  # the same fields and shapes, on the vector unit
 @_checks(MatMul)
-def _check_matmul(op: MatMul, machine: Machine, tensors: dict[str, DramTensor]
+def _check_matmul(op: MatMul | VectorMatMul, machine: Machine, tensors: dict[str, DramTensor]
                   ) -> Iterator[str]:
     packed = op.dequant is not None and bool(op.dequant.nibbles)
     flat = [(name, ref) for name, ref in (("b", op.b), ("out", op.out))

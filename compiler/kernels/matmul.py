@@ -7,11 +7,14 @@ writes the tile transposed: its SRAM side is a strided view), then one matmul pe
 array accumulates into its own f32 accumulator. The epilogue casts to the output
 dtype, runs the fused group and stores. A one-row-block matmul (a decode GEMV) deals
 its last round of tiles evenly over every array, splitting the columns left over by K
-(:mod:`.matmul_split`); column lists are (array, columns) pairs.
+(:mod:`.matmul_split`), and where narrow weights leave its arrays bound by taking them
+in, its last columns to the vector units (:mod:`.matmul_vector`); column lists are
+(array, columns) pairs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -22,13 +25,15 @@ from compiler.emit import Arena
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import WIDENED_WEIGHTS, Binary, BinaryKind, Cast, Copy, MatMul
+from compiler.ir.ops import (WIDENED_WEIGHTS, Binary, BinaryKind, Cast, Copy, MatMul,
+                             VectorMatMul)
 from compiler.kernels.common import Box, Context, TileSteps, pipeline, unravel
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.matmul_dequant import DequantWeights
 from compiler.kernels.matmul_panels import TilePanels, panel_plan
 from compiler.kernels.matmul_split import TailTile, rebalanced_for
 from compiler.kernels.matmul_staging import StagedA, StagedB
+from compiler.kernels.matmul_vector import VectorShare, plan_share
 from compiler.kernels.matmul_transposed import (  # noqa: F401 (re-exported)
     _row_parts, _transposed_strides, load_transposed)
 from compiler.kernels.vector import Order, bytes_per_element, layout, load_box, sub
@@ -89,14 +94,24 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                                   widen=_widen_cost(ctx, dq) if widen else 0.0)
     mt, kt, nt, used = tiling.mt, tiling.kt, tiling.nt, tiling.arrays
     n_tile = nt * used
-    tiles = [(bi, m0, n0) for bi in range(batch) for m0 in range(0, m, mt)
-             for n0 in range(0, n, n_tile)]
+    def plain_tiles(n: int) -> list[tuple[int, int, int]]:
+        return [(bi, m0, n0) for bi in range(batch) for m0 in range(0, m, mt)
+                for n0 in range(0, n, n_tile)]
+    tiles = plain_tiles(n)
     k_steps = list(range(0, k, kt))
     def plan_panels(limit: int):
         return panel_plan(len(tiles), ctx.cores, m % mt == 0 and n % n_tile == 0,
                           tiling.acc_sets, tiling.op_sets, len(k_steps), tiling.a_resident,
                           -(-n // n_tile), 2 * len(tiles) * len(k_steps), limit)
     panels = plan_panels(ctx.partial_limit)
+    share = plan_share(ctx.config, ctx.cores, m, n, (kt, nt), used, a.dtype, b.dtype, dq) \
+        if panels is None and batch == 1 and m <= mt and not widen and (
+            dq is not None or weight_only(a.dtype, b.dtype)) else None
+    if share and len(plain_tiles(share.first)) < ctx.cores:
+        share = None  # every core keeps tiles of its own on its arrays
+    if share:
+        tiles = plain_tiles(share.first)
+    n_cols = share.first if share else n  # the arrays' columns
     # weights kept in shared SRAM only where no run compiles the matmul in part (its
     # first panels would all load from DRAM): every door then gets the same schedule
     keep_weights = tiling.b_staged and plan_panels(1) is None
@@ -104,30 +119,43 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         tiles = panels.emitted(tiles)
     ctx.em.reserve(2 * len(tiles) * len(k_steps), kernel.name)  # a load and a multiply each
     cores = min(ctx.cores, len(tiles))
-    def allocate(base: int, split_a: tuple[int, int]) -> list[_Buffers]:
-        return [_allocate(ctx, operand_arena(ctx, c, base), tiling, (a.dtype, b.dtype),
-                          acc_dtype, out, cast_needed, group, rank, dq, widen, split_a)
-                for c in range(cores)]
+    def allocate(base: int, split_a: tuple[int, int], share: VectorShare | None = None
+                 ) -> tuple[list[_Buffers], list[_Buffers]]:
+        """The arrays' buffers of each core from ``base``, then the vector share's."""
+        arrays = [_allocate(ctx, operand_arena(ctx, c, base), tiling, (a.dtype, b.dtype),
+                            acc_dtype, out, cast_needed, group, rank, dq, widen, split_a)
+                  for c in range(cores)]
+        own = [_allocate(ctx, operand_arena(ctx, c, arrays[c].end), _share_tiling(tiling, share),
+                         (a.dtype, b.dtype), acc_dtype, out, cast_needed, group, rank, dq)
+               for c in range(cores)] if share else []
+        return arrays, own
+    if share:  # the share's buffers beside the arrays' (else every column on the arrays)
+        try:
+            allocate(0, (0, 0), share)
+        except CapacityError:
+            share, n_cols, tiles = None, n, plain_tiles(n)
+            cores = min(ctx.cores, len(tiles))
     tail: list[TailTile] = []  # a one-row-block matmul's last round, balanced (its split
     # tiles' own A buffers must fit beside the tiling's: not always so on small scratchpads)
     if panels is None and batch == 1 and m <= mt and (dq is None or dq.packed and not widen):
-        balanced, tail = rebalanced_for(ctx.config, tiles, cores, m, n, k, tiling, a.dtype, dq)
+        balanced, tail = rebalanced_for(ctx.config, tiles, cores, m, n_cols, k, tiling,
+                                        a.dtype, dq)
         try:
-            allocate(0, _split_lanes(tail))
+            allocate(0, _split_lanes(tail), share)
             tiles = balanced
         except CapacityError:
             tail = []
     staging = StagedA.plan(ctx, tiles, cores, (mt, kt), a.dtype, tiling.op_sets,
                            len(k_steps)) if tiling.a_staged else None
-    staged_b = StagedB.plan(ctx, -(-n // n_tile), len(k_steps), used, (kt, nt), b.dtype) \
+    staged_b = StagedB.plan(ctx, -(-n_cols // n_tile), len(k_steps), used, (kt, nt), b.dtype) \
         if keep_weights else None
     per_core: list[list[TileSteps]] = [[] for _ in range(cores)]
     split_a = _split_lanes(tail)
     try:  # after the previous matmul kernel's buffers, or from 0 if they do not fit
-        bufs = allocate(ctx.matmul_sram_end, split_a)
+        bufs, share_bufs = allocate(ctx.matmul_sram_end, split_a, share)
     except CapacityError:
-        bufs = allocate(0, split_a)
-    ctx.matmul_sram_end = bufs[0].end
+        bufs, share_bufs = allocate(0, split_a, share)
+    ctx.matmul_sram_end = (share_bufs or bufs)[0].end
     step_count = [0] * cores
     holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
     ranges: list[tuple[int, int, int]] = []  # (first, end command, panel) when in part
@@ -138,8 +166,8 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         q = (t // cores) % tiling.acc_sets  # the core's own tile count so far
         batch_index = unravel(bi, batch_shape)
         m1 = min(m0 + mt, m)
-        cols = list(enumerate((n0 + j * nt, min(n0 + (j + 1) * nt, n)) for j in range(used)
-                              if n0 + j * nt < n))  # (array, its columns)
+        cols = list(enumerate((n0 + j * nt, min(n0 + (j + 1) * nt, n_cols))
+                              for j in range(used) if n0 + j * nt < n_cols))  # (array, columns)
         load_a = not tiling.a_resident or holding[core] != (bi, m0)
         if load_a and tiling.a_resident:
             blocks[core] += 1
@@ -179,6 +207,14 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                 ctx, core, bufs[core], op_set, q, tile, s, s == tile.steps - 1, a, b,
                 trans_b, unravel(0, batch_shape), m, dq, (out, group, order, cast_needed),
                 kernel.name))
+    if share:
+        for core in range(cores):
+            per_core[core] = _interleaved(per_core[core], [
+                _share_step(ctx, core, share_bufs[core], s % tiling.op_sets, share.columns[core],
+                            (k0, min(k0 + kt, k)), s == len(k_steps) - 1, a, b, trans_b,
+                            unravel(0, batch_shape), m, dq, (out, group, order, cast_needed),
+                            kernel.name)
+                for s, k0 in enumerate(k_steps)])
     pipeline(per_core, tiling.op_sets - 1)
     if panels is not None:
         ctx.tile_panels = TilePanels(kernel.name, tuple(ranges), panels.total,
@@ -228,6 +264,50 @@ def _tail_step(ctx: Context, core: int, bufs: _Buffers, op_set: int, q: int,
         finish()
     return TileSteps(lambda: [load() for load in loads],
                      lambda: [multiply() for multiply in multiplies], store)
+
+
+def _share_tiling(tiling, share: VectorShare | None):
+    """The buffers of a core's vector share (:mod:`.matmul_vector`): one tile of the
+    widest core's columns, the arrays' k step and operand sets, A loaded per step."""
+    if share is None:
+        return tiling
+    return dataclasses.replace(tiling, nt=share.width, arrays=1, acc_sets=1, k_steps=1,
+                               a_resident=False, a_staged=False, b_staged=False)
+
+
+def _share_step(ctx: Context, core: int, bufs: _Buffers, op_set: int, cols: tuple[int, int],
+                ks: tuple[int, int], last: bool, a: Value, b: Value, trans_b: bool,
+                batch_index: tuple[int, ...], m: int, dq: DequantWeights | None,
+                epilogue: tuple, source: str) -> TileSteps:
+    """k-step ``ks`` of the vector unit's columns ``cols`` on ``core``: its A and B
+    tiles, a :class:`~compiler.ir.ops.VectorMatMul`, and after the last step the
+    epilogue, as an array's tile has them."""
+    lane = [(0, cols)]
+    out, group, order, cast_needed = epilogue
+    finish = _epilogue(ctx, core, bufs, 0, out, group, order, batch_index, (0, m), lane,
+                       cast_needed, source)
+    return TileSteps(
+        _loader(ctx, core, bufs, op_set, bufs.a[op_set], a, b, trans_b, batch_index, (0, m),
+                ks, lane, source, None, dq),
+        _multiplier(ctx, core, bufs, op_set, bufs.a[op_set], 0, m, ks, lane, ks[0] > 0,
+                    source, dq, vector=True),
+        finish if last else (lambda: None))
+
+
+def _interleaved(arrays: list[TileSteps], vector: list[TileSteps]) -> list[TileSteps]:
+    """A core's array steps with its vector share's spread evenly among them, vector
+    step ``i`` of ``V`` before array step ``i A / V`` of ``A`` (the share is planned to
+    take as long as the arrays' steps): both units' loads are issued as their multiplies
+    need them, and no vector step waits in the vector unit's in-order queue behind the
+    epilogue of an array tile that ends after it would start."""
+    before: dict[int, list[TileSteps]] = {}
+    for i, step in enumerate(vector):
+        before.setdefault(i * len(arrays) // len(vector), []).append(step)
+    merged: list[TileSteps] = []
+    for j, step in enumerate(arrays):
+        merged.extend(before.get(j, ()))
+        merged.append(step)
+    return merged
 
 
 def operand_arena(ctx: Context, core: int, base: int) -> Arena:
@@ -358,10 +438,12 @@ def _loader(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRe
 
 def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: SramRef,
                 q: int, mm: int, ks: tuple[int, int], cols: list[tuple[int, tuple[int, int]]],
-                accumulate: bool, source: str, dq: DequantWeights | None = None):
+                accumulate: bool, source: str, dq: DequantWeights | None = None,
+                vector: bool = False):
     """A k-step's multiplies, an array per column tile; with ``bufs.wide`` (weights the
     vector unit dequantizes) each B tile is first turned into A's dtype there: by the
-    dequantization its format needs, or widened (weight-only int8, scaled after)."""
+    dequantization its format needs, or widened (weight-only int8, scaled after).
+    ``vector``: the one column tile is the vector unit's share, multiplied there."""
     def compute() -> None:
         kk = ks[1] - ks[0]
         a_buf = sub(a_tile, (mm, kk))
@@ -378,6 +460,10 @@ def _multiplier(ctx: Context, core: int, bufs: _Buffers, op_set: int, a_tile: Sr
                                accumulate)
             else:
                 op = MatMul(a_buf, sub(bufs.b[op_set][j], (kk, c1 - c0)), acc, accumulate)
+            if vector:
+                ctx.em.emit(vpu_engine(core), VectorMatMul(op.a, op.b, op.out, op.accumulate,
+                                                           op.scales, op.dequant), source)
+                continue
             ctx.em.emit(mxu_engine(core, j), op, source)
     return compute
 

@@ -72,6 +72,11 @@ class DequantWeights:
         """Vector element operations per weight when the vector unit dequantizes."""
         return Dequant(self.spec.group, 0, self.spec.nibbles).vector_passes
 
+    @property
+    def unpack_ops(self) -> int:
+        """Vector element operations per weight before a vector-unit matmul multiplies."""
+        return Dequant(self.spec.group, 0, self.spec.nibbles).unpack_ops
+
     def max_groups(self, kt: int) -> int:
         """Groups a ``kt``-row k step can meet (it may start inside one)."""
         group = self.spec.group

@@ -32,6 +32,7 @@ from compiler.ir.ops import (
     Unary,
     UnaryKind,
     VCopy,
+    VectorMatMul,
 )
 
 
@@ -90,6 +91,7 @@ def _random_op(rng: random.Random) -> Op:
         lambda: Transpose(_sram(rng), _sram(rng),
                           tuple(rng.sample(range(4), rng.randint(0, 4)))),
         lambda: VCopy(_sram(rng), _sram(rng)),
+        lambda: VectorMatMul(_sram(rng), _sram(rng), _sram(rng), rng.random() < 0.5),
         lambda: HostTransfer(_dram(rng), rng.random() < 0.5),
         lambda: HostOp(rng.choice(("aten.cumsum.default", "my op", "x")),
                        tuple(rng.sample(_NAMES, rng.randint(0, 3))),

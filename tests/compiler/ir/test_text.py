@@ -35,6 +35,7 @@ from compiler.ir.ops import (
     Unary,
     UnaryKind,
     VCopy,
+    VectorMatMul,
 )
 from compiler.ir.text import load_program, parse_program, print_program, save_program
 
@@ -83,6 +84,10 @@ def every_op_program() -> Program:
                                             Dequant(4, 0, "pairs")), (15,)),
         Command(17, "core0.vpu", MulAdd(sram(0x300, (4, 8)), sram(0, (4, 8)),
                                         sram(0x100, (4, 1)), sram(0x300, (4, 8)), True), (16,)),
+        Command(18, "core0.vpu", VectorMatMul(sram(0, (1, 4), DType.bf16),
+                                              sram(0x100, (1, 4, 2), DType.u8),
+                                              sram(0x200, (1, 4)), True, sram(0x300, (1, 4, 2)),
+                                              Dequant(4, 0, "halves")), (17,), "aten.mm"),
     )
     tensors = (
         DramTensor("A", (128, 256), DType.f32, "in"),
@@ -117,6 +122,7 @@ dram %T : f16[] temp
 15: core0.dma0 gather %A[0:128, 0:256] [sram0[0x000000] i64[4]] -> sram0[0x000100] f32[4,256]          # aten.embedding
 16: core0.vpu  dequantize sram0[0x000000] u8[1,4,2], sram0[0x000100] f32[1,4,2] -> sram0[0x000200] bf16[4,4] group=4 phase=0 pairs after 15
 17: core0.vpu  muladd sram0[0x000300] f32[4,8], sram0[0x000000] f32[4,8], sram0[0x000100] f32[4,1] -> sram0[0x000300] f32[4,8] chained after 16
+18: core0.vpu  vmatmul sram0[0x000000] bf16[1,4], sram0[0x000100] u8[1,4,2] -> sram0[0x000200] f32[1,4] acc dequant sram0[0x000300] f32[1,4,2] group=4 phase=0 halves after 17   # aten.mm
 """
 
 

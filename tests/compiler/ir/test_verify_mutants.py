@@ -79,7 +79,7 @@ class TestCollisions:
             "1: core0.vpu copy sram0[0x0] f32[4] -> sram0[0x100] f32[4] after 0",
             config=tiny) == [
             "command 1 (core0.vpu copy): op: copy cannot run on a vpu engine (vpu engines "
-            "run unary, binary, muladd, select, cast, reduce, transpose, vcopy, dequantize)"]
+            "run unary, binary, muladd, select, cast, reduce, transpose, vcopy, dequantize, vmatmul)"]
 
     def test_unknown_dep(self, tiny: NpuConfig) -> None:
         assert problems(
