@@ -16,6 +16,10 @@ class CompileOptions:
     """Split output tiles over all cores (else everything runs on core 0)."""
     multi_array: bool = True
     """Use every systolic array of a core in parallel."""
+    vector_share: bool = True
+    """Give the last columns of a few-row matmul of narrow weights (a decode GEMV) to
+    the vector units where its arrays are bound by taking the weights in and that is
+    faster (:mod:`compiler.kernels.matmul_vector`); off: every column on the arrays."""
     host_fallback: bool = True
     """Ops without a lowering run on the host (timed, visible); else raise
     UnsupportedOpError."""

@@ -57,7 +57,8 @@ def llm_table(result: Any) -> str:
     lines.append("  rooflines: TTFT = max(FLOPs / peak, weights / HBM bandwidth); TPOT = "
                  "max((weights + KV cache) / HBM bandwidth, FLOPs / peak); both at least "
                  "the matmul weights / the arrays' intake (a row of weights an array a "
-                 "cycle); over all chips")
+                 "cycle; with weight-only formats plus the vector units' lanes over a "
+                 "weight's unpacking and multiply-adds); over all chips")
     lines += [f"  note: {n}" for n in result.notes()]
     return "\n".join(lines)
 

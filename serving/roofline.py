@@ -11,10 +11,10 @@ with ``--activations int8`` (W8A8), fp8 with fp8 weights (activations quantized 
 per token), where the preset has that mode (``core.matrix.rates``); attention's at the
 activations' dtype's.
 
-Both also wait for every matmul weight to enter an array once (:func:`weight_intake`):
-a weight-stationary array takes a row of its tile a cycle, whatever the weights' dtype,
-so at small batch quantized weights can stream from HBM faster than the arrays take
-them in.
+Both also wait for every matmul weight to enter an array or a vector unit once
+(:func:`weight_intake`): a weight-stationary array takes a row of its tile a cycle,
+whatever the weights' dtype, so at small batch quantized weights can stream from HBM
+faster than the arrays take them in, and the vector units then take a share.
 Bounds for ``chips`` chips assume perfect splitting and free communication.
 """
 
@@ -62,15 +62,24 @@ def linear_peak(config: NpuConfig, request: Request) -> float:
 
 
 def weight_intake(config: NpuConfig, request: Request) -> float:
-    """Matmul weights a second one chip's arrays take in: each array a row of weights a
-    cycle (``ws``: a tile's R rows shift in over R cycles; ``os``: the weights stream in
-    along the C columns; ``is``: along the R rows), times the K elements a PE packs in
-    the linear layers' narrow mode (divided by the passes of f32 on 16-bit arrays), as
-    :func:`archsim.matrix.matmul_cycles` times them."""
-    matrix = config.core.matrix
+    """Matmul weights a second one chip takes in: each array a row of weights a cycle
+    (``ws``: a tile's R rows shift in over R cycles; ``os``: the weights stream in along
+    the C columns; ``is``: along the R rows), times the K elements a PE packs in the
+    linear layers' narrow mode (divided by the passes of f32 on 16-bit arrays), as
+    :func:`archsim.matrix.matmul_cycles` times them; with weight-only formats, plus the
+    vector units', which take a share of such a decode GEMV's columns
+    (:mod:`compiler.kernels.matmul_vector`): their lanes over the operations a weight
+    takes there at the batch's rows, at least a multiply-add a row and its unpacking
+    (:attr:`compiler.ir.ops.Dequant.unpack_ops`: int4 two, one-byte weights one)."""
+    matrix, vector = config.core.matrix, config.core.vector
     row = matrix.rows if matrix.dataflow == "is" else matrix.cols
     mode = linear_peak(config, request) / config.peak_flops
-    return config.cores * matrix.arrays * row * mode * config.clock_hz
+    arrays = config.cores * matrix.arrays * row * mode * config.clock_hz
+    fmt = request.format if request.weights else None
+    if fmt is None or fmt.activations or fmt.name == "fp8":
+        return arrays  # the matmuls multiply quantized activations on the arrays
+    ops = (request.batch + (2 if fmt.name == "int4" else 1)) * vector.costs.elementwise
+    return arrays + config.cores * vector.lanes / ops * config.clock_hz
 
 
 def causal_pairs(spec: ModelSpec, tokens: int, layer: int = 0) -> int:

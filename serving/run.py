@@ -150,9 +150,11 @@ class ServeResult:
         elif request.weights.startswith("int4"):
             notes.append("int4 weights are read at half a byte and dequantized per group in "
                          "the arrays' input path; a weight tile still takes as many cycles "
-                         "to shift into an array as a 16-bit one, so small-batch decode "
-                         "cannot go below weights / (arrays x columns) cycles, whatever the "
-                         "packed HBM roofline says")
+                         "to shift into an array as a 16-bit one, so where that binds a "
+                         "decode GEMV the vector units multiply a share of its columns "
+                         "(unpacked, widened and multiply-added in place), and small-batch "
+                         "decode cannot go below weights / (the arrays' and vector units' "
+                         "intake) cycles, whatever the packed HBM roofline says")
         if spec.attention_softcap:
             notes.append("attention logit soft-capping is not timed (inside the flash "
                          "kernel; transformers' SDPA path leaves it out too)")

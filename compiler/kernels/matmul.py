@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from archsim.config.names import mxu_engine, sram_space, vpu_engine
 from archsim.errors import CapacityError
+from archsim.matrix import back_to_back_saving, matmul_cycles
 from compiler.cost import choose_matmul_tiling
 from compiler.emit import Arena
 from compiler.graph import Value
@@ -33,7 +34,7 @@ from compiler.kernels.matmul_dequant import DequantWeights
 from compiler.kernels.matmul_panels import TilePanels, panel_plan
 from compiler.kernels.matmul_split import TailTile, rebalanced_for
 from compiler.kernels.matmul_staging import StagedA, StagedB
-from compiler.kernels.matmul_vector import VectorShare, plan_share
+from compiler.kernels.matmul_vector import TimedStep, VectorShare, interleaved, plan_share
 from compiler.kernels.matmul_transposed import (  # noqa: F401 (re-exported)
     _row_parts, _transposed_strides, load_transposed)
 from compiler.kernels.vector import Order, bytes_per_element, layout, load_box, sub
@@ -104,9 +105,10 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                           tiling.acc_sets, tiling.op_sets, len(k_steps), tiling.a_resident,
                           -(-n // n_tile), 2 * len(tiles) * len(k_steps), limit)
     panels = plan_panels(ctx.partial_limit)
-    share = plan_share(ctx.config, ctx.cores, m, n, (kt, nt), used, a.dtype, b.dtype, dq) \
-        if panels is None and batch == 1 and m <= mt and not widen and (
-            dq is not None or weight_only(a.dtype, b.dtype)) else None
+    narrow = dq is not None or weight_only(a.dtype, b.dtype)  # weights widened on the way in
+    share = plan_share(ctx.config, ctx.cores, m, n, k, tiling, a.dtype, b.dtype, dq) \
+        if ctx.options.vector_share and narrow and not widen and panels is None and \
+        batch == 1 and m <= mt else None
     if share and len(plain_tiles(share.first)) < ctx.cores:
         share = None  # every core keeps tiles of its own on its arrays
     if share:
@@ -157,6 +159,7 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
         bufs, share_bufs = allocate(0, split_a, share)
     ctx.matmul_sram_end = (share_bufs or bufs)[0].end
     step_count = [0] * cores
+    timed: list[list[TimedStep]] = [[] for _ in range(cores)]  # the arrays' steps' cycles
     holding: list[tuple[int, int] | None] = [None] * cores  # (batch, row block) of A kept
     ranges: list[tuple[int, int, int]] = []  # (first, end command, panel) when in part
     blocks = [0] * cores  # row blocks a core has held: resident A sets rotate per block,
@@ -195,6 +198,8 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
             if panels is not None:
                 steps = _tagged(ctx, steps, panels.panel_of(t), ranges)
             per_core[core].append(steps)
+            timed[core].append(TimedStep(_step_cycles(ctx, m1 - m0, k1 - k0, cols, a.dtype),
+                                         last))
     own = [len(tiles[c::cores]) for c in range(cores)]  # tiles each core has had
     for tile in tail:
         core = tile.core
@@ -207,18 +212,31 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                 ctx, core, bufs[core], op_set, q, tile, s, s == tile.steps - 1, a, b,
                 trans_b, unravel(0, batch_shape), m, dq, (out, group, order, cast_needed),
                 kernel.name))
+            timed[core].append(TimedStep(max(
+                _step_cycles(ctx, m, ks[1] - ks[0], [(0, lane.cols)], a.dtype)
+                for lane in tile.lanes if (ks := lane.step(s, tile.kt)) is not None),
+                s == tile.steps - 1))
     if share:
+        share_steps = range(0, k, share.kt)
         for core in range(cores):
-            per_core[core] = _interleaved(per_core[core], [
+            per_core[core] = interleaved(per_core[core], timed[core], share.step_cycles, [
                 _share_step(ctx, core, share_bufs[core], s % tiling.op_sets, share.columns[core],
-                            (k0, min(k0 + kt, k)), s == len(k_steps) - 1, a, b, trans_b,
+                            (k0, min(k0 + share.kt, k)), k0 + share.kt >= k, a, b, trans_b,
                             unravel(0, batch_shape), m, dq, (out, group, order, cast_needed),
                             kernel.name)
-                for s, k0 in enumerate(k_steps)])
+                for s, k0 in enumerate(share_steps)])
     pipeline(per_core, tiling.op_sets - 1)
     if panels is not None:
         ctx.tile_panels = TilePanels(kernel.name, tuple(ranges), panels.total,
                                      panels.tiles_per_panel)
+
+
+def _step_cycles(ctx: Context, m: int, k: int, cols: list[tuple[int, tuple[int, int]]],
+                 dtype: DType) -> int:
+    """The arrays' cycles of a k step (its widest array's multiply, back to back)."""
+    matrix = ctx.config.core.matrix
+    return max(matmul_cycles(m, k, c1 - c0, matrix, dtype) for _, (c0, c1) in cols) - \
+        back_to_back_saving(matrix)
 
 
 def _split_lanes(tail: list[TailTile]) -> tuple[int, int]:
@@ -271,8 +289,8 @@ def _share_tiling(tiling, share: VectorShare | None):
     widest core's columns, the arrays' k step and operand sets, A loaded per step."""
     if share is None:
         return tiling
-    return dataclasses.replace(tiling, nt=share.width, arrays=1, acc_sets=1, k_steps=1,
-                               a_resident=False, a_staged=False, b_staged=False)
+    return dataclasses.replace(tiling, kt=share.kt, nt=share.width, arrays=1, acc_sets=1,
+                               k_steps=1, a_resident=False, a_staged=False, b_staged=False)
 
 
 def _share_step(ctx: Context, core: int, bufs: _Buffers, op_set: int, cols: tuple[int, int],
@@ -292,22 +310,6 @@ def _share_step(ctx: Context, core: int, bufs: _Buffers, op_set: int, cols: tupl
         _multiplier(ctx, core, bufs, op_set, bufs.a[op_set], 0, m, ks, lane, ks[0] > 0,
                     source, dq, vector=True),
         finish if last else (lambda: None))
-
-
-def _interleaved(arrays: list[TileSteps], vector: list[TileSteps]) -> list[TileSteps]:
-    """A core's array steps with its vector share's spread evenly among them, vector
-    step ``i`` of ``V`` before array step ``i A / V`` of ``A`` (the share is planned to
-    take as long as the arrays' steps): both units' loads are issued as their multiplies
-    need them, and no vector step waits in the vector unit's in-order queue behind the
-    epilogue of an array tile that ends after it would start."""
-    before: dict[int, list[TileSteps]] = {}
-    for i, step in enumerate(vector):
-        before.setdefault(i * len(arrays) // len(vector), []).append(step)
-    merged: list[TileSteps] = []
-    for j, step in enumerate(arrays):
-        merged.extend(before.get(j, ()))
-        merged.append(step)
-    return merged
 
 
 def operand_arena(ctx: Context, core: int, base: int) -> Arena:

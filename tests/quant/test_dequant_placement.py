@@ -16,6 +16,7 @@ import torch
 
 from archsim.config import load_config
 from archsim.errors import ConfigError
+from compiler import CompileOptions
 from compiler import compile as compile_module
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
@@ -55,9 +56,12 @@ def _int8_inputs(dtype: torch.dtype = torch.float32):
 
 
 def _compiled(module: torch.nn.Module, inputs: tuple, placement: str):
+    """Compiled on tiny with ``placement``, every column on the arrays (the vector
+    units' share of a GEMV is tested in ``test_vector_share``)."""
     compile_module.clear_cache()
     exported = torch.export.export(module, inputs).run_decompositions()
-    return compile_module.compile_graph(exported, _tiny(placement))
+    return compile_module.compile_graph(exported, _tiny(placement),
+                                        CompileOptions(vector_share=False))
 
 
 def _vector_commands(compiled) -> list:

@@ -205,8 +205,10 @@ def test_the_llm_report_says_how_int4_runs_today() -> None:
                   Parallelism()).notes()
     assert ("int4 weights are read at half a byte and dequantized per group in the "
             "arrays' input path; a weight tile still takes as many cycles to shift into an "
-            "array as a 16-bit one, so small-batch decode cannot go below weights / (arrays "
-            "x columns) cycles, whatever the packed HBM roofline says") in notes
+            "array as a 16-bit one, so where that binds a decode GEMV the vector units "
+            "multiply a share of its columns (unpacked, widened and multiply-added in "
+            "place), and small-batch decode cannot go below weights / (the arrays' and "
+            "vector units' intake) cycles, whatever the packed HBM roofline says") in notes
 
 
 class _PackedHead(torch.nn.Module):

@@ -17,11 +17,12 @@ from torch_bridge.runtime import use_config
 from archsim.config import load_config
 from archsim.functional_steps import dequantized
 from archsim.matrix import MatrixEngine
+from compiler import CompileOptions
 from compiler import compile as compile_module
 from compiler.cost import b_runs
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Dequant, Load, MatMul
+from compiler.ir.ops import Dequant, Load, MatMul, VectorMatMul
 from compiler.ir.text import parse_program, print_program
 from compiler.ir.verify import find_problems
 from compiler.lowerings.int4 import cpu_layout
@@ -155,25 +156,35 @@ def test_a_compiled_int4_matmul_reads_half_a_byte_a_weight_and_no_vector_unpacks
     weight = compiled.input_names[0]
     assert sum(c.op.dst.nbytes for c in commands if isinstance(c.op, Load)
                and c.op.src.tensor == weight) == n * k // 2
-    matmuls = [c.op for c in commands if isinstance(c.op, MatMul)]
+    matmuls = [c.op for c in commands if isinstance(c.op, (MatMul, VectorMatMul))]
     assert matmuls and all(op.dequant is not None for op in matmuls)
     assert sum(op.a.shape[-1] * op.columns for op in matmuls) == n * k
-    # the vector unit only rounds the f32 results to bf16: nothing per weight
-    vector = [c for c in commands if c.engine.endswith("vpu")]
+    # the vector units' share multiplies the packed bytes as they are (VectorMatMul);
+    # besides it they only round the f32 results to bf16: no weight is unpacked
+    assert any(isinstance(op, VectorMatMul) for op in matmuls)
+    vector = [c for c in commands if c.engine.endswith("vpu")
+              and not isinstance(c.op, VectorMatMul)]
     assert sum(c.op.dst.nbytes for c in vector) <= 4 * n
 
 
 def test_int4_decode_matmul_is_bound_by_the_arrays_weight_loads() -> None:
     # M = 1 on tpu-v4's 8 arrays: each 128x128 tile takes 128 cycles to shift in,
     # whatever its dtype, so 4096 x 4096 weights take at least 4096^2 / (8 x 128)
-    # cycles; the packed bytes alone would take a quarter of bf16's DRAM time
+    # cycles on the arrays alone; the packed bytes alone would take a quarter of bf16's
+    # DRAM time. With the vector units' share (1,024 lanes a core, 3 operations a
+    # weight: unpack, widen, multiply-add) the two cores take 2 x (512 + 1024 / 3)
+    # weights a cycle at most
     torch.manual_seed(0)
     module = Int4WeightOnlyLinear.of(torch.nn.Linear(4096, 4096, bias=False),
                                      torch.bfloat16, 128)
-    result = archsim.estimate(module, torch.randn(1, 4096, dtype=torch.bfloat16),
-                              config="tpu-v4")
+    x = torch.randn(1, 4096, dtype=torch.bfloat16)
+    alone = archsim.estimate(module, x, config="tpu-v4",
+                             options=CompileOptions(vector_share=False))
     floor = 4096 * 4096 // (8 * 128)
-    assert floor <= result.total_cycles <= 1.25 * floor
+    assert floor <= alone.total_cycles <= 1.25 * floor
+    shared = archsim.estimate(module, x, config="tpu-v4")
+    both = 4096 * 4096 / (2 * (512 + 1024 / 3))
+    assert both <= shared.total_cycles <= 0.9 * floor
 
 
 def test_a_k_step_starting_inside_a_group_matches_cpu() -> None:
