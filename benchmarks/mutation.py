@@ -226,6 +226,9 @@ MODULES: dict[str, list[str]] = {
     "torch_bridge/float64_reference.py": [  # quantized matmuls' float64 reference
         "tests/torch_bridge/test_float64_reference.py",
     ],
+    "compiler/kernels/matmul_vector.py": [  # the vector units' share of a decode GEMV
+        "tests/quant/test_vector_share.py",
+    ],
 }
 """Module -> the test files that are its own tests."""
 
