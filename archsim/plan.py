@@ -27,7 +27,7 @@ from archsim.functional import HostFunction, Memory
 from archsim.functional_steps import BoundProgram, FunctionalExecutor
 from archsim.host_memory import check_host_memory
 from archsim.timing import COST_KEY, CommandTiming, no_cost_key
-from compiler.ir.ops import Program
+from compiler.ir.ops import MATMUL_OPS, Program
 
 
 class Plan:
@@ -48,6 +48,7 @@ class Plan:
         # Per engine, cost key -> cost kind (keys start with the op class).
         shapes: dict[str, dict[Hashable, int]] = {}
         timings: list[CommandTiming] = []
+        matmuls: list[bool] = []  # per cost kind: a matmul's (MATMUL_OPS)
         steps: list[Step] = []
         engines: list[str] = []
         kinds: list[int] = [0] * self.n
@@ -74,6 +75,7 @@ class Plan:
                 kind = known[key] = len(timings)
                 timing = chip.timing(engine, op)
                 timings.append(timing)
+                matmuls.append(op.__class__ in MATMUL_OPS)
                 engines.append(engine)
                 solo = solo_rate(timing.links, timing.cap, capacity) if timing.links else 0.0
                 steps.append((timing.fixed_cycles, timing.links, float(timing.nbytes), solo))
@@ -115,8 +117,9 @@ class Plan:
         self.nbytes = field["nbytes"].astype(np.int64)[kind_of]
         self.dram_read, self.dram_written, self.host_bytes = (
             int(field[name] @ counts) for name in ("dram_read", "dram_written", "host_bytes"))
-        self.matmul_flops = int(sum(int(t.flops) * int(count) for t, engine, count
-                                    in zip(timings, engines, counts) if ".mxu" in engine))
+        self.matmul_flops = int(sum(int(t.flops) * int(count) for t, matmul, count
+                                    in zip(timings, matmuls, counts) if matmul))
+        """FLOPs of the run's matmuls, on the arrays or on the vector units."""
 
     @property
     def program(self) -> Program:

@@ -255,11 +255,11 @@ class SimResult:
     def matmul_flops_by_dtypes(self) -> Mapping[tuple[DType, DType], float]:
         """Matmul FLOPs done, by the dtypes of the operands (a, b): (bf16, i8) is a
         weight-only int8 matmul, its weights widened on the way in."""
-        from compiler.ir.ops import MatMul
+        from compiler.ir.ops import MATMUL_OPS
 
         flops: dict[tuple[DType, DType], float] = {}
         for command, done in zip(self.program.commands, self.command_flops.tolist()):
-            if isinstance(command.op, MatMul) and done:
+            if isinstance(command.op, MATMUL_OPS) and done:
                 dtypes = (command.op.a.dtype, command.op.b.dtype)
                 flops[dtypes] = flops.get(dtypes, 0.0) + done
         return MappingProxyType(flops)

@@ -6,8 +6,8 @@ ViT-B/16 layer from transformers' default configs; one BERT-base layer; Llama-2-
 blocks as a 2048-token prefill and as a one-token step, i.e. the decode-shaped GEMVs
 without a KV cache), each in the config's native dtype, on each config, and for every op
 of the per-op table (:mod:`reports.ops`) compares its time with its roofline
-(:mod:`reports.roofline_gap`): the largest of its matrix FLOPs at the matrix peak, its
-other FLOPs at the vector peak, and its *compulsory* bytes (each element of each tensor
+(:mod:`reports.roofline_gap`): the largest of its matrix FLOPs at the matrix peak (plus
+the vector units' multiply-adds), its other FLOPs at the vector peak, and its *compulsory* bytes (each element of each tensor
 it reads read once, each it writes written once, at its stored size:
 :mod:`reports.compulsory`, the op table's DRAM/min) at DRAM bandwidth, except that an
 intermediate tensor the chip's shared SRAM could hold counts at the shared SRAM port's

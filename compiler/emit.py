@@ -23,7 +23,7 @@ from compiler.ir import access
 from compiler.ir.builder import ProgramBuilder
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, Slice, SramRef
-from compiler.ir.ops import HostOp, HostTransfer, MatMul, Op, Program
+from compiler.ir.ops import MATMUL_OPS, HostOp, HostTransfer, Op, Program
 from compiler.views import Box, dense_parts, place_box
 
 Shape = tuple[int, ...]
@@ -99,14 +99,14 @@ class _OpFields:
     writes: tuple[str, ...]
     """Fields whose SRAM region the op writes."""
     accumulates: bool
-    """A MatMul: it also reads ``out`` when ``accumulate`` is set."""
+    """A matmul (``MATMUL_OPS``): it also reads ``out`` when ``accumulate`` is set."""
     dram: tuple[tuple[str, bool], ...]
     """Fields holding a DRAM box, with whether the op writes it."""
 
 
 _FIELDS: dict[type[Op], _OpFields] = {
     op_type: _OpFields(access.SRAM_READ_FIELDS[op_type], access.SRAM_WRITE_FIELDS[op_type],
-                       op_type is MatMul, access.DRAM_REF_FIELDS.get(op_type, ()))
+                       op_type in MATMUL_OPS, access.DRAM_REF_FIELDS.get(op_type, ()))
     for op_type in access.SRAM_READ_FIELDS}
 
 
@@ -220,7 +220,7 @@ class Emitter:
     def _regions(self, op: Op, names: tuple[str, ...], accumulates: bool
                  ) -> list[tuple[SramSpace, int, int]]:
         """The record of the space of each SRAM operand in ``names`` (Scalars skipped;
-        with ``accumulates``, a MatMul's ``out`` when it accumulates) with its bytes
+        with ``accumulates``, a matmul's ``out`` when it accumulates) with its bytes
         (exact byte intervals, no false dependencies between neighbouring buffers):
         what :func:`access.reads` or :func:`access.writes` give, computed once per
         command."""

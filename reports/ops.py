@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from compiler.ir.ops import MATMUL_OPS
 from reports.compulsory import ratio
 from reports.critical_path import critical_path
 from reports.energy import format_joules
@@ -60,6 +61,9 @@ _PEAK_NAME = {"mxu": "MXU peak", "vpu": "vector peak", "dma": "DRAM bw", "tdma":
               "hdma": "host link bw", "host": "-"}
 
 
+MATMUL_MNEMONICS = frozenset(op.mnemonic for op in MATMUL_OPS)
+"""The ops (by :attr:`CommandRecord.op`) whose FLOPs are an op's matmul FLOPs."""
+
 @dataclass(frozen=True)
 class OpRow:
     """One source op of the user's model."""
@@ -76,6 +80,7 @@ class OpRow:
     """Cycles of the critical path spent in this op's commands."""
     flops: int
     matmul_flops: int
+    """FLOPs of its matmul commands, on the arrays or on the vector units."""
     bytes: int
     dram_bytes: int
     dominant_kind: str
@@ -159,7 +164,7 @@ def _row(source: str, commands: list[CommandRecord], critical_cycles: int,
     dominant = max(coverage, key=lambda k: (coverage[k], busy[k]))
     bound = ("latency" if coverage[dominant] < LATENCY_COVERAGE * span
              else _BOUND_OF_KIND.get(dominant, "latency"))
-    matmul_flops = sum(c.flops for c in commands if c.kind == "mxu")
+    matmul_flops = sum(c.flops for c in commands if c.op in MATMUL_MNEMONICS)
     flops = sum(c.flops for c in commands)
     nbytes = sum(c.bytes for c in commands)
     dram_bytes = sum(c.dram_bytes for c in commands)

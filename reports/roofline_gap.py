@@ -1,7 +1,8 @@
 """An op's time over its roofline, on a yardstick the compiler's schedule cannot move.
 
 An op's roofline is the least time any schedule of it could take on the chip: the
-largest of its matrix FLOPs at the matrix peak, its other FLOPs at the vector peak, the
+largest of its matrix FLOPs at the matrix peak plus the vector units' multiply-adds
+(a matmul may share its columns with them), its other FLOPs at the vector peak, the
 bytes that must cross DRAM at DRAM bandwidth and the bytes that must cross the shared
 SRAM at its port's bandwidth. The bytes are the op's *compulsory* bytes
 (:mod:`reports.compulsory`: each element of each tensor it reads read once, each it
@@ -85,7 +86,9 @@ def roofline_cycles(row: OpRow, traffic: Traffic, data: ReportData,
     """The op's roofline in cycles (module doc): its FLOPs at the peaks, its compulsory
     ``traffic`` at DRAM bandwidth and at the shared SRAM port's
     ``shared_bytes_per_cycle`` (``NpuConfig.shared_sram.bandwidth_bytes_per_cycle``)."""
-    seconds = max(row.matmul_flops / data.peak_flops,
+    # a matmul's FLOPs may run on the arrays and, two a lane a cycle (a multiply-add),
+    # on the vector units (compiler.kernels.matmul_vector)
+    seconds = max(row.matmul_flops / (data.peak_flops + 2 * data.vector_peak_flops),
                   (row.flops - row.matmul_flops) / data.vector_peak_flops,
                   traffic.dram_bytes / data.dram_bandwidth_bytes_per_s)
     on_chip = traffic.on_chip_bytes / shared_bytes_per_cycle if traffic.on_chip_bytes else 0.0

@@ -7,7 +7,7 @@ each table rather than teaching every consumer about it.
 
 SRAM accesses are returned with the name of the field they come from, so messages can
 say ``field b``. Scalars in vector ops are not memory and are skipped. A
-:class:`~compiler.ir.ops.MatMul` with ``accumulate=True`` also *reads* ``out``.
+A matmul (``compiler.ir.ops.MATMUL_OPS``) with ``accumulate=True`` also *reads* ``out``.
 
 DRAM accesses are tensor names. A :class:`~compiler.ir.ops.HostTransfer` models only
 host-link traffic (DRAM already holds the caller's data), so it neither reads nor
@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from compiler.ir.operands import DramRef, SramRef
 from compiler.ir.ops import (
+    MATMUL_OPS,
     Binary,
     Cast,
     Copy,
@@ -107,7 +108,7 @@ def sram_reads(op: Op) -> tuple[FieldRef, ...]:
     names = _table_row(SRAM_READ_FIELDS, op)
     pairs = tuple((name, getattr(op, name)) for name in names)
     found = tuple((name, ref) for name, ref in pairs if isinstance(ref, SramRef))
-    if isinstance(op, (MatMul, VectorMatMul)) and op.accumulate:
+    if isinstance(op, MATMUL_OPS) and op.accumulate:
         found += (("out", op.out),)
     return found
 

@@ -450,6 +450,10 @@ HOST_OPS: tuple[type[Op], ...] = (HostTransfer, HostOp)
 
 ALL_OPS: tuple[type[Op], ...] = (*DMA_OPS, MatMul, *VECTOR_OPS, *HOST_OPS)
 
+MATMUL_OPS: tuple[type[Op], ...] = (MatMul, VectorMatMul)
+"""Ops whose FLOPs are a matmul's, on the arrays or on the vector units: they read
+``out`` when they accumulate, and their FLOPs are the run's matmul FLOPs."""
+
 
 # ---------------------------------------------------------------- commands / program
 

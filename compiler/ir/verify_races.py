@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from compiler.ir.access import SRAM_READ_FIELDS, SRAM_WRITE_FIELDS
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import Command, MatMul, Op, VectorMatMul
+from compiler.ir.ops import MATMUL_OPS, Command, Op
 from compiler.ir.verify_order import Describe, HappensBefore, WaitGraph, format_region
 
 __all__ = ["race_problems"]
@@ -162,7 +162,7 @@ class _RaceFinder:
             ref = getattr(op, field)
             if isinstance(ref, SramRef):  # not a Scalar
                 self._read(p, field, ref)
-        if (op_type is MatMul or op_type is VectorMatMul) and op.accumulate:  # it adds to what ``out`` holds
+        if op_type in MATMUL_OPS and op.accumulate:  # it adds to what ``out`` holds
             self._read(p, "out", op.out)
         for field in SRAM_WRITE_FIELDS[op_type]:
             self._write(p, field, getattr(op, field))

@@ -105,7 +105,10 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                           tiling.acc_sets, tiling.op_sets, len(k_steps), tiling.a_resident,
                           -(-n // n_tile), 2 * len(tiles) * len(k_steps), limit)
     panels = plan_panels(ctx.partial_limit)
-    narrow = dq is not None or weight_only(a.dtype, b.dtype)  # weights widened on the way in
+    # packed int4, or one-byte weights the arrays widen exactly (their scales applied to
+    # the output); not one-byte weights scaled on the way in (fp8 weight-only), which
+    # torch's graph rounds to A's dtype after scaling and the share would not
+    narrow = dq.packed if dq is not None else weight_only(a.dtype, b.dtype)
     share = plan_share(ctx.config, ctx.cores, m, n, k, tiling, a.dtype, b.dtype, dq) \
         if ctx.options.vector_share and narrow and not widen and panels is None and \
         batch == 1 and m <= mt else None

@@ -9,20 +9,20 @@ bandwidth-bound. The vector unit is idle meanwhile, and it can multiply-add weig
 (:class:`~compiler.ir.ops.VectorMatMul`: each weight unpacked and widened once, then a
 multiply-add a weight and row, a group's scale and zero applied to its sums): at one row
 and int4, 1,024 lanes / 3 operations = 341 weights a cycle. So the matmul kernel gives
-the vector unit the last columns of such a matmul, as many as keep it and the arrays
-busy for about the same time and the DRAM under its rate: the arrays take columns
-``0 .. first`` as they would the whole matmul, each core's vector unit one range of the
-rest over all of K, in k steps issued between the arrays' (``compiler.kernels.matmul``).
-This is the mapping batch-1 weight-only GEMVs get on GPUs, whose GEMV kernels run on
-the CUDA cores rather than the tensor cores; here it is taken only where the estimate
-below says it is faster, so a GEMV the DRAM binds (16-bit weights) keeps every column
-on the arrays.
+the vector unit the last columns of such a matmul (packed int4, or one-byte weights the
+arrays widen exactly), split by the two units' steady rates so both take about as long:
+the arrays take columns ``0 .. first`` as they would the whole matmul, each core's
+vector unit one range of the rest over all of K, in k steps issued among the arrays'
+in the order their work is due (:func:`interleaved`). This is the mapping batch-1
+weight-only GEMVs get on GPUs, whose GEMV kernels run on the CUDA cores rather than the
+tensor cores; here it is taken only where the estimate below says it pays.
 
 The estimate is the tiling's own (:mod:`compiler.cost`): its arrays' cycles shrink to
 their columns' share, the vector unit's are its lanes over the operations a weight
-(:func:`vector_rate`) after its first weights arrive (:func:`start`), and its loads'
-(DMA commands, DRAM bytes) stay as they are, so a GEMV its loads bind (bf16 weights; a
-2048 x 2048 int4 one on ``tpu-v4``) keeps every column on the arrays.
+(:func:`vector_rate`) after its first weights arrive (:func:`start`), plus the epilogue
+work it had anyway, and its loads (DMA commands, DRAM bytes) are counted as they were,
+though the share adds a few commands (its own A and scales): a GEMV its loads bind
+(bf16 weights; a 2048 x 2048 int4 one on ``tpu-v4``) keeps every column on the arrays.
 """
 
 from __future__ import annotations
@@ -108,14 +108,12 @@ def plan_share(config: NpuConfig, cores: int, m: int, n: int, k: int, tiling: Ma
     The tiling's estimate (:class:`compiler.cost.Cost`) splits into the arrays' cycles
     and the loads' (DMA commands and DRAM bytes): the share moves the same bytes, so
     those stay; it takes columns off the arrays, as many as the vector unit multiplies
-    in the arrays' time for the rest (the arrays' rate is the estimate's), and adds the
-    wait for its first weights (:func:`start`). The columns are split by the arrays'
-    steady rate (:func:`array_rate`), not by the estimate's cycles, which count fills
-    the k loop mostly hides: split by those, the vector unit took more columns and
-    Llama-2-7B's int4 TPOT on ``tpu-v4`` was 1.5% longer (4.66 ms against 4.59)."""
+    in the arrays' time for the rest, and adds the wait for its first weights
+    (:func:`start`). The columns are split by the arrays' steady rate
+    (:func:`array_rate`), not by the estimate's cycles, which count fills the k loop
+    mostly hides: split by those, the vector unit took more columns and Llama-2-7B's
+    int4 TPOT on ``tpu-v4`` was 1.5% longer (4.66 ms against 4.59)."""
     cost = tiling.cost
-    if cost.mxu_cycles <= 0:
-        return None
     arrays = array_rate(config, m, (tiling.kt, tiling.nt), tiling.arrays, a_dtype)
     vector = vector_rate(config, m, a_dtype, b_dtype, dq)
     unit = dq.n_unit if dq is not None and dq.packed else 16
@@ -126,9 +124,9 @@ def plan_share(config: NpuConfig, cores: int, m: int, n: int, k: int, tiling: Ma
     loads = max(cost.dma_cycles,
                 cost.dram_bytes / (config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY))
     item = dq.item_bytes if dq is not None else float(b_dtype.itemsize)
-    after = max(cost.mxu_cycles * first / n,
-                per_core * k / vector + start(config, tiling.kt, per_core, item),
-                loads) + cost.serial_cycles
+    after = max(cost.mxu_cycles * first / n,  # the vector unit's epilogue work stays
+                per_core * k / vector + start(config, tiling.kt, per_core, item)
+                + cost.vpu_cycles, loads) + cost.serial_cycles
     if after > GAIN * cost.estimate(config):
         return None
     return VectorShare(first, tuple((first + c * per_core, first + (c + 1) * per_core)
@@ -149,22 +147,22 @@ def interleaved(arrays: list[TileSteps], timed: list[TimedStep], vector_cycles: 
     """A core's array steps and its vector share's steps in the order their work is
     due: each array step at its estimated start, its epilogue (when it ends a tile) split
     off to its estimated end, each vector step at its own start (``vector_cycles``
-    apart), the arrays' first at a tie. The loads issue in that order (the pipeline runs
+    apart), the arrays' first at a tie (the sort is stable and they come first). The loads issue in that order (the pipeline runs
     them ahead), and in the vector unit's in-order queue no vector step waits behind
     an array tile's epilogue that is due after it (a tile's epilogue waits for its
     last multiply). The order by step count instead (vector step ``i`` of ``V`` before
     array step ``i A / V + 1``) made Llama-2-7B's int4 TPOT on ``tpu-v4`` 4.59 ms."""
-    due: list[tuple[float, int, TileSteps]] = []
+    due: list[tuple[float, TileSteps]] = []
     t = 0.0
-    for j, (step, time) in enumerate(zip(arrays, timed)):
+    for step, time in zip(arrays, timed, strict=True):
         if time.ends_tile:
-            due.append((t, 0, TileSteps(step.load, step.compute, lambda: None)))
-            due.append((t + time.cycles, 0, TileSteps(lambda: None, lambda: None, step.store)))
+            due.append((t, TileSteps(step.load, step.compute, lambda: None)))
+            due.append((t + time.cycles, TileSteps(lambda: None, lambda: None, step.store)))
         else:
-            due.append((t, 0, step))
+            due.append((t, step))
         t += time.cycles
-    due += [(i * vector_cycles, 1, step) for i, step in enumerate(vector)]
-    return [step for _, _, step in sorted(due, key=lambda d: (d[0], d[1]))]
+    due += [(i * vector_cycles, step) for i, step in enumerate(vector)]
+    return [step for _, step in sorted(due, key=lambda d: d[0])]
 
 
 __all__ = ["GAIN", "TimedStep", "VectorShare", "interleaved", "array_rate", "plan_share", "start", "vector_rate"]

@@ -16,6 +16,7 @@ from compiler import compile_graph, compile_op, export_decompositions
 from compiler.ir.ops import ALL_OPS, Op
 from compiler_helpers import config
 from compiler_models import GPT2Block, ResNetBlock
+from serving.quant import Int4WeightOnlyLinear
 
 aten = torch.ops.aten
 
@@ -33,9 +34,14 @@ def _programs(preset: str):
     table = torch.randn(50, 16)
     ids = torch.tensor([3, 7, 7, 49])
     yield compile_op(aten.embedding.default, (table, ids), {}, config(preset)).program
+    if preset == "tpu-v4":  # an int4 decode GEMV: the vector units take a share
+        gemv = Int4WeightOnlyLinear.of(torch.nn.Linear(4096, 4096, bias=False),
+                                       torch.bfloat16, 128)
+        exported = torch.export.export(gemv, (torch.randn(1, 4096, dtype=torch.bfloat16),))
+        yield compile_graph(exported, config(preset)).program
 
 
-@pytest.mark.parametrize("preset", ["atom", "tpu-v3"])
+@pytest.mark.parametrize("preset", ["atom", "tpu-v3", "tpu-v4"])
 def test_commands_with_equal_cost_keys_cost_the_same(preset: str) -> None:
     seen: set[type] = set()
     commands = keys = 0
@@ -52,6 +58,8 @@ def test_commands_with_equal_cost_keys_cost_the_same(preset: str) -> None:
     assert keys < commands  # shapes repeat even in small programs
     assert {"Load", "Store", "Gather", "MatMul", "Unary", "Binary", "Reduce"} <= {
         cls.__name__ for cls in seen}
+    if preset == "tpu-v4":
+        assert "VectorMatMul" in {cls.__name__ for cls in seen}
 
 
 def test_every_op_class_has_a_cost_key() -> None:

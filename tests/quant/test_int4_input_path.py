@@ -159,8 +159,9 @@ def test_a_compiled_int4_matmul_reads_half_a_byte_a_weight_and_no_vector_unpacks
     matmuls = [c.op for c in commands if isinstance(c.op, (MatMul, VectorMatMul))]
     assert matmuls and all(op.dequant is not None for op in matmuls)
     assert sum(op.a.shape[-1] * op.columns for op in matmuls) == n * k
-    # the vector units' share multiplies the packed bytes as they are (VectorMatMul);
-    # besides it they only round the f32 results to bf16: no weight is unpacked
+    # the vector units' share multiplies the packed bytes as they are (VectorMatMul,
+    # unpacking each in registers); besides it they only round the f32 results to bf16:
+    # no weight is unpacked into the scratchpad
     assert any(isinstance(op, VectorMatMul) for op in matmuls)
     vector = [c for c in commands if c.engine.endswith("vpu")
               and not isinstance(c.op, VectorMatMul)]

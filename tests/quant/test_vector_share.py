@@ -3,17 +3,21 @@ weights in (``compiler.kernels.matmul_vector``, ``compiler.ir.ops.VectorMatMul``
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from archsim.config import load_config
+from archsim.functional_steps import dequantized
+from archsim.simulator import Simulator
 from archsim.vector import VectorEngine, matvec_ops
 from compiler import compile as compile_module
 from compiler.ir.dtypes import DType
-from compiler.ir.operands import SramRef
-from compiler.ir.ops import Dequant, MatMul, VectorMatMul
+from compiler.ir.builder import ProgramBuilder
+from compiler.ir.operands import DramRef, Slice, SramRef
+from compiler.ir.ops import Dequant, Load, MatMul, Store, VectorMatMul
 from compiler.cost import Cost, MatmulTiling
 from compiler.kernels.matmul_vector import (VectorShare, array_rate, interleaved, plan_share,
-                                            vector_rate)
+                                            start, vector_rate)
 from serving.quant import Int4WeightOnlyLinear
 
 TPU_V4 = load_config("tpu-v4")
@@ -91,6 +95,52 @@ def test_the_share_balances_the_arrays_and_the_vector_unit() -> None:
                       DType.u8, _Int4()) is None
 
 
+def test_each_units_rate_and_the_wait_for_the_first_weights() -> None:
+    # one-byte weight-only weights are widened (1 operation) and multiply-added once a
+    # row; weights in a's dtype only multiply-added; 4 rows of int4: 4 + 2 + 8 / 128
+    assert vector_rate(TPU_V4, 1, DType.bf16, DType.i8, None) == 512
+    assert vector_rate(TPU_V4, 1, DType.bf16, DType.bf16, None) == 1024
+    assert abs(vector_rate(TPU_V4, 4, DType.bf16, DType.u8, _Int4()) - 1024 / (6 + 8 / 128)) \
+        < 1e-9
+    # a scratchpad port of 128 bytes a cycle passes 128 / 0.53125 int4 weights a cycle
+    narrow = TPU_V4.with_overrides({"core.vector.sram_bandwidth_bytes_per_cycle": 128})
+    assert abs(vector_rate(narrow, 1, DType.bf16, DType.u8, _Int4()) - 128 / 0.53125) < 1e-9
+    # f32 inputs at the highest precision take 6 bf16 passes on the arrays: a command
+    # of 4 folds of 128 cycles and a 382-cycle fill and drain, 6 times over, less the
+    # fill a back-to-back command hides once: 4 x 512 x 128 / (894 x 6 - 382)
+    highest = TPU_V4.with_overrides({"core.matrix.f32_precision": "highest"})
+    assert array_rate(highest, 1, (512, 128), 4, DType.bf16) == 512
+    assert array_rate(highest, 1, (512, 128), 4, DType.f32) == 4 * 512 * 128 / (894 * 6 - 382)
+    # the vector share's first 512 x 768 int4 weights: 500 cycles of DRAM latency, 100
+    # of DMA setup, 208,896 bytes over 3 load engines of 256 bytes a cycle
+    assert start(TPU_V4, 512, 768, 0.53125) == 500 + 100 + 512 * 768 * 0.53125 / 768
+
+
+def test_what_the_share_is_weighed_against() -> None:
+    # int8 weight-only, no packing: whole units of 16 columns. 1,024 / 2 = 512 weights
+    # a cycle, as the arrays: half of 4,000 columns, 1,000 a core, 992 in units of 16
+    share = plan_share(TPU_V4, 2, 1, 4000, 4096, _tiling(16_000, 5_000), DType.bf16,
+                       DType.i8, None)
+    assert share == VectorShare(2016, ((2016, 3008), (3008, 4000)), 512, 992 * 512 / 512)
+    # a share of exactly one block a core is still a share: 384 int4 columns, 76.5 a
+    # core by the rates, one block of 64
+    share = plan_share(TPU_V4, 2, 1, 384, 4096, _tiling(1e6, 0), DType.bf16, DType.u8,
+                       _Int4())
+    assert share is not None and share.columns == ((256, 320), (320, 384))
+    # DRAM bytes for 15,000 cycles at the sustained rate the estimate assumes (0.85 of
+    # it): too little left to win
+    dram = 15_000 * TPU_V4.dram_sustained_bytes_per_cycle * 0.85
+    assert plan_share(TPU_V4, 2, 1, 4096, 4096, _tiling(16_384, 0, dram), DType.bf16,
+                      DType.u8, _Int4()) is None
+    # serial cycles (fills, stalls) count on both sides: with 45,500 of them the
+    # arrays' 10,240 cycles for their 2,560 columns give 55,740 > 0.9 x 61,884 = 55,696,
+    # though the vector unit's 10,136 alone would have passed
+    assert plan_share(TPU_V4, 2, 1, 4096, 4096, _tiling(16_384, 0, 0, 45_500), DType.bf16,
+                      DType.u8, _Int4()) is None
+    assert plan_share(TPU_V4, 2, 1, 4096, 4096, _tiling(16_384, 0, 0, 45_000), DType.bf16,
+                      DType.u8, _Int4()) is not None
+
+
 def test_the_steps_are_issued_in_the_order_their_work_is_due() -> None:
     # arrays: steps of 100, 100 (ending a tile), 100; vector steps 120 apart. Due:
     # A0 at 0, V0 at 0, A1 at 100, V1 at 120, A1's epilogue at 200, A2 at 200, V2 at 240
@@ -110,6 +160,40 @@ def test_the_steps_are_issued_in_the_order_their_work_is_due() -> None:
         "A0", "V0", "A1", "V1", "store A1", "A2", "V2"]
 
 
+def test_a_vector_matmul_keeps_its_weights_f32() -> None:
+    # x [1, 64] bf16 times 8 columns of int4 codes in two groups of 32 (halves layout,
+    # one block of 4 bytes a k row), each group's scale and zero f32: the vector unit
+    # applies them to its sums, so no weight is rounded to bf16 (the arrays' input path
+    # rounds each one)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 64)).astype(np.float32)
+    x = torch.from_numpy(x).to(torch.bfloat16).float().numpy()  # bf16 values
+    codes = rng.integers(0, 256, (1, 64, 4), dtype=np.uint8)
+    scales = rng.standard_normal((2, 8, 2)).astype(np.float32)
+    spec = Dequant(32, 0, "halves")
+    b = ProgramBuilder("vmatmul")
+    b.tensor("X", (1, 64), DType.bf16, "in")
+    b.tensor("W", (64, 4), DType.u8, "in")
+    b.tensor("S", (2, 16), DType.f32, "in")
+    b.tensor("O", (1, 8), DType.f32, "out")
+    xs, ws = _sram(0, (1, 64), DType.bf16), _sram(0x100, (1, 64, 4), DType.u8)
+    ss, out = _sram(0x200, (2, 8, 2)), _sram(0x300, (1, 8))
+    b.add("core0.dma0", Load(DramRef("X", (Slice(0, 1), Slice(0, 64))), xs))
+    b.add("core0.dma0", Load(DramRef("W", (Slice(0, 64), Slice(0, 4))),
+                             SramRef("sram0", 0x100, (64, 4), DType.u8)))
+    b.add("core0.dma0", Load(DramRef("S", (Slice(0, 2), Slice(0, 16))),
+                             SramRef("sram0", 0x200, (2, 16), DType.f32)))
+    b.add("core0.vpu", VectorMatMul(xs, ws, out, False, ss, spec), (0, 1, 2))
+    b.add("core0.dma1", Store(out, DramRef("O", (Slice(0, 1), Slice(0, 8)))), (3,))
+    result = Simulator(TPU_V4).run(b.build(), {"X": x, "W": codes.reshape(64, 4),
+                                                "S": scales.reshape(2, 16)})
+    weights = dequantized(codes, scales, spec, DType.f32).astype(np.float64)
+    expected = x.astype(np.float64) @ weights
+    np.testing.assert_allclose(result.outputs["O"], expected, rtol=1e-5, atol=1e-5)
+    rounded = x.astype(np.float64) @ dequantized(codes, scales, spec, DType.bf16)
+    assert np.abs(rounded - expected).max() > 1e-3  # what rounding each weight would give
+
+
 def _int4_gemv(n: int, k: int) -> tuple[torch.nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     module = Int4WeightOnlyLinear.of(torch.nn.Linear(k, n, bias=False), torch.bfloat16, 128)
@@ -124,6 +208,11 @@ def test_an_int4_gemv_shares_its_columns_and_matches_torch() -> None:
     vector = [op for op in ops if isinstance(op, VectorMatMul)]
     arrays = [op for op in ops if isinstance(op, MatMul)]
     assert vector and arrays
+    # each core's share starts its sums at its first k step and adds to them after
+    for core in range(TPU_V4.cores):
+        mine = [c.op for c in compiled.program.commands
+                if c.engine == f"core{core}.vpu" and isinstance(c.op, VectorMatMul)]
+        assert [op.accumulate for op in mine] == [False] + [True] * (len(mine) - 1)
     # every weight is multiplied once, on the arrays or the vector units
     assert sum(op.a.shape[-1] * op.columns for op in vector + arrays) == 4096 * 4096
     (out,), result = compiled.run(x)
