@@ -56,12 +56,12 @@ def test_a_vector_matmul_takes_its_element_operations_over_the_lanes() -> None:
         2 * 256 * 128 // 1024 + 16
 
 
-def _tiling(mxu: float, dma: float, dram_bytes: float = 0.0, serial: float = 0.0
-            ) -> MatmulTiling:
+def _tiling(mxu: float, dma: float, dram_bytes: float = 0.0, serial: float = 0.0,
+            vpu: float = 0.0) -> MatmulTiling:
     """A decode GEMV's tiling on tpu-v4, 512 x 128 an array, with a chosen estimate."""
     return MatmulTiling(mt=1, kt=512, nt=128, arrays=4, acc_sets=1,
-                        cost=Cost(mxu_cycles=mxu, dma_cycles=dma, dram_bytes=dram_bytes,
-                                  serial_cycles=serial))
+                        cost=Cost(mxu_cycles=mxu, vpu_cycles=vpu, dma_cycles=dma,
+                                  dram_bytes=dram_bytes, serial_cycles=serial))
 
 
 def test_the_share_balances_the_arrays_and_the_vector_unit() -> None:
@@ -102,6 +102,9 @@ def test_each_units_rate_and_the_wait_for_the_first_weights() -> None:
     assert vector_rate(TPU_V4, 1, DType.bf16, DType.bf16, None) == 1024
     assert abs(vector_rate(TPU_V4, 4, DType.bf16, DType.u8, _Int4()) - 1024 / (6 + 8 / 128)) \
         < 1e-9
+    # an elementwise op of 2 cycles a lane halves the rate
+    slow = TPU_V4.with_overrides({"core.vector.costs.elementwise": 2})
+    assert vector_rate(slow, 1, DType.bf16, DType.i8, None) == 256
     # a scratchpad port of 128 bytes a cycle passes 128 / 0.53125 int4 weights a cycle
     narrow = TPU_V4.with_overrides({"core.vector.sram_bandwidth_bytes_per_cycle": 128})
     assert abs(vector_rate(narrow, 1, DType.bf16, DType.u8, _Int4()) - 128 / 0.53125) < 1e-9
@@ -122,6 +125,10 @@ def test_what_the_share_is_weighed_against() -> None:
     share = plan_share(TPU_V4, 2, 1, 4000, 4096, _tiling(16_000, 5_000), DType.bf16,
                        DType.i8, None)
     assert share == VectorShare(2016, ((2016, 3008), (3008, 4000)), 512, 992 * 512 / 512)
+    # weights in a's dtype need no widening: 1,024 a cycle, 2/3 of the columns
+    share = plan_share(TPU_V4, 2, 1, 4000, 4096, _tiling(16_000, 5_000), DType.bf16,
+                       DType.bf16, None)
+    assert share is not None and share.first == 4000 - 2 * 1328
     # a share of exactly one block a core is still a share: 384 int4 columns, 76.5 a
     # core by the rates, one block of 64
     share = plan_share(TPU_V4, 2, 1, 384, 4096, _tiling(1e6, 0), DType.bf16, DType.u8,
@@ -139,6 +146,10 @@ def test_what_the_share_is_weighed_against() -> None:
                       DType.u8, _Int4()) is None
     assert plan_share(TPU_V4, 2, 1, 4096, 4096, _tiling(16_384, 0, 0, 45_000), DType.bf16,
                       DType.u8, _Int4()) is not None
+    # the vector unit keeps the epilogue work it had: 2,000 cycles of it make its side
+    # 12,136 cycles, and with 30,000 serial ones 42,136 > 0.9 x 46,384 = 41,746
+    assert plan_share(TPU_V4, 2, 1, 4096, 4096, _tiling(16_384, 0, 0, 30_000, 2_000),
+                      DType.bf16, DType.u8, _Int4()) is None
 
 
 def test_the_steps_are_issued_in_the_order_their_work_is_due() -> None:
