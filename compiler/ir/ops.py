@@ -244,7 +244,27 @@ class Dequant:
 
 
 @dataclass(frozen=True, slots=True)
-class MatMul(Op):
+class Product(Op):
+    """The fields of a matmul, on the arrays (:class:`MatMul`) or on the vector units
+    (:class:`VectorMatMul`)."""
+
+    a: SramRef
+    b: SramRef
+    out: SramRef
+    accumulate: bool = False
+    scales: SramRef | None = None
+    dequant: Dequant | None = None
+
+    @property
+    def columns(self) -> int:
+        """``n``: output columns (two per byte of packed int4 ``b``)."""
+        if self.dequant is not None and self.dequant.nibbles:
+            return 2 * self.b.shape[0] * self.b.shape[-1]
+        return self.b.shape[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class MatMul(Product):
     """``out (+)= a @ b`` with a: [m, k], b: [k, n], out: [m, n] in the accumulator dtype.
     ``a`` may have more leading dims (``[..., k]``, rows = their product), so a strided
     view can stream rows that skip some.
@@ -254,25 +274,7 @@ class MatMul(Op):
     (:class:`Dequant`): read at their stored size (packed int4: ``[blocks, k, h]``
     bytes for ``n = 2 h blocks``, half a byte a weight)."""
 
-    a: SramRef
-    b: SramRef
-    out: SramRef
-    accumulate: bool = False
-    scales: SramRef | None = None
-    dequant: Dequant | None = None
     mnemonic = "matmul"
-
-    @property
-    def columns(self) -> int:
-        """``n``: output columns (two per byte of packed int4 ``b``)."""
-        return matmul_columns(self.b, self.dequant)
-
-
-def matmul_columns(b: SramRef, dequant: Dequant | None) -> int:
-    """A matmul's output columns: ``b``'s last dim, two per byte of packed int4."""
-    if dequant is not None and dequant.nibbles:
-        return 2 * b.shape[0] * b.shape[-1]
-    return b.shape[-1]
 
 
 # -- vector engine (coreN.vpu) -------------------------------------------------------
@@ -389,7 +391,7 @@ class Dequantize(Op):
 
 
 @dataclass(frozen=True, slots=True)
-class VectorMatMul(Op):
+class VectorMatMul(Product):
     """``out (+)= a @ b`` on the vector unit, as a :class:`MatMul` with the same fields
     and numbers' shapes: a matmul of few rows (a decode GEMV) run as multiply-adds, the
     share of a weight-only matmul's columns the vector unit takes beside the arrays
@@ -402,17 +404,7 @@ class VectorMatMul(Op):
     weights are never rounded to ``a``'s dtype (none is written): the numbers are f32
     weights and f32 sums."""
 
-    a: SramRef
-    b: SramRef
-    out: SramRef
-    accumulate: bool = False
-    scales: SramRef | None = None
-    dequant: Dequant | None = None
     mnemonic = "vmatmul"
-
-    @property
-    def columns(self) -> int:
-        return matmul_columns(self.b, self.dequant)
 
 
 VECTOR_OPS: tuple[type[Op], ...] = (Unary, Binary, MulAdd, Select, Cast, Reduce, Transpose,
