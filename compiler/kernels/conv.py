@@ -43,6 +43,7 @@ from compiler.kernels.conv_patch import lower_conv_patch
 from compiler.kernels.conv_patch_tiling import choose_patch_tiling, is_patch_embedding
 from compiler.kernels.conv_per_tap import lower_conv_per_tap
 from compiler.kernels.conv_staging import StagedWeights, rotated
+from compiler.kernels.epilogue import finish_cost
 from compiler.kernels.conv_step import ConvLayout, ConvStep
 from compiler.kernels.conv_tiling import (
     ConvTiling, choose_conv_tiling, packed_groups, weight_loads,
@@ -155,7 +156,9 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
                                     x.dtype, out.dtype.itemsize, cast,
                                     epilogue_bytes(ctx, kernel, out), epi_ops, arrays, budget,
                                     (spec.channels_last_in, spec.channels_last_out),
-                                    epilogue_reads(kernel, out))
+                                    epilogue_reads(kernel, out),
+                                    finish_cost(ctx.config.core.vector, kernel.group, out,
+                                                acc_dtype.itemsize, cast, ctx.scalars))
         estimates = {name: found.cost.estimate(ctx.config) if found is not None else None
                      for name, found, applies in (
                          ("depthwise", depthwise, depthwise is not None),

@@ -28,16 +28,17 @@ from archsim.matrix import matmul_cycles
 from compiler import graph as g
 from compiler.graph import Value
 from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost, load_bandwidth, \
-    tile_sizes, vector_rate
+    loads_in_flight, tile_sizes, vector_rate
 from compiler.emit import Arena
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import Scalar, Slice, SramRef
 from compiler.ir.ops import Binary, BinaryKind, Load, MatMul, Transpose
 from compiler.kernels.common import Context, TileSteps, pipeline
 from compiler.kernels.conv_geometry import (
-    conv_tiles, epilogue_bytes, image_load, padded_window, pixels_finisher, stored_ref,
+    conv_tiles, epilogue_bytes, epilogue_reads, image_load, padded_window, pixels_finisher, stored_ref,
     tile_buffers, valid_range,
 )
+from compiler.kernels.epilogue import FinishCost, finish_cost, store_cycles
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
@@ -116,9 +117,16 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
                          groups: int,
                          cg: int, og: int,
                          dtype: DType, out_item: int, cast: bool, epi: int, epi_ops: int,
-                         arrays: int, capacity: int | None = None) -> PackedTiling | None:
+                         arrays: int, capacity: int | None = None,
+                         epi_dram: int | None = None,
+                         finish: FinishCost | None = None) -> PackedTiling | None:
     """The packed-taps tiling with the lowest estimated time (``compiler.cost``) that fits
-    the scratchpad; None when none fits. ``cg``/``og`` are per group."""
+    the scratchpad; None when none fits. ``cg``/``og`` are per group; ``epi`` is the
+    fused epilogue's scratchpad bytes per output element, ``epi_dram`` the DRAM bytes it
+    reads per output element (:func:`~compiler.kernels.conv_geometry.epilogue_reads`;
+    None: ``epi``); ``finish`` the tile's cast and epilogue on the vector unit
+    (:func:`~compiler.kernels.epilogue.finish_cost`; None: ``cast + epi_ops`` passes
+    reading and writing the tile)."""
     config = ctx.config
     capacity = ctx.capacity if capacity is None else capacity
     matrix, dma = config.core.matrix, config.core.dma
@@ -130,6 +138,8 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
     vlat = config.core.vector.pipeline_latency_cycles
     lanes = vector_rate(config, item)
     span = row_span(ow, stride[1])
+    if finish is None:
+        finish = FinishCost(cast + epi_ops, (cast + epi_ops) / vector_rate(config, 4))
     run_bytes = ceil_div(span * item, granule) * granule  # one DRAM run per window row
     # every height: the last tile of an image is what is left, and a short last tile
     # shortens what shows after the last matmul (its transpose to NCHW and store)
@@ -158,15 +168,20 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
         mxu = mxu_full + (mxu_last - mxu_full) / ceil_div(oh, ty)
         taps_bytes = ntaps * cg * ty * run_bytes
         weights = ot * cg * ntaps * item
-        out_bytes = pix * ot * (out_item + epi)
-        dma_cycles = per_core * ((taps_bytes + weights) / load_bw +
-                                 (ntaps + 1) * setup / max(1, dma.engines - 1) +
-                                 out_bytes / dma.bandwidth_bytes_per_cycle)
+        # the tile's store and what the epilogue reads from DRAM (a residual), not its
+        # scratch buffers, which stay in the scratchpad
+        out_bytes = pix * ot * (out_item + (epi if epi_dram is None else epi_dram))
+        # loads on the load engines (their latencies overlapping in flight), the
+        # stores on the engine kept for them (:meth:`~compiler.emit.Emitter.dma`)
+        loading = (taps_bytes + weights) / load_bw + (ntaps + 1) * setup / loads_in_flight(config)
+        storing = store_cycles(config, out_bytes, cores, finish)
         npacks = ceil_div(ntaps, tp)
         direct = weights_as_stored(cg, ntaps)
         # the accumulator's transpose to NCHW, the cast, the fused epilogue's passes
-        passes = pixels_major + cast + epi_ops
-        tail = passes * (vlat + pix * ot / vector_rate(config, 4))
+        def finishing(elements: int) -> float:
+            return finish.cycles(vlat, elements) + \
+                pixels_major * (vlat + elements / vector_rate(config, 4))
+        tail = finishing(pix * ot)
         # after the last matmul: the last tile's passes, behind what is left of the
         # previous tile's (they start when its matmul ends; the vector unit runs in
         # order, so a weight rearrangement of the last tile's second pack waits for
@@ -174,26 +189,55 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
         # tiling has that backlog in its vector time already.
         overlap = mxu_last if direct else mxu_last / npacks
         backlog = max(0.0, tail - overlap) if last < ty else 0.0
-        tail_last = passes * (vlat + last * ow * ot / vector_rate(config, 4))
+        tail_last = finishing(last * ow * ot)
         # weight rearrangement (none when the array reads them as stored), zero fills
         # of the taps reaching into the padding
         rearrange = 0 if direct else vlat + weights / item / lanes  # the first pack's
         vpu = tail + vlat + (0 if direct else (npacks - 1) * vlat) + rearrange + \
             4 * fills[0] * vlat + \
             fills[1] * cg / ceil_div(oh, ty) / lanes
-        # a pipeline of steps (one pack each): the longer stage repeats, the shorter
-        # one shows once (the first step's loads and weight rearrangement, or the last
-        # step's matmul)
-        first_load = (dma_cycles / per_core + rearrange) / npacks
-        exposed = min(first_load, mxu / npacks)
-        mxu_cycles = per_core * mxu / min(arrays, per_core)
+        # a pipeline of steps, one pack each (lower_conv_packed): a step's loads run
+        # while the step before computes. A tile's first step loads its weights, one
+        # command on one DMA engine (at that engine's bandwidth, or the core's DRAM
+        # share), beside its first pack's windows on the other engines, and the vector
+        # unit rearranges the pack's weights before its matmul; a later step loads
+        # only its pack's windows (its taps' commands in flight together). The steps
+        # chain: each waits for the longer of its loads and the previous matmul (the
+        # core's arrays take its tiles in turn), the first's loads show whole.
+        turns = min(arrays, per_core)
+        step_mxu = mxu / npacks / turns
+        windows = taps_bytes / npacks / load_bw + setup
+        weights_in = setup + weights / min(dma.bandwidth_bytes_per_cycle, load_bw)
+        if not direct:  # the pack's weights rearranged once in
+            weights_in += vlat + weights / item / npacks / lanes
+        if direct or not fills[0]:
+            lead = max(weights_in, windows + weights / load_bw)
+        else:  # a window's load waits for its border fills, which the vector unit
+            # runs after the rearrangement it queued first, which waits for the weights
+            lead = weights_in + windows
+        # (a step's loads reuse the buffers of the step ``sets`` back, so at most
+        # ``sets`` steps are between their loads' start and their matmul's end)
+        pack_mxu = mxu / npacks
+        chain = lead + (per_core - 1) * max(lead, step_mxu, (lead + pack_mxu) / ctx.sets) + \
+            per_core * (npacks - 1) * max(windows, step_mxu, (windows + pack_mxu) / ctx.sets) + \
+            step_mxu
+        mxu_cycles = max(per_core * mxu / turns, chain)
         if per_core * vpu < mxu_cycles:
             tail_last += backlog
-        cost = Cost(mxu_cycles=mxu_cycles,
+        # the stores follow each other on their engine from the first tile's, after
+        # its loads, its matmuls and its passes; with one engine they queue with the
+        # loads. The last tile's store comes after everything.
+        if dma.engines > 1:
+            dma_cycles = max(per_core * loading,
+                             lead + mxu_full + tail + (per_core - 1) * storing)
+        else:
+            dma_cycles = per_core * (loading + storing)
+        last_store = setup + store_cycles(config, out_bytes * last / ty, cores,
+                                          FinishCost(0, 0.0))
+        cost = Cost(mxu_cycles=mxu_cycles + tail_last,
                     vpu_cycles=per_core * vpu, dma_cycles=dma_cycles,
                     dram_bytes=tiles * (taps_bytes + weights + out_bytes),
-                    serial_cycles=exposed + tail_last + setup +
-                    out_bytes * last / ty / dma.bandwidth_bytes_per_cycle)
+                    serial_cycles=last_store)
         commands = tiles * (ntaps * 2 + ceil_div(ntaps, tp) + 6)
         options.append((cost.estimate(config), -cores, commands,
                         PackedTiling(ty, ot, tp, pixels_major, cost)))
@@ -377,5 +421,9 @@ def packed_inputs(ctx: Context, kernel: Kernel) -> dict:
                 fills=fills, batch=x.shape[0], groups=node.spec.groups, cg=cg,
                 og=cout // node.spec.groups, dtype=x.dtype, out_item=out.dtype.itemsize,
                 cast=out.dtype is not acc_dtype, epi=epilogue_bytes(ctx, kernel, out),
+                epi_dram=epilogue_reads(kernel, out),
+                finish=finish_cost(ctx.config.core.vector, kernel.group, out,
+                                   acc_dtype.itemsize, out.dtype is not acc_dtype,
+                                   ctx.scalars),
                 epi_ops=len(kernel.group.nodes) if kernel.group else 0,
                 arrays=ctx.config.core.matrix.arrays if ctx.options.multi_array else 1)

@@ -12,7 +12,7 @@ from archsim.errors import LoweringError
 from archsim.matrix import back_to_back_saving, matmul_cycles
 from compiler import graph as g
 from compiler.cost import COMMAND_TOLERANCE, DRAM_EFFICIENCY, Cost, load_bandwidth, \
-    split_sizes, tile_sizes, vector_rate
+    loads_in_flight, split_sizes, tile_sizes, vector_rate
 from compiler.ir.dtypes import DType
 from compiler.kernels.common import Context
 from compiler.kernels.conv_geometry import epilogue_bytes
@@ -217,9 +217,15 @@ def _estimate(ctx: Context, kernel: Kernel, shape: PatchShape, option: PatchSize
     out_bytes = pix * ot * (out_item + epi)
     p_parts = 1 if ni > 1 else min(ty, max(1, dma.engines - 1))  # a block's DMAs
     commands = p_loads * p_parts + w_loads * len(chunks) * (1 + nhwc_in)
-    dma_cycles = (p_loads * p_dram + w_loads * w_bytes) / load_bw + \
-        commands * setup / max(1, dma.engines - 1) + \
-        mine_p * mine_w * out_bytes / dma.bandwidth_bytes_per_cycle
+    # loads on the load engines, their latencies overlapping in flight; the stores on
+    # the engine kept for them (:meth:`~compiler.emit.Emitter.dma`), beside the loads
+    # when there are two engines or more
+    # (the first block's and chunk's loads are serial, below: what the others add)
+    first_loads = setup + (p_dram / p_parts + ot * kc * item) / load_bw
+    loading = max(0.0, (p_loads * p_dram + w_loads * w_bytes) / load_bw +
+                  commands * setup / loads_in_flight(config) - first_loads)
+    storing = mine_p * mine_w * out_bytes / dma.bandwidth_bytes_per_cycle
+    dma_cycles = max(loading, storing) if dma.engines > 1 else loading + storing
     # a tile's chunks accumulate back to back on one array; a core's tiles share its
     # arrays
     mm = _chunked_matmul(matrix, dtype, pix, ot, option.pixels_major,
@@ -227,14 +233,13 @@ def _estimate(ctx: Context, kernel: Kernel, shape: PatchShape, option: PatchSize
     vlat, acc_rate = vector.pipeline_latency_cycles, vector_rate(config, 4)
     tail = passes * (vlat + pix * ot / acc_rate)
     rearrange = nhwc_in * (len(chunks) * vlat + ot * k / vector_rate(config, item))
-    first_chunk = ot * kc * item
     # streamed through a ring, a chunk's load waits for the matmul that read its slot
     # last, and the in-order load queue with it: about one chunk's matmul more
     streaming = 0 if option.kept else mm / len(chunks)
     cost = Cost(mxu_cycles=mine_p * ceil_div(mine_w, arrays) * mm,
                 vpu_cycles=mine_p * mine_w * tail + w_loads * rearrange,
                 dma_cycles=dma_cycles, dram_bytes=dram,
-                serial_cycles=setup + (p_dram / p_parts + first_chunk) / load_bw +
+                serial_cycles=first_loads +
                 rearrange / len(chunks) + mm / len(chunks) + tail + setup +
                 out_bytes / dma.bandwidth_bytes_per_cycle + streaming)
     commands = cores * (commands + mine_p * mine_w * (len(chunks) + 1 + passes))

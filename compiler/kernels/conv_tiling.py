@@ -23,6 +23,7 @@ from compiler.kernels.common import Context
 from compiler.kernels.conv_arrays import k_split
 from compiler.kernels.conv_geometry import Geometry, row_block
 from compiler.kernels.conv_interleave import interleaved, interleaves, stacked_rows
+from compiler.kernels.epilogue import FinishCost, store_cycles
 from compiler.kernels.conv_staging import (
     StagingCost, sharers, staged_cost, staging_pays,
 )
@@ -192,14 +193,17 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                        epi_ops: int, arrays: int,
                        capacity: int | None = None,
                        channels_last: tuple[bool, bool] = (False, False),
-                       epi_dram: int | None = None) -> ConvTiling | None:
+                       epi_dram: int | None = None,
+                       finish: FinishCost | None = None) -> ConvTiling | None:
     """The tiling with the lowest estimated time (``compiler.cost``) that fits the
     scratchpad; None when none fits (the caller falls back to the per-tap kernel).
 
     ``cin``/``cout`` are per group. ``capacity`` (default: the scratchpad) is the SRAM
     budget the estimate must fit. ``channels_last`` (input, output): an image stored
     NHWC, whose window loads as stride phases (one DMA each, no rearrangement) or
-    whose output tile stores as it is (no transpose)."""
+    whose output tile stores as it is (no transpose). ``finish``: the tile's cast and
+    fused epilogue on the vector unit (:func:`~compiler.kernels.epilogue.finish_cost`;
+    None: ``cast + epi_ops`` passes reading and writing the tile)."""
     nhwc_in, nhwc_out = channels_last
     full = geo
     config = ctx.config
@@ -213,6 +217,8 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
     granule = config.dram.access_granularity_bytes
     all_weights = batch * groups * cout * cin * ntaps * item
     oh, ow = geo.out_rows, geo.out_cols
+    if finish is None:
+        finish = FinishCost(cast + epi_ops, (cast + epi_ops) / vector_rate(config, 4))
     heights = sorted({ceil_div(oh, k) for k in range(1, oh + 1)})
     # whole rows of one image, whole images, or a single row cut into column tiles
     whole = [(1, ty, ow) for ty in heights] + \
@@ -243,9 +249,10 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
             chunks = ceil_div(cin, ct)
             # from an NHWC image with a stride, the phases load directly or are split
             modes = (True, False) if nhwc_in and geo.stride != (1, 1) else (nhwc_in,)
-            # the weight blocks a core keeps when they stay resident
-            kept = blocks_met(groups, ceil_div(cout, ot), tiles, cores) * chunks * \
-                ot * ct * ntaps * item if fallback else all_weights
+            # the weight blocks a core meets, and the bytes it keeps when they stay
+            # resident (only those blocks, or all of the weights)
+            met = blocks_met(groups, ceil_div(cout, ot), tiles, cores)
+            kept = met * chunks * ot * ct * ntaps * item if fallback else all_weights
             # tiers after the first: an NCHW image's kernel rows may run as steps of
             # their own (:attr:`ConvTiling.row_blocks`)
             blockings = (False, True) if fallback and not nhwc_in and kh > 1 else (False,)
@@ -303,13 +310,19 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                             (tgeo.stride[0] * tgeo.stride[1])
                     window_loads = len(tgeo.phases_read()) if direct else 1
                     weights = ot * ct * tn * item
-                    weight_share = min(per_core * steps * weights, kept) if resident else \
+                    # resident: a core loads each weight block it meets once
+                    weight_share = min(per_core, met) * steps * weights if resident else \
                         per_core * steps * weights
                     out_bytes = m * ot * (out_item + (epi if epi_dram is None else epi_dram))
                     loads = per_core * steps * window + weight_share
-                    dma_cycles = loads / load_bw + per_core * (
-                        steps * (1 + window_loads) * setup / max(1, dma.engines - 1) +
-                        out_bytes / dma.bandwidth_bytes_per_cycle)
+                    # loads on the load engines; the stores on the engine kept for them
+                    # (:meth:`~compiler.emit.Emitter.dma`), beside the loads when there
+                    # are two engines or more (the last one after everything: serial)
+                    loading = loads / load_bw + per_core * steps * (1 + window_loads) * \
+                        setup / max(1, dma.engines - 1)
+                    storing = (per_core - 1) * store_cycles(config, out_bytes, cores, finish)
+                    dma_cycles = max(loading, storing) if dma.engines > 1 else \
+                        loading + storing
                     # phase split, border fills, weight rearrangement
                     split = 0 if direct else 2 * ni * trows * tgeo.cols * ct / lanes
                     if inside:  # R transposes, each of the window but R - 1 plane rows
@@ -319,10 +332,12 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     if g > 1:  # per packed matmul: g tap copies, one transpose of all g
                         vpu += steps * packed_groups(tn, g) * \
                             ((g + 1) * vlat + 2 * g * m * ct / lanes)
-                    # after the last matmul: the transpose to NCHW and its passes, or for
-                    # an NHWC output (no epilogue) only the cast, if any
-                    passes = cast + epi_ops if nhwc_out else 3 + epi_ops
-                    tail = passes * (vlat + m * ot / vector_rate(config, 4))
+                    # after the last matmul (ConvStep.finisher): for an NCHW output one
+                    # transpose of the accumulator (a pass over the tile, in column blocks
+                    # when the arrays took them), then the cast, if any, and the fused
+                    # epilogue's passes, chained; for an NHWC output no transpose
+                    tail = finish.cycles(vlat, m * ot) + \
+                        (not nhwc_out) * (vlat + m * ot / vector_rate(config, 4))
                     vpu += tail
                     # the first matmul waits for the vector work on the first step's loads
                     # (the window's phases, the weights' rearrangement, one tap group): the
@@ -335,11 +350,14 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     first = 6 * vlat + split + weights / item / lanes + \
                         ((g + 1) * vlat + 2 * g * m * ct / lanes if g > 1 else 0) \
                         if nhwc_out else 0
-                    fill = 2 * setup + (window + weights) / load_bw
-                    cost = Cost(mxu_cycles=per_core * mxu / min(arrays, per_core) + first,
-                                vpu_cycles=per_core * vpu, dma_cycles=dma_cycles,
+                    # before any matmul or vector work: the first step's window and
+                    # weights, each one command on an engine of its own
+                    fill = setup + max(window, weights) / min(dma.bandwidth_bytes_per_cycle,
+                                                              load_bw)
+                    cost = Cost(mxu_cycles=fill + per_core * mxu / min(arrays, per_core) +
+                                first, vpu_cycles=fill + per_core * vpu, dma_cycles=dma_cycles,
                                 dram_bytes=cores * loads + tiles * out_bytes,
-                                serial_cycles=fill + tail + setup + out_bytes /
+                                serial_cycles=tail + setup + out_bytes /
                                 dma.bandwidth_bytes_per_cycle)
                     commands = tiles * (steps * (8 + mm_groups * (1 + (g + 1) * (g > 1))) + 4)
                     # staged weights (not with resident ones: a core keeping its blocks

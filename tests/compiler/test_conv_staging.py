@@ -133,19 +133,22 @@ def test_sharers_and_rotation() -> None:
 
 
 def test_staged_on_ascend_for_resnets_14x14_layer(monkeypatch: pytest.MonkeyPatch) -> None:
-    # 7-row tiles of 64 channels filled 8 of 20 cores; staged, 4-row tiles fill 16
+    # 7-row tiles of 64 channels filled 8 of 20 cores; staged, 4-row tiles fill 16 and
+    # 3-row tiles 20 (9,906 and 9,935 cycles simulated: the estimate takes either)
     chosen = _spy(monkeypatch)
     args = _conv(256, 256, 14)
     compiled, result = check_op(aten.convolution.default, args, "ascend-910b")
     tiling = chosen[-1]
-    assert tiling.staged_weights and (tiling.out_rows, tiling.out_channels) == (4, 64)
+    ty = tiling.out_rows
+    assert tiling.staged_weights and tiling.out_channels == 64 and ty in (3, 4)
     assert compiled.choices["convolution_default"].endswith("shared through shared SRAM")
     # DRAM carries the 256 x 256 x 3 x 3 f16 weights once (1,179,648 B), and for each
-    # of the 4 channel tiles the windows of the 4 row tiles: input rows 0-4, 3-8,
-    # 7-12, 11-13 (20 rows) of 256 channels, each 14-column row of 28 B charged as a
-    # 32-byte access
-    windows = 4 * 20 * 256 * 32
-    assert result.dram_bytes_read == 256 * 256 * 9 * 2 + windows == 1_835_008
+    # of the 4 channel tiles the windows of the row tiles (4-row tiles: input rows 0-4,
+    # 3-8, 7-12, 11-13, 20 rows) of 256 channels, each 14-column row of 28 B charged as
+    # a 32-byte access
+    rows = sum(min(y0 + ty + 1, 14) - max(y0 - 1, 0) for y0 in range(0, 14, ty))
+    windows = 4 * rows * 256 * 32
+    assert result.dram_bytes_read == 256 * 256 * 9 * 2 + windows
 
 
 @pytest.mark.parametrize(("cin", "cout", "size", "kernel", "preset"), [

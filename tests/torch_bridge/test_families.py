@@ -107,11 +107,13 @@ def test_every_door_matches_cpu_on_the_device_with_one_latency(name: str) -> Non
     assert _worst(outputs, expected) < ATOL
     # tiny has one 4x4 array on each of its 2 cores: the run lasts at least half their
     # busy time, and (the loads, stores and vector work around them) under all of it;
-    # MobileNetV2's and ConvNeXt's depthwise layers are vector work the arrays never see
-    # (compiler.kernels.conv_depthwise)
+    # MobileNetV2's, MobileNetV3's and ConvNeXt's depthwise layers are vector work the
+    # arrays never see (compiler.kernels.conv_depthwise; MobileNetV3 ran 48,017 cycles
+    # against 47,272 busy on the arrays once its convolutions' mapping estimates tracked
+    # their kernels, 48,481 against 51,928 before)
     mxu_busy = sum(v for k, v in run.engine_busy_cycles.items() if ".mxu" in k)
     assert mxu_busy / 2 <= run.total_cycles
-    if name not in ("mobilenet_v2", "convnext"):
+    if name not in ("mobilenet_v2", "mobilenet_v3", "convnext"):
         assert run.total_cycles < mxu_busy
     if name in TWELVE_TOKENS:
         # every matmul streams the 12 tokens (ws, T = 12) through 4x4 folds of 192 MACs,
