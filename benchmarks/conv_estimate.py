@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -30,28 +29,16 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import archsim  # noqa: E402
 import compiler.kernels.conv as conv  # noqa: E402
 from archsim.app.pipeline import native_dtype  # noqa: E402
 from archsim.config import load_config  # noqa: E402
-from compiler.compile import clear_cache  # noqa: E402
+from compiler.ir.dtypes import DType  # noqa: E402
+from compiler.torch_types import torch_dtype  # noqa: E402
+from depthwise_estimate import CONFIGS, BatchNorm, estimates, forced  # noqa: E402
 
-CONFIGS = ("atom", "tpu-v4", "ascend-910b", "tpu-v3")
 MODELS = ("resnet-18", "resnet-50", "mobilenet-v2")
-
-
-class BatchNorm(torch.nn.Module):
-    """Inference batch norm with ``1 / sqrt(var + eps)`` already computed (the whole
-    model hoists it out of the convolution's kernel)."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        for name in ("mean", "inv_std", "weight", "bias"):
-            self.register_buffer(name, torch.rand(channels, 1, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) * self.inv_std * self.weight + self.bias
 
 
 class Layer(torch.nn.Module):
@@ -151,33 +138,11 @@ def layers(model_name: str) -> list[tuple[Spec, int]]:
     return list(seen.items())
 
 
-def estimates(choice: str) -> dict[str, float]:
-    """The estimates a convolution's choice string lists, by mapping."""
-    found = {}
-    for mapping, label in conv._ESTIMATED.items():
-        hit = re.search(label + r" ([\d,]+) cycles", choice)
-        if hit:
-            found[mapping] = float(hit.group(1).replace(",", ""))
-    return found
-
-
 def simulate(spec: Spec, config: str, mapping: str | None = None) -> tuple[int, str]:
-    """Simulated cycles of the layer alone and its convolution's choice string;
-    ``mapping`` forces one (None: the cost model's)."""
-    dtype = getattr(torch, {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}.get(
-        native_dtype(load_config(config)), native_dtype(load_config(config))))
-    model, inputs = spec.module(dtype)
-    original = conv._taken
-    if mapping is not None:
-        conv._taken = lambda *_: mapping
-    clear_cache()
-    try:
-        result = archsim.estimate(model, inputs, config)
-    finally:
-        conv._taken = original
-        clear_cache()
-    choice = next(c for s, c in result.choices.items() if "conv" in s)
-    return result.total_cycles, choice
+    """Simulated cycles of the layer alone, in the config's native dtype, and its
+    convolution's choice string; ``mapping`` forces one (None: the cost model's)."""
+    dtype = torch_dtype(DType(native_dtype(load_config(config))))
+    return forced(*spec.module(dtype), config, mapping)
 
 
 @dataclass(frozen=True)

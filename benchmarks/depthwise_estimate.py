@@ -35,8 +35,6 @@ import compiler.kernels.conv as conv  # noqa: E402
 from compiler.compile import clear_cache  # noqa: E402
 
 CONFIGS = ("atom", "tpu-v4", "ascend-910b", "tpu-v3")
-MAPPINGS = {"depthwise": "vector unit", "packed": "packed taps", "gemm": "implicit GEMM"}
-"""Mapping (``_taken``'s name) -> its label in a choice's estimates."""
 
 
 class BatchNorm(torch.nn.Module):
@@ -118,13 +116,31 @@ STANDALONE = [
 
 
 def estimates(choice: str) -> dict[str, float]:
-    """The estimates a convolution's choice string lists, by mapping."""
+    """The estimates a convolution's choice string lists, by mapping
+    (``compiler.kernels.conv._ESTIMATED`` names them)."""
     found = {}
-    for mapping, label in MAPPINGS.items():
+    for mapping, label in conv._ESTIMATED.items():
         hit = re.search(label + r" ([\d,]+) cycles", choice)
         if hit:
             found[mapping] = float(hit.group(1).replace(",", ""))
     return found
+
+
+def forced(model: torch.nn.Module, inputs: tuple, config: str, mapping: str | None = None
+           ) -> tuple[int, str]:
+    """Simulated cycles of a one-convolution model and its convolution's choice string;
+    ``mapping`` forces one (``conv._taken`` patched; None: the cost model's)."""
+    original = conv._taken
+    if mapping is not None:
+        conv._taken = lambda *_: mapping
+    clear_cache()  # a schedule compiled under another mapping is cached
+    try:
+        result = archsim.estimate(model, inputs, config)
+    finally:
+        conv._taken = original
+        clear_cache()
+    choice = next(c for s, c in result.choices.items() if "conv" in s)
+    return result.total_cycles, choice
 
 
 def simulate(layer: Layer, config: str, mapping: str | None = None
@@ -132,17 +148,7 @@ def simulate(layer: Layer, config: str, mapping: str | None = None
     """Simulated cycles of the layer alone, and the convolution's choice string;
     ``mapping`` forces one (None: the cost model's)."""
     model, x = layer.module()
-    original = conv._taken
-    if mapping is not None:
-        conv._taken = lambda *_: mapping
-    clear_cache()  # a schedule compiled under another mapping is cached
-    try:
-        result = archsim.estimate(model, x, config)
-    finally:
-        conv._taken = original
-        clear_cache()
-    choice = next(c for s, c in result.choices.items() if "conv" in s)
-    return result.total_cycles, choice
+    return forced(model, (x,), config, mapping)
 
 
 def layer_rows(config: str, layers: list[tuple[Layer, int]], alternatives: bool) -> None:
