@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
+from archsim.vector import matvec_ops
+from compiler.ir.ops import Dequant
 from serving.plan import Request
 from serving.spec import ModelSpec
 
@@ -78,7 +80,8 @@ def weight_intake(config: NpuConfig, request: Request) -> float:
     fmt = request.format if request.weights else None
     if fmt is None or fmt.activations or fmt.name == "fp8":
         return arrays  # the matmuls multiply quantized activations on the arrays
-    ops = (request.batch + (2 if fmt.name == "int4" else 1)) * vector.costs.elementwise
+    unpack = Dequant(1, 0, "halves" if fmt.name == "int4" else "").unpack_ops
+    ops = matvec_ops(request.batch, 1, 1, unpack, 0) * vector.costs.elementwise
     return arrays + config.cores * vector.lanes / ops * config.clock_hz
 
 

@@ -201,8 +201,9 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
             if panels is not None:
                 steps = _tagged(ctx, steps, panels.panel_of(t), ranges)
             per_core[core].append(steps)
-            timed[core].append(TimedStep(_step_cycles(ctx, m1 - m0, k1 - k0, cols, a.dtype),
-                                         last))
+            if share:  # when each step's work is due (only the share's order needs it)
+                timed[core].append(TimedStep(_step_cycles(ctx, m1 - m0, k1 - k0, cols,
+                                                          a.dtype), last))
     own = [len(tiles[c::cores]) for c in range(cores)]  # tiles each core has had
     for tile in tail:
         core = tile.core
@@ -215,10 +216,11 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
                 ctx, core, bufs[core], op_set, q, tile, s, s == tile.steps - 1, a, b,
                 trans_b, unravel(0, batch_shape), m, dq, (out, group, order, cast_needed),
                 kernel.name))
-            timed[core].append(TimedStep(max(
-                _step_cycles(ctx, m, ks[1] - ks[0], [(0, lane.cols)], a.dtype)
-                for lane in tile.lanes if (ks := lane.step(s, tile.kt)) is not None),
-                s == tile.steps - 1))
+            if share:
+                timed[core].append(TimedStep(max(
+                    _step_cycles(ctx, m, ks[1] - ks[0], [(0, lane.cols)], a.dtype)
+                    for lane in tile.lanes if (ks := lane.step(s, tile.kt)) is not None),
+                    s == tile.steps - 1))
     if share:
         share_steps = range(0, k, share.kt)
         for core in range(cores):
@@ -287,11 +289,9 @@ def _tail_step(ctx: Context, core: int, bufs: _Buffers, op_set: int, q: int,
                      lambda: [multiply() for multiply in multiplies], store)
 
 
-def _share_tiling(tiling, share: VectorShare | None):
+def _share_tiling(tiling, share: VectorShare):
     """The buffers of a core's vector share (:mod:`.matmul_vector`): one tile of the
     widest core's columns, the arrays' k step and operand sets, A loaded per step."""
-    if share is None:
-        return tiling
     return dataclasses.replace(tiling, kt=share.kt, nt=share.width, arrays=1, acc_sets=1,
                                k_steps=1, a_resident=False, a_staged=False, b_staged=False)
 

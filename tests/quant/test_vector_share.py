@@ -18,6 +18,7 @@ from compiler.ir.ops import Dequant, Load, MatMul, Store, VectorMatMul
 from compiler.cost import Cost, MatmulTiling
 from compiler.kernels.matmul_vector import (VectorShare, array_rate, interleaved, plan_share,
                                             start, vector_rate)
+from reports.ops import op_rows
 from serving.quant import Int4WeightOnlyLinear
 
 TPU_V4 = load_config("tpu-v4")
@@ -227,6 +228,11 @@ def test_an_int4_gemv_shares_its_columns_and_matches_torch() -> None:
     # every weight is multiplied once, on the arrays or the vector units
     assert sum(op.a.shape[-1] * op.columns for op in vector + arrays) == 4096 * 4096
     (out,), result = compiled.run(x)
+    # the share's FLOPs are matmul FLOPs, wherever they ran: 2 x 4096 x 4096 in all, by
+    # the run, by its dtypes and by the op table
+    assert result.matmul_flops == 2 * 4096 * 4096
+    assert sum(result.matmul_flops_by_dtypes.values()) == 2 * 4096 * 4096
+    assert sum(row.matmul_flops for row in op_rows(result)) == 2 * 4096 * 4096
     expected = module(x)
     assert torch.allclose(torch.as_tensor(out).to(torch.float32), expected.float(),
                           rtol=2e-2, atol=2e-2)

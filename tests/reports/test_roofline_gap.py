@@ -78,3 +78,14 @@ def test_on_chip_bytes_bound_at_the_shared_sram_port():
     # 64 KiB through a 64 B/cycle port (1024 cycles) outweighs exp's 128 FLOP cycles.
     assert roofline_cycles(exp, Traffic(on_chip_bytes=64 << 10), data, 64) == 1024
     assert roofline_cycles(exp, Traffic(), data, 64) == 128
+
+
+def test_a_matmuls_flops_may_run_on_the_arrays_and_the_vector_units():
+    # tiny: two cores of one 4x4 array (2 x 16 x 2 = 64 FLOPs a cycle) and of 4 vector
+    # lanes (8 a cycle, a multiply-add two FLOPs: 16): the matmul's 16,384 FLOPs bound
+    # it at 16,384 / (64 + 16) cycles, which any split of its columns meets
+    result = _run(True)
+    data = report_data(result)
+    mm = next(r for r in op_rows(data) if r.source == "mm")
+    assert mm.matmul_flops == 16384
+    assert roofline_cycles(mm, Traffic(), data, 64) == 16384 / (64 + 16)
