@@ -146,7 +146,7 @@ def test_runs_of_a_packed_tile_and_boxes_of_a_storage_run() -> None:
     assert flat_boxes((4, 10), 10, 30) == [((1, 3), (0, 10))]
 
 
-def test_a_compiled_int4_matmul_reads_half_a_byte_a_weight_and_no_vector_unpacks() -> None:
+def test_a_compiled_int4_matmul_reads_half_a_byte_a_weight_and_unpacks_none_in_sram() -> None:
     n, k = 4096, 4096
     module = Int4WeightOnlyLinear.of(torch.nn.Linear(k, n, bias=False), torch.bfloat16, 128)
     compile_module.clear_cache()
