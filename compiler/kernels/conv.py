@@ -158,7 +158,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
                                     (spec.channels_last_in, spec.channels_last_out),
                                     epilogue_reads(kernel, out),
                                     finish_cost(ctx.config.core.vector, kernel.group, out,
-                                                acc_dtype.itemsize, cast, ctx.scalars))
+                                                acc_dtype.itemsize, cast))
         estimates = {name: found.cost.estimate(ctx.config) if found is not None else None
                      for name, found, applies in (
                          ("depthwise", depthwise, depthwise is not None),

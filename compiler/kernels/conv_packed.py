@@ -174,7 +174,7 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
         # loads on the load engines (their latencies overlapping in flight), the
         # stores on the engine kept for them (:meth:`~compiler.emit.Emitter.dma`)
         loading = (taps_bytes + weights) / load_bw + (ntaps + 1) * setup / loads_in_flight(config)
-        storing = store_cycles(config, out_bytes, cores, finish)
+        storing = store_cycles(config, out_bytes, cores)
         npacks = ceil_div(ntaps, tp)
         direct = weights_as_stored(cg, ntaps)
         # the accumulator's transpose to NCHW, the cast, the fused epilogue's passes
@@ -232,8 +232,7 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
                              lead + mxu_full + tail + (per_core - 1) * storing)
         else:
             dma_cycles = per_core * (loading + storing)
-        last_store = setup + store_cycles(config, out_bytes * last / ty, cores,
-                                          FinishCost(0, 0.0))
+        last_store = setup + store_cycles(config, out_bytes * last / ty, cores)
         cost = Cost(mxu_cycles=mxu_cycles + tail_last,
                     vpu_cycles=per_core * vpu, dma_cycles=dma_cycles,
                     dram_bytes=tiles * (taps_bytes + weights + out_bytes),
@@ -423,7 +422,6 @@ def packed_inputs(ctx: Context, kernel: Kernel) -> dict:
                 cast=out.dtype is not acc_dtype, epi=epilogue_bytes(ctx, kernel, out),
                 epi_dram=epilogue_reads(kernel, out),
                 finish=finish_cost(ctx.config.core.vector, kernel.group, out,
-                                   acc_dtype.itemsize, out.dtype is not acc_dtype,
-                                   ctx.scalars),
+                                   acc_dtype.itemsize, out.dtype is not acc_dtype),
                 epi_ops=len(kernel.group.nodes) if kernel.group else 0,
                 arrays=ctx.config.core.matrix.arrays if ctx.options.multi_array else 1)

@@ -320,7 +320,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     # are two engines or more (the last one after everything: serial)
                     loading = loads / load_bw + per_core * steps * (1 + window_loads) * \
                         setup / max(1, dma.engines - 1)
-                    storing = (per_core - 1) * store_cycles(config, out_bytes, cores, finish)
+                    storing = (per_core - 1) * store_cycles(config, out_bytes, cores)
                     dma_cycles = max(loading, storing) if dma.engines > 1 else \
                         loading + storing
                     # phase split, border fills, weight rearrangement

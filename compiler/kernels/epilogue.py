@@ -13,7 +13,6 @@ through the scratchpad. A standalone vector kernel passes over the scratchpad on
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
 from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig, VectorConfig
@@ -25,7 +24,7 @@ from compiler.ir.ops import DIVIDE, TRANSCENDENTAL, BinaryKind, Cast
 from compiler.kernels.common import Box, Context
 from compiler.cost import DRAM_EFFICIENCY
 from compiler.kernels.vector import (
-    Order, emit_compute, emit_loads, emit_stores, group_values, store_box,
+    Order, emit_compute, emit_loads, emit_stores, store_box,
 )
 from compiler.plan import Group
 
@@ -73,7 +72,7 @@ def finish_tile(ctx: Context, core: int, acc: SramRef, cast_to: SramRef | None, 
         return
     buffers, scratch = epilogue
     merged = {**buffers, out.id: value}
-    emit_loads(ctx, group, box, core, merged, scratch, {out.id: value}, source)
+    emit_loads(ctx, group, box, core, merged, scratch, {out.id: value}, source, "load")
     emit_compute(ctx, group, box, core, merged, scratch, source, order)
     emit_stores(ctx, group, box, core, merged, source, "store")
 
@@ -82,13 +81,10 @@ def finish_tile(ctx: Context, core: int, acc: SramRef, cast_to: SramRef | None, 
 class FinishCost:
     """What :func:`finish_tile` costs the vector unit on a tile (for tiling estimates):
     ``commands`` vector commands, each one pipeline latency, and ``per_element``
-    cycles for each element of the tile; ``loads`` DMA loads of its operands (a batch
-    norm's per-channel ones, a residual), which :func:`emit_loads` deals to all of the
-    core's DMA engines in turn."""
+    cycles for each element of the tile."""
 
     commands: int
     per_element: float
-    loads: int = 0
 
     def cycles(self, latency: int, elements: float) -> float:
         return self.commands * latency + elements * self.per_element
@@ -103,13 +99,12 @@ def pass_rate(vector: VectorConfig, cost: int, nbytes: float) -> float:
 
 
 def finish_cost(vector: VectorConfig, group: Group | None, out: Value, acc_item: int,
-                cast: bool, scalars: Collection[int] = ()) -> FinishCost:
+                cast: bool) -> FinishCost:
     """The cast of a tile's accumulator (``acc_item`` bytes an element), if any, and the
     fused ``group``'s passes as :func:`pass_order` chains them: the first op on the
     accumulator (or the cast) reads and writes the tile, a chained op moves only its
     other operands, of which those the size of the output (a residual) count per
-    element and per-channel ones (a batch norm's) not at all. ``scalars``: the ids of
-    operands folded to constants (nothing to load)."""
+    element and per-channel ones (a batch norm's) not at all."""
     costs = vector.costs
     commands, rate = int(cast), 0.0
     if cast:
@@ -117,8 +112,6 @@ def finish_cost(vector: VectorConfig, group: Group | None, out: Value, acc_item:
     if group is None:
         return FinishCost(commands, rate)
     size = math.prod(out.shape)
-    external, _ = group_values(group)
-    loads = sum(1 for v in external if v.id != out.id and v.id not in scalars)
 
     def moved(values: tuple) -> int:
         return sum(v.dtype.itemsize for v in values
@@ -131,21 +124,18 @@ def finish_cost(vector: VectorConfig, group: Group | None, out: Value, acc_item:
             moved(inputs) + node.out.dtype.itemsize * (math.prod(node.out.shape) == size)
         commands += 1
         rate += pass_rate(vector, _cost_class(vector, node.spec), nbytes)
-    return FinishCost(commands, rate, loads)
+    return FinishCost(commands, rate)
 
 
-def store_cycles(config: NpuConfig, nbytes: float, cores: int, finish: FinishCost) -> float:
+def store_cycles(config: NpuConfig, nbytes: float, cores: int) -> float:
     """Cycles a tile's store of ``nbytes`` holds the DMA engine kept for stores, when
-    ``cores`` cores store: its bytes at the engine's rate or the core's share of DRAM,
-    and, when the epilogue loads operands, the store's latency too: those loads take
-    the store engine in turn, queued behind the previous tile's store, so the next
-    store waits for that one to finish (else stores overlap their latencies)."""
+    ``cores`` cores store: its bytes at the engine's rate or the core's share of DRAM
+    (the stores' latencies overlap in flight; an epilogue's operand loads take the load
+    engines, :func:`finish_tile`)."""
     dma = config.core.dma
     rate = min(dma.bandwidth_bytes_per_cycle,
                config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY / cores)
-    latency = dma.setup_latency_cycles + config.dram.latency_cycles + \
-        config.noc.latency_cycles
-    return nbytes / rate + (latency if finish.loads else 0)
+    return nbytes / rate
 
 
 def _cost_class(vector: VectorConfig, spec: g.Spec) -> int:

@@ -159,12 +159,16 @@ def layout(ctx: Context, group: Group, tile: tuple[int, ...], arena: Arena, sets
 
 
 def emit_loads(ctx: Context, group: Group, box: Box, core: int, bufs: dict[int, SramRef],
-               scratch: dict[int, SramRef], preloaded: dict[int, SramRef], source: str) -> None:
+               scratch: dict[int, SramRef], preloaded: dict[int, SramRef], source: str,
+               kind: str = "any") -> None:
+    """Load the group's operands for ``box``; ``kind`` picks the DMA engines
+    (:func:`load_box`): a matmul tile's epilogue takes the load engines, so its operands
+    do not queue behind the previous tile's store."""
     external, _ = group_values(group)
     for v in external:
         if v.id in ctx.scalars or v.id in preloaded or _leaf_source(group, v):
             continue
-        load_box(ctx, v, own_box(v, box), bufs[v.id], core, source)
+        load_box(ctx, v, own_box(v, box), bufs[v.id], core, source, kind)
     for node in group.nodes:
         if isinstance(node.spec, g.Permute):
             _load_permuted(ctx, node, box, core, scratch[node.out.id], source)
