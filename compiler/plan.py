@@ -5,8 +5,8 @@ tile) and attaches elementwise groups that consume a matmul/conv/pool result to 
 epilogue. A vector node joins the current group when it reads one of the group's values
 or a value the group already loads (siblings: a rotary's ``x * cos`` and
 ``rotate_half(x)``, Q's and K's rotaries sharing cos and sin), else the vector group that
-made its latest input, past kernels that came between. With fusion off, every vector
-node is its own group.
+made its latest input, past kernels that came between; that group then runs after the
+matmuls between (:func:`_sink`). With fusion off, every vector node is its own group.
 """
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ class FusionPass:
                     current = target = Kernel(None, _new_group(node, from_weights))
                     position[id(current)] = len(kernels)
                     kernels.append(current)
+                elif target is not current:
+                    _sink(kernels, position, target)
                 for v in node.outputs:
                     owner[v.id] = target
                 if not options.fusion:
@@ -118,6 +120,34 @@ class FusionPass:
             if not isinstance(spec, ANCHORS):
                 current = None
         return kernels
+
+
+def _reads(kernel: Kernel) -> set[int]:
+    """Ids of the stored values ``kernel``'s nodes read (a view's base)."""
+    return {base_of(v).id for node in kernel.nodes for v in node.value_inputs()}
+
+
+def _sink(kernels: list[Kernel], position: dict[int, int], kernel: Kernel) -> None:
+    """Move ``kernel``, which a node has just joined past kernels that came between, to
+    just after the last matmul/conv/pool among them, unless one of those kernels reads
+    what it makes: a vector group runs after the projections that came before its last
+    node, so the program does not depend on where the source happened to compute its
+    first node (Q's permute right after Q's projection, its rotary after K's and V's,
+    would put the rotary's vector work ahead of K's projection on in-order queues).
+    Vector kernels keep their order among themselves."""
+    at = position[id(kernel)]
+    made = kernel.group.members if kernel.group is not None else set()
+    later = kernels[at + 1:]
+    if any(_reads(k) & made for k in later):
+        return
+    anchors = [i for i, k in enumerate(later) if k.anchor is not None]
+    if not anchors:
+        return
+    to = at + anchors[-1] + 1
+    del kernels[at]
+    kernels.insert(to, kernel)
+    for i in range(at, to + 1):
+        position[id(kernels[i])] = i
 
 
 def weight_prep(graph: Graph) -> set[int]:

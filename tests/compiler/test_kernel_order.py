@@ -1,0 +1,99 @@
+"""Where a vector group runs does not depend on where the source computed its first node
+(issue 26's one answer per model): a group that a later node joins past matmuls that
+came between (Q's permute right after Q's projection, its rotary after K's projection)
+runs after those matmuls, so the projections reach the arrays back to back and the two
+source orders give one program; a group that a kernel between reads stays where it is."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+
+import compiler
+from archsim.app.models import rotate
+from archsim.config import load_config
+
+HIDDEN, HEADS, TOKENS = 64, 4, 16
+
+
+class Attention(nn.Module):
+    """Q and K projected, heads split and rotated: ``early`` transposes each head split
+    right after its projection (the built-in Llama), else after both (``archsim llm``)."""
+
+    def __init__(self, early: bool) -> None:
+        super().__init__()
+        self.early = early
+        self.q = nn.Linear(HIDDEN, HIDDEN, bias=False)
+        self.k = nn.Linear(HIDDEN, HIDDEN, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, _ = x.shape
+        shape = (b, t, HEADS, HIDDEN // HEADS)
+        if self.early:
+            q = self.q(x).view(shape).transpose(1, 2)
+            k = self.k(x).view(shape).transpose(1, 2)
+        else:
+            q, k = self.q(x).view(shape), self.k(x).view(shape)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+        return rotate(q, cos, sin), rotate(k, cos, sin)
+
+
+class ReadBetween(nn.Module):
+    """Q's heads split, then read by a matmul, then rotated: the matmul needs the
+    permuted Q, so Q's group cannot move past it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(HIDDEN, HIDDEN, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, HEADS, HIDDEN // HEADS).transpose(1, 2)
+        scores = q @ q.transpose(-1, -2)
+        return scores, rotate(q, cos, sin)
+
+
+def _inputs() -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    x = torch.randn(1, TOKENS, HIDDEN).to(torch.bfloat16)
+    cos, sin = (torch.randn(TOKENS, HIDDEN // HEADS).to(torch.bfloat16) for _ in range(2))
+    return x, cos, sin
+
+
+def _kinds(kernels: tuple[str, ...]) -> tuple[str, ...]:
+    """Kernel names without the exporter's numbering (the two sources number apart)."""
+    return tuple(re.sub(r"_\d+$", "", name) for name in kernels)
+
+
+def _compiled(model: nn.Module, args: tuple[torch.Tensor, ...]):
+    torch.manual_seed(1)
+    model = model.to(torch.bfloat16).eval()
+    exported = torch.export.export(model, args).run_decompositions()
+    compiled = compiler.compile_graph(exported, load_config("atom"))
+    outs, result = compiled.run(*args)
+    for got, want in zip(outs, model(*args)):
+        torch.testing.assert_close(got, want)
+    return compiled, result
+
+
+def test_a_rotary_joined_past_the_next_projection_runs_after_it() -> None:
+    args = _inputs()
+    early, early_run = _compiled(Attention(early=True), args)
+    late, late_run = _compiled(Attention(early=False), args)
+    # the early source order made Q's permute + rotary a kernel between the projections
+    assert early.kernels[:2] == ("q:mm", "k:mm_1")
+    assert _kinds(early.kernels) == _kinds(late.kernels) == ("q:mm", "k:mm", "permute", "permute")
+    assert early_run.total_cycles == late_run.total_cycles
+
+
+def test_a_group_read_by_a_kernel_between_keeps_its_place() -> None:
+    compiled, _ = _compiled(ReadBetween(), _inputs())
+    # Q's permute (joined later by its rotary) is read by the scores' matmul after it
+    permute = next(i for i, name in enumerate(compiled.kernels) if "permute" in name)
+    scores = next(i for i, name in enumerate(compiled.kernels)
+                  if name.endswith(("matmul", "bmm", "mm_1")))
+    assert compiled.kernels[0] == "q:mm" and permute < scores
