@@ -10,7 +10,9 @@ bandwidth-bound. The vector unit is idle meanwhile, and it can multiply-add weig
 multiply-add a weight and row, a group's scale and zero applied to its sums): at one row
 and int4, 1,024 lanes / 3 operations = 341 weights a cycle. So the matmul kernel gives
 the vector unit the last columns of such a matmul (packed int4, or one-byte weights the
-arrays widen exactly), split by the two units' steady rates so both take about as long:
+arrays widen exactly), split by the two units' steady rates so both take about as long
+(the vector unit's at most what the one DMA engine a step of its packed weights takes
+brings it, :func:`feed_rate`):
 the arrays take columns ``0 .. first`` as they would the whole matmul, each core's
 vector unit one range of the rest over all of K, in k steps issued among the arrays'
 in the order their work is due (:func:`interleaved`). This is the mapping batch-1
@@ -91,6 +93,16 @@ def vector_rate(config: NpuConfig, m: int, a_dtype: DType, b_dtype: DType,
     return rate
 
 
+def feed_rate(config: NpuConfig, item: float) -> float:
+    """Packed weights a cycle one DMA engine brings a core's vector share: a k step's
+    packed bytes are strided commands that interleave in the share's one tile, so one
+    engine's queue takes them all (:meth:`DequantWeights.load_packed`). A vector unit
+    faster than that would only wait for its weights, and block the arrays' loads queued
+    behind its own (``tpu-v4`` with twice its lanes took 57% of a 4096 x 4096 int4
+    GEMV's columns and ran 33% slower than with its own 1,024)."""
+    return config.core.dma.bandwidth_bytes_per_cycle / item
+
+
 def start(config: NpuConfig, kt: int, width: int, item: float) -> float:
     """Cycles before a core's vector share can start: its first k step's weights
     (``kt`` rows of ``width`` columns at ``item`` bytes) requested and loaded, behind
@@ -116,6 +128,8 @@ def plan_share(config: NpuConfig, cores: int, m: int, n: int, k: int, tiling: Ma
     cost = tiling.cost
     arrays = array_rate(config, m, (tiling.kt, tiling.nt), tiling.arrays, a_dtype)
     vector = vector_rate(config, m, a_dtype, b_dtype, dq)
+    if dq is not None and dq.packed:
+        vector = min(vector, feed_rate(config, dq.item_bytes))
     unit = dq.n_unit if dq is not None and dq.packed else 16
     per_core = int(vector / (arrays + vector) * n / cores) // unit * unit
     if per_core < unit:
@@ -165,4 +179,5 @@ def interleaved(arrays: list[TileSteps], timed: list[TimedStep], vector_cycles: 
     return [step for _, step in sorted(due, key=lambda d: d[0])]
 
 
-__all__ = ["GAIN", "TimedStep", "VectorShare", "interleaved", "array_rate", "plan_share", "start", "vector_rate"]
+__all__ = ["GAIN", "TimedStep", "VectorShare", "array_rate", "feed_rate", "interleaved",
+           "plan_share", "start", "vector_rate"]
