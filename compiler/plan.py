@@ -6,7 +6,8 @@ epilogue. A vector node joins the current group when it reads one of the group's
 or a value the group already loads (siblings: a rotary's ``x * cos`` and
 ``rotate_half(x)``, Q's and K's rotaries sharing cos and sin), else the vector group that
 made its latest input, past kernels that came between; that group then runs after the
-matmuls between (:func:`_sink`). With fusion off, every vector node is its own group.
+anchored kernels between (:func:`_sink`). With fusion off, every vector node is its own
+group.
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ class FusionPass:
                     kernels.append(current)
                 elif target is not current:
                     _sink(kernels, position, target)
+                    if kernels[-1] is target:  # moved past the current kernel: a node
+                        current = target  # joining that one could read what it makes
                 for v in node.outputs:
                     owner[v.id] = target
                 if not options.fusion:
@@ -128,13 +131,15 @@ def _reads(kernel: Kernel) -> set[int]:
 
 
 def _sink(kernels: list[Kernel], position: dict[int, int], kernel: Kernel) -> None:
-    """Move ``kernel``, which a node has just joined past kernels that came between, to
-    just after the last matmul/conv/pool among them, unless one of those kernels reads
-    what it makes: a vector group runs after the projections that came before its last
+    """Move ``kernel``, a vector group a node has just joined past kernels that came
+    between, to just after the last of those with an anchor (a matmul, conv or pool,
+    or a copy, gather or host kernel), unless one of the kernels between reads what it
+    makes. A vector group then runs after the projections that came before its last
     node, so the program does not depend on where the source happened to compute its
-    first node (Q's permute right after Q's projection, its rotary after K's and V's,
-    would put the rotary's vector work ahead of K's projection on in-order queues).
-    Vector kernels keep their order among themselves."""
+    first: Q's permute right after Q's projection, its rotary after K's and V's, would
+    put the rotary's vector work ahead of K's projection on in-order queues. Vector
+    groups already after that anchor stay after it, so a group sunk later runs ahead of
+    one sunk earlier (the built-in Llama's K rotary runs before Q's)."""
     at = position[id(kernel)]
     made = kernel.group.members if kernel.group is not None else set()
     later = kernels[at + 1:]
