@@ -169,7 +169,11 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
         taps_bytes = ntaps * cg * ty * run_bytes
         weights = ot * cg * ntaps * item
         # the tile's store and what the epilogue reads from DRAM (a residual), not its
-        # scratch buffers, which stay in the scratchpad
+        # scratch buffers, which stay in the scratchpad. The reads run on the load
+        # engines (:func:`~compiler.kernels.epilogue.finish_tile`) but are counted on
+        # the store's side: counted with the loads, ResNet-50's residual layers on
+        # atom took tilings that simulate up to 20% slower (BENCHMARKS, fourteenth
+        # session), so this stays an approximation
         out_bytes = pix * ot * (out_item + (epi if epi_dram is None else epi_dram))
         # loads on the load engines (their latencies overlapping in flight), the
         # stores on the engine kept for them (:meth:`~compiler.emit.Emitter.dma`)

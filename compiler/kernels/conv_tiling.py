@@ -313,6 +313,9 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
                     # resident: a core loads each weight block it meets once
                     weight_share = min(per_core, met) * steps * weights if resident else \
                         per_core * steps * weights
+                    # the store's bytes and the epilogue's DRAM reads (a residual), the
+                    # reads counted on the store's side though they take the load
+                    # engines (as in :func:`~.conv_packed.choose_packed_tiling`)
                     out_bytes = m * ot * (out_item + (epi if epi_dram is None else epi_dram))
                     loads = per_core * steps * window + weight_share
                     # loads on the load engines; the stores on the engine kept for them

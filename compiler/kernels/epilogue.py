@@ -131,7 +131,7 @@ def store_cycles(config: NpuConfig, nbytes: float, cores: int) -> float:
     """Cycles a tile's store of ``nbytes`` holds the DMA engine kept for stores, when
     ``cores`` cores store: its bytes at the engine's rate or the core's share of DRAM
     (the stores' latencies overlap in flight; an epilogue's operand loads take the load
-    engines, :func:`finish_tile`)."""
+    engines, :func:`finish_tile`, so none waits in this queue)."""
     dma = config.core.dma
     rate = min(dma.bandwidth_bytes_per_cycle,
                config.dram_sustained_bytes_per_cycle * DRAM_EFFICIENCY / cores)

@@ -99,7 +99,9 @@ def feed_rate(config: NpuConfig, item: float) -> float:
     engine's queue takes them all (:meth:`DequantWeights.load_packed`). A vector unit
     faster than that would only wait for its weights, and block the arrays' loads queued
     behind its own (``tpu-v4`` with twice its lanes took 57% of a 4096 x 4096 int4
-    GEMV's columns and ran 33% slower than with its own 1,024)."""
+    GEMV's columns and ran 33% slower than with its own 1,024). Where a step's bytes are
+    dense runs instead (one block, or all of K in one step), which go to the engines in
+    turn, the bound is conservative."""
     return config.core.dma.bandwidth_bytes_per_cycle / item
 
 

@@ -24,17 +24,19 @@ class Residual(nn.Module):
         return x + self.o(attn)
 
 
-@pytest.mark.parametrize("preset", ["tiny", "atom"])
+@pytest.mark.parametrize("preset, rows, hidden", [("tiny", 64, 64), ("atom", 1024, 512)])
 def test_the_residual_is_loaded_on_the_load_engines_and_only_stores_take_the_last(
-        preset: str) -> None:
+        preset: str, rows: int, hidden: int) -> None:
+    # several tiles a core, so the residual's loads take several turns of the engines
     torch.manual_seed(0)
-    model = Residual(64).to(torch.bfloat16).eval()
-    attn, x = (torch.randn(64, 64).to(torch.bfloat16) for _ in range(2))
+    model = Residual(hidden).to(torch.bfloat16).eval()
+    attn, x = (torch.randn(rows, hidden).to(torch.bfloat16) for _ in range(2))
     exported = torch.export.export(model, (attn, x)).run_decompositions()
     config = load_config(preset)
     compiled = compiler.compile_graph(exported, config)
     (out,), _ = compiled.run(attn, x)
-    torch.testing.assert_close(out, model(attn, x))
+    # (bf16 sums over 512 inputs: one element of the atom case rounds a unit apart)
+    torch.testing.assert_close(out, model(attn, x), rtol=1.6e-2, atol=1e-2)
     assert compiled.kernels == ("o:mm",)  # the add is the projection's epilogue
     store_engines = {f"core{c}.dma{config.core.dma.engines - 1}"
                      for c in range(config.cores)}
