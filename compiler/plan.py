@@ -108,8 +108,6 @@ class FusionPass:
                     kernels.append(current)
                 elif target is not current:
                     _sink(kernels, position, target)
-                    if kernels[-1] is target:  # moved past the current kernel: a node
-                        current = target  # joining that one could read what it makes
                 for v in node.outputs:
                     owner[v.id] = target
                 if not options.fusion:
@@ -230,6 +228,7 @@ def _join(node: Node, current: Kernel | None, owner: dict[int, Kernel],
     (see :func:`_reduction_inputs`) joins no matmul's epilogue; a node computed
     ``from_weights`` only may join a current group of such nodes (:attr:`Group.weights_only`)."""
     if current is not None and not (deferred and current.anchor is not None) and \
+            _made_before(node, current, owner, position) and \
             _try_join(current, node, owner, from_weights):
         return current
     producers = [owner[base_of(v).id] for v in node.value_inputs() if base_of(v).id in owner]
@@ -240,6 +239,15 @@ def _join(node: Node, current: Kernel | None, owner: dict[int, Kernel],
             not _try_join(latest, node, owner, from_weights):
         return None
     return latest
+
+
+def _made_before(node: Node, kernel: Kernel, owner: dict[int, Kernel],
+                 position: dict[int, int]) -> bool:
+    """Whether every input of ``node`` is made by ``kernel`` or a kernel before it: not
+    so for a value of a vector group that :func:`_sink` moved past ``kernel``."""
+    at = position[id(kernel)]
+    return all(position[id(owner[base_of(v).id])] <= at for v in node.value_inputs()
+               if base_of(v).id in owner)
 
 
 def _new_group(node: Node, from_weights: bool = False) -> Group:
