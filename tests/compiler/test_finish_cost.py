@@ -31,21 +31,21 @@ def _node(spec: g.Spec, inputs: tuple, shape: tuple[int, ...], dtype: DType, nam
     return node
 
 
-def _epilogue(out: Value, dtype: DType) -> tuple[list[Node], Node]:
+def _epilogue(out: Value, dtype: DType) -> list[Node]:
     """``exp(r + out * (w * 2))``, a conv's per-channel scale ``w * 2`` computed in the
-    epilogue, a residual ``r`` added with the pass's value second (turned around), and
-    the per-channel ``w * 2`` node itself (off the pass, its output the channels')."""
+    epilogue (off the pass, its output the channels'), a residual ``r`` added with the
+    pass's value second (turned around)."""
     weight, residual = Value((8,), dtype, "w"), Value(TILE, dtype, "r")
     prepared = _node(g.Binary(BinaryKind.mul), (weight, 2.0), (8,), dtype, "scale")
     scaled = _node(g.Binary(BinaryKind.mul), (out, prepared.out), TILE, dtype, "scaled")
     summed = _node(g.Binary(BinaryKind.add), (residual, scaled.out), TILE, dtype, "summed")
     raised = _node(g.Unary(UnaryKind.exp), (summed.out,), TILE, dtype, "raised")
-    return [prepared, scaled, summed, raised], prepared
+    return [prepared, scaled, summed, raised]
 
 
 def test_a_cast_and_its_chained_epilogue_by_hand() -> None:
     out = Value(TILE, DType.bf16, "out")
-    nodes, _ = _epilogue(out, DType.bf16)
+    nodes = _epilogue(out, DType.bf16)
     cost = finish_cost(VECTOR, Group(nodes, TILE), out, 4, cast=True)
     # the cast reads 4 f32 bytes and writes 2 bf16 ones an element: 6 / 4 = 1.5 a cycle
     # (its lane: 1 / 4). ``w * 2`` is off the pass: per-channel in and out, nothing an
@@ -60,7 +60,7 @@ def test_a_cast_and_its_chained_epilogue_by_hand() -> None:
 
 def test_without_a_cast_the_first_op_reads_the_accumulator() -> None:
     out = Value(TILE, DType.f32, "acc")
-    nodes, _ = _epilogue(out, DType.f32)
+    nodes = _epilogue(out, DType.f32)
     cost = finish_cost(VECTOR, Group(nodes, TILE), out, 4, cast=False)
     # the scaling starts the pass from the scratchpad: reads the accumulator's 4 bytes,
     # writes 4: 2.0 an element. Then r's 4 bytes (1.0), exp's lanes (1.0), and the
@@ -79,7 +79,7 @@ def test_the_estimate_is_what_the_vector_unit_charges_the_same_commands() -> Non
     # unit: 2 + 192 B / 4 = 50, 2 + 32 / 4 lanes = 10, 2 + r's 64 B / 4 = 18,
     # 2 + 8 x 4 = 34: 112 cycles
     out = Value(TILE, DType.bf16, "out")
-    nodes, _ = _epilogue(out, DType.bf16)
+    nodes = _epilogue(out, DType.bf16)
     estimate = finish_cost(VECTOR, Group(nodes[1:], TILE), out, 4, cast=True).cycles(
         VECTOR.pipeline_latency_cycles, 32)
     acc, value = _sram(0, TILE, DType.f32), _sram(0x100, TILE, DType.bf16)
