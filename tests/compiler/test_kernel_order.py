@@ -58,6 +58,31 @@ class Layer(Attention):
         return (nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),)
 
 
+class TwoBetween(nn.Module):
+    """Q's heads split right after its projection (``early``) or after K's and V's, then
+    scaled (attention's 1 / sqrt(d)) after both: one node joins the split's group past
+    two projections at once (a rotary's nodes join it one by one, each moving it on)."""
+
+    def __init__(self, early: bool) -> None:
+        super().__init__()
+        self.early = early
+        self.q = nn.Linear(HIDDEN, HIDDEN, bias=False)
+        self.k = nn.Linear(HIDDEN, HIDDEN, bias=False)
+        self.v = nn.Linear(HIDDEN, HIDDEN, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, t, _ = x.shape
+        shape = (b, t, HEADS, HIDDEN // HEADS)
+        q = self.q(x)
+        if self.early:
+            q = q.view(shape).transpose(1, 2)
+        k, v = self.k(x), self.v(x)
+        if not self.early:
+            q = q.view(shape).transpose(1, 2)
+        return q * 0.25, k, v
+
+
 class ReadByEpilogue(nn.Module):
     """Q's square starts a group (it feeds only a reduction); K's projection comes
     between it and the mean that joins it, and K's epilogue then adds the mean: the
@@ -135,6 +160,17 @@ def test_every_projection_runs_before_the_rotaries_whatever_the_source_order() -
         kinds = _kinds(compiled.kernels)
         assert kinds[:3] == ("q:mm", "k:mm", "v:mm")
     assert _kinds(early.kernels) == _kinds(late.kernels)
+    assert early_run.total_cycles == late_run.total_cycles
+
+
+def test_a_group_joined_past_two_projections_runs_after_the_last() -> None:
+    # Q's permute sits between Q's and K's projections until its scaling joins it, after
+    # V's: it moves after V's projection, not only after K's (the first matmul between)
+    args = _inputs()
+    early, early_run = _compiled(TwoBetween(early=True), args)
+    late, late_run = _compiled(TwoBetween(early=False), args)
+    assert early.kernels[:3] == ("q:mm", "k:mm_1", "v:mm_2")
+    assert _kinds(early.kernels) == _kinds(late.kernels) == ("q:mm", "k:mm", "v:mm", "permute")
     assert early_run.total_cycles == late_run.total_cycles
 
 
