@@ -32,7 +32,7 @@ from compiler.kernels.common import Box, Context, TileSteps, pipeline, unravel
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.matmul_dequant import DequantWeights
 from compiler.kernels.matmul_panels import TilePanels, panel_plan
-from compiler.kernels.matmul_split import TailTile, rebalanced_for
+from compiler.kernels.matmul_split import TailTile, full_width, rebalanced_for
 from compiler.kernels.matmul_staging import StagedA, StagedB
 from compiler.kernels.matmul_vector import TimedStep, VectorShare, interleaved, plan_share
 from compiler.kernels.matmul_transposed import (  # noqa: F401 (re-exported)
@@ -143,6 +143,20 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     tail: list[TailTile] = []  # a one-row-block matmul's last round, balanced (its split
     # tiles' own A buffers must fit beside the tiling's: not always so on small scratchpads)
     if panels is None and batch == 1 and m <= mt and (dq is None or dq.packed and not widen):
+        wide = full_width(ctx.config, tiling, n_cols, arrays, dq) if len(tiles) == 1 \
+            else None
+        if wide is not None:  # split by K over every array, if that round fits
+            spread, tiling = tiling, wide
+            _, tail = rebalanced_for(ctx.config, tiles, cores, m, n_cols, k, tiling,
+                                     a.dtype, dq)
+            try:
+                allocate(0, _split_lanes(tail), share)
+            except CapacityError:
+                tail = []
+            if not tail:
+                tiling = spread
+            nt, used = tiling.nt, tiling.arrays
+            n_tile = nt * used
         balanced, tail = rebalanced_for(ctx.config, tiles, cores, m, n_cols, k, tiling,
                                         a.dtype, dq)
         try:

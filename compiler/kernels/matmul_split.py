@@ -21,6 +21,7 @@ split four ways (8 of their 32 k folds each): 10 x 32 + 3 x 8 = 344 folds an arr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -178,4 +179,21 @@ def rebalanced_for(config: NpuConfig, tiles: list[Tile], cores: int, m: int, n: 
     return rebalanced(tiles, cores, n, k, (kt, nt), tiling.arrays, unit, k_unit, fits, worth)
 
 
-__all__ = ["Lane", "TailTile", "Tile", "balanced_tail", "rebalanced", "rebalanced_for"]
+def full_width(config: NpuConfig, tiling: MatmulTiling, n: int, arrays: int,
+               dq: DequantWeights | None = None) -> MatmulTiling | None:
+    """The tiling as wide as an array for a matmul of at most one array's ``n`` columns
+    that ``tiling`` spreads narrower over a core's arrays, so the rebalanced round splits
+    it by K over all ``arrays`` instead (None where that does not apply). At a few rows
+    a fold of a weight-stationary array takes its ``rows`` cycles to shift the weights
+    in however few columns it holds: spread, Llama-2-70B's K projection on 8 tpu-v4
+    chips (8,192 x 128) gave each of 4 arrays 32 columns and took 10,321 cycles (bf16),
+    4 times the folds of the split."""
+    matrix = config.core.matrix
+    unit = matrix.cols if dq is None else math.lcm(matrix.cols, dq.n_unit)
+    if arrays < 2 or n > unit or tiling.nt >= unit:
+        return None
+    return dataclasses.replace(tiling, nt=unit, arrays=arrays)
+
+
+__all__ = ["Lane", "TailTile", "Tile", "balanced_tail", "full_width", "rebalanced",
+           "rebalanced_for"]
