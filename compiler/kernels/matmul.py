@@ -143,20 +143,9 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
     tail: list[TailTile] = []  # a one-row-block matmul's last round, balanced (its split
     # tiles' own A buffers must fit beside the tiling's: not always so on small scratchpads)
     if panels is None and batch == 1 and m <= mt and (dq is None or dq.packed and not widen):
-        wide = full_width(ctx.config, tiling, n_cols, arrays, dq) if len(tiles) == 1 \
-            else None
-        if wide is not None:  # split by K over every array, if that round fits
-            spread, tiling = tiling, wide
-            _, tail = rebalanced_for(ctx.config, tiles, cores, m, n_cols, k, tiling,
-                                     a.dtype, dq)
-            try:
-                allocate(0, _split_lanes(tail), share)
-            except CapacityError:
-                tail = []
-            if not tail:
-                tiling = spread
-            nt, used = tiling.nt, tiling.arrays
-            n_tile = nt * used
+        spread = tiling  # one tile spread narrower than the arrays: split by K instead
+        tiling = (full_width(ctx.config, tiling, n_cols, arrays, dq) if len(tiles) == 1
+                  else None) or tiling
         balanced, tail = rebalanced_for(ctx.config, tiles, cores, m, n_cols, k, tiling,
                                         a.dtype, dq)
         try:
@@ -164,6 +153,10 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
             tiles = balanced
         except CapacityError:
             tail = []
+        if not tail:  # the wide tiling only with the round that splits it
+            tiling = spread
+        nt, used = tiling.nt, tiling.arrays
+        n_tile = nt * used
     staging = StagedA.plan(ctx, tiles, cores, (mt, kt), a.dtype, tiling.op_sets,
                            len(k_steps)) if tiling.a_staged else None
     staged_b = StagedB.plan(ctx, -(-n_cols // n_tile), len(k_steps), used, (kt, nt), b.dtype) \

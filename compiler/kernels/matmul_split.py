@@ -181,18 +181,23 @@ def rebalanced_for(config: NpuConfig, tiles: list[Tile], cores: int, m: int, n: 
 
 def full_width(config: NpuConfig, tiling: MatmulTiling, n: int, arrays: int,
                dq: DequantWeights | None = None) -> MatmulTiling | None:
-    """The tiling as wide as an array for a matmul of at most one array's ``n`` columns
-    that ``tiling`` spreads narrower over a core's arrays, so the rebalanced round splits
-    it by K over all ``arrays`` instead (None where that does not apply). At a few rows
-    a fold of a weight-stationary array takes its ``rows`` cycles to shift the weights
-    in however few columns it holds: spread, Llama-2-70B's K projection on 8 tpu-v4
-    chips (8,192 x 128) gave each of 4 arrays 32 columns and took 10,321 cycles (bf16),
-    4 times the folds of the split."""
+    """For a matmul of at most one array's ``n`` columns, a tiling whose every array
+    holds all of them (an array wide where ``tiling`` spreads them narrower) over all of
+    the core's ``arrays``, so the rebalanced round splits it by K over them (None where
+    ``tiling`` is that already, or there is one array). At a few rows a fold of a
+    weight-stationary array takes its ``rows`` cycles to shift the weights in however
+    few columns it holds: spread, Llama-2-70B's K projection on 8 tpu-v4 chips (8,192 x
+    128) gave each of 4 arrays 32 columns and took 10,321 cycles (bf16), 4 times the
+    folds of the split. A tiling that holds the columns already keeps its width (wider
+    buffers would only lengthen the split's k steps past what the multiplies hide)."""
     matrix = config.core.matrix
     unit = matrix.cols if dq is None else math.lcm(matrix.cols, dq.n_unit)
-    if arrays < 2 or n > unit or tiling.nt >= unit:
+    if arrays < 2 or n > unit:
         return None
-    return dataclasses.replace(tiling, nt=unit, arrays=arrays)
+    nt = tiling.nt if tiling.nt >= n else unit
+    if (nt, tiling.arrays) == (tiling.nt, arrays):
+        return None
+    return dataclasses.replace(tiling, nt=nt, arrays=arrays)
 
 
 __all__ = ["Lane", "TailTile", "Tile", "balanced_tail", "full_width", "rebalanced",
