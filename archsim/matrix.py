@@ -83,6 +83,13 @@ def back_to_back_saving(matrix: MatrixConfig) -> int:
     return 0
 
 
+def steady_cycles(m: int, k: int, n: int, matrix: MatrixConfig,
+                  operand_dtype: DType = DType.f32) -> int:
+    """Cycles of a tile issued the cycle the previous one on its array ends (a k loop's
+    steps, a fold after a fold): its fill hidden under that one's drain."""
+    return matmul_cycles(m, k, n, matrix, operand_dtype) - back_to_back_saving(matrix)
+
+
 def passes(operand_dtype: DType, matrix: MatrixConfig) -> int:
     """f32 operands on a 16-bit array take the passes of the config's ``f32_precision``
     (1 for ``default``, 3 for ``high``, 6 for ``highest``); all else one."""

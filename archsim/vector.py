@@ -30,6 +30,7 @@ from compiler.ir.ops import (
     DIVIDE,
     TRANSCENDENTAL,
     Binary,
+    BinaryKind,
     Cast,
     Dequantize,
     MulAdd,
@@ -38,19 +39,24 @@ from compiler.ir.ops import (
     Select,
     Transpose,
     Unary,
+    UnaryKind,
     VCopy,
     VectorMatMul,
 )
 
 
+def kind_class(kind: UnaryKind | BinaryKind) -> str:
+    """The cost class of a unary or binary op of ``kind`` (the IR's and the graph's
+    ops share these kinds)."""
+    if kind in TRANSCENDENTAL:
+        return "transcendental"
+    return "divide" if kind in DIVIDE else "elementwise"
+
+
 def op_class(op: Op) -> str:
     """The cost class of a vector op: a field name of ``VectorCostsConfig``."""
-    if isinstance(op, Unary):
-        return "transcendental" if op.kind in TRANSCENDENTAL else "elementwise"
-    if isinstance(op, Binary):
-        if op.kind in DIVIDE:
-            return "divide"
-        return "elementwise"
+    if isinstance(op, (Unary, Binary)):
+        return kind_class(op.kind)
     if isinstance(op, (Select, MulAdd, VectorMatMul)):
         return "elementwise"
     if isinstance(op, Reduce):

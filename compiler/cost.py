@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from archsim.config.model import NpuConfig
 from archsim.errors import CapacityError
-from archsim.matrix import back_to_back_saving, matmul_cycles
+from archsim.matrix import back_to_back_saving, steady_cycles
 from compiler.emit import ALIGN_BYTES
 from compiler.ir.dtypes import DType
 from compiler.kernels.packed_runs import packed_commands
@@ -233,8 +233,7 @@ def choose_matmul_tiling(config: NpuConfig, batch: int, m: int, k: int, n: int, 
             load_bw = min(load_bandwidth(config), config.dram_sustained_bytes_per_cycle *
                           DRAM_EFFICIENCY / min(cores, tiles))
             # the k-steps of a tile follow each other on an array
-            step_mxu = matmul_cycles(min(mt, m), min(kt, k), min(nt, n), matrix, dtype) - \
-                back_to_back_saving(matrix)
+            step_mxu = steady_cycles(min(mt, m), min(kt, k), min(nt, n), matrix, dtype)
             # the vector unit's dequantization of a step's B tiles, one after another
             dequant = used * min(kt, k) * min(nt, n) * widen / config.core.vector.lanes
             step_mxu = max(step_mxu, dequant)

@@ -38,7 +38,7 @@ from compiler.kernels.conv_geometry import (
     conv_tiles, epilogue_bytes, epilogue_reads, image_load, padded_window, pixels_finisher, stored_ref,
     tile_buffers, valid_range,
 )
-from compiler.kernels.epilogue import FinishCost, finish_cost, store_cycles
+from compiler.kernels.epilogue import FinishCost, finish_cost, plain_finish, store_cycles
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.vector import sub
 from compiler.plan import Kernel
@@ -139,7 +139,7 @@ def choose_packed_tiling(ctx: Context, geo_out: tuple[int, int], kernel: tuple[i
     lanes = vector_rate(config, item)
     span = row_span(ow, stride[1])
     if finish is None:
-        finish = FinishCost(cast + epi_ops, (cast + epi_ops) / vector_rate(config, 4))
+        finish = plain_finish(config, cast + epi_ops)
     run_bytes = ceil_div(span * item, granule) * granule  # one DRAM run per window row
     # every height: the last tile of an image is what is left, and a short last tile
     # shortens what shows after the last matmul (its transpose to NCHW and store)

@@ -23,7 +23,7 @@ from compiler.kernels.common import Context
 from compiler.kernels.conv_arrays import k_split
 from compiler.kernels.conv_geometry import Geometry, row_block
 from compiler.kernels.conv_interleave import interleaved, interleaves, stacked_rows
-from compiler.kernels.epilogue import FinishCost, store_cycles
+from compiler.kernels.epilogue import FinishCost, plain_finish, store_cycles
 from compiler.kernels.conv_staging import (
     StagingCost, sharers, staged_cost, staging_pays,
 )
@@ -218,7 +218,7 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
     all_weights = batch * groups * cout * cin * ntaps * item
     oh, ow = geo.out_rows, geo.out_cols
     if finish is None:
-        finish = FinishCost(cast + epi_ops, (cast + epi_ops) / vector_rate(config, 4))
+        finish = plain_finish(config, cast + epi_ops)
     heights = sorted({ceil_div(oh, k) for k in range(1, oh + 1)})
     # whole rows of one image, whole images, or a single row cut into column tiles
     whole = [(1, ty, ow) for ty in heights] + \

@@ -20,9 +20,10 @@ from archsim.config.names import vpu_engine
 from compiler import graph as g
 from compiler.graph import Value
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import DIVIDE, TRANSCENDENTAL, BinaryKind, Cast
+from archsim.vector import kind_class
+from compiler.ir.ops import BinaryKind, Cast
 from compiler.kernels.common import Box, Context
-from compiler.cost import DRAM_EFFICIENCY
+from compiler.cost import DRAM_EFFICIENCY, vector_rate
 from compiler.kernels.vector import (
     Order, emit_compute, emit_loads, emit_stores, store_box,
 )
@@ -90,6 +91,12 @@ class FinishCost:
         return self.commands * latency + elements * self.per_element
 
 
+def plain_finish(config: NpuConfig, passes: int) -> FinishCost:
+    """``passes`` vector passes each reading and writing a tile of f32 elements: what a
+    tiling estimate assumes when it is not given the epilogue (:func:`finish_cost`)."""
+    return FinishCost(passes, passes / vector_rate(config, 4))
+
+
 def pass_rate(vector: VectorConfig, cost: int, nbytes: float) -> float:
     """Cycles per element of a vector command whose elements each take ``cost`` cycles
     of a lane and move ``nbytes`` through the scratchpad: its lanes or the scratchpad's
@@ -139,13 +146,10 @@ def store_cycles(config: NpuConfig, nbytes: float, cores: int) -> float:
 
 
 def _cost_class(vector: VectorConfig, spec: g.Spec) -> int:
-    """Lane cycles per element of the vector command a graph op lowers to
-    (``archsim.vector.op_class``)."""
-    costs = vector.costs
-    if isinstance(spec, g.Unary) and spec.kind in TRANSCENDENTAL:
-        return costs.transcendental
-    if isinstance(spec, g.Binary) and spec.kind in DIVIDE:
-        return costs.divide
+    """Lane cycles per element of the vector command a graph op lowers to (its class as
+    :func:`archsim.vector.op_class` gives the command's)."""
     if isinstance(spec, g.Cast):
-        return costs.cast
-    return costs.elementwise
+        return vector.costs.cast
+    if isinstance(spec, (g.Unary, g.Binary)):
+        return getattr(vector.costs, kind_class(spec.kind))
+    return vector.costs.elementwise

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from archsim.config.names import mxu_engine, sram_space, vpu_engine
 from archsim.errors import CapacityError
-from archsim.matrix import back_to_back_saving, matmul_cycles
+from archsim.matrix import steady_cycles
 from compiler.cost import choose_matmul_tiling
 from compiler.emit import Arena
 from compiler.graph import Value
@@ -246,9 +246,8 @@ def lower_matmul_kernel(ctx: Context, kernel: Kernel) -> None:
 def _step_cycles(ctx: Context, m: int, k: int, cols: list[tuple[int, tuple[int, int]]],
                  dtype: DType) -> int:
     """The arrays' cycles of a k step (its widest array's multiply, back to back)."""
-    matrix = ctx.config.core.matrix
-    return max(matmul_cycles(m, k, c1 - c0, matrix, dtype) for _, (c0, c1) in cols) - \
-        back_to_back_saving(matrix)
+    return max(steady_cycles(m, k, c1 - c0, ctx.config.core.matrix, dtype)
+               for _, (c0, c1) in cols)
 
 
 def _split_lanes(tail: list[TailTile]) -> tuple[int, int]:

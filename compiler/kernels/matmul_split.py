@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
-from archsim.matrix import back_to_back_saving, matmul_cycles
+from archsim.matrix import steady_cycles
 from compiler.cost import MatmulTiling, load_bandwidth
 from compiler.ir.dtypes import DType
 from compiler.kernels.matmul_dequant import DequantWeights
@@ -150,6 +150,13 @@ def rebalanced(tiles: list[Tile], cores: int, n: int, k: int, tile: tuple[int, i
     return tiles[:len(tiles) - len(last)], tail
 
 
+def column_unit(config: NpuConfig, dq: DequantWeights | None = None) -> int:
+    """The columns a rebalanced round deals whole: an array's width, in whole blocks of
+    packed weights."""
+    cols = config.core.matrix.cols
+    return cols if dq is None else math.lcm(cols, dq.n_unit)
+
+
 def rebalanced_for(config: NpuConfig, tiles: list[Tile], cores: int, m: int, n: int,
                    k: int, tiling: MatmulTiling, a_dtype: DType,
                    dq: DequantWeights | None = None) -> tuple[list[Tile], list[TailTile]]:
@@ -165,15 +172,14 @@ def rebalanced_for(config: NpuConfig, tiles: list[Tile], cores: int, m: int, n: 
     matrix = config.core.matrix
     kt, nt = tiling.kt, tiling.nt
     k_unit = matrix.rows * matrix.rates.of(a_dtype.rate_name)  # K rows of a fold
-    unit = matrix.cols if dq is None else math.lcm(matrix.cols, dq.n_unit)
+    unit = column_unit(config, dq)
 
     def fits(rows: int, width: int) -> bool:  # an array's B buffer (and its widened copy)
         return rows * width <= kt * nt and (
             dq is None or dq.max_groups(rows) * width <= dq.max_groups(kt) * nt)
 
     def worth(folds: int, tail_tiles: int) -> bool:
-        fold = matmul_cycles(m, k_unit, matrix.cols, matrix, a_dtype) - \
-            back_to_back_saving(matrix)
+        fold = steady_cycles(m, k_unit, matrix.cols, matrix, a_dtype)
         a_bytes = tail_tiles * m * k * a_dtype.itemsize
         return folds * fold > a_bytes / load_bandwidth(config)
     return rebalanced(tiles, cores, n, k, (kt, nt), tiling.arrays, unit, k_unit, fits, worth)
@@ -190,8 +196,7 @@ def full_width(config: NpuConfig, tiling: MatmulTiling, n: int, arrays: int,
     128) gave each of 4 arrays 32 columns and took 10,321 cycles (bf16), 4 times the
     folds of the split. A tiling that holds the columns already keeps its width (wider
     buffers would only lengthen the split's k steps past what the multiplies hide)."""
-    matrix = config.core.matrix
-    unit = matrix.cols if dq is None else math.lcm(matrix.cols, dq.n_unit)
+    unit = column_unit(config, dq)
     if arrays < 2 or n > unit:
         return None
     nt = tiling.nt if tiling.nt >= n else unit
@@ -200,5 +205,5 @@ def full_width(config: NpuConfig, tiling: MatmulTiling, n: int, arrays: int,
     return dataclasses.replace(tiling, nt=nt, arrays=arrays)
 
 
-__all__ = ["Lane", "TailTile", "Tile", "balanced_tail", "full_width", "rebalanced",
-           "rebalanced_for"]
+__all__ = ["Lane", "TailTile", "Tile", "balanced_tail", "column_unit", "full_width",
+           "rebalanced", "rebalanced_for"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
-from archsim.matrix import back_to_back_saving, matmul_cycles
+from archsim.matrix import steady_cycles
 from archsim.vector import matvec_ops
 from compiler.cost import DRAM_EFFICIENCY, MatmulTiling, load_bandwidth
 from compiler.ir.dtypes import DType
@@ -71,8 +71,7 @@ def array_rate(config: NpuConfig, m: int, tile: tuple[int, int], arrays: int,
     ``(kt, nt)`` a command back to back (their fill hidden, as in a k loop)."""
     matrix = config.core.matrix
     kt, nt = tile
-    command = matmul_cycles(m, kt, nt, matrix, a_dtype) - back_to_back_saving(matrix)
-    return arrays * kt * nt / command
+    return arrays * kt * nt / steady_cycles(m, kt, nt, matrix, a_dtype)
 
 
 def vector_rate(config: NpuConfig, m: int, a_dtype: DType, b_dtype: DType,
@@ -163,10 +162,10 @@ def interleaved(arrays: list[TileSteps], timed: list[TimedStep], vector_cycles: 
     """A core's array steps and its vector share's steps in the order their work is
     due: each array step at its estimated start, its epilogue (when it ends a tile) split
     off to its estimated end, each vector step at its own start (``vector_cycles``
-    apart), the arrays' first at a tie (the sort is stable and they come first). The loads issue in that order (the pipeline runs
-    them ahead), and in the vector unit's in-order queue no vector step waits behind
-    an array tile's epilogue that is due after it (a tile's epilogue waits for its
-    last multiply). The order by step count instead (vector step ``i`` of ``V`` before
+    apart), the arrays' first at a tie (the sort is stable and they come first). The
+    loads issue in that order (the pipeline runs them ahead), and in the vector unit's
+    in-order queue no vector step waits behind an array tile's epilogue that is due
+    after it (a tile's epilogue waits for its last multiply). The order by step count instead (vector step ``i`` of ``V`` before
     array step ``i A / V + 1``) made Llama-2-7B's int4 TPOT on ``tpu-v4`` 4.59 ms."""
     due: list[tuple[float, TileSteps]] = []
     t = 0.0
