@@ -64,6 +64,7 @@ _PEAK_NAME = {"mxu": "MXU peak", "vpu": "vector peak", "dma": "DRAM bw", "tdma":
 MATMUL_MNEMONICS = frozenset(op.mnemonic for op in MATMUL_OPS)
 """The ops (by :attr:`CommandRecord.op`) whose FLOPs are an op's matmul FLOPs."""
 
+
 @dataclass(frozen=True)
 class OpRow:
     """One source op of the user's model."""
