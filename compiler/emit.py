@@ -234,10 +234,10 @@ class Emitter:
             if space is None:
                 space = sram[ref.space] = SramSpace()
             if ref.strides is None:
-                end = ref.offset + math.prod(ref.shape) * ref.dtype.itemsize
-            else:
-                end = ref.end
-            out.append((space, ref.offset, end))
+                out.append((space, ref.offset,
+                            ref.offset + math.prod(ref.shape) * ref.dtype.itemsize))
+                continue
+            out += [(space, start, end) for start, end in ref.intervals()]
         if accumulates and op.accumulate:
             out += self._regions(op, ("out",), False)
         return out

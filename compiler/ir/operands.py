@@ -64,6 +64,14 @@ class DramRef:
         return tuple(s.length for s in self.slices)
 
 
+EXACT_RUNS = 64
+"""A strided scratchpad ref of at most this many contiguous runs is tracked run by run
+(:meth:`SramRef.intervals`): DMA commands filling interleaved parts of one buffer (a
+packed weight tile's blocks) then do not wait for each other and may go to several
+engines. A wider one is tracked by its span (a lookup per run would cost more than the
+false waits)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SramRef:
     """A region of an SRAM space: dense and row-major, or with ``strides`` (in elements,
@@ -96,6 +104,42 @@ class SramRef:
     @property
     def end(self) -> int:
         return self.offset + self.span_bytes
+
+    def runs(self) -> list[tuple[int, int]] | None:
+        """The byte intervals ``[start, end)`` a strided ref covers, in order, adjacent
+        ones merged, when its last dim is contiguous and they are at most
+        :data:`EXACT_RUNS`; None otherwise (and for a dense ref, one interval)."""
+        if self.strides is None or numel(self.shape) == 0 or \
+                (self.shape[-1] > 1 and self.strides[-1] != 1):
+            return None
+        lead = self.shape[:-1]
+        if numel(lead) > EXACT_RUNS:
+            return None
+        item = self.dtype.itemsize
+        width = self.shape[-1] * item
+        starts = [self.offset]
+        for n, stride in zip(lead, self.strides):
+            starts = [s + i * stride * item for s in starts for i in range(n)]
+        out: list[tuple[int, int]] = []
+        for start in sorted(starts):
+            if out and out[-1][1] >= start:
+                out[-1] = (out[-1][0], max(out[-1][1], start + width))
+            else:
+                out.append((start, start + width))
+        return out
+
+    def intervals(self) -> list[tuple[int, int]]:
+        """The byte intervals the ref touches as the emitter and the verifier track them:
+        exact when dense or :meth:`runs` gives them, else the span (first byte to end)."""
+        if self.strides is None:
+            return [(self.offset, self.offset + self.nbytes)]
+        return self.runs() or [(self.offset, self.end)]
+
+    @property
+    def exact(self) -> bool:
+        """Whether :meth:`intervals` are the ref's bytes exactly, so commands filling
+        interleaved parts of one buffer need not wait for each other."""
+        return self.strides is None or self.runs() is not None
 
     @property
     def core(self) -> int | None:

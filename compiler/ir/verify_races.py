@@ -168,30 +168,25 @@ class _RaceFinder:
             self._write(p, field, getattr(op, field))
 
     def _read(self, p: int, field: str, ref: SramRef) -> None:
-        nbytes = _span_bytes(ref)
-        if nbytes <= 0:
-            return
         me: Access = (p, field)
-        old = self.spaces[ref.space].read(ref.offset, ref.offset + nbytes, me,
-                                          self.engine_index)
         ordered = self.ordered
-        for writer, _ in (old if len(old) == 1 else dict.fromkeys(old)):
-            if writer is not None and writer[0] != p and not ordered(writer[0], p):
-                self._report(writer, "writes", me, ref, False)
+        for start, end in _intervals(ref):
+            old = self.spaces[ref.space].read(start, end, me, self.engine_index)
+            for writer, _ in (old if len(old) == 1 else dict.fromkeys(old)):
+                if writer is not None and writer[0] != p and not ordered(writer[0], p):
+                    self._report(writer, "writes", me, ref, False)
 
     def _write(self, p: int, field: str, ref: SramRef) -> None:
-        nbytes = _span_bytes(ref)
-        if nbytes <= 0:
-            return
         me: Access = (p, field)
-        old = self.spaces[ref.space].write(ref.offset, ref.offset + nbytes, (me, ()))
         ordered = self.ordered
-        for writer, readers in (old if len(old) == 1 else dict.fromkeys(old)):
-            if writer is not None and writer[0] != p and not ordered(writer[0], p):
-                self._report(writer, "writes", me, ref, True)
-            for reader in readers:
-                if reader[0] != p and not ordered(reader[0], p):
-                    self._report(reader, "reads", me, ref, True)
+        for start, end in _intervals(ref):
+            old = self.spaces[ref.space].write(start, end, (me, ()))
+            for writer, readers in (old if len(old) == 1 else dict.fromkeys(old)):
+                if writer is not None and writer[0] != p and not ordered(writer[0], p):
+                    self._report(writer, "writes", me, ref, True)
+                for reader in readers:
+                    if reader[0] != p and not ordered(reader[0], p):
+                        self._report(reader, "reads", me, ref, True)
 
     def _report(self, earlier: Access, how: str, me: Access, ref: SramRef,
                 write: bool) -> None:
@@ -212,11 +207,13 @@ class _RaceFinder:
             f"(add a dependency)")
 
 
-def _span_bytes(ref: SramRef) -> int:
-    """``ref.span_bytes``, computed directly for a dense ref (most of them)."""
+def _intervals(ref: SramRef) -> list[tuple[int, int]]:
+    """The byte intervals ``ref`` touches (:meth:`SramRef.intervals`: the emitter's own),
+    a dense ref's computed directly (most of them); none when it is empty."""
     if ref.strides is None:
-        return math.prod(ref.shape) * ref.dtype.itemsize
-    return ref.span_bytes
+        nbytes = math.prod(ref.shape) * ref.dtype.itemsize
+        return [(ref.offset, ref.offset + nbytes)] if nbytes > 0 else []
+    return [(start, end) for start, end in ref.intervals() if start < end]
 
 
 def race_problems(commands: Sequence[Command], graph: WaitGraph, order: list[int],

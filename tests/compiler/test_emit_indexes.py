@@ -74,8 +74,9 @@ def test_sram_space_answers_like_a_byte_map() -> None:
 def test_the_emitters_operand_regions_are_those_of_the_access_tables() -> None:
     """The emitter reads SRAM operands through its per-class field table, with the
     byte ends computed inline: the same regions as ``access.reads``/``access.writes``
-    and ``SramRef.end`` (Scalars skipped, an accumulating MatMul's ``out`` read, a
-    strided ref's span), and the same DRAM boxes as ``access.dram_refs``."""
+    and ``SramRef.intervals`` (Scalars skipped, an accumulating MatMul's ``out`` read, a
+    strided ref's rows, or its span when its last dim is not contiguous), and the same
+    DRAM boxes as ``access.dram_refs``."""
     from archsim.config import load_config
     from compiler.emit import _FIELDS, Emitter
     from compiler.ir import access
@@ -94,6 +95,7 @@ def test_the_emitters_operand_regions_are_those_of_the_access_tables() -> None:
         Binary(BinaryKind.add, Scalar(2.0), ref(64, (3, 5), (16, 1), "shared"),
                ref(1024, (3, 5))),
         Binary(BinaryKind.mul, ref(0, (3, 5), (0, 1)), Scalar(1.0), ref(0, (3, 5))),
+        Binary(BinaryKind.mul, ref(0, (3, 5), (8, 2)), Scalar(1.0), ref(0, (3, 5))),
         Load(box, ref(512, (4, 8))),
         Store(ref(512, (4, 8), (16, 1)), box),
     ]
@@ -104,8 +106,9 @@ def test_the_emitters_operand_regions_are_those_of_the_access_tables() -> None:
         got_writes = emitter._regions(op, fields.writes, False)
         for got, refs in ((got_reads, access.reads(op)), (got_writes, access.writes(op))):
             assert [(start, end) for _, start, end in got] == [
-                (r.offset, r.end) for r in refs]
-            assert [space for space, _, _ in got] == [emitter._sram[r.space] for r in refs]
+                run for r in refs for run in r.intervals()]
+            assert [space for space, _, _ in got] == [
+                emitter._sram[r.space] for r in refs for _ in r.intervals()]
         boxes = tuple((name, getattr(op, name), is_write) for name, is_write in fields.dram)
         assert boxes == access.dram_refs(op)
 

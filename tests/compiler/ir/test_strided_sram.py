@@ -9,8 +9,10 @@ import pytest
 from archsim.config import load_config
 from archsim.errors import VerifyError
 from archsim.simulator import Simulator
+from compiler.emit import Emitter
 from compiler.ir import DType, Load, MatMul, SramRef, Store
 from compiler.ir.builder import ProgramBuilder
+from compiler.ir.operands import EXACT_RUNS, DramRef, Slice
 from compiler.ir.text import print_program, parse_program
 from compiler.ir.verify import find_problems, verify
 
@@ -67,3 +69,65 @@ def test_footprint_is_the_span_and_bad_strides_are_named() -> None:
     b.tensor("x", (2, 2), F32, "in")
     b.add("core0.dma0", Load(b.ref("x"), SramRef("sram0", 0, (2, 2), F32, (big, 1))))
     assert any("exceeds sram0 capacity" in p for p in find_problems(b.build(), TINY))
+
+
+U8 = DType.u8
+
+
+def test_a_strided_refs_bytes_are_its_rows_merged_where_they_touch() -> None:
+    # 3 rows of 4 bytes, 10 apart: three runs; 4 apart: one run of 12; a last dim that
+    # skips bytes, or more rows than EXACT_RUNS, is tracked by its span (first byte to
+    # the end of the last)
+    rows = SramRef("sram0", 100, (3, 4), U8, (10, 1))
+    assert rows.runs() == rows.intervals() == [(100, 104), (110, 114), (120, 124)]
+    assert rows.exact
+    assert SramRef("sram0", 100, (3, 4), U8, (4, 1)).runs() == [(100, 112)]
+    # leading dims in any order of strides: runs come sorted
+    assert SramRef("sram0", 0, (2, 2, 3), U8, (1, 8, 1)).runs() == [(0, 4), (8, 12)]
+    skipping = SramRef("sram0", 100, (3, 4), U8, (10, 2))
+    assert skipping.runs() is None and not skipping.exact
+    assert skipping.intervals() == [(100, skipping.end)] == [(100, 127)]
+    many = SramRef("sram0", 0, (EXACT_RUNS + 1, 4), U8, (8, 1))
+    assert many.runs() is None and many.intervals() == [(0, many.end)]
+    assert SramRef("sram0", 0, (EXACT_RUNS, 4), U8, (8, 1)).exact
+    dense = SramRef("sram0", 64, (3, 4), DType.f32)
+    assert dense.runs() is None and dense.intervals() == [(64, 112)] and dense.exact
+
+
+def _interleaved(rows: int) -> tuple[Emitter, list[int]]:
+    """Two loads into the even and odd 4-byte halves of 8-byte rows of one buffer (a
+    packed tile's blocks), on two engines, then a copy of the whole buffer."""
+    em = Emitter("interleaved", TINY)
+    em.tensor("w", (2 * rows, 4), U8, "in")
+    em.tensor("y", (rows, 8), U8, "out")
+    ids = [em.emit(f"core0.dma{i}", Load(DramRef("w", (Slice(i * rows, (i + 1) * rows),
+                                                      Slice(0, 4))),
+                                         SramRef("sram0", 4 * i, (rows, 4), U8, (8, 1))),
+                   "k") for i in range(2)]
+    ids.append(em.emit("core0.dma0", Store(SramRef("sram0", 0, (rows, 8), U8),
+                                          DramRef("y", (Slice(0, rows), Slice(0, 8)))),
+                       "k"))
+    return em, ids
+
+
+def test_loads_into_interleaved_rows_wait_for_nothing_but_readers_wait_for_both() -> None:
+    em, (even, odd, store) = _interleaved(4)
+    program = em.build()
+    assert program.commands[odd].deps == ()  # disjoint bytes: no false write-after-write
+    assert set(program.commands[store].deps) == {odd}  # dma0's queue orders the even one
+    assert find_problems(program, TINY) == []  # and the verifier sees no race
+    # rows beyond EXACT_RUNS: tracked by their spans, so the second load waits
+    em, (even, odd, store) = _interleaved(EXACT_RUNS + 1)
+    assert em.build().commands[odd].deps == (even,)
+
+
+def test_the_verifier_still_finds_a_race_inside_a_run() -> None:
+    # the odd load shifted by 2 bytes overlaps the even one's runs: unordered, a race
+    b = ProgramBuilder("overlap")
+    b.tensor("w", (8, 4), U8, "in")
+    b.add("core0.dma0", Load(b.ref("w", (0, 4), (0, 4)),
+                             SramRef("sram0", 0, (4, 4), U8, (8, 1))))
+    b.add("core0.dma1", Load(b.ref("w", (4, 8), (0, 4)),
+                             SramRef("sram0", 2, (4, 4), U8, (8, 1))))
+    problems = find_problems(b.build(), TINY)
+    assert len(problems) == 1 and "neither command waits for the other" in problems[0]
