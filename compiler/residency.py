@@ -17,9 +17,9 @@ placed in program order; a region is reused by a later tensor only once every
 access to its previous tensor happens before the later tensor's first writes (the
 queues and deps already order them: the shared SRAM's race check in the verifier
 holds). What does not fit stays in DRAM, as do tensors read or written in strided
-boxes (column blocks of a prefill's activations: the race check compares byte spans,
-and disjoint strided boxes of one tensor have overlapping spans). A chip without shared
-SRAM is unchanged.
+boxes (column blocks of a prefill's activations: the race check compares a strided
+ref's byte span when it has more than ``EXACT_RUNS`` rows, and disjoint strided boxes of
+one tensor have overlapping spans). A chip without shared SRAM is unchanged.
 """
 
 from __future__ import annotations

@@ -109,9 +109,9 @@ class SramRef:
         """The byte intervals ``[start, end)`` a strided ref covers, in order, adjacent
         ones merged, when its last dim is contiguous and they are at most
         :data:`EXACT_RUNS`; None otherwise (and for a dense ref, one interval)."""
-        if self.strides is None or numel(self.shape) == 0 or \
-                (self.shape[-1] > 1 and self.strides[-1] != 1):
-            return None
+        if self.strides is None or not self.shape or len(self.strides) != len(self.shape) \
+                or numel(self.shape) == 0 or (self.shape[-1] > 1 and self.strides[-1] != 1):
+            return None  # (a malformed ref too: the verifier names it, by its span)
         lead = self.shape[:-1]
         if numel(lead) > EXACT_RUNS:
             return None

@@ -75,8 +75,12 @@ def load_dense(ctx: Context, ref: DramRef, buf: SramRef, core: int, source: str)
 
 def dram_transfers(ctx: Context, value: Value, box: Box, kind: str) -> list[Transfer]:
     """The DMA commands moving ``box`` of ``value``, large dense pieces split over the
-    engines. Pieces interleaved in the buffer (strided) are left whole: their spans
-    overlap, so on several engines each would wait for the one before."""
+    engines. Pieces interleaved in the buffer (strided) are left whole: the emitter
+    tracks a strided piece of more than ``EXACT_RUNS`` rows by its span, and the spans
+    overlap, so on several engines each would wait for the one before (fewer rows are
+    tracked exactly and could spread, as a packed int4 tile's commands do,
+    :meth:`~compiler.kernels.matmul_dequant.DequantWeights.load_packed`; not measured
+    here)."""
     places = ctx.em.dram_places(ctx.view(value), box)
     if any(strides is not None for _, _, strides in places):
         return places
@@ -89,8 +93,8 @@ def dram_transfers(ctx: Context, value: Value, box: Box, kind: str) -> list[Tran
 
 def _engines(ctx: Context, core: int, kind: str, transfers: list[Transfer]) -> list[str]:
     """A DMA engine per transfer: round robin, or one engine for all when they
-    interleave in the buffer (its queue orders them; on several engines each would
-    wait for the previous one's overlapping span)."""
+    interleave in the buffer (its queue orders them; on several engines each could
+    wait for the previous one's overlapping span, :func:`dram_transfers`)."""
     if any(strides is not None for _, _, strides in transfers):
         return [ctx.em.dma(core, kind)] * len(transfers)
     return [ctx.em.dma(core, kind) for _ in transfers]

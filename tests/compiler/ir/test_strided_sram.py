@@ -131,3 +131,31 @@ def test_the_verifier_still_finds_a_race_inside_a_run() -> None:
                              SramRef("sram0", 2, (4, 4), U8, (8, 1))))
     problems = find_problems(b.build(), TINY)
     assert len(problems) == 1 and "neither command waits for the other" in problems[0]
+
+
+def test_the_verifier_checks_every_run_not_just_the_first_or_last() -> None:
+    # three rows 16 bytes apart; the second load touches only the middle one's bytes
+    b = ProgramBuilder("middle")
+    b.tensor("w", (4, 4), U8, "in")
+    b.add("core0.dma0", Load(b.ref("w", (0, 3), (0, 4)),
+                             SramRef("sram0", 0, (3, 4), U8, (16, 1))))
+    b.add("core0.dma1", Load(b.ref("w", (3, 4), (0, 4)), SramRef("sram0", 18, (1, 4), U8)))
+    problems = find_problems(b.build(), TINY)
+    assert len(problems) == 1 and "neither command waits for the other" in problems[0]
+    # between the runs: no race
+    b = ProgramBuilder("gap")
+    b.tensor("w", (4, 4), U8, "in")
+    b.add("core0.dma0", Load(b.ref("w", (0, 3), (0, 4)),
+                             SramRef("sram0", 0, (3, 4), U8, (16, 1))))
+    b.add("core0.dma1", Load(b.ref("w", (3, 4), (0, 4)), SramRef("sram0", 22, (1, 4), U8)))
+    assert find_problems(b.build(), TINY) == []
+
+
+def test_a_malformed_strided_ref_is_named_not_a_crash() -> None:
+    b = ProgramBuilder("malformed")
+    b.tensor("x", (1, 1), U8, "in")
+    b.add("core0.dma0", Load(b.ref("x"), SramRef("sram0", 0, (), U8, (1,))))
+    program = b.build()
+    assert any("strides (1,) of u8[]: expected one non-negative stride per dimension" in p
+               for p in find_problems(program, TINY))
+    assert SramRef("sram0", 0, (), U8, ()).runs() is None
