@@ -316,8 +316,11 @@ def build_program(graph: Graph, config: NpuConfig, options: CompileOptions, name
                 declare(v, "out" if v.id in output_bases else "temp")
     table = _kernel_table()
     host_functions: dict[str, Callable[..., Any]] = {}
+    serial = config.runtime.kernel_order == "serial"  # a runtime's stream
     for kernel in kernels:  # only the last may be compiled in part: none waits for it
         ctx.partial_limit = options.partial_matmul_commands if kernel is kernels[-1] else 0
+        if serial:  # no command of a kernel overlaps the one before (no prefetch)
+            em.barrier()
         spec_type = type(kernel.anchor.spec) if kernel.anchor is not None else None
         lower = table.get(spec_type)
         if lower is None:

@@ -124,6 +124,19 @@ class Emitter:
         self._dma_names: dict[int, list[str]] = {}
         """Each core's DMA engine names, made once."""
         self._max_commands = max_commands()
+        self._last_on: dict[str, int] = {}
+        """Each engine's last command so far."""
+        self._barrier: tuple[int, ...] = ()
+        self._past_barrier: set[str] = set()
+        """Engines with a command since the last :meth:`barrier`."""
+
+    def barrier(self) -> None:
+        """Every command emitted from now on starts after every command emitted so far
+        ended: the first on each engine waits for each engine's last, and each queue
+        orders the rest. What a runtime that starts each kernel after the previous one
+        ended puts between two (``runtime.kernel_order: serial``)."""
+        self._barrier = tuple(sorted(self._last_on.values()))
+        self._past_barrier = set()
 
     # -- tensors -------------------------------------------------------------------
     def tensor(self, name: str, shape: Shape, dtype: DType, role: str) -> None:
@@ -200,6 +213,10 @@ class Emitter:
                 deps.update(rec.readers.values())
         boxes = tuple((name, getattr(op, name), is_write) for name, is_write in fields.dram)
         self._dram_deps(op, boxes, deps)
+        if self._barrier and engine not in self._past_barrier:
+            self._past_barrier.add(engine)
+            deps.update(self._barrier)
+        self._last_on[engine] = cid
         deps.discard(cid)
         engine_of = self._engine_of
         ordered = tuple(sorted([d for d in deps if engine_of[d] != engine]))

@@ -231,8 +231,13 @@ class RuntimeConfig:
     ``op_dispatch_us``: per call issued from Python one at a time (an eager op, a
     compiled graph's call, a Triton launch), the host framework's dispatch of it
     (argument checks, allocation, the launch call); a captured graph's kernels skip it,
-    so eager mode pays it per op and graph mode once per step."""
+    so eager mode pays it per op and graph mode once per step. ``kernel_order``:
+    ``overlapped`` (the default, a compiler's static schedule), a kernel's first loads
+    may run under the previous kernel's work (the next weights prefetched); ``serial``
+    (a runtime's stream, as torchair's graph mode), each kernel starts after every
+    command of the previous one ended."""
 
+    kernel_order: Literal["overlapped", "serial"] = "overlapped"
     kernel_launch_us: float = 0.0
     collective_latency_us: float = 0.0
     host_step_us: float = 0.0
