@@ -132,9 +132,11 @@ class Emitter:
 
     def barrier(self) -> None:
         """Every command emitted from now on starts after every command emitted so far
-        ended: the first on each engine waits for each engine's last, and each queue
-        orders the rest. What a runtime that starts each kernel after the previous one
-        ended puts between two (``runtime.kernel_order: serial``)."""
+        ended: the first on each engine waits for each engine's last, its own engine's
+        too (a DMA engine starts a transfer while the one before is in flight), and
+        each queue orders the rest after it. What a runtime that starts each kernel
+        after the previous one ended puts between two (``runtime.kernel_order:
+        serial``)."""
         self._barrier = tuple(sorted(self._last_on.values()))
         self._past_barrier = set()
 
@@ -213,13 +215,15 @@ class Emitter:
                 deps.update(rec.readers.values())
         boxes = tuple((name, getattr(op, name), is_write) for name, is_write in fields.dram)
         self._dram_deps(op, boxes, deps)
+        own = -1  # this engine's last command, kept as a dependency after a barrier
         if self._barrier and engine not in self._past_barrier:
             self._past_barrier.add(engine)
             deps.update(self._barrier)
+            own = self._last_on.get(engine, -1)
         self._last_on[engine] = cid
         deps.discard(cid)
         engine_of = self._engine_of
-        ordered = tuple(sorted([d for d in deps if engine_of[d] != engine]))
+        ordered = tuple(sorted([d for d in deps if engine_of[d] != engine or d == own]))
         self.builder.add(engine, op, ordered, source)
         engine_of.append(engine)
         # looked up again if a later lookup cut records of the space (the records a

@@ -72,8 +72,9 @@ def _runtime_lines(result: Any) -> list[str]:
         counts = result.step_counts()
         share = _share(decode, "runtime overhead", "host")
         what = [f"{counts['kernels']} kernels a step at {runtime.kernel_launch_us:g} us"
-                + (", each after the last ended" if runtime.kernel_order == "serial" else "")
                 if runtime.kernel_launch_us else "",
+                "each kernel after the previous one ended"
+                if runtime.kernel_order == "serial" else "",
                 f"{counts['collectives']} collectives at {runtime.collective_latency_us:g} us"
                 if runtime.collective_latency_us and counts["collectives"] else "",
                 f"host {runtime.host_step_us:g} us a step" if runtime.host_step_us else ""]

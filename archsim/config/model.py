@@ -245,8 +245,9 @@ class RuntimeConfig:
 
     @property
     def is_zero(self) -> bool:
+        """The hardware alone: no software cost, and kernels overlapped."""
         return not (self.kernel_launch_us or self.collective_latency_us or self.host_step_us
-                    or self.op_dispatch_us)
+                    or self.op_dispatch_us) and self.kernel_order == "overlapped"
 
 
 @dataclass(frozen=True)

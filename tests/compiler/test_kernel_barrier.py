@@ -10,6 +10,7 @@ import torch
 from archsim.app.pipeline import run
 from archsim.app.workload import Workload
 from archsim.config import load_config
+from compiler import compile as compile_module
 from compiler.emit import Emitter
 from compiler.ir import DType, DramRef, Load, Slice, SramRef
 from compiler.ir.verify import find_problems
@@ -56,8 +57,32 @@ def test_the_emitters_barrier_makes_each_engines_first_command_wait_for_every_en
     em.barrier()
     c = load("core1.dma0", 2, 128)  # another core's engine, different bytes
     d = load("core1.dma0", 3, 192)  # the same engine again: its queue orders it
+    f = load("core1.dma1", 0, 320)  # a second engine of a core already past the barrier
     e = load("core0.dma0", 3, 256)
     program = em.build()
     assert set(program.commands[c].deps) == {a, b}
     assert program.commands[d].deps == ()
-    assert set(program.commands[e].deps) == {b}  # a: its own queue's previous command
+    assert set(program.commands[f].deps) == {a, b}
+    # its own engine's last too: a DMA engine starts a transfer while the previous one
+    # is in flight, so the queue alone would not make it wait for a's end
+    assert set(program.commands[e].deps) == {a, b}
+
+
+def test_no_kernel_of_a_compiled_model_starts_before_the_previous_ones_ended(
+        monkeypatch) -> None:
+    # every kernel boundary the compiler emits, on a model of many kernels and engines
+    boundaries: list[int] = []
+    barrier = Emitter.barrier
+
+    def record(self: Emitter) -> None:
+        boundaries.append(self.count)
+        barrier(self)
+
+    monkeypatch.setattr(Emitter, "barrier", record)
+    compile_module.clear_cache()  # compiled here, not found in the schedule cache
+    result = run(Workload.parse("llama-small"), load_config("ascend-910b4"),
+                 mode="performance")
+    starts, ends = result.starts, result.ends
+    assert len(boundaries) > 10
+    for first in boundaries[1:]:
+        assert min(starts[first:]) >= max(ends[:first]), first
