@@ -160,8 +160,12 @@ def configs(args: argparse.Namespace) -> int:
 
     if getattr(args, "explain", False):
         from archsim.config.bounds import explain
+        from archsim.config.load import choice_fields
 
         print(explain())
+        print("\nfield                            accepted values")
+        for path, values in choice_fields():
+            print(f"{path:32s} {' | '.join(map(str, values))}")
         return 0
     if getattr(args, "energy", None):
         print(_energy_sheet(load_config(args.energy)))

@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     configs = sub.add_parser("configs", help="list hardware presets with their peak numbers")
     configs.add_argument("--explain", action="store_true",
-                         help="print the accepted range of every config field instead")
+                         help="print the accepted range (numbers) or values (choices) of every "
+                              "config field instead")
     configs.add_argument("--energy", metavar="PRESET",
                          help="print one preset's (or YAML file's) area and static power "
                               "per component and its per-operation energies instead")

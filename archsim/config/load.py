@@ -23,6 +23,7 @@ from archsim.config.model import (
     TOPOLOGIES,
     MATRIX_ACCUMULATOR_DTYPES,
     MATRIX_INPUT_DTYPES,
+    MatrixConfig,
     NpuConfig,
 )
 from archsim.config import bounds
@@ -102,6 +103,30 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> NpuConfig:
 def config_to_dict(config: Any) -> dict[str, Any]:
     """Nested plain dicts, the inverse of :func:`config_from_dict`."""
     return dataclasses.asdict(config)
+
+
+_CHECKED_CHOICES: dict[tuple[type, str], tuple] = {
+    (MatrixConfig, "input_dtype"): tuple(MATRIX_INPUT_DTYPES),
+    (MatrixConfig, "accumulator_dtype"): tuple(MATRIX_ACCUMULATOR_DTYPES),
+}
+"""String fields whose values :func:`_check_combinations` checks against a set."""
+
+
+def choice_fields(cls: type = NpuConfig, path: str = "") -> list[tuple[str, tuple]]:
+    """Every config field that takes one of a fixed set of values (a ``Literal``), with
+    its values, by dotted path (``archsim configs --explain``)."""
+    out: list[tuple[str, tuple]] = []
+    for name, hint in typing.get_type_hints(cls).items():
+        optional = [a for a in typing.get_args(hint) if a is not type(None)]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(optional) == 1:
+            hint = optional[0]
+        if is_dataclass(hint):
+            out += choice_fields(hint, _join(path, name))
+        elif typing.get_origin(hint) is typing.Literal:
+            out.append((_join(path, name), typing.get_args(hint)))
+        elif (cls, name) in _CHECKED_CHOICES:  # strings checked against a set
+            out.append((_join(path, name), _CHECKED_CHOICES[cls, name]))
+    return out
 
 
 def _build(cls: type, data: Any, path: str, problems: list[str]) -> Any:

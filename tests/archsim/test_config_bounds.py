@@ -55,6 +55,10 @@ def test_every_preset_is_within_bounds_and_the_cli_explains_them(capsys) -> None
     assert main(["configs", "--explain"]) == 0
     out = capsys.readouterr().out
     assert "rows                             1..65,536" in out
+    # and the fields that take one of a set of values, each with its values
+    assert "runtime.kernel_order             overlapped | serial" in out
+    assert "core.matrix.dataflow             ws | os | is" in out
+    assert "core.matrix.input_dtype          f32 | f16 | bf16 | i8" in out
 
 
 
