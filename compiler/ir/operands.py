@@ -68,8 +68,8 @@ EXACT_RUNS = 64
 """A strided scratchpad ref of at most this many contiguous runs is tracked run by run
 (:meth:`SramRef.intervals`): DMA commands filling interleaved parts of one buffer (a
 packed weight tile's blocks) then do not wait for each other and may go to several
-engines. A wider one is tracked by its span (a lookup per run would cost more than the
-false waits)."""
+engines. A wider one is tracked by its span (the emitter's and the verifier's work
+grows with the runs they record)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,8 @@ class SramRef:
     def runs(self) -> list[tuple[int, int]] | None:
         """The byte intervals ``[start, end)`` a strided ref covers, in order, adjacent
         ones merged, when its last dim is contiguous and they are at most
-        :data:`EXACT_RUNS`; None otherwise (and for a dense ref, one interval)."""
+        :data:`EXACT_RUNS`; None otherwise (a dense ref too: :meth:`intervals` gives its
+        one interval)."""
         if self.strides is None or not self.shape or len(self.strides) != len(self.shape) \
                 or numel(self.shape) == 0 or (self.shape[-1] > 1 and self.strides[-1] != 1):
             return None  # (a malformed ref too: the verifier names it, by its span)
