@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig, VectorConfig
 from archsim.config.names import vpu_engine
+from archsim.vector import kind_class
 from compiler import graph as g
 from compiler.graph import Value
 from compiler.ir.operands import SramRef
-from archsim.vector import kind_class
 from compiler.ir.ops import BinaryKind, Cast
 from compiler.kernels.common import Box, Context
 from compiler.cost import DRAM_EFFICIENCY, vector_rate

@@ -11,8 +11,7 @@ multiply-add a weight and row, a group's scale and zero applied to its sums): at
 and int4, 1,024 lanes / 3 operations = 341 weights a cycle. So the matmul kernel gives
 the vector unit the last columns of such a matmul (packed int4, or one-byte weights the
 arrays widen exactly), split by the two units' steady rates so both take about as long
-(the vector unit's at most what the one DMA engine a step of its packed weights takes
-brings it, :func:`feed_rate`):
+(the vector unit's at most what one DMA engine brings it, :func:`feed_rate`):
 the arrays take columns ``0 .. first`` as they would the whole matmul, each core's
 vector unit one range of the rest over all of K, in k steps issued among the arrays'
 in the order their work is due (:func:`interleaved`). This is the mapping batch-1
@@ -93,14 +92,14 @@ def vector_rate(config: NpuConfig, m: int, a_dtype: DType, b_dtype: DType,
 
 
 def feed_rate(config: NpuConfig, item: float) -> float:
-    """Packed weights a cycle one DMA engine brings a core's vector share: a k step's
-    packed bytes are strided commands that interleave in the share's one tile, so one
-    engine's queue takes them all (:meth:`DequantWeights.load_packed`). A vector unit
-    faster than that would only wait for its weights, and block the arrays' loads queued
-    behind its own (``tpu-v4`` with twice its lanes took 57% of a 4096 x 4096 int4
-    GEMV's columns and ran 33% slower than with its own 1,024). Where a step's bytes are
-    dense runs instead (one block, or all of K in one step), which go to the engines in
-    turn, the bound is conservative."""
+    """Packed weights a cycle one DMA engine brings: the most the vector share's rate
+    counts. Without a bound, ``tpu-v4`` with twice its lanes gave the vector units 57% of
+    a 4096 x 4096 int4 GEMV's columns, whose packed weights then blocked the arrays' loads
+    queued behind them (33% slower than with its own 1,024 lanes). Its commands go to the
+    load engines in turn since the emitter tracks strided tiles run by run
+    (:meth:`DequantWeights.load_packed`), yet the bound stays one engine's: at all three
+    load engines' rate that GEMV takes 12,762 cycles instead of 14,218, but the
+    11,008-wide ones lose their share (48,157 and 47,688 instead of 33,436 and 36,913)."""
     return config.core.dma.bandwidth_bytes_per_cycle / item
 
 
@@ -165,8 +164,9 @@ def interleaved(arrays: list[TileSteps], timed: list[TimedStep], vector_cycles: 
     apart), the arrays' first at a tie (the sort is stable and they come first). The
     loads issue in that order (the pipeline runs them ahead), and in the vector unit's
     in-order queue no vector step waits behind an array tile's epilogue that is due
-    after it (a tile's epilogue waits for its last multiply). The order by step count instead (vector step ``i`` of ``V`` before
-    array step ``i A / V + 1``) made Llama-2-7B's int4 TPOT on ``tpu-v4`` 4.59 ms."""
+    after it (a tile's epilogue waits for its last multiply). The order by step count
+    instead (vector step ``i`` of ``V`` before array step ``i A / V + 1``) made
+    Llama-2-7B's int4 TPOT on ``tpu-v4`` 4.59 ms."""
     due: list[tuple[float, TileSteps]] = []
     t = 0.0
     for step, time in zip(arrays, timed, strict=True):

@@ -1,5 +1,6 @@
 """Small torch.nn models used by the compiler tests and benchmarks (GPT-2-style block,
-ResNet-style block, Llama-style decoder layer), written here without transformers."""
+ResNet-style block, Llama-style decoder layer, a decode step's rotated Q and K), written
+here without transformers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 
 import torch
 from torch import nn
+
+from archsim.app.models import rotate
 
 
 class GPT2Block(nn.Module):
@@ -109,3 +112,20 @@ def rotary(seq: int, head_dim: int, device: str | None = None) -> tuple[torch.Te
     angles = torch.outer(torch.arange(seq, device=device).float(), inv)
     emb = torch.cat((angles, angles), dim=-1)
     return emb.cos(), emb.sin()
+
+
+class Projected(nn.Module):
+    """A decode step's Q and K: projected, heads split (views), then rotated."""
+
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q = nn.Linear(hidden, hidden, bias=False)
+        self.k = nn.Linear(hidden, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, hidden = x.shape
+        q = self.q(x).view(b, t, self.heads, hidden // self.heads).transpose(1, 2)
+        k = self.k(x).view(b, t, self.heads, hidden // self.heads).transpose(1, 2)
+        return rotate(q, cos, sin), rotate(k, cos, sin)

@@ -14,30 +14,27 @@ from torch import nn
 import compiler
 from archsim.app.models import rotate
 from archsim.config import load_config
+from compiler_models import Projected
 
 HIDDEN, HEADS, TOKENS = 64, 4, 16
 
 
-class Attention(nn.Module):
+class Attention(Projected):
     """Q and K projected, heads split and rotated: ``early`` transposes each head split
     right after its projection (the built-in Llama), else after both (``archsim llm``)."""
 
     def __init__(self, early: bool) -> None:
-        super().__init__()
+        super().__init__(HIDDEN, HEADS)
         self.early = early
-        self.q = nn.Linear(HIDDEN, HIDDEN, bias=False)
-        self.k = nn.Linear(HIDDEN, HIDDEN, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.early:
+            return super().forward(x, cos, sin)
         b, t, _ = x.shape
         shape = (b, t, HEADS, HIDDEN // HEADS)
-        if self.early:
-            q = self.q(x).view(shape).transpose(1, 2)
-            k = self.k(x).view(shape).transpose(1, 2)
-        else:
-            q, k = self.q(x).view(shape), self.k(x).view(shape)
-            q, k = q.transpose(1, 2), k.transpose(1, 2)
+        q, k = self.q(x).view(shape), self.k(x).view(shape)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         return rotate(q, cos, sin), rotate(k, cos, sin)
 
 

@@ -12,6 +12,7 @@ from torch import nn
 import compiler
 from archsim.app.models import rotate
 from archsim.config import load_config
+from compiler_models import Projected
 from archsim.errors import LoweringError
 from compiler import graph as g
 from compiler.compile import build_program
@@ -36,23 +37,6 @@ class PartialRotary(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         r = cos.shape[-1]
         return torch.cat((rotate(x[..., :r], cos, sin), x[..., r:]), dim=-1)
-
-
-class Projected(nn.Module):
-    """A decode step's Q and K: projected, heads split (views), then rotated."""
-
-    def __init__(self, hidden: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.q = nn.Linear(hidden, hidden, bias=False)
-        self.k = nn.Linear(hidden, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t, hidden = x.shape
-        q = self.q(x).view(b, t, self.heads, hidden // self.heads).transpose(1, 2)
-        k = self.k(x).view(b, t, self.heads, hidden // self.heads).transpose(1, 2)
-        return rotate(q, cos, sin), rotate(k, cos, sin)
 
 
 def _compile(model: nn.Module, args: tuple[torch.Tensor, ...], preset: str = "tiny"):
