@@ -309,7 +309,8 @@ def matrix_precision(config: NpuConfig,
         mode = {"i8": "int8", "i4": "int4"}.get(name, name)
         text += (f"; {dtypes} matmuls in the arrays' {mode} mode ({rate}x)" if rate else
                  f"; {dtypes} matmuls widened to {matrix.input_dtype} (1x)")
-    for a, b in sorted(p for p in pairs if p[0].is_float and p[0] != p[1]):
+    for a, b in sorted((p for p in pairs if p[0].is_float and p[0] != p[1]),
+                       key=lambda p: (p[0].value, p[1].value)):
         weights = WEIGHT_FORMATS.get(b, f"{b} weights")
         text += f"; {weights} widened to {a} on the way in"
     return text

@@ -224,6 +224,16 @@ def test_the_summary_names_int4_weights_widened_on_the_way_in() -> None:
         "; int4 weights (two a byte, scaled per group) widened to bf16 on the way in")
 
 
+def test_the_summary_names_two_weight_formats_of_one_activation_dtype() -> None:
+    # int8 and int4 weights against bf16 activations in one program: the pairs share
+    # their first dtype, and DTypes do not order (this raised TypeError in sorted())
+    from reports.data import matrix_precision
+
+    text = matrix_precision(TPU_V4, [(DType.bf16, DType.u8), (DType.bf16, DType.i8)])
+    assert text.endswith("; i8 weights widened to bf16 on the way in; int4 weights (two a "
+                         "byte, scaled per group) widened to bf16 on the way in")
+
+
 def test_a_packed_tile_reads_a_run_per_block_or_one_for_all_of_k() -> None:
     from compiler.kernels.matmul_dequant import block_runs
 
