@@ -18,6 +18,10 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
+_DTYPE_SPELLINGS = {"int8": "i8", "float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+"""Other names ``--dtype`` takes for its choices (torch's and the issue tracker's)."""
+
+
 def positive(text: str) -> int:
     """argparse type: an integer >= 1 (argparse prints the one-line error)."""
     try:
@@ -84,11 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="number of layers (built-in transformer models, transformers "
                             "configs; refused elsewhere)")
         p.add_argument("--dtype", choices=("f32", "f16", "bf16", "i8"), default=None,
+                       type=lambda name: _DTYPE_SPELLINGS.get(name, name),
                        help="model dtype: built-in models are built in it, a model file's "
                             "weights and inputs are converted to it (default: f32 for "
                             "functional runs, the matrix engine's native dtype for "
-                            "performance-only; a model file as it is); i8: gemm as "
-                            "int8 x int8 -> int32, at the arrays' int8 rate")
+                            "performance-only; a model file as it is); i8 (or int8): "
+                            "gemm as int8 x int8 -> int32, at the arrays' int8 rate")
         p.add_argument("--perf-only", action="store_true",
                        help="performance-only: shapes only, no data (automatic for large "
                             "models)")

@@ -94,6 +94,18 @@ def test_archsim_run_gemm_int8_is_timed_against_the_int8_peak() -> None:
     assert result.total_cycles < f16.total_cycles
 
 
+def test_the_cli_takes_int8_spelled_out(capsys) -> None:
+    # issue 30's own command: `archsim run gemm --seq 4096 --dtype int8 --config atom`
+    from archsim.cli.main import build_parser
+
+    args = build_parser().parse_args(["run", "gemm", "--dtype", "int8", "--config", "atom"])
+    assert args.dtype == "i8"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "gemm", "--dtype", "int4"])
+    assert "invalid choice: 'int4' (choose from 'f32', 'f16', 'bf16', 'i8')" in \
+        capsys.readouterr().err
+
+
 def test_int8_is_refused_where_no_integer_workload_exists() -> None:
     with pytest.raises(ArchsimError, match=r"--dtype i8 runs integer matmuls: built-in gemm "
                                            r"only, not 'gpt2'"):
