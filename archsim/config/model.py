@@ -235,9 +235,18 @@ class RuntimeConfig:
     ``overlapped`` (the default, a compiler's static schedule), a kernel's first loads
     may run under the previous kernel's work (the next weights prefetched); ``serial``
     (a runtime's stream, as torchair's graph mode), each kernel starts after every
-    command of the previous one ended."""
+    command of the previous one ended. ``conv_taps``: how the compiler may fill a
+    convolution's K; ``packed`` (the default), several taps' input channels in one
+    matmul where the array's rows hold them (taps packed into K, stride phases
+    interleaved), chosen by cost; ``one``, each matmul of a windowed convolution takes
+    one tap's input channels, the rest of the rows left empty (XLA on TPU: it pads a
+    convolution's input features to the lanes and runs the window tap by tap, which
+    is why Google's TPU ResNet code rewrites the 3-channel stem by space-to-depth by
+    hand). Depthwise convolutions and patch embeddings (kernel = stride) keep their
+    own mappings either way."""
 
     kernel_order: Literal["overlapped", "serial"] = "overlapped"
+    conv_taps: Literal["packed", "one"] = "packed"
     kernel_launch_us: float = 0.0
     collective_latency_us: float = 0.0
     host_step_us: float = 0.0

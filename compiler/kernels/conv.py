@@ -46,7 +46,7 @@ from compiler.kernels.conv_staging import StagedWeights, rotated
 from compiler.kernels.epilogue import finish_cost
 from compiler.kernels.conv_step import ConvLayout, ConvStep
 from compiler.kernels.conv_tiling import (
-    ConvTiling, choose_conv_tiling, packed_groups, weight_loads,
+    ConvTiling, choose_conv_tiling, packed_groups, packs_taps, weight_loads,
 )
 from compiler.kernels.matmul import accumulator_dtype
 from compiler.kernels.transfers import load_dense
@@ -148,7 +148,8 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     # The SRAM estimate of a tiling is close, not exact (alignment, epilogue layouts): if
     # the buffers of the chosen tiling do not fit, choose again under a smaller budget.
     budget = ctx.capacity
-    packed = choose_packed_tiling(ctx, **packed_inputs(ctx, kernel))
+    one_tap = not packs_taps(ctx.config)  # runtime.conv_taps: one (XLA on TPU)
+    packed = None if one_tap else choose_packed_tiling(ctx, **packed_inputs(ctx, kernel))
     depthwise = choose_depthwise_tiling(ctx, kernel) if is_depthwise(node) else None
     patch = choose_patch_tiling(ctx, kernel) if is_patch_embedding(node) else None
     while True:
@@ -163,9 +164,12 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
                      for name, found, applies in (
                          ("depthwise", depthwise, depthwise is not None),
                          ("patch", patch, is_patch_embedding(node)),
-                         ("packed", packed, True), ("gemm", tiling, True)) if applies}
+                         ("packed", packed, not one_tap), ("gemm", tiling, True))
+                     if applies}
         taken = _taken(estimates)
         ctx.choices[node.source] = _choice(taken, estimates) + _layout_note(spec) + (
+            "; a tap a matmul (runtime.conv_taps: one)" if one_tap and taken == "gemm"
+            else "") + (
             "; weights shared through shared SRAM"
             if taken == "gemm" and tiling is not None and tiling.staged_weights else "") + (
             "; phases interleaved" if taken == "gemm" and tiling is not None and

@@ -8,7 +8,7 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
-from archsim.config.model import MatrixConfig, ceil_div
+from archsim.config.model import MatrixConfig, NpuConfig, ceil_div
 from archsim.matrix import matmul_cycles
 from compiler.cost import (
     COMMAND_TOLERANCE,
@@ -141,6 +141,13 @@ def tap_packs(matrix: MatrixConfig, taps: int, kw: int, ct: int) -> set[int]:
     return {1, most}
 
 
+def packs_taps(config: NpuConfig) -> bool:
+    """Whether the compiler may put several taps' input channels in one matmul's K
+    (``runtime.conv_taps: packed``); with ``one`` every convolution runs a tap a
+    matmul, as XLA does on TPU."""
+    return config.runtime.conv_taps == "packed"
+
+
 def packed_groups(ntaps: int, taps: int) -> int:
     """Matmuls whose A operand is packed from several taps."""
     return sum(1 for t in range(0, ntaps, taps) if min(taps, ntaps - t) > 1)
@@ -261,11 +268,13 @@ def choose_conv_tiling(ctx: Context, geo: Geometry, batch: int, groups: int, cin
             mxu_of: dict[tuple[bool, int, bool], int] = {}
             dealt_of: dict[tuple[bool, int, bool], int | None] = {}
             combine = (arrays - 1) * (vlat + m * ot / vector_rate(config, 4))
-            inter = interleaves(matrix, geo, cin, ct, groups, nhwc_in)
+            # ``runtime.conv_taps: one`` (XLA on TPU): one tap's channels a matmul
+            inter = packs_taps(config) and interleaves(matrix, geo, cin, ct, groups, nhwc_in)
             for blocked, resident, direct in itertools.product(blockings, (kept, 0), modes):
                 steps = chunks * (kh if blocked else 1)  # window loads a tile
                 tn0 = kw if blocked else ntaps
-                packs = [(g, False) for g in sorted(tap_packs(matrix, tn0, kw, ct))]
+                packs = [(g, False) for g in sorted(tap_packs(matrix, tn0, kw, ct))
+                         if g == 1 or packs_taps(config)]
                 for g, inside in packs + ([(1, True)] if inter and not blocked else []):
                     tgeo = interleaved(geo) if inside else row_block(geo) if blocked else geo
                     tn = kw if blocked else tgeo.kernel[0] * tgeo.kernel[1]

@@ -107,13 +107,16 @@ def test_interleaved_copies_no_tap(monkeypatch: pytest.MonkeyPatch) -> None:
     assert busy["core0.vpu"] < before
 
 
-def _choice(preset: str, cin: int, cout: int, k: int, pad: int, size: int) -> str:
+def _choice(preset: str, cin: int, cout: int, k: int, pad: int, size: int,
+            conv_taps: str = "packed") -> str:
+    """The mapping taken (by default as archsim's compiler would: taps packed where
+    they pay; the TPU presets run a tap a matmul, as XLA does)."""
     clear_cache()
     x = torch.empty(1, cin, size, size, dtype=torch.bfloat16, device="meta")
     w = torch.empty(cout, cin, k, k, dtype=torch.bfloat16, device="meta")
     compiled = compile_op(aten.convolution.default,
                           (x, w, None, [2, 2], [pad, pad], [1, 1], False, [0, 0], 1), {},
-                          config(preset))
+                          config(preset).with_overrides({"runtime.conv_taps": conv_taps}))
     clear_cache()
     return compiled.choices["convolution_default"]
 
@@ -126,3 +129,7 @@ def test_taken_on_a_stem_not_where_it_does_not_pay() -> None:
     assert "interleaved" not in _choice("atom", 3, 64, 7, 3, 224)
     # 64 channels: a row of phases (4 x 2 x 2 x 64) is deeper than the array
     assert "interleaved" not in _choice("tpu-v4", 64, 64, 3, 1, 56)
+    # XLA's way (the preset's own runtime.conv_taps): no phases interleaved either
+    xla = _choice("tpu-v4", 3, 64, 7, 3, 224, "one")
+    assert xla.startswith("implicit GEMM (estimated: implicit GEMM ")
+    assert xla.endswith(" cycles); a tap a matmul (runtime.conv_taps: one)")
