@@ -240,10 +240,11 @@ class RuntimeConfig:
     matmul where the array's rows hold them (taps packed into K, stride phases
     interleaved), chosen by cost; ``one``, each matmul of a windowed convolution takes
     one tap's input channels, the rest of the rows left empty (XLA on TPU: it pads a
-    convolution's input features to the lanes and runs the window tap by tap, which
-    is why Google's TPU ResNet code rewrites the 3-channel stem by space-to-depth by
-    hand). Depthwise convolutions and patch embeddings (kernel = stride) keep their
-    own mappings either way."""
+    convolution's input features to the lanes, at least below batch 64, and runs the
+    window tap by tap, which is why Google's TPU ResNet code rewrites the 3-channel
+    stem by space-to-depth by hand; applied at every batch). Depthwise convolutions
+    and patch embeddings (kernel = stride) keep their own mappings either way: an
+    assumption, no public figure says how XLA runs them."""
 
     kernel_order: Literal["overlapped", "serial"] = "overlapped"
     conv_taps: Literal["packed", "one"] = "packed"
@@ -273,8 +274,9 @@ class NpuConfig:
     interconnect: InterconnectConfig | None = None
     """Links to other chips of the same kind; None: a single-chip part."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    """Software overheads (kernel launches, collective latency, host work per step);
-    all zero: the hardware alone."""
+    """The software stack on top of the hardware: its overheads (kernel launches,
+    collective latency, host work per step; all zero: the hardware alone), its kernel
+    order and how its compiler fills a convolution's K."""
     energy: EnergyConfig = field(default_factory=EnergyConfig)
     """Node, voltage and per-operation energies (derived from the reference table
     unless set); see :mod:`archsim.config.energy_reference`."""

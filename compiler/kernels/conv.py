@@ -169,7 +169,7 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         taken = _taken(estimates)
         ctx.choices[node.source] = _choice(taken, estimates) + _layout_note(spec) + (
             "; a tap a matmul (runtime.conv_taps: one)" if one_tap and taken == "gemm"
-            else "") + (
+            and kh * kw > 1 and tiling is not None and not tiling.interleaved else "") + (
             "; weights shared through shared SRAM"
             if taken == "gemm" and tiling is not None and tiling.staged_weights else "") + (
             "; phases interleaved" if taken == "gemm" and tiling is not None and

@@ -21,7 +21,10 @@ ARRAY = array_config(128, 128, "ws").with_overrides({
 (benchmarks/conv_mapping.py's configuration)."""
 
 
-def config(preset: str):
+def config(preset):
+    """The preset of that name (loaded once), or ``preset`` itself when it is a config."""
+    if not isinstance(preset, str):
+        return preset
     if preset not in _CONFIGS:
         _CONFIGS[preset] = load_config(preset)
     return _CONFIGS[preset]

@@ -132,7 +132,7 @@ def test_simulated_arrays_each_load_a_quarter_of_the_folds() -> None:
 @pytest.mark.parametrize(("cin", "cout", "size", "preset", "dtype"), [
     (512, 512, 7, "tpu-v4", torch.float32),     # K 512 a tap: four blocks a tap
     (256, 256, 14, "tpu-v4", torch.bfloat16),   # 14-row tiles split over two cores
-    (64, 128, 7, "tpu-v4", torch.float32),      # two taps packed into K 128
+    (64, 128, 7, "tpu-v4 packed", torch.float32),  # two taps packed into K 128
     (128, 128, 14, "tpu-v3", torch.float32),    # two arrays, 7-row tiles
     (96, 80, 9, "tpu-v4", torch.float32),       # blocks of 96 rows
 ])
@@ -148,10 +148,14 @@ def test_numbers_match_torch(cin: int, cout: int, size: int, preset: str,
     torch.manual_seed(0)
     x = torch.randn(1, cin, size, size, dtype=dtype)
     w = (torch.randn(cout, cin, 3, 3) / (9 * cin) ** 0.5).to(dtype)
+    # "packed": archsim's own mapping (the TPU presets run a tap a matmul, as XLA does)
+    name, _, taps = preset.partition(" ")
+    target = config(name).with_overrides({"runtime.conv_taps": taps}) if taps else name
     compiled, _ = check_op(aten.convolution.default,
-                           (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), preset)
+                           (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), target)
     assert compiled.choices["convolution_default"].startswith("implicit GEMM")
     assert chosen[-1].k_split
+    assert chosen[-1].taps == (2 if taps else 1)
 
 
 def test_chunks_and_a_short_last_tile(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -78,3 +78,17 @@ def test_one_tap_numbers_match_torch(preset: str, dtype: torch.dtype, cin: int, 
     assert {op.a.shape[-1] for op in _matmuls(compiled)} <= {cin}
     (out,), _ = compiled.run(x, w)
     torch.testing.assert_close(out, aten.convolution.default(*args), **tolerance(dtype))
+
+
+def test_the_choice_says_a_tap_a_matmul_only_where_there_are_taps() -> None:
+    tpu = load_config("tpu-v4")
+    x = torch.empty(1, 64, 14, 14, dtype=torch.bfloat16, device="meta")
+    for k, noted in ((3, True), (1, False)):  # a 1x1 convolution has one tap anyway
+        w = torch.empty(64, 64, k, k, dtype=torch.bfloat16, device="meta")
+        clear_cache()
+        compiled = compile_op(aten.convolution.default,
+                              (x, w, None, [1, 1], [k // 2] * 2, [1, 1], False, [0, 0], 1),
+                              {}, tpu)
+        choice = compiled.choices["convolution_default"]
+        assert ("a tap a matmul (runtime.conv_taps: one)" in choice) is noted, choice
+    clear_cache()

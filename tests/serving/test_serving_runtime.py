@@ -167,7 +167,7 @@ def test_the_report_json_and_trace_show_the_runtime_as_its_own_category() -> Non
     table = llm_table(result)
     assert "runtime overhead" in table and "of a decode step" in table
     data = llm_json(result)["runtime"]
-    assert data["config"] == {"kernel_order": "overlapped",
+    assert data["config"] == {"kernel_order": "overlapped", "conv_taps": "packed",
                               "kernel_launch_us": 1.0, "collective_latency_us": 2.0,
                               "host_step_us": 30.0, "op_dispatch_us": 0.0}
     decode = data["breakdown_s"]["decode"]
