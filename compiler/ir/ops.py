@@ -200,6 +200,12 @@ arrays' input path, or on the vector unit): weight-only int8, and fp8 values wit
 scales (:class:`Dequant`)."""
 
 
+def weight_only(a: DType, b: DType) -> bool:
+    """One-byte ``b`` weights a float ``a`` (16 or 32 bits) multiplies after widening
+    them (weight-only int8; not an fp8 x fp8 matmul on an array without an fp8 mode)."""
+    return a.is_float and a.itemsize >= 2 and b in WIDENED_WEIGHTS
+
+
 @dataclass(frozen=True, slots=True)
 class Dequant:
     """How an array's input path turns a narrow ``b`` into the weights it multiplies:

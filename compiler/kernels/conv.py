@@ -100,13 +100,13 @@ def _buffers(ctx: Context, kernel: Kernel, geo: Geometry, tiling: ConvTiling,
             "planes": [alloc((ni * rows * geo.cols * max(1, tiling.interleaved), ct), x.dtype,
                              "conv input planes")
                        for _ in range(sets)],
-            "wraw": [alloc((ot, ct, kh, kw), x.dtype, "conv weight tile") for _ in range(
+            "wraw": [alloc((ot, ct, kh, kw), w.dtype, "conv weight tile") for _ in range(
                 weight_loads(tiling.resident_weights, tiling.blocks_kept, sets))],
-            "w": [alloc((kh * kw * ct, ot), x.dtype, "conv weight taps")
+            "w": [alloc((kh * kw * ct, ot), w.dtype, "conv weight taps")
                   for _ in range(0 if tiling.blocks_kept and tiling.resident_weights else
                                  1 if tiling.resident_weights else sets)],
             "kept": alloc((blocks[c] * ot * ct * kh * kw if tiling.blocks_kept else
-                           cout * cg * kh * kw,), x.dtype, "conv resident weights")
+                           cout * cg * kh * kw,), w.dtype, "conv resident weights")
             if tiling.resident_weights else None,
             "stage": alloc((ntap, m, ct), x.dtype, "conv tap staging")
             if packed else None,
@@ -149,9 +149,15 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
     # the buffers of the chosen tiling do not fit, choose again under a smaller budget.
     budget = ctx.capacity
     one_tap = not packs_taps(ctx.config)  # runtime.conv_taps: one (XLA on TPU)
-    packed = None if one_tap else choose_packed_tiling(ctx, **packed_inputs(ctx, kernel))
-    depthwise = choose_depthwise_tiling(ctx, kernel) if is_depthwise(node) else None
-    patch = choose_patch_tiling(ctx, kernel) if is_patch_embedding(node) else None
+    # int8 weights (weight-only) widened on the way in: the implicit GEMM's and the
+    # per-tap kernel's matmuls read them as stored; the other mappings do not
+    narrow = w.dtype is not x.dtype
+    packed = None if one_tap or narrow else \
+        choose_packed_tiling(ctx, **packed_inputs(ctx, kernel))
+    depthwise = choose_depthwise_tiling(ctx, kernel) \
+        if is_depthwise(node) and not narrow else None
+    patch = choose_patch_tiling(ctx, kernel) \
+        if is_patch_embedding(node) and not narrow else None
     while True:
         tiling = choose_conv_tiling(ctx, geo, batch, spec.groups, cg, cout // spec.groups,
                                     x.dtype, out.dtype.itemsize, cast,
@@ -163,8 +169,8 @@ def lower_conv_kernel(ctx: Context, kernel: Kernel) -> None:
         estimates = {name: found.cost.estimate(ctx.config) if found is not None else None
                      for name, found, applies in (
                          ("depthwise", depthwise, depthwise is not None),
-                         ("patch", patch, is_patch_embedding(node)),
-                         ("packed", packed, not one_tap), ("gemm", tiling, True))
+                         ("patch", patch, is_patch_embedding(node) and not narrow),
+                         ("packed", packed, not (one_tap or narrow)), ("gemm", tiling, True))
                      if applies}
         taken = _taken(estimates)
         ctx.choices[node.source] = _choice(taken, estimates) + _layout_note(spec) + (

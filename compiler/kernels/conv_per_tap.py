@@ -98,9 +98,9 @@ def lower_conv_per_tap(ctx: Context, kernel: Kernel) -> None:
         bufs.append({
             "x": [arena.alloc((ct, rows, cols), x.dtype, "conv input window")
                   for _ in range(sets)],
-            "wraw": [arena.alloc((ot, ct, kh, kw), x.dtype, "conv weight tile")
+            "wraw": [arena.alloc((ot, ct, kh, kw), w.dtype, "conv weight tile")
                      for _ in range(sets)],
-            "w": [arena.alloc((kh, kw, ct, ot), x.dtype, "conv weight taps")
+            "w": [arena.alloc((kh, kw, ct, ot), w.dtype, "conv weight taps")
                   for _ in range(sets)],
             "acc": [arena.alloc((ty * tw, ot), acc_dtype, "conv accumulator")
                     for _ in range(sets)],

@@ -26,8 +26,8 @@ from compiler.emit import Arena
 from compiler.graph import Value
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import SramRef
-from compiler.ir.ops import (WIDENED_WEIGHTS, Binary, BinaryKind, Cast, Copy, MatMul,
-                             VectorMatMul)
+from compiler.ir.ops import (Binary, BinaryKind, Cast, Copy, MatMul, VectorMatMul,
+                             weight_only)
 from compiler.kernels.common import Box, Context, TileSteps, pipeline, unravel
 from compiler.kernels.epilogue import finish_tile, pass_order
 from compiler.kernels.matmul_dequant import DequantWeights
@@ -51,12 +51,6 @@ def _operand_box(value: Value, batch_index: tuple[int, ...], rows: tuple[int, in
     box = tuple((0, 1) if n == 1 else (i, i + 1) for n, i in zip(lead, batch_index))
     box = box[len(box) - (len(value.shape) - 2):] if len(value.shape) > 2 else ()
     return box + (rows, cols)
-
-
-def weight_only(a: DType, b: DType) -> bool:
-    """One-byte ``b`` weights a float ``a`` (16 or 32 bits) multiplies after widening
-    them (weight-only int8; not an fp8 x fp8 matmul on an array without an fp8 mode)."""
-    return a.is_float and a.itemsize >= 2 and b in WIDENED_WEIGHTS
 
 
 def _widen_cost(ctx: Context, dq: DequantWeights | None) -> float:

@@ -3,6 +3,7 @@ addressing). Pooling lives in :mod:`compiler.lowerings.pooling`."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -10,7 +11,8 @@ import torch
 from compiler import graph as g
 from compiler.graph import Value, base_of
 from compiler.graph_builder import GraphBuilder
-from compiler.ir.ops import BinaryKind
+from compiler.ir.dtypes import DType
+from compiler.ir.ops import BinaryKind, weight_only
 from compiler.lowerings.conv_nd import add_bias, conv3d, conv_transposed
 from compiler.lowerings.indexing import stored
 from compiler.lowerings.registry import lowering
@@ -67,11 +69,46 @@ def _conv2d(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride: Any
     o, _, kh, kw = w.shape
     oh = _out_size(h, kh, sh, dh, 2 * ph)
     ow = _out_size(wd, kw, sw, dw, 2 * pw)
-    out = b.add(g.Conv2d((sh, sw), (dh, dw), groups, (ph, pw)), (x, b.cast(w, x.dtype)),
+    narrow = _weight_only(x, w) if groups == 1 else None
+    weights = narrow[0] if narrow is not None else b.cast(w, x.dtype)
+    out = b.add(g.Conv2d((sh, sw), (dh, dw), groups, (ph, pw)), (x, weights),
                 (n, o, oh, ow), x.dtype, "conv")
+    if narrow is not None and narrow[1] is not None:  # a scale per output channel
+        scale = narrow[1]
+        scale = b.view(scale, (o, 1, 1)) if math.prod(scale.shape) == o else scale
+        out = b.cast(b.binary(BinaryKind.mul, out, scale), x.dtype)
     if bias is not None:
         out = b.binary(BinaryKind.add, out, b.view(bias, (o, 1, 1)))
     return out
+
+
+def _weight_only(x: Value, w: Value) -> tuple[Value, Value | None] | None:
+    """The int8 weights of a weight-only quantized convolution, and the scale per output
+    channel applied to them (None: none, or applied to the result by the model), when
+    ``w`` is ``w_int8.to(x.dtype)`` or that times a scale of ``[O, 1, 1, 1]`` (or one
+    for all): the kernels read the weights at one byte each and the arrays widen them
+    on the way in, exactly (every int8 is a bf16); the scale then multiplies the
+    result, as the weight-only matmuls do (torch rounds the scaled weights to
+    ``x``'s dtype first: the results agree to that dtype's rounding)."""
+    if not weight_only(x.dtype, DType.i8) or w.dtype is not x.dtype:
+        return None
+    node, scale = w.producer, None
+    if node is not None and isinstance(node.spec, g.Binary) and \
+            node.spec.kind is BinaryKind.mul:
+        o = w.shape[0]
+        for widened, factor in (node.inputs, node.inputs[::-1]):
+            if isinstance(widened, Value) and isinstance(factor, Value) and \
+                    factor.dtype.is_float and widened.dtype is x.dtype and (
+                        math.prod(factor.shape) == 1 or
+                        factor.shape == (o, 1, 1, 1)):
+                node, scale = widened.producer, factor
+                break
+        else:
+            return None
+    if node is None or not isinstance(node.spec, g.Cast) or \
+            node.inputs[0].dtype is not DType.i8:
+        return None
+    return node.inputs[0], scale
 
 
 def _conv1d(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride: list[int],
