@@ -25,11 +25,12 @@ import warnings
 from archsim.app.pipeline import run
 from archsim.app.workload import Workload
 from archsim.config import load_config
+from archsim.errors import DeviceMemoryError
 from serving.plan import WEIGHT_BYTES, Parallelism, Request
 from serving.run import serve
 
-PRESETS = ("atom", "tpu-v4", "ascend-910b")
-NATIVE = {"atom": "f16", "tpu-v4": "bf16", "ascend-910b": "f16"}
+PRESETS = ("atom", "tpu-v3", "tpu-v4", "ascend-910b", "ascend-910b4")
+"""The shipped presets of real parts (edge and tiny are teaching sizes)."""
 LLM_CASES = (("llama-2-7b", 1), ("llama-2-70b", 8))  # model, chips (tensor parallel)
 
 
@@ -40,7 +41,7 @@ def gemm_table(size: int) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for preset in PRESETS:
         config = load_config(preset)
-        for dtype in (NATIVE[preset], "i8"):
+        for dtype in (config.core.matrix.input_dtype, "i8"):
             start = time.perf_counter()
             result = run(Workload.parse("gemm", seq=size, dtype=dtype), config,
                          mode="performance")
@@ -64,13 +65,19 @@ def llm_table(presets: tuple[str, ...]) -> None:
             bf16_tpot = None
             for weights in formats:
                 start = time.perf_counter()
-                result = serve(model, config, Request(1, 128, 16, weights=weights),
-                               Parallelism(chips, 1, 1))
+                row = f"| {preset} | {model} ({chips}) | {weights or 'bf16'} | "
+                try:
+                    result = serve(model, config, Request(1, 128, 16, weights=weights),
+                                   Parallelism(chips, 1, 1))
+                except DeviceMemoryError as error:  # e.g. 70B in bf16 on 8 x 16 GiB
+                    print(row + f"does not fit: {str(error).split(':')[0]} | | | | | |")
+                    continue
                 tpot, roof = result.tpot_s, result.roofline.tpot_s
-                bf16_tpot = bf16_tpot or tpot
-                print(f"| {preset} | {model} ({chips}) | {weights or 'bf16'} | "
-                      f"{result.ttft_s * 1e3:.2f} | {tpot * 1e3:.2f} | {roof * 1e3:.2f} | "
-                      f"{tpot / roof:.2f}x | {tpot / bf16_tpot:.2f}x | "
+                if not weights:
+                    bf16_tpot = tpot
+                share = f"{tpot / bf16_tpot:.2f}x" if bf16_tpot else "-"
+                print(row + f"{result.ttft_s * 1e3:.2f} | {tpot * 1e3:.2f} | "
+                      f"{roof * 1e3:.2f} | {tpot / roof:.2f}x | {share} | "
                       f"{time.perf_counter() - start:.1f} |", flush=True)
     print()
 
@@ -80,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=4096, help="GEMM size (default 4096)")
     parser.add_argument("--gemm-only", action="store_true")
-    parser.add_argument("--presets", default="tpu-v4,ascend-910b",
-                        help="presets of the LLM table (default tpu-v4,ascend-910b; atom's "
-                             "16 GiB holds Llama-2-7B in bf16 only barely)")
+    parser.add_argument("--presets", default=",".join(PRESETS),
+                        help="presets of the LLM table (default: every preset of a real "
+                             "part; atom's 16 GiB holds Llama-2-7B in bf16 only barely)")
     args = parser.parse_args(argv)
     gemm_table(args.size)
     if not args.gemm_only:
