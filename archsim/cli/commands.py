@@ -82,13 +82,28 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         reports.write_json(result, args.json)
     if args.save_program:
-        from compiler.ir.text import save_program
-
-        save_program(result.program, args.save_program)
-        print(f"wrote {args.save_program}", file=sys.stderr)
+        _save_program(result, args.save_program)
     if args.out:
         write_outputs(result, Path(args.out), args.quiet)
     return 0
+
+
+def _save_program(result: Any, path: str) -> None:
+    """Write the run's program; from a run that extended layers or tile panels it holds
+    only the simulated ones, so its name says so (re-running it simulates those alone)."""
+    from dataclasses import replace
+
+    from compiler.ir.text import save_program
+
+    program = result.program
+    partial = [part.describe() for part in (result.layers, result.tiles)
+               if part is not None and part.simulated < part.total]
+    note = ""
+    if partial:
+        note = f" (the simulated part only: {'; '.join(partial)})"
+        program = replace(program, name=program.name + " [saved" + note + "]")
+    save_program(program, path)
+    print(f"wrote {path}{note}", file=sys.stderr)
 
 
 def compare(args: argparse.Namespace) -> int:

@@ -123,6 +123,20 @@ class TestRun:
         cycles = first.split(": ")[1].split(",")[0]  # "... on tiny: N cycles, ..."
         assert cycles.endswith(" cycles") and again.split(": ")[1].startswith(cycles + ",")
 
+    def test_a_program_saved_from_an_extended_run_says_it_holds_the_simulated_part(
+            self, capsys, tmp_path: Path) -> None:
+        # 4 layers: 3 simulated, the 4th extended; the program has the 3 only, and its
+        # re-run took them for the whole run (a new-user probe: 295,090 cycles under a
+        # header claiming 4 layers)
+        path = tmp_path / "g4.rbln"
+        code, _, err = run_cli(capsys, "run", "gpt2", "--layers", "4", "--seq", "8", "-q",
+                               "-c", "tiny", "--save-program", str(path))
+        assert code == 0
+        assert f"wrote {path} (the simulated part only: 3 of 4 simulated, 1 extended at " \
+            in err
+        code, again, _ = run_cli(capsys, "run", str(path), "-c", "tiny", "-q")
+        assert code == 0 and "[saved (the simulated part only: 3 of 4 simulated" in again
+
     def test_overrides_change_the_machine(self, capsys, program_file: Path) -> None:
         code, out, _ = run_cli(capsys, "run", str(program_file), "--config", "tiny", "-q",
                                "--set", "core.vector.lanes=8")
