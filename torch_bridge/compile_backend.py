@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx
 
-from compiler.frontend import node_source
+from compiler.frontend import effect_tokens, node_source
 from torch_bridge import runtime, storage
 from torch_bridge.numerics import UNINITIALIZED, check_close, in_float64, triton_on_cpu
 
@@ -253,7 +253,8 @@ def _compiler(role: str, kinds: tuple[str, ...] = ()
     an exported program's (batch-norm folding hoisted ahead of the convolutions)."""
     def compile_aten_graph(gm: torch.fx.GraphModule,
                            example_inputs: Sequence[Any]) -> GraphRunner:
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        tokens = effect_tokens(gm.graph)  # aot_autograd's own inputs, not dynamo's
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder" and n not in tokens]
         if kinds and len(placeholders) == len(kinds):
             for node, kind in zip(placeholders, kinds):
                 node.meta["archsim_kind"] = kind

@@ -4,6 +4,8 @@ checks its result with ``aten._linalg_check_errors``, which aot_autograd wraps i
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -50,3 +52,31 @@ class TestFallback:
         (event,) = _host_events(line)
         # at least the matmul's 2 * 32^3 FLOPs, counted around the effectful op
         assert event.flops >= 2 * 32 ** 3
+
+
+class TestCompiled:
+    def test_an_inverse_compiles_with_its_check_on_the_host(self) -> None:
+        torch.manual_seed(0)
+        x = torch.randn(32, 32)
+        line = runtime.reset_timeline()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", compile_backend.GraphFallbackWarning)
+            got = torch.compile(Inverse(), backend="archsim")(x)
+        assert_close(got, Inverse()(x))
+        (event,) = [e for e in line.events if e.op.startswith("compiled ")]
+        assert (event.kind, event.note) == ("device", "2 ops on the host")
+        assert event.cycles > 0
+
+    def test_an_inverse_trains(self) -> None:
+        """Forward and backward graphs both simulated; the gradient is torch's."""
+        torch.manual_seed(0)
+        x = torch.randn(32, 32)
+        compiled_x, eager_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+        line = runtime.reset_timeline()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", compile_backend.GraphFallbackWarning)
+            torch.compile(Inverse(), backend="archsim")(compiled_x).sum().backward()
+        Inverse()(eager_x).sum().backward()
+        assert_close(compiled_x.grad, eager_x.grad, rtol=1e-3, atol=1e-4)
+        kinds = [(e.op.split()[1], e.kind) for e in line.events if e.op.startswith("compiled ")]
+        assert kinds == [("forward", "device"), ("backward", "device")]
