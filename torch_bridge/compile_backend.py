@@ -13,11 +13,11 @@ put on the host inside the graph are in that result. A graph with symbolic sizes
 (dynamo's, once input shapes change) is compiled per call signature, for its concrete
 shapes (:mod:`torch_bridge.specialize`): every shape runs on the device.
 
-A graph that does not compile (or whose simulation fails) runs eagerly instead — op by op on the npu (where each op
-is itself recorded) or on CPU (recorded as host work, FLOPs counted) — and every such
-call is recorded with the reason in the event's ``note``, plus one
-:class:`GraphFallbackWarning` per graph (and call signature). CPU inputs are taken to be in device memory
-already: no host-link transfer is timed for them.
+A graph that does not compile (or whose simulation fails) runs eagerly instead — op by
+op on the npu (where each op is itself recorded) or on CPU (recorded as host work, FLOPs
+counted) — and every such call is recorded with the reason in the event's ``note``, plus
+one :class:`GraphFallbackWarning` per graph (and call signature). CPU inputs are taken
+to be in device memory already: no host-link transfer is timed for them.
 """
 
 from __future__ import annotations
