@@ -69,6 +69,11 @@ class CollectiveError(ArchsimError):
     """A collective that cannot be built: unknown operation or algorithm."""
 
 
+class DeviceMismatchError(ArchsimError, RuntimeError):
+    """An op on npu tensors was given a CPU tensor that is not a scalar; torch refuses
+    the same for CUDA, with a ``RuntimeError`` (this is one too)."""
+
+
 class DeviceMemoryError(CapacityError):
     """A model's weights, KV cache and activations do not fit in a chip's DRAM."""
 

@@ -131,7 +131,8 @@ class CompiledProgram:
         names = self.input_names
         if len(args) != len(names):
             users = self.user_input_names
-            if len(args) != len(users) or set(self.bound) < set(names) - set(users):
+            tokens = {n for n, s in zip(names, self.inputs) if s.kind == g.TOKEN}
+            if len(args) != len(users) or set(self.bound) < set(names) - set(users) - tokens:
                 raise LoweringError(f"{self.program.name}: expected {len(names)} inputs "
                                     f"({', '.join(names)}) or {len(users)} user inputs, got "
                                     f"{len(args)}")
@@ -140,6 +141,9 @@ class CompiledProgram:
         feed: dict[str, np.ndarray] = {}
         shapes = self._tensor_shapes
         for name, arg, spec in zip(names, args, self.inputs):
+            if spec.kind == g.TOKEN:  # no data (aot_autograd passes None, export nothing)
+                feed[name] = np.empty(shapes[name], dtype=np.float32)
+                continue
             array = to_numpy(arg) if isinstance(arg, torch.Tensor) else np.asarray(arg)
             if spec.perm is not None:  # stored channels-last, as torch held it
                 array = np.ascontiguousarray(

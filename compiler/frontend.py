@@ -37,6 +37,10 @@ _IGNORED = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_fo
 _INLINED = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}
 """Higher-order ops that only wrap a region (grad mode, autocast): the position of the
 body's graph module among their args; the region's inputs follow it."""
+_WITH_EFFECTS = "with_effects"
+"""The higher-order op torch wraps an effectful op in (``torch.linalg.inv``'s error
+check, ``aten._print``): ``with_effects(token, op, *args) -> (token, *op's results)``,
+the token (:data:`compiler.graph.TOKEN`) ordering such ops."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ class InputSpec:
     """One graph input: the DRAM tensor that holds it and what it is."""
 
     name: str
-    kind: str  # user_input | parameter | buffer | constant_tensor
+    kind: str  # user_input | parameter | buffer | constant_tensor | token
     target: str
     shape: tuple[int, ...]
     """The shape the caller gives (logical)."""
@@ -151,7 +155,7 @@ class Frontend:
         self.graph.inputs.append(value)
         if lifted is not None:  # a constant of the model whose values a meta export lost
             self.const[value.id] = lifted
-        if kind != "user_input":
+        if kind not in ("user_input", g.TOKEN):
             self.graph.weights.add(value.id)
         self.inputs.append(InputSpec(node.name, kind, target, shape, value.dtype.value, perm))
         # the graph computes on the logical dims: a channels-last image is a permuted
@@ -188,6 +192,9 @@ class Frontend:
             return
         if name in _INLINED:  # e.g. a no-grad or autocast region: its body, in place
             self.env[node] = self._inline(node, _INLINED[name])
+            return
+        if name == _WITH_EFFECTS:
+            self.env[node] = self._effectful(node)
             return
         args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
@@ -323,23 +330,70 @@ class Frontend:
     def _host(self, node: torch.fx.Node, target: Any, args: Any, kwargs: Any,
               metas: list[torch.Tensor | None]) -> Any:
         op_name = str(target)
-        if not self.options.host_fallback:
-            raise UnsupportedOpError(f"node {node.name}: no lowering for {op_name} and host "
-                                     f"fallback is off")
+        self._check_host_fallback(node, op_name)
         if not metas or any(m is None for m in metas):
             raise UnsupportedOpError(f"node {node.name}: {op_name} has no lowering and its "
                                      f"outputs are not all tensors")
         inputs = [v for v in _flatten((args, kwargs)) if isinstance(v, Value)]
-        out_types = [(_static_shape(m, node.name), ir_dtype(m.dtype, node.name)) for m in metas]
         fn = _host_function(target, args, kwargs, inputs)
+        host = self._host_call(node, op_name, fn, inputs, metas)
+        if isinstance(node.meta.get("val"), torch.Tensor):
+            return host.out
+        return tuple(host.outputs)
+
+    def _effectful(self, node: torch.fx.Node) -> tuple[Any, ...]:
+        """``with_effects(token, op, *args)``: ``op`` runs on the host (an error check or
+        a print has no kernel), reading the token and writing the next one, so it stays
+        live and in order. Returns ``(token, *op's results)``, ``None`` where ``op``
+        returns ``None``."""
+        token_node, op, *op_args = node.args
+        op_name = f"{op} (an effectful op, in {_WITH_EFFECTS})"
+        self._check_host_fallback(node, op_name)
+        token_meta, *results = node.meta["val"]
+        if not all(r is None or isinstance(r, torch.Tensor) for r in results):
+            kinds = ", ".join(type(r).__name__ for r in results)
+            raise UnsupportedOpError(f"node {node.name}: {op_name} returns {kinds}; the "
+                                     f"host runs effectful ops returning tensors or None")
+        args = torch.fx.node.map_arg(tuple(op_args), lambda n: self.env[n])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
+        self.builder.source = node_source(node)
+        token = self.env[token_node]
+        inputs = [v for v in _flatten((args, kwargs)) if isinstance(v, Value)] + [token]
+        fn = _effect_function(_host_function(op, args, kwargs, inputs), token_meta)
+        tensors = [r for r in results if r is not None]
+        host = self._host_call(node, str(op), fn, inputs, [token_meta, *tensors])
+        produced = iter(host.outputs[1:])
+        return (host.outputs[0], *(None if r is None else next(produced) for r in results))
+
+    def _check_host_fallback(self, node: torch.fx.Node, op_name: str) -> None:
+        if not self.options.host_fallback:
+            raise UnsupportedOpError(f"node {node.name}: no lowering for {op_name} and host "
+                                     f"fallback is off")
+
+    def _host_call(self, node: torch.fx.Node, op_name: str,
+                   fn: Callable[..., tuple[np.ndarray, ...]], inputs: list[Value],
+                   metas: list[torch.Tensor]) -> g.Node:
+        """A :class:`~compiler.graph.HostCall` node, charged 2 FLOPs per element in and
+        out, and listed among the program's fallbacks."""
+        out_types = [(_static_shape(m, node.name), ir_dtype(m.dtype, node.name)) for m in metas]
         elements = sum(int(np.prod(v.shape)) for v in inputs) + \
             sum(int(np.prod(s)) for s, _ in out_types)
         spec = g.HostCall(op_name, fn, flops=2 * elements)
         host = self.graph.add(spec, tuple(inputs), out_types, node.name, node.name)
         self.fallbacks.append(f"{node.name}: {op_name}")
-        if isinstance(node.meta.get("val"), torch.Tensor):
-            return host.out
-        return tuple(host.outputs)
+        return host
+
+
+def effect_tokens(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The placeholders that are effect tokens: aot_autograd's graphs take them first,
+    unnamed as such (torch.export's signature says ``token``), and pass them to
+    ``with_effects``."""
+    return [n for n in graph.nodes if n.op == "placeholder" and any(
+        _op_is(u.target, _WITH_EFFECTS) and u.args[0] is n for u in n.users)]
+
+
+def _op_is(target: Any, name: str) -> bool:
+    return getattr(target, "__name__", str(target)) == name
 
 
 def _missing_needed_output(node: torch.fx.Node, result: Any) -> bool:
@@ -363,9 +417,19 @@ def _host_function(target: Any, args: Any, kwargs: Any,
         call_kwargs = {k: (torch.device("cpu") if k == "device" else v)
                        for k, v in call_kwargs.items()}
         out = target(*call_args, **call_kwargs)
-        outs = [out] if isinstance(out, torch.Tensor) else list(out)
-        return tuple(to_numpy(t) for t in outs)
+        outs = [out] if isinstance(out, torch.Tensor) else list(out or ())
+        return tuple(to_numpy(t) for t in outs if t is not None)
     return run
+
+
+def _effect_function(run: Callable[..., tuple[np.ndarray, ...]], token: torch.Tensor
+                     ) -> Callable[..., tuple[np.ndarray, ...]]:
+    """``run`` returning the next effect token (empty, as torch's) before its results."""
+    empty = to_numpy(torch.empty(tuple(token.shape), dtype=token.dtype))
+
+    def with_token(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        return (empty.copy(), *run(*arrays))
+    return with_token
 
 
 def _flatten(tree: Any) -> list[Any]:
@@ -399,6 +463,7 @@ def build(program: Any, options: CompileOptions) -> tuple[Graph, list[InputSpec]
         for node in gm.graph.nodes:  # weights marked by the torch.compile backend
             if node.op == "placeholder" and "archsim_kind" in node.meta:
                 kinds[node.name] = (node.meta["archsim_kind"], node.name)
+        kinds.update({node.name: (g.TOKEN, node.name) for node in effect_tokens(gm.graph)})
     else:
         raise LoweringError(f"compile_graph takes an ExportedProgram or fx.GraphModule, got "
                             f"{type(program).__name__}")

@@ -46,9 +46,14 @@ class Spec:
     """Base of every primitive."""
 
 
+TOKEN = "token"
+"""The input kind of an effect token: an empty tensor that orders effectful ops
+(``with_effects``), carries no data and is fed by the program itself."""
+
+
 @dataclass(frozen=True)
 class Input(Spec):
-    kind: str  # "user_input" | "parameter" | "buffer" | "constant_tensor"
+    kind: str  # "user_input" | "parameter" | "buffer" | "constant_tensor" | TOKEN
     target: str = ""
 
 

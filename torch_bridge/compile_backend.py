@@ -9,13 +9,15 @@ expects (npu outputs for npu inputs, CPU for CPU). The first run's outputs are c
 against the graph run by torch on CPU: a disagreement is a ``NumericsError``, not a
 result. The run is recorded on the device timeline as ``"device"`` work named
 ``compiled forward 0`` etc., with its ``SimResult`` for the profiler; ops the compiler
-put on the host inside the graph are in that result.
+put on the host inside the graph are in that result. A graph with symbolic sizes
+(dynamo's, once input shapes change) is compiled per call signature, for its concrete
+shapes (:mod:`torch_bridge.specialize`): every shape runs on the device.
 
-A graph that does not compile (or whose simulation fails) runs eagerly instead — op by op on the npu (where each op
-is itself recorded) or on CPU (recorded as host work, FLOPs counted) — and every such
-call is recorded with the reason in the event's ``note``, plus one
-:class:`GraphFallbackWarning` per graph. CPU inputs are taken to be in device memory
-already: no host-link transfer is timed for them.
+A graph that does not compile (or whose simulation fails) runs eagerly instead — op by
+op on the npu (where each op is itself recorded) or on CPU (recorded as host work, FLOPs
+counted) — and every such call is recorded with the reason in the event's ``note``, plus
+one :class:`GraphFallbackWarning` per graph (and call signature). CPU inputs are taken
+to be in device memory already: no host-link transfer is timed for them.
 """
 
 from __future__ import annotations
@@ -23,16 +25,17 @@ from __future__ import annotations
 import copy
 import itertools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
 
-from compiler.frontend import node_source
+from compiler.frontend import effect_tokens, node_source
 from torch_bridge import runtime, storage
 from torch_bridge.numerics import UNINITIALIZED, check_close, in_float64, triton_on_cpu
+from torch_bridge.specialize import has_symbolic_sizes, signature, specialize
 
 if TYPE_CHECKING:
     from compiler.compile import CompiledProgram
@@ -96,8 +99,26 @@ def _place(tensor: torch.Tensor, device: torch.device | None) -> torch.Tensor:
     return tensor
 
 
+@dataclass
+class _Variant:
+    """The graph compiled for one config and, when it has symbolic sizes, one call
+    signature (:func:`torch_bridge.specialize.signature`). Mutable: a failed simulation
+    drops its program, the first run's numerics check sets ``verified``."""
+
+    program: CompiledProgram | None
+    layout: tuple[_Output, ...] = ()
+    takes: tuple[int, ...] | None = None
+    """The call inputs the program takes, by position (``None``: all of them; a
+    specialized graph takes no sizes)."""
+    verified: bool = False
+    failure: str | None = None
+    """Why the graph runs eagerly (``None`` while it compiles)."""
+
+
 class GraphRunner:
     """One ATen graph: compiled per config on first call, then simulated on each call.
+    A graph with symbolic sizes (dynamo's, once input shapes change) is compiled per
+    call signature, for those concrete shapes (:mod:`torch_bridge.specialize`).
 
     Called with a list of inputs (the boxed convention of ``aot_autograd``), which it
     clears as ``aot_autograd`` expects; returns the outputs as a list.
@@ -111,64 +132,78 @@ class GraphRunner:
                         if n.op == "call_function"}
         """Kernel source (module path and node name) -> aten op, to attribute a run's
         cycles to ops."""
+        self._dynamic = has_symbolic_sizes(gm)
         self._config: object = None
-        self._program: CompiledProgram | None = None
-        self._layout: tuple[_Output, ...] = ()
-        self._verified = False
-        self.failure: str | None = None
-        """Why the graph runs eagerly (``None`` while it compiles)."""
+        self._variants: dict[Hashable, _Variant] = {}
+        self._last: _Variant | None = None
 
     @property
     def program(self) -> CompiledProgram | None:
-        """The compiled program of the last config used (``None`` before the first call
-        or when the graph did not compile)."""
-        return self._program
+        """The program of the last call (``None`` before the first call or when the
+        graph did not compile)."""
+        return self._last.program if self._last is not None else None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the last call ran eagerly (``None`` when it was simulated)."""
+        return self._last.failure if self._last is not None else None
 
     def __call__(self, args: list[Any]) -> list[Any]:
         inputs = list(args)
         args.clear()  # let aot_autograd free inputs it no longer needs
         config = runtime.get_config()
         if config is not self._config:
-            self._compile(config)
-        if self._program is None:
-            return self._run_eagerly(inputs)
-        return self._run_compiled(self._program, inputs)
+            self._config, self._variants = config, {}
+        key = signature(inputs) if self._dynamic else ()
+        variant = self._variants.get(key)
+        if variant is None:
+            variant = self._variants[key] = self._compile(config, inputs)
+        self._last = variant
+        if variant.program is None:
+            return self._run_eagerly(variant, inputs)
+        return self._run_compiled(variant, inputs)
 
-    def _compile(self, config: Any) -> None:
+    def _compile(self, config: Any, inputs: list[Any]) -> _Variant:
         import compiler
 
-        self._config, self._program, self._verified = config, None, False
         try:
-            gm, self._layout = _tensor_outputs_only(self.gm)
-            self._program = compiler.compile_graph(gm, config)
-            self.failure = None
+            gm, takes = self.gm, None
+            if self._dynamic:
+                static = specialize(self.gm, inputs)
+                gm, takes = static.gm, static.takes
+            gm, layout = _tensor_outputs_only(gm)
+            return _Variant(compiler.compile_graph(gm, config), layout, takes)
         except Exception as exc:  # noqa: BLE001 - reported: warned, noted on every run
-            self.failure = f"compile failed: {type(exc).__name__}: {_first_line(exc)}"
-            warnings.warn(f"{self.label} runs eagerly: {self.failure}", GraphFallbackWarning,
+            failure = f"compile failed: {type(exc).__name__}: {_first_line(exc)}"
+            warnings.warn(f"{self.label} runs eagerly: {failure}", GraphFallbackWarning,
                           stacklevel=4)
+            return _Variant(None, failure=failure)
 
-    def _run_compiled(self, program: CompiledProgram, inputs: list[Any]) -> list[Any]:
+    def _run_compiled(self, variant: _Variant, inputs: list[Any]) -> list[Any]:
+        program = variant.program
+        given = inputs if variant.takes is None else [inputs[i] for i in variant.takes]
         try:
-            outputs, result = program.run(*(_host(a) for a in inputs),
-                                          verify=not self._verified)
+            outputs, result = program.run(*(_host(a) for a in given),
+                                          verify=not variant.verified)
         except Exception as exc:  # noqa: BLE001 - reported: warned, noted on every run
-            self._program = None
-            self.failure = f"simulation failed: {type(exc).__name__}: {_first_line(exc)}"
-            warnings.warn(f"{self.label} runs eagerly: {self.failure}", GraphFallbackWarning,
-                          stacklevel=4)
-            return self._run_eagerly(inputs)
-        if not self._verified:
-            self._check_numerics(inputs, outputs)
-        self._verified = True
+            variant.program = None
+            variant.failure = f"simulation failed: {type(exc).__name__}: {_first_line(exc)}"
+            warnings.warn(f"{self.label} runs eagerly: {variant.failure}",
+                          GraphFallbackWarning, stacklevel=4)
+            return self._run_eagerly(variant, inputs)
+        if not variant.verified:
+            self._check_numerics(variant.layout, inputs, outputs)
+        variant.verified = True
         note = f"{len(program.fallbacks)} ops on the host" if program.fallbacks else ""
         runtime.record_launch(self.label, len(program.kernels))
         runtime.record_device(self.label, result.total_cycles, result.dram_bytes,
                               flops=result.flops, note=note, result=result,
                               sources=self.sources)
         return [_place(outputs[o.index], o.device) if o.index is not None else o.value
-                for o in self._layout]
+                for o in variant.layout]
 
-    def _check_numerics(self, inputs: list[Any], outputs: tuple[Any, ...]) -> None:
+    def _check_numerics(self, layout: tuple[_Output, ...], inputs: list[Any],
+                        outputs: tuple[Any, ...]) -> None:
         """Numbers are a contract: the first run's outputs against the graph run by
         torch on CPU, a :class:`NumericsError` when they disagree by more than rounding
         (:func:`torch_bridge.numerics.check_close`; not for a graph that
@@ -181,25 +216,43 @@ class GraphRunner:
         def run(gm: torch.fx.GraphModule, args: tuple[Any, ...]) -> tuple[Any, ...]:
             with torch.no_grad(), triton_on_cpu():
                 flat = _flat(gm(*args))
-            return tuple(e for e, o in zip(flat, self._layout) if o.index is not None)
+            return tuple(e for e, o in zip(flat, layout) if o.index is not None)
 
         host = tuple(_host(a) for a in inputs)
         check_close(tuple(outputs), run(_on_cpu(self.gm), host),
                     lambda: run(copy.deepcopy(_on_cpu(self.gm)).double(), in_float64(host)))
 
-    def _run_eagerly(self, inputs: list[Any]) -> list[Any]:
+    def _run_eagerly(self, variant: _Variant, inputs: list[Any]) -> list[Any]:
         on_npu = any(isinstance(a, torch.Tensor) and a.device.type == "npu" for a in inputs)
         if on_npu:  # each op records itself on the timeline
-            runtime.record_host_op(self.label, 0, 0, 0, note=f"{self.failure}; ran op by op")
+            runtime.record_host_op(self.label, 0, 0, 0,
+                                   note=f"{variant.failure}; ran op by op")
             return list(self.gm(*inputs))
         from torch.utils.flop_counter import FlopCounterMode
 
         with FlopCounterMode(display=False) as counter:
-            outputs = list(self.gm(*inputs))
+            outputs = list(_CountedRun(self.gm).run(*inputs))
         elements = sum(o.numel() for o in outputs if isinstance(o, torch.Tensor))
         runtime.record_host_op(self.label, max(counter.get_total_flops(), elements), 0, 0,
-                               note=f"{self.failure}; ran on CPU")
+                               note=f"{variant.failure}; ran on CPU")
         return outputs
+
+
+class _CountedRun(torch.fx.Interpreter):
+    """Runs a graph node by node under torch's ``FlopCounterMode``. The counter declines
+    higher-order ops it has no rule for (``with_effects``, which wraps the check of
+    ``torch.linalg.inv``): it returns ``NotImplemented`` without running them, so such an
+    op runs again outside the counter, its FLOPs uncounted."""
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        result = super().call_function(target, args, kwargs)
+        if result is not NotImplemented or \
+                not isinstance(target, torch._ops.HigherOrderOperator):
+            return result
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            return target(*args, **kwargs)
 
 
 def _on_cpu(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -236,7 +289,8 @@ def _compiler(role: str, kinds: tuple[str, ...] = ()
     an exported program's (batch-norm folding hoisted ahead of the convolutions)."""
     def compile_aten_graph(gm: torch.fx.GraphModule,
                            example_inputs: Sequence[Any]) -> GraphRunner:
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        tokens = effect_tokens(gm.graph)  # aot_autograd's own inputs, not dynamo's
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder" and n not in tokens]
         if kinds and len(placeholders) == len(kinds):
             for node, kind in zip(placeholders, kinds):
                 node.meta["archsim_kind"] = kind

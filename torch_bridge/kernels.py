@@ -26,6 +26,7 @@ from torch._C._dynamo.eval_frame import set_eval_frame
 
 from torch_bridge import runtime, storage
 from torch_bridge.fallback import run_on_host
+from torch_bridge.same_device import check_same_device
 
 aten = torch.ops.aten
 Kernel = Callable[..., Any]
@@ -101,7 +102,9 @@ def _builtin(*ops: torch._ops.OpOverload) -> Callable[[F], F]:
 
 
 def dispatch(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run ``op`` on the device: kernel table, then builtin kernel, then host."""
+    """Run ``op`` on the device: kernel table, then builtin kernel, then host; its
+    operands must be on the device (:func:`torch_bridge.same_device.check_same_device`)."""
+    check_same_device(op, args, kwargs)
     fn = _TABLE.get(op)
     if fn is not None:
         out = fn(*args, **kwargs)

@@ -23,6 +23,11 @@ def _whole(ctx: Context, name: str) -> DramRef:
     return DramRef(name, tuple(Slice(0, n) for n in shape))
 
 
+def _has_data(ctx: Context, name: str) -> bool:
+    """False for a tensor of no elements (an effect token): nothing crosses the link."""
+    return math.prod(ctx.em.builder._tensors[name].shape) > 0
+
+
 def lower_host_kernel(ctx: Context, kernel: Kernel) -> str:
     """Emit the transfers and the host op; returns the host function's name."""
     node = kernel.anchor
@@ -30,10 +35,10 @@ def lower_host_kernel(ctx: Context, kernel: Kernel) -> str:
     source = node.source
     inputs = tuple(dict.fromkeys(ctx.view(v).tensor for v in node.value_inputs()))
     outputs = tuple(ctx.tensors[v.id] for v in node.outputs)
-    for name in inputs:
+    for name in filter(lambda n: _has_data(ctx, n), inputs):
         ctx.em.emit(HDMA, HostTransfer(_whole(ctx, name), to_device=False), source)
     fn_name = f"{spec.op_name}@{node.source}"
     ctx.em.emit(HOST, HostOp(fn_name, inputs, outputs, host_cycles(ctx, spec.flops)), source)
-    for name in outputs:
+    for name in filter(lambda n: _has_data(ctx, n), outputs):
         ctx.em.emit(HDMA, HostTransfer(_whole(ctx, name), to_device=True), source)
     return fn_name
