@@ -87,7 +87,10 @@ def _weight_only(x: Value, w: Value) -> tuple[Value, Value | None] | None:
     channel applied to them (None: none, or applied to the result by the model), when
     ``w`` is ``w_int8.to(x.dtype)`` or that times a scale of ``[O, 1, 1, 1]`` (or one
     for all): the kernels read the weights at one byte each and the arrays widen them
-    on the way in, exactly (every int8 is a bf16); the scale then multiplies the
+    on the way in, exactly (every int8 is a bf16), on every preset (with
+    ``core.matrix.dequant: vector`` too: a convolution's weights stay resident over
+    every pixel, so the vector unit's one cast a weight block would not show); the
+    scale then multiplies the
     result, as the weight-only matmuls do (torch rounds the scaled weights to
     ``x``'s dtype first: the results agree to that dtype's rounding)."""
     if not weight_only(x.dtype, DType.i8) or w.dtype is not x.dtype:
