@@ -343,6 +343,46 @@ def _attention_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return probs @ value, probs
 
 
+def _differentiable_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                              attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                              is_causal: bool = False, scale: float | None = None,
+                              enable_gqa: bool = False) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` written as :func:`_attention_math`'s ops, for
+    a graph that is differentiated. On CPU, SDPA reaches autograd as
+    ``_scaled_dot_product_flash_attention_for_cpu``, whose backward takes the forward's
+    logsumexp; torch.export's decomposition of that forward returns the attention
+    probabilities in its place, so the backward computed wrong gradients. Written with
+    these ops, autograd differentiates them (the backward saves the probabilities) and
+    both graphs run on the device. Dropout keeps torch's own path."""
+    if dropout_p:
+        return torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+            enable_gqa=enable_gqa)
+    return _attention_math(query, key, value, attn_mask, 0.0, is_causal, scale=scale,
+                           enable_gqa=enable_gqa)[0]
+
+
+_SDPA = (torch.nn.functional.scaled_dot_product_attention,
+         torch._C._nn.scaled_dot_product_attention)
+
+
+def _attention_for_training(gm: torch.fx.GraphModule,
+                            example_inputs: Sequence[Any]) -> None:
+    """When ``aot_autograd`` will differentiate ``gm`` (an input requires grad, as it
+    decides), its SDPA calls become :func:`_differentiable_attention`. Inference graphs
+    keep the call: it is decomposed below autograd, to the same ops."""
+    if not torch.is_grad_enabled() or not any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
+        return
+    rewritten = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _SDPA:
+            node.target = _differentiable_attention
+            rewritten = True
+    if rewritten:
+        gm.recompile()
+
+
 def archsim_backend(gm: torch.fx.GraphModule,
                     example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
     """The dynamo backend: ``aot_autograd`` with every forward / backward graph
@@ -350,13 +390,15 @@ def archsim_backend(gm: torch.fx.GraphModule,
     for ``archsim run`` and ``archsim.estimate`` (attention kept whole), with SDPA's
     math path in its inputs' dtype (:func:`_attention_math`), and the module's
     parameters and buffers are weights, so a model gets the same graph, hence the same
-    latency, through every door."""
+    latency, through every door. A graph that is differentiated gets SDPA as those ops
+    before autograd sees it (:func:`_attention_for_training`)."""
     from torch._dynamo.backends.common import aot_autograd
 
     from compiler.export import export_decompositions
 
     decompositions = {**export_decompositions(),
                       torch.ops.aten._scaled_dot_product_attention_math.default: _attention_math}
+    _attention_for_training(gm, example_inputs)
     backend = aot_autograd(fw_compiler=_compiler("forward", _input_kinds(gm, example_inputs)),
                            bw_compiler=_compiler("backward"), decompositions=decompositions)
     return backend(gm, example_inputs, **kwargs)
