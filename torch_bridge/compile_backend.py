@@ -16,8 +16,10 @@ shapes (:mod:`torch_bridge.specialize`): every shape runs on the device.
 A graph that does not compile (or whose simulation fails) runs eagerly instead — op by
 op on the npu (where each op is itself recorded) or on CPU (recorded as host work, FLOPs
 counted) — and every such call is recorded with the reason in the event's ``note``, plus
-one :class:`GraphFallbackWarning` per graph (and call signature). CPU inputs are taken
-to be in device memory already: no host-link transfer is timed for them.
+one :class:`GraphFallbackWarning` per graph (and call signature). An error a host op
+raises on the user's data (``torch.linalg.inv`` of a singular matrix) is raised as
+torch raises it, and the program stays. CPU inputs are taken to be in device memory
+already: no host-link transfer is timed for them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx
 
+from archsim.errors import HostOpError
 from compiler.frontend import effect_tokens, node_source
 from torch_bridge import runtime, storage
 from torch_bridge.numerics import UNINITIALIZED, check_close, in_float64, triton_on_cpu
@@ -185,6 +188,8 @@ class GraphRunner:
         try:
             outputs, result = program.run(*(_host(a) for a in given),
                                           verify=not variant.verified)
+        except HostOpError as exc:  # the user's data, not the simulator: torch's error
+            raise exc.error from None
         except Exception as exc:  # noqa: BLE001 - reported: warned, noted on every run
             variant.program = None
             variant.failure = f"simulation failed: {type(exc).__name__}: {_first_line(exc)}"
