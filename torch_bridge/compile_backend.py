@@ -11,7 +11,8 @@ result. The run is recorded on the device timeline as ``"device"`` work named
 ``compiled forward 0`` etc., with its ``SimResult`` for the profiler; ops the compiler
 put on the host inside the graph are in that result. A graph with symbolic sizes
 (dynamo's, once input shapes change) is compiled per call signature, for its concrete
-shapes (:mod:`torch_bridge.specialize`): every shape runs on the device.
+shapes (:mod:`torch_bridge.specialize`): every shape runs on the device. A graph keeps
+its last :data:`MAX_VARIANTS` compiled (config, signature) variants.
 
 A graph that does not compile (or whose simulation fails) runs eagerly instead — op by
 op on the npu (where each op is itself recorded) or on CPU (recorded as host work, FLOPs
@@ -27,6 +28,7 @@ from __future__ import annotations
 import copy
 import itertools
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -118,10 +120,17 @@ class _Variant:
     """Why the graph runs eagerly (``None`` while it compiles)."""
 
 
+MAX_VARIANTS = 16
+"""Compiled variants one graph keeps (least recently used dropped first): a program is
+1.4-7 MiB, and a loop over growing lengths would otherwise keep one per length."""
+
+
 class GraphRunner:
     """One ATen graph: compiled per config on first call, then simulated on each call.
     A graph with symbolic sizes (dynamo's, once input shapes change) is compiled per
-    call signature, for those concrete shapes (:mod:`torch_bridge.specialize`).
+    call signature, for those concrete shapes (:mod:`torch_bridge.specialize`). The
+    last :data:`MAX_VARIANTS` (config, signature) variants are kept: switching presets
+    back and forth does not recompile.
 
     Called with a list of inputs (the boxed convention of ``aot_autograd``), which it
     clears as ``aot_autograd`` expects; returns the outputs as a list.
@@ -136,8 +145,9 @@ class GraphRunner:
         """Kernel source (module path and node name) -> aten op, to attribute a run's
         cycles to ops."""
         self._dynamic = has_symbolic_sizes(gm)
-        self._config: object = None
-        self._variants: dict[Hashable, _Variant] = {}
+        self._variants: OrderedDict[Hashable, _Variant] = OrderedDict()
+        """(config, call signature) -> variant, least recently used first, at most
+        :data:`MAX_VARIANTS`."""
         self._last: _Variant | None = None
 
     @property
@@ -155,12 +165,13 @@ class GraphRunner:
         inputs = list(args)
         args.clear()  # let aot_autograd free inputs it no longer needs
         config = runtime.get_config()
-        if config is not self._config:
-            self._config, self._variants = config, {}
-        key = signature(inputs) if self._dynamic else ()
+        key = (config, signature(inputs) if self._dynamic else ())
         variant = self._variants.get(key)
         if variant is None:
             variant = self._variants[key] = self._compile(config, inputs)
+            if len(self._variants) > MAX_VARIANTS:
+                self._variants.popitem(last=False)
+        self._variants.move_to_end(key)
         self._last = variant
         if variant.program is None:
             return self._run_eagerly(variant, inputs)
@@ -409,4 +420,4 @@ def archsim_backend(gm: torch.fx.GraphModule,
     return backend(gm, example_inputs, **kwargs)
 
 
-__all__ = ["GraphFallbackWarning", "GraphRunner", "archsim_backend"]
+__all__ = ["MAX_VARIANTS", "GraphFallbackWarning", "GraphRunner", "archsim_backend"]
