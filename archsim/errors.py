@@ -65,6 +65,17 @@ class SimulationError(ArchsimError):
     """A simulation could not finish or failed while executing a command."""
 
 
+class HostOpError(SimulationError):
+    """A host op's function raised on its inputs: the data's error (``torch.linalg.inv``
+    of a singular matrix), not the simulator's. ``error`` is the function's own
+    exception (also the cause), for a caller that hands it to the user as it is."""
+
+    def __init__(self, op_name: str, error: Exception) -> None:
+        super().__init__(f"host op {op_name!r} raised {type(error).__name__}: {error}")
+        self.op_name = op_name
+        self.error = error
+
+
 class CollectiveError(ArchsimError):
     """A collective that cannot be built: unknown operation or algorithm."""
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from archsim.errors import SimulationError
+from archsim.errors import HostOpError, SimulationError
 from compiler.ir import bf16, fp8
 from compiler.ir.dtypes import DType
 from compiler.ir.operands import DramRef, DramTensor, SramRef
@@ -228,7 +228,10 @@ def run_host_op(op: HostOp, memory: Memory, host_functions: Mapping[str, HostFun
         raise SimulationError(f"host op {op.name!r} has no host function for functional mode "
                               f"(given: {known})")
     args = [to_values(memory.dram[name], memory.tensors[name].dtype) for name in op.inputs]
-    results = fn(*args)
+    try:
+        results = fn(*args)
+    except Exception as exc:
+        raise HostOpError(op.name, exc) from exc
     if not isinstance(results, (tuple, list)):
         results = (results,)
     if len(results) != len(op.outputs):

@@ -11,13 +11,16 @@ result. The run is recorded on the device timeline as ``"device"`` work named
 ``compiled forward 0`` etc., with its ``SimResult`` for the profiler; ops the compiler
 put on the host inside the graph are in that result. A graph with symbolic sizes
 (dynamo's, once input shapes change) is compiled per call signature, for its concrete
-shapes (:mod:`torch_bridge.specialize`): every shape runs on the device.
+shapes (:mod:`torch_bridge.specialize`): every shape runs on the device. A graph keeps
+its last :data:`MAX_VARIANTS` compiled (config, signature) variants.
 
 A graph that does not compile (or whose simulation fails) runs eagerly instead — op by
 op on the npu (where each op is itself recorded) or on CPU (recorded as host work, FLOPs
 counted) — and every such call is recorded with the reason in the event's ``note``, plus
-one :class:`GraphFallbackWarning` per graph (and call signature). CPU inputs are taken
-to be in device memory already: no host-link transfer is timed for them.
+one :class:`GraphFallbackWarning` per graph (and call signature). An error a host op
+raises on the user's data (``torch.linalg.inv`` of a singular matrix) is raised as
+torch raises it, and the program stays. CPU inputs are taken to be in device memory
+already: no host-link transfer is timed for them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import copy
 import itertools
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx
 
+from archsim.errors import HostOpError
 from compiler.frontend import effect_tokens, node_source
 from torch_bridge import runtime, storage
 from torch_bridge.numerics import UNINITIALIZED, check_close, in_float64, triton_on_cpu
@@ -115,10 +120,17 @@ class _Variant:
     """Why the graph runs eagerly (``None`` while it compiles)."""
 
 
+MAX_VARIANTS = 16
+"""Compiled variants one graph keeps (least recently used dropped first): a program is
+1.4-7 MiB, and a loop over growing lengths would otherwise keep one per length."""
+
+
 class GraphRunner:
     """One ATen graph: compiled per config on first call, then simulated on each call.
     A graph with symbolic sizes (dynamo's, once input shapes change) is compiled per
-    call signature, for those concrete shapes (:mod:`torch_bridge.specialize`).
+    call signature, for those concrete shapes (:mod:`torch_bridge.specialize`). The
+    last :data:`MAX_VARIANTS` (config, signature) variants are kept: switching presets
+    back and forth does not recompile.
 
     Called with a list of inputs (the boxed convention of ``aot_autograd``), which it
     clears as ``aot_autograd`` expects; returns the outputs as a list.
@@ -133,8 +145,9 @@ class GraphRunner:
         """Kernel source (module path and node name) -> aten op, to attribute a run's
         cycles to ops."""
         self._dynamic = has_symbolic_sizes(gm)
-        self._config: object = None
-        self._variants: dict[Hashable, _Variant] = {}
+        self._variants: OrderedDict[Hashable, _Variant] = OrderedDict()
+        """(config, call signature) -> variant, least recently used first, at most
+        :data:`MAX_VARIANTS`."""
         self._last: _Variant | None = None
 
     @property
@@ -152,12 +165,13 @@ class GraphRunner:
         inputs = list(args)
         args.clear()  # let aot_autograd free inputs it no longer needs
         config = runtime.get_config()
-        if config is not self._config:
-            self._config, self._variants = config, {}
-        key = signature(inputs) if self._dynamic else ()
+        key = (config, signature(inputs) if self._dynamic else ())
         variant = self._variants.get(key)
         if variant is None:
             variant = self._variants[key] = self._compile(config, inputs)
+            if len(self._variants) > MAX_VARIANTS:
+                self._variants.popitem(last=False)
+        self._variants.move_to_end(key)
         self._last = variant
         if variant.program is None:
             return self._run_eagerly(variant, inputs)
@@ -185,6 +199,8 @@ class GraphRunner:
         try:
             outputs, result = program.run(*(_host(a) for a in given),
                                           verify=not variant.verified)
+        except HostOpError as exc:  # the user's data, not the simulator: torch's error
+            raise exc.error from None
         except Exception as exc:  # noqa: BLE001 - reported: warned, noted on every run
             variant.program = None
             variant.failure = f"simulation failed: {type(exc).__name__}: {_first_line(exc)}"
@@ -343,6 +359,46 @@ def _attention_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return probs @ value, probs
 
 
+def _differentiable_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                              attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                              is_causal: bool = False, scale: float | None = None,
+                              enable_gqa: bool = False) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` written as :func:`_attention_math`'s ops, for
+    a graph that is differentiated. On CPU, SDPA reaches autograd as
+    ``_scaled_dot_product_flash_attention_for_cpu``, whose backward takes the forward's
+    logsumexp; torch.export's decomposition of that forward returns the attention
+    probabilities in its place, so the backward computed wrong gradients. Written with
+    these ops, autograd differentiates them (the backward saves the probabilities) and
+    both graphs run on the device. Dropout keeps torch's own path."""
+    if dropout_p:
+        return torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+            enable_gqa=enable_gqa)
+    return _attention_math(query, key, value, attn_mask, 0.0, is_causal, scale=scale,
+                           enable_gqa=enable_gqa)[0]
+
+
+_SDPA = (torch.nn.functional.scaled_dot_product_attention,
+         torch._C._nn.scaled_dot_product_attention)
+
+
+def _attention_for_training(gm: torch.fx.GraphModule,
+                            example_inputs: Sequence[Any]) -> None:
+    """When ``aot_autograd`` will differentiate ``gm`` (an input requires grad, as it
+    decides), its SDPA calls become :func:`_differentiable_attention`. Inference graphs
+    keep the call: it is decomposed below autograd, to the same ops."""
+    if not torch.is_grad_enabled() or not any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
+        return
+    rewritten = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _SDPA:
+            node.target = _differentiable_attention
+            rewritten = True
+    if rewritten:
+        gm.recompile()
+
+
 def archsim_backend(gm: torch.fx.GraphModule,
                     example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
     """The dynamo backend: ``aot_autograd`` with every forward / backward graph
@@ -350,16 +406,18 @@ def archsim_backend(gm: torch.fx.GraphModule,
     for ``archsim run`` and ``archsim.estimate`` (attention kept whole), with SDPA's
     math path in its inputs' dtype (:func:`_attention_math`), and the module's
     parameters and buffers are weights, so a model gets the same graph, hence the same
-    latency, through every door."""
+    latency, through every door. A graph that is differentiated gets SDPA as those ops
+    before autograd sees it (:func:`_attention_for_training`)."""
     from torch._dynamo.backends.common import aot_autograd
 
     from compiler.export import export_decompositions
 
     decompositions = {**export_decompositions(),
                       torch.ops.aten._scaled_dot_product_attention_math.default: _attention_math}
+    _attention_for_training(gm, example_inputs)
     backend = aot_autograd(fw_compiler=_compiler("forward", _input_kinds(gm, example_inputs)),
                            bw_compiler=_compiler("backward"), decompositions=decompositions)
     return backend(gm, example_inputs, **kwargs)
 
 
-__all__ = ["GraphFallbackWarning", "GraphRunner", "archsim_backend"]
+__all__ = ["MAX_VARIANTS", "GraphFallbackWarning", "GraphRunner", "archsim_backend"]

@@ -29,6 +29,7 @@ import torch
 
 from archsim.errors import ArchsimError, NumericsError
 from torch_bridge.float64_reference import float64_reference
+from torch_bridge.tie_order import with_device_tie_order
 
 MODES = ("checked", "simulate")
 
@@ -155,9 +156,11 @@ def check_first_call(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     applies) or, failing that, be as close to the op computed in float64 as torch's own
     float32 result is, give or take :data:`ORDER_SLACK` (a sum added in another order,
     float32 trigamma next to its poles); otherwise the program computed wrong numbers:
-    a :class:`NumericsError` naming the op. No CPU reference (a random or in-place op,
+    a :class:`NumericsError` naming the op. Indices of ops that order ties freely
+    (``topk``, ``sort``) are checked for being a valid order, not CPU's
+    (:mod:`torch_bridge.tie_order`). No CPU reference (a random or in-place op,
     ``torch.empty``): nothing to check."""
-    cpu = cpu_results(op, args, kwargs)
+    cpu = with_device_tie_order(op, args, kwargs, device, cpu_results(op, args, kwargs))
     if agrees(device, cpu):
         return True
     if cpu is None or getattr(op, "_opname", None) in UNINITIALIZED:

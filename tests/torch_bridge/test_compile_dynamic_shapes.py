@@ -82,3 +82,41 @@ def test_a_shape_seen_before_reuses_its_program(monkeypatch) -> None:
     # batch 1: dynamo's graph for size 1; then its graph with a symbolic batch, compiled
     # once for 2 and once for 3
     assert calls == [(1, 8), (2, 8), (3, 8)]
+
+
+class Pairs(nn.Module):
+    """Size arithmetic on the symbolic batch: each row read as two half rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x.view(x.shape[0] * 2, -1))
+
+
+def test_size_arithmetic_runs_on_the_device_for_every_batch() -> None:
+    """``s0 * 2`` is a graph node, not a placeholder: specializing must fold it too."""
+    torch.manual_seed(0)
+    model = Pairs().eval()
+    compiled = torch.compile(model, backend="archsim")
+    line = runtime.reset_timeline()
+    with torch.no_grad():
+        for batch in (1, 2, 3, 4):
+            x = torch.randn(batch, 16)
+            assert_close(compiled(x), model(x))
+    assert [e.kind for e in _compiled(line)] == ["device"] * 4
+
+
+def test_a_number_input_is_part_of_the_signature() -> None:
+    """Dynamo makes ``n`` an input once it changes: a program for n=4 must not serve
+    n=5."""
+    def scaled_sum(x: torch.Tensor, n: int) -> torch.Tensor:
+        return (x * n).sum(0)
+
+    compiled = torch.compile(scaled_sum, backend="archsim")
+    x = torch.randn(6, 4)
+    line = runtime.reset_timeline()
+    for n in (3, 4, 5, 4):
+        assert_close(compiled(x, n), scaled_sum(x, n))
+    assert [e.kind for e in _compiled(line)] == ["device"] * 4

@@ -80,3 +80,23 @@ class TestCompiled:
         assert_close(compiled_x.grad, eager_x.grad, rtol=1e-3, atol=1e-4)
         kinds = [(e.op.split()[1], e.kind) for e in line.events if e.op.startswith("compiled ")]
         assert kinds == [("forward", "device"), ("backward", "device")]
+
+    def test_a_singular_input_raises_torchs_error_and_keeps_the_program(self) -> None:
+        """The inverse's check raises on the user's data: that is torch's LinAlgError, not
+        a failed simulation; the program stays, so the next good input runs on the device."""
+        def double_inverse(x: torch.Tensor) -> torch.Tensor:
+            return torch.linalg.inv(x) * 2
+
+        torch.manual_seed(0)
+        good = torch.randn(8, 8) + 8 * torch.eye(8)
+        compiled = torch.compile(double_inverse, backend="archsim")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", compile_backend.GraphFallbackWarning)
+            compiled(good)
+            with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+                compiled(torch.zeros(8, 8))
+            line = runtime.reset_timeline()
+            got = compiled(good)
+        assert_close(got, double_inverse(good))
+        (event,) = [e for e in line.events if e.op.startswith("compiled ")]
+        assert (event.kind, event.note) == ("device", "2 ops on the host")

@@ -71,3 +71,24 @@ class TestAllowed:
         assert_close(x[index].cpu(), x.cpu()[index])
         x[index] = torch.tensor(5.0)
         assert (x.cpu()[index] == 5).all()
+
+    @pytest.mark.filterwarnings("ignore::torch_bridge.fallback.HostFallbackWarning")
+    def test_the_gradient_of_indexing_at_cpu_indices(self) -> None:
+        """Its backward puts the gradient at the indices with ``_index_put_impl_`` (a host
+        op on the npu), whose indices may be CPU tensors too."""
+        x, _ = _operands()
+        x.requires_grad_()
+        index = torch.tensor([0, 2, 2])
+        x[:, index].sum().backward()
+        want = torch.zeros(16, 16)
+        want[:, 0], want[:, 2] = 1.0, 2.0
+        assert x.grad.device.type == "npu"
+        assert_close(x.grad.cpu(), want)
+
+
+def test_a_cpu_tensor_given_by_keyword_is_an_error() -> None:
+    """Keyword arguments are checked as positional ones: ``out=`` on the CPU."""
+    x, _ = _operands()
+    with pytest.raises(DeviceMismatchError, match=MISMATCH.format(
+            op=r"add\.out", shape="16, 16", argument="argument out")):
+        torch.add(x, x, out=torch.empty(16, 16))
