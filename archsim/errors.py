@@ -82,6 +82,11 @@ class ProgramTooLargeError(CapacityError):
     """A compile would emit more commands than the cap (``ARCHSIM_MAX_COMMANDS``)."""
 
 
+class NoChipLinksError(ArchsimError):
+    """A run over several chips (tensor or pipeline parallel) on a hardware description
+    without chip-to-chip links (no ``interconnect:`` section)."""
+
+
 class ExportError(ArchsimError):
     """``torch.export`` cannot trace a model into one graph: its forward pass branches on
     a tensor's values (names the line), or torch refused it otherwise (names torch's

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
-from archsim.errors import DeviceMemoryError, ModelConfigError
+from archsim.errors import DeviceMemoryError, ModelConfigError, NoChipLinksError
 from serving.spec import ModelSpec
 
 DTYPE_BYTES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2}
@@ -300,6 +300,17 @@ def memory_per_chip(spec: ModelSpec, request: Request, par: Parallelism,
     return worst
 
 
+def check_links(config: NpuConfig, par: Parallelism) -> None:
+    """Several chips need the links between them: refused before anything is timed."""
+    if par.chips == 1 or config.interconnect is not None:
+        return
+    raise NoChipLinksError(
+        f"{config.name} has no chip-to-chip links (no interconnect: section), so it cannot "
+        f"run on {par.chips} chips (--tp {par.tp} --pp {par.pp}): add an interconnect: "
+        f"section (kind, topology, links_per_chip, link_bandwidth_gb_per_s, "
+        f"latency_cycles) as the shipped presets have, or run on one chip")
+
+
 def check_memory(spec: ModelSpec, request: Request, par: Parallelism, shard: Shard,
                  config: NpuConfig) -> Memory:
     """Memory per chip, or a DeviceMemoryError saying by how much it is over and which
@@ -341,4 +352,5 @@ def gib(nbytes: float) -> str:
 
 __all__ = ["ACTIVATIONS", "DEFAULT_GROUP_SIZE", "DTYPE_BYTES", "INT4_GROUP_SIZES", "KV_BYTES",
            "Memory", "Parallelism", "Request", "Shard", "WEIGHT_BYTES", "WeightFormat",
-           "check", "check_memory", "gib", "memory_per_chip", "suggest_split", "weight_format"]
+           "check", "check_links", "check_memory", "gib", "memory_per_chip", "suggest_split",
+           "weight_format"]

@@ -19,7 +19,7 @@ from serving.engine import EngineResult, IterationTime, run_engine
 from serving.iteration import IterationTimer
 from serving.kv_cache import CacheBudget, cache_budget
 from serving.metrics import Slo, Summary, summarize
-from serving.plan import Parallelism, Request, check
+from serving.plan import Parallelism, Request, check, check_links
 from serving.scheduler import SCHEDULERS, Limits
 from serving.spec import ModelSpec, load_model
 from serving.workload import Arrival
@@ -95,6 +95,7 @@ class Server:
         spec = model if isinstance(model, ModelSpec) else load_model(model)
         request = Request(1, 1, 0, options.dtype, options.kv_dtype, options.weights)
         shard = check(spec, request, par)
+        check_links(config, par)
         budget = cache_budget(spec, par, shard, config, options.dtype, options.kv_dtype,
                               options.block_size, options.max_num_batched_tokens,
                               options.gpu_memory_utilization, options.kv_blocks,

@@ -60,18 +60,9 @@ def load_config(name_or_path: str | Path = DEFAULT_PRESET) -> NpuConfig:
         raise ConfigError([f"not valid YAML{where}: {what}"], source=source) from None
     if not isinstance(data, dict):
         raise ConfigError([f"top level must be a mapping, got {type(data).__name__}"], source)
-    if source.startswith("preset ") and "interconnect" not in data:
-        data["interconnect"] = preset_interconnect(str(name_or_path))
+    # Nothing is merged in: a preset's file is the whole chip, so a copy of it loaded by
+    # path is the same chip as the preset loaded by name.
     return config_from_dict(data, source=source)
-
-
-def preset_interconnect(name: str) -> dict[str, Any] | None:
-    """The chip-to-chip interconnect of a shipped preset (``interconnects.yaml``), for
-    presets whose file has no ``interconnect:`` section."""
-    text = resources.files("archsim.config").joinpath("interconnects.yaml").read_text()
-    table = yaml.safe_load(text)
-    entry = table.get(name)
-    return dict(entry) if entry else None
 
 
 def _read_source(name_or_path: str | Path) -> tuple[str, str]:

@@ -32,6 +32,17 @@ def test_each_preset_states_its_peak_numbers_correctly(name: str) -> None:
     assert config.dram_bandwidth_bytes_per_s / 1e9 == pytest.approx(float(stated.group(2)))
 
 
+@pytest.mark.parametrize("name", preset_names())
+def test_a_copied_preset_file_is_the_same_chip_as_the_preset(name: str, tmp_path) -> None:
+    """`cp presets/tpu-v4.yaml my.yaml; -c my.yaml` must be tpu-v4: nothing (links,
+    energy, area) is merged into a preset loaded by name that its file does not say."""
+    text = resources.files("archsim.config.presets").joinpath(f"{name}.yaml").read_text()
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(text)
+    assert load_config(copy) == load_config(name)
+    assert load_config(copy).interconnect is not None  # every shipped chip has links
+
+
 def test_public_figures_of_tpu_v3() -> None:
     config = load_config("tpu-v3")
     assert config.peak_flops == pytest.approx(2 * 2 * 128 * 128 * 940e6)

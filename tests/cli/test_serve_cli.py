@@ -96,3 +96,25 @@ def test_synthetic_options_with_a_trace_are_refused(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.strip() == (f"archsim: error: --rate shapes synthetic arrivals; --trace "
                            f"{trace} gives the requests (use one or the other)")
+
+
+@pytest.mark.parametrize("command", [["llm", "--prefill", "8", "--decode", "2"],
+                                     ["serve", "--requests", "2"]])
+@pytest.mark.parametrize("split", [["--tp", "2"], ["--pp", "2"]])
+def test_several_chips_of_a_config_without_links_is_one_line(tmp_path, model, capsys,
+                                                              command, split) -> None:
+    # was: AttributeError 'NoneType' object has no attribute 'latency_cycles' (compose.py)
+    import yaml
+
+    from archsim.config import config_to_dict, load_config
+
+    data = config_to_dict(load_config("tiny"))
+    del data["interconnect"]
+    solo = tmp_path / "solo.yaml"
+    solo.write_text(yaml.safe_dump(data))
+    code = main([command[0], model, "--config", str(solo), *command[1:], *split])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("archsim: error: tiny has no chip-to-chip links (no interconnect: "
+                          "section), so it cannot run on 2 chips")
+    assert "add an interconnect: section" in err and len(err.strip().splitlines()) == 1
