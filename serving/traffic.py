@@ -133,14 +133,41 @@ class Probe:
     def met(self) -> bool:
         return bool(self.result.summary.slo_attained)
 
+    @property
+    def burst(self) -> bool:
+        """Every request arrived before the first token of any: the run is the same as
+        all of them arriving at once, and a higher rate shows nothing new."""
+        records = self.result.engine.records
+        return max(r.arrival_s for r in records) <= min(r.first_token_s for r in records)
+
+
+@dataclass(frozen=True)
+class MaxRate:
+    """What a capacity search found, and what its runs could show."""
+
+    rate: float | None
+    """The highest rate meeting the SLOs (0.0: not even the lowest probe); None: not
+    determined: the SLOs hold even when every request arrives at once."""
+    probes: tuple[Probe, ...]
+    throughput: float
+    """The most requests per second any probe completed: no rate above it is
+    sustained, whatever a run too short to queue up says."""
+    capped: bool
+    """``rate`` is ``throughput``: probes above it met the SLOs, but no run completed
+    requests that fast (its requests ran out before the queue broke the SLOs)."""
+
 
 def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]],
                   slo: Slo, start: float = 1.0, tolerance: float = 0.02,
-                  max_probes: int = 24) -> tuple[float, list[Probe]]:
+                  max_probes: int = 24) -> MaxRate:
     """The highest request rate whose run meets ``slo`` at its percentile, by doubling
     (or halving) from ``start`` until the SLO's outcome flips, then bisection to within
     ``tolerance`` (relative); each probe a full simulation of ``workload(rate)``.
-    Returns (the rate, 0.0 when even the lowest probe fails; every probe)."""
+
+    A run of a few requests cannot show every rate: doubling stops at a probe whose
+    requests all arrive before the first token (a burst, whatever the rate; the rate is
+    not determined if it meets the SLOs), and the rate found is capped at the highest
+    request throughput a probe measured."""
     if slo.ttft_ms is None and slo.tpot_ms is None:
         raise ModelConfigError("--find-max-rate needs an SLO: --slo-ttft MS and/or "
                                "--slo-tpot MS")
@@ -155,7 +182,7 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
     rate = start
     if probe(rate):
         lo = rate
-        while len(probes) < max_probes:
+        while len(probes) < max_probes and not probes[-1].burst:
             rate *= 2
             if not probe(rate):
                 hi = rate
@@ -175,7 +202,16 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
             lo = mid
         else:
             hi = mid
-    return lo, probes
+    return _max_rate(lo, hi, probes)
 
 
-__all__ = ["Probe", "ServeOptions", "Server", "TrafficResult", "find_max_rate"]
+def _max_rate(lo: float, hi: float, probes: list[Probe]) -> MaxRate:
+    throughput = max(p.result.summary.throughput_requests_per_s for p in probes)
+    if lo and not hi and probes[-1].burst:
+        return MaxRate(None, tuple(probes), throughput, capped=False)
+    capped = lo > throughput
+    return MaxRate(throughput if capped else lo, tuple(probes), throughput, capped)
+
+
+__all__ = ["MaxRate", "Probe", "ServeOptions", "Server", "TrafficResult",
+           "find_max_rate"]

@@ -68,7 +68,7 @@ def test_find_max_rate_prints_probes_and_the_rate(tmp_path, model, capsys) -> No
     assert "capacity search" in text and "max rate meeting the SLOs at p90" in text
     data = json.loads(out.read_text())
     met = [p["rate"] for p in data["probes"] if p["met"]]
-    assert data["max_rate"] == max(met)
+    assert data["max_rate"] == min(max(met), data["max_rate_throughput"])
     assert all(p["ttft_ms"] <= 0.5 for p in data["probes"] if p["met"])
 
 
@@ -118,3 +118,20 @@ def test_several_chips_of_a_config_without_links_is_one_line(tmp_path, model, ca
     assert err.startswith("archsim: error: tiny has no chip-to-chip links (no interconnect: "
                           "section), so it cannot run on 2 chips")
     assert "add an interconnect: section" in err and len(err.strip().splitlines()) == 1
+
+
+def test_find_max_rate_of_a_burst_says_the_rate_is_not_determined(tmp_path, model,
+                                                                  capsys) -> None:
+    # 2 requests meeting a generous SLO even arriving together: the search printed a
+    # rate of 2**23 requests/s (doubling to its 24th probe) over a 2-request throughput.
+    out = tmp_path / "r.json"
+    code = main(["serve", model, "--config", "tiny", "--requests", "2", "--prompt-tokens",
+                 "8", "--output-tokens", "2", "--slo-ttft", "1000", "--find-max-rate",
+                 "--json", str(out)])
+    assert code == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("max rate not determined: all 2 requests meet the SLOs at p90 "
+                           "even arriving at once (probed up to ")
+    data = json.loads(out.read_text())
+    assert data["max_rate"] is None and data["max_rate_text"] == last
+    assert len(data["probes"]) < 24
