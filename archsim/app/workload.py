@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import enum
 import runpy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from archsim.app.catalog import BUILTINS, SIZES, check_sizes, examples, family_of
-from archsim.errors import ArchsimError
+from archsim.errors import ArchsimError, ModelFileError
 
 if TYPE_CHECKING:
     from compiler.ir.ops import Program
@@ -230,20 +230,46 @@ def _from_python_file(path: Path) -> tuple[Any, tuple[Any, ...]]:
     try:
         compile(path.read_bytes(), str(path), "exec")
     except SyntaxError as exc:  # also a file that is not UTF-8
-        raise ArchsimError(f"{path}:{exc.lineno}: not valid Python: {exc.msg}") from None
-    # An exception raised by the file's own code keeps its traceback: it points into the
-    # user's model, where the bug is.
-    namespace = runpy.run_path(str(path))
+        raise ModelFileError(f"{path}:{exc.lineno}: not valid Python: {exc.msg}") from None
+    namespace = _call_file_code(path, "while loading the model file", runpy.run_path,
+                                str(path))
     model = namespace.get("model")
     inputs = namespace.get("example_inputs")
     if model is None and callable(namespace.get("get_model")):
-        model = namespace["get_model"]()
+        model = _call_file_code(path, "by get_model()", namespace["get_model"])
     if inputs is None and callable(namespace.get("get_inputs")):
-        inputs = namespace["get_inputs"]()
+        inputs = _call_file_code(path, "by get_inputs()", namespace["get_inputs"])
     if model is None or inputs is None:
         raise ArchsimError(f"{path}: define 'model' (an nn.Module) and 'example_inputs' (a "
                            f"tuple of tensors), or functions get_model() and get_inputs()")
     return model, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+
+def _call_file_code(path: Path, what: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, code of the model file at ``path``: what it raises becomes one
+    line naming the file's line and the exception, as a syntax error does (an
+    ArchsimError it raises, e.g. from archsim's own API, passes as it is)."""
+    try:
+        return call(*args)
+    except ArchsimError:
+        raise
+    except (Exception, SystemExit) as exc:  # SystemExit: sys.exit() while loading
+        line = _line_in(path, exc.__traceback__)
+        where = f"{path}:{line}" if line else str(path)
+        message = str(exc).strip().splitlines()
+        detail = f"{type(exc).__name__}: {message[0]}" if message else type(exc).__name__
+        raise ModelFileError(f"{where}: {detail} (raised {what})") from exc
+
+
+def _line_in(path: Path, tb: TracebackType | None) -> int | None:
+    """The line of the innermost frame of ``tb`` in the file ``path`` (None: none is)."""
+    line = None
+    target = str(path.resolve())
+    while tb is not None:
+        if str(Path(tb.tb_frame.f_code.co_filename).resolve()) == target:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 __all__ = ["DTYPES", "Kind", "Workload"]

@@ -120,6 +120,28 @@ def test_a_model_file_that_is_not_utf8(tmp_path: Path, capsys) -> None:
                           f"'utf-8' codec can't decode byte 0xff")
 
 
+def test_a_model_file_that_raises_names_file_line_and_exception(tmp_path: Path,
+                                                                 capsys) -> None:
+    # was a 37-line traceback through runpy and archsim.app.workload
+    path = tmp_path / "model.py"
+    path.write_text("import torch\nraise ValueError('boom')\n")
+    err = _error(capsys, "run", str(path))
+    assert err.strip() == (f"archsim: error: {path}:2: ValueError: boom (raised while "
+                           f"loading the model file)")
+
+
+def test_get_inputs_that_raises_names_its_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "model.py"
+    path.write_text("import torch\n"
+                    "def get_model():\n"
+                    "    return torch.nn.Linear(4, 4)\n"
+                    "def get_inputs():\n"
+                    "    return (1 / 0,)\n")
+    err = _error(capsys, "run", str(path))
+    assert err.strip() == (f"archsim: error: {path}:5: ZeroDivisionError: division by zero "
+                           f"(raised by get_inputs())")
+
+
 def test_a_model_that_branches_on_its_data_is_one_line(tmp_path: Path, capsys) -> None:
     """Longformer's forward asks whether any token attends globally (``.item()`` in an
     ``if``): torch.export cannot trace that, and the error names the line."""
