@@ -229,3 +229,43 @@ def test_a_transformers_model_without_transformers_says_which_extra(capsys, monk
     err = _error(capsys, "run", "llama-2-7b", "--layers", "1", "--seq", "8")
     assert err == ("archsim: error: a transformers config needs transformers: pip install "
                    "-e '.[hf]' (archsim's hf extra) or pip install transformers\n")
+
+
+_SMALL_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                "num_hidden_layers": 1, "intermediate_size": 128, "vocab_size": 100}
+
+
+@pytest.mark.parametrize("command", ["run", "llm"])
+@pytest.mark.parametrize("change, message", [
+    # run: torch's RuntimeError 'Trying to create tensor with negative dimension -64'
+    ({"hidden_size": -64}, "hidden_size is -64: expected an integer >= 1"),
+    # run: huggingface_hub's StrictDataclassClassValidationError; llm printed numbers
+    ({"num_attention_heads": 5}, "hidden_size 64 is not a multiple of num_attention_heads 5"),
+    # llm: 'config has no num_hidden_layers or n_layer'; run simulated no layers
+    ({"num_hidden_layers": 0}, "num_hidden_layers is 0: expected an integer >= 1"),
+    # both: silently 4 x hidden_size
+    ({"intermediate_size": 0}, "intermediate_size is 0: expected an integer >= 1"),
+    ({"vocab_size": 1.5, "n_head": True},
+     "n_head is True: expected an integer >= 1; vocab_size is 1.5: expected an integer >= 1"),
+])
+def test_a_transformers_config_with_impossible_sizes_is_one_line(
+        tmp_path: Path, capsys, command: str, change: dict, message: str) -> None:
+    import json
+
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps({**_SMALL_LLAMA, **change}))
+    err = _error(capsys, command, str(path))
+    assert err.strip() == f"archsim: error: cfg: {message}"
+
+
+def test_a_config_transformers_validates_is_one_line(tmp_path: Path, capsys) -> None:
+    # hidden 64 over 5 heads of an explicit head_dim: archsim's blocks take it, but
+    # transformers' Llama refuses it (was StrictDataclassClassValidationError's traceback)
+    import json
+
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps({**_SMALL_LLAMA, "num_attention_heads": 5, "head_dim": 16}))
+    err = _error(capsys, "run", str(path))
+    assert err.strip() == (f"archsim: error: {path}: transformers cannot read this config "
+                           f"(The hidden size (64) is not a multiple of the number of "
+                           f"attention heads (5).)")
