@@ -68,6 +68,8 @@ def simulate(args: argparse.Namespace, config: NpuConfig) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     config = resolve_config(args.config, args.overrides)
+    if args.out:
+        output_dir(args.out)  # refused now, not after the simulation
     result = simulate(args, config)
     import reports
 
@@ -97,13 +99,13 @@ def compare(args: argparse.Namespace) -> int:
     import reports
 
     workload_of(args)  # a bad MODEL or option is refused before any config runs
+    out = output_dir(args.out) if args.out else None  # and a bad --out
     results = []
     for name in args.config:
         with paused(exiting=args.exiting):  # as in `run`, config by config
             results.append(simulate(args, resolve_config(name, args.overrides)))
     print(reports.compare_table(results, labels=args.config))
-    if args.out:
-        out = output_dir(args.out)
+    if out is not None:
         figure = reports.pareto_figure(results)
         figure.savefig(out / "pareto.png", dpi=110, bbox_inches="tight")
         for label, result in zip(args.config, results):
@@ -117,15 +119,17 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def output_dir(path: str | Path) -> Path:
-    """``--out`` as a directory (created), or an ArchsimError saying why it cannot be."""
+def output_dir(path: str | Path, flag: str = "--out") -> Path:
+    """``flag``'s directory (created), or an ArchsimError saying why it cannot be; called
+    before simulating, so a long run is not lost to a path that cannot take its output."""
     out = Path(path)
     if out.exists() and not out.is_dir():
-        raise ArchsimError(f"--out {out}: is a file; give a directory (created if missing)")
+        raise ArchsimError(f"{flag} {out}: is a file; give a directory (created if missing)")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ArchsimError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
+        raise ArchsimError(f"{flag} {out}: cannot create the directory "
+                           f"({exc.strerror})") from None
     return out
 
 

@@ -162,7 +162,7 @@ def _synthetic_defaults(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from archsim.cli.commands import resolve_config
+    from archsim.cli.commands import output_dir, resolve_config
     from archsim.cli.llm import parallelism, weight_format_text
     from archsim.errors import ModelConfigError
     from reports.serve import (max_rate_line, serve_table, write_serve_json,
@@ -172,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
     from serving.workload import read_trace, synthetic
 
     _synthetic_defaults(args)
+    if args.figures:
+        output_dir(args.figures, "--figures")  # refused now, not after the simulation
     config = resolve_config(args.config, args.overrides)
     args.batch, args.micro_batches = 1, 1  # what parallelism() reads
     options = ServeOptions(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,

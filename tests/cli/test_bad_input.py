@@ -269,3 +269,25 @@ def test_a_config_transformers_validates_is_one_line(tmp_path: Path, capsys) -> 
     assert err.strip() == (f"archsim: error: {path}: transformers cannot read this config "
                            f"(The hidden size (64) is not a multiple of the number of "
                            f"attention heads (5).)")
+
+
+@pytest.mark.parametrize("argv, flag", [
+    # serve: FileExistsError from mkdir after the whole simulation
+    (["serve", "SMALL", "-c", "tiny", "--requests", "2", "--prompt-tokens", "8",
+      "--output-tokens", "2", "--figures"], "--figures"),
+    # run and compare: refused only after simulating
+    (["run", "gemm", "--seq", "16", "-c", "tiny", "--out"], "--out"),
+    (["compare", "gemm", "--seq", "16", "-c", "tiny", "-c", "edge", "--out"], "--out"),
+])
+def test_an_output_directory_that_is_a_file_is_refused_before_simulating(
+        tmp_path: Path, capsys, argv: list[str], flag: str) -> None:
+    import json
+
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps({**_SMALL_LLAMA, "max_position_embeddings": 256}))
+    path = tmp_path / "a_file"
+    path.write_text("x")
+    err = _error(capsys, *[str(small) if a == "SMALL" else a for a in argv], str(path))
+    # one line: no progress ('exporting with torch.export ...') before it
+    assert err == f"archsim: error: {flag} {path}: is a file; give a directory (created " \
+                  f"if missing)\n"
