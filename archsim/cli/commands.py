@@ -293,13 +293,15 @@ def report(args: argparse.Namespace) -> int:
         data = reports.read_json(path)
     except (UnicodeDecodeError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
         raise ArchsimError(f"{path}: not an archsim result.json ({_first_line(exc)})") from None
-    print(reports.summary(data))
-    print()
-    print(reports.op_table(data, top=args.top))
-    print()
-    print(reports.critical_path_text(data, max_rows=12))
-    if args.out:
-        out = output_dir(args.out)
+    out = output_dir(args.out) if args.out else None
+    try:
+        text = [reports.summary(data), reports.op_table(data, top=args.top),
+                reports.critical_path_text(data, max_rows=12)]
+    except ValueError as exc:  # e.g. a trace whose timeline an edit broke
+        raise ArchsimError(f"{path}: not a consistent archsim result "
+                           f"({_first_line(exc)})") from None
+    print("\n\n".join(text))
+    if out is not None:
         reports.write_html(data, out / "report.html")
         reports.save_figures(data, out)
         print(f"\nwrote {out}/report.html and figures")

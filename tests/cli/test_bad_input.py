@@ -291,3 +291,58 @@ def test_an_output_directory_that_is_a_file_is_refused_before_simulating(
     # one line: no progress ('exporting with torch.export ...') before it
     assert err == f"archsim: error: {flag} {path}: is a file; give a directory (created " \
                   f"if missing)\n"
+
+
+@pytest.fixture(scope="module")
+def saved_result(tmp_path_factory) -> dict:
+    import json
+
+    path = tmp_path_factory.mktemp("result") / "result.json"
+    assert main(["run", "gemm", "--seq", "16", "-c", "tiny", "-q", "--json", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("where, value, message", [
+    # was: TypeError: unsupported operand type(s) for /: 'str' and 'int' (reports/data.py)
+    (("run", "total_cycles"), "x", "run.total_cycles is 'x': expected an integer"),
+    (("run", "clock_hz"), 0, "run.clock_hz is 0: expected > 0"),
+    (("run", "functional"), 1, "run.functional is 1: expected true or false"),
+    (("engines", "names"), "core0.vpu", "engines.names is 'core0.vpu': expected a list of "
+                                        "strings"),
+    (("sram", "peak_bytes"), {"sram0": "1k"}, "sram.peak_bytes is {'sram0': '1k'}: expected "
+                                              "an object of integers"),
+    (("trace", "deps"), [["0"]], "trace.deps[0] is ['0']: expected a list of integers"),
+    (("energy", "energy_j"), None, "energy.energy_j is None: expected a number"),
+    (("trace", "start"), None, "trace.start is None: expected a list"),
+])
+def test_a_malformed_result_is_one_line_naming_the_field(
+        tmp_path: Path, capsys, saved_result: dict, where: tuple[str, str], value,
+        message: str) -> None:
+    import copy
+    import json
+
+    data = copy.deepcopy(saved_result)
+    section, field = where
+    data[section][field] = value
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    err = _error(capsys, "report", str(path))
+    assert err == f"archsim: error: {path}: not an archsim result.json ({message})\n"
+
+
+def test_a_result_whose_timeline_was_edited_is_one_line(tmp_path: Path, capsys,
+                                                         saved_result: dict) -> None:
+    import copy
+    import json
+
+    data = copy.deepcopy(saved_result)
+    trace = data["trace"]
+    for i, op in enumerate(trace["op"]):  # each store starts a cycle after its matmul ends
+        if op == "store":
+            for dep in trace["deps"][i]:
+                trace["end"][trace["id"].index(dep)] -= 1
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    err = _error(capsys, "report", str(path))
+    assert err.startswith(f"archsim: error: {path}: not a consistent archsim result (command ")
+    assert len(err.splitlines()) == 1
