@@ -64,6 +64,7 @@ def run(workload: Workload, config: str | Path | NpuConfig = "atom", *, mode: st
 
     if mode not in MODES:
         raise ArchsimError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+    _check_options(options)
     npu = config if isinstance(config, NpuConfig) else load_config(str(config))
     settings = Settings(mode, all_layers, options, progress)
     # Python's cyclic collector stays out of export, compile and simulate: they make
@@ -71,6 +72,16 @@ def run(workload: Workload, config: str | Path | NpuConfig = "atom", *, mode: st
     # 190 collections, 1.2 s); nested pauses are fine.
     with paused():
         return _RUNNERS[workload.kind](workload, npu, settings)
+
+
+def _check_options(options: Any) -> None:
+    """``options`` is None or a CompileOptions, refused by type here rather than as an
+    AttributeError deep inside the compiler."""
+    from compiler.options import CompileOptions
+
+    if options is not None and not isinstance(options, CompileOptions):
+        raise TypeError(f"options must be a compiler.CompileOptions (or None), got "
+                        f"{type(options).__name__} {options!r}")
 
 
 # ---------------------------------------------------------------- per kind
