@@ -152,6 +152,17 @@ class TestSweepProgram:
         (problem,) = info.value.problems
         assert problem.startswith("dram.chanels: no field 'chanels' under dram (fields: ")
 
+    def test_clocks_in_exponent_form_are_integers(self, exp8: Program) -> None:
+        # --grid clock_hz=1e9,2e9 reads each value as YAML: strings, which were an
+        # 'invalid config' row each ('expected an integer, got '1e9'')
+        from archsim.cli.sweep import grid_axis
+
+        path, values = grid_axis("clock_hz=1e9,2e9,1.2e9")
+        points = sweep(exp8, "tiny", {path: values}, backend="serial")
+        assert [p.status for p in points] == ["ok", "ok", "ok"]
+        assert points[0].report.total_cycles == sweep(exp8, "tiny", {path: [10 ** 9]},
+                                                      backend="serial")[0].report.total_cycles
+
     def test_malformed_dvfs_point_is_refused_before_any_point_runs(self,
                                                                    exp8: Program) -> None:
         from archsim.errors import ConfigError
