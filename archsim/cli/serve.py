@@ -180,9 +180,7 @@ def run(args: argparse.Namespace) -> int:
                            args.kv_blocks, args.gpu_memory_utilization, args.scheduler,
                            args.dtype, args.kv_dtype or args.dtype, args.collectives,
                            weight_format_text(args))
-    slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_percentile)
-    if not 0 < slo.percentile <= 100:
-        raise ModelConfigError(f"--slo-percentile must be in (0, 100], got {slo.percentile}")
+    slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_percentile)  # checks its targets
     server = Server.build(args.model, config, parallelism(args), options)
 
     def workload(rate: float) -> Any:

@@ -76,6 +76,12 @@ def test_find_max_rate_prints_probes_and_the_rate(tmp_path, model, capsys) -> No
     (["--prompt-tokens", "zipf:1"], "length 'zipf:1' is not one of"),
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1]"),
     (["--find-max-rate"], "--find-max-rate needs an SLO"),
+    # were taken: no request met a negative target, 0 ms met by none either
+    (["--slo-ttft", "-5"], "--slo-ttft must be > 0 milliseconds, got -5.0"),
+    (["--slo-tpot", "0"], "--slo-tpot must be > 0 milliseconds, got 0.0"),
+    (["--slo-ttft", "nan"], "--slo-ttft must be > 0 milliseconds, got nan"),
+    (["--slo-percentile", "0"], "--slo-percentile must be in (0, 100], got 0.0"),
+    (["--rate", "0"], "--rate must be > 0 requests per second, got 0.0"),
     (["--prompt-tokens", "250", "--output-tokens", "10"],
      "request 0: 250 + 10 tokens exceed small's 256 positions"),
 ])
