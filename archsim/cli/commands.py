@@ -104,13 +104,17 @@ def compare(args: argparse.Namespace) -> int:
     for name in args.config:
         with paused(exiting=args.exiting):  # as in `run`, config by config
             results.append(simulate(args, resolve_config(name, args.overrides)))
-    print(reports.compare_table(results, labels=args.config))
+    if args.quiet:  # the summary line of each config, as `run --quiet` prints one
+        print("\n".join(_one_line(result) for result in results))
+    else:
+        print(reports.compare_table(results, labels=args.config))
     if out is not None:
         figure = reports.pareto_figure(results)
         figure.savefig(out / "pareto.png", dpi=110, bbox_inches="tight")
         for label, result in zip(args.config, results):
             reports.write_json(result, out / f"result-{Path(label).stem}.json")
-        print(f"\nwrote {out}/pareto.png and one result-<config>.json per config")
+        if not args.quiet:
+            print(f"\nwrote {out}/pareto.png and one result-<config>.json per config")
     return 0
 
 

@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "matmul (default: the first 3 layers or tile panels, the "
                             "others extended from them)")
         p.add_argument("--quiet", "-q", action="store_true",
-                       help="print only the summary line (for scripts)")
+                       help="print only the summary line (compare: one per config), no "
+                            "progress (for scripts)")
         p.add_argument("--kwarg", action="append", default=[], type=kwarg,
                        metavar="NAME=VALUE", dest="kwargs",
                        help="keyword argument for a model file's forward call, typed: "
