@@ -5,6 +5,7 @@ the iterations."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -137,22 +138,21 @@ def _pct(probe: Any, key: str) -> float:
 
 def max_rate_line(search: Any, percentile: float) -> str:
     """What a capacity search (:class:`serving.traffic.MaxRate`) found, on one line: a
-    rate only where its runs could show one, never above what a run completed."""
-    requests = search.probes[-1].result.summary.requests
-    top = max(p.rate for p in search.probes)
+    rate only where its runs could show one, never above the pace a run kept up with."""
+    last = search.probes[-1].result.summary
     if search.rate is None:
-        return (f"max rate not determined: all {requests} requests meet the SLOs at "
-                f"p{percentile:g} even arriving at once (probed up to {top:.3f} "
-                f"requests/s, served at {search.throughput:.3f} requests/s); more "
-                f"--requests would show where a queue breaks them")
+        return (f"max rate not determined: all {last.requests} requests meet the SLOs at "
+                f"p{percentile:g} even arriving at once (probed up to "
+                f"{search.probes[-1].rate:.3f} requests/s, {last.throughput_requests_per_s:.3f} "
+                f"requests/s served); more --requests would show where a queue breaks them")
     if not search.rate:
         return "no probed rate meets the SLOs"
     line = f"max rate meeting the SLOs at p{percentile:g}: {search.rate:.3f} requests/s"
     if search.capped:
         met = max(p.rate for p in search.probes if p.met)
-        line += (f": capped at the most requests/s a probe completed (probes up to "
-                 f"{met:.3f} requests/s met the SLOs over {requests} requests; more "
-                 f"--requests would tell them apart)")
+        line += (f": capped at the fastest pace a probe served (up to {met:.3f} requests/s "
+                 f"met the SLOs over {last.requests} requests while their queue grew; more "
+                 f"--requests would show it breaking them)")
     return line
 
 
@@ -188,7 +188,7 @@ def serve_json(result: Any, probes: list | None = None,
         data["max_rate"] = max_rate
     if search is not None:
         data["max_rate_capped"] = search.capped
-        data["max_rate_throughput"] = search.throughput
+        data["max_rate_served"] = None if math.isinf(search.served) else search.served
         data["max_rate_text"] = max_rate_line(search, result.slo.percentile)
         data["probes"] = [{"rate": p.rate, "met": p.met,
                            "ttft_ms": _pct(p, "ttft"), "tpot_ms": _pct(p, "tpot")}

@@ -9,6 +9,7 @@ of :func:`find_max_rate` simulate each shape once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,18 @@ class Probe:
         records = self.result.engine.records
         return max(r.arrival_s for r in records) <= min(r.first_token_s for r in records)
 
+    @property
+    def served_rate(self) -> float:
+        """The pace the run gave first tokens at, in the units of ``rate``: ``rate`` x
+        (first to last arrival) / (first to last first token). A server that keeps up
+        gives them as the requests come (about ``rate``); one that falls behind, slower
+        (its queue grows, however few requests hide it). inf: no span to tell."""
+        records = self.result.engine.records
+        arrived = max(r.arrival_s for r in records) - min(r.arrival_s for r in records)
+        served = (max(r.first_token_s for r in records)
+                  - min(r.first_token_s for r in records))
+        return self.rate * arrived / served if arrived > 0 and served > 0 else math.inf
+
 
 @dataclass(frozen=True)
 class MaxRate:
@@ -149,12 +162,12 @@ class MaxRate:
     """The highest rate meeting the SLOs (0.0: not even the lowest probe); None: not
     determined: the SLOs hold even when every request arrives at once."""
     probes: tuple[Probe, ...]
-    throughput: float
-    """The most requests per second any probe completed: no rate above it is
-    sustained, whatever a run too short to queue up says."""
+    served: float
+    """The fastest pace any probe served its requests at (:attr:`Probe.served_rate`;
+    inf: none showed one): no rate above it is sustained, whatever a run too short for
+    its queue to break the SLOs says."""
     capped: bool
-    """``rate`` is ``throughput``: probes above it met the SLOs, but no run completed
-    requests that fast (its requests ran out before the queue broke the SLOs)."""
+    """``rate`` is ``served``: probes above it met the SLOs while falling behind."""
 
 
 def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]],
@@ -166,8 +179,8 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
 
     A run of a few requests cannot show every rate: doubling stops at a probe whose
     requests all arrive before the first token (a burst, whatever the rate; the rate is
-    not determined if it meets the SLOs), and the rate found is capped at the highest
-    request throughput a probe measured."""
+    not determined if it meets the SLOs), and the rate found is capped at the fastest
+    pace a probe served its requests at (:attr:`Probe.served_rate`)."""
     if slo.ttft_ms is None and slo.tpot_ms is None:
         raise ModelConfigError("--find-max-rate needs an SLO: --slo-ttft MS and/or "
                                "--slo-tpot MS")
@@ -206,11 +219,11 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
 
 
 def _max_rate(lo: float, hi: float, probes: list[Probe]) -> MaxRate:
-    throughput = max(p.result.summary.throughput_requests_per_s for p in probes)
+    served = max(p.served_rate for p in probes)
     if lo and not hi and probes[-1].burst:
-        return MaxRate(None, tuple(probes), throughput, capped=False)
-    capped = lo > throughput
-    return MaxRate(throughput if capped else lo, tuple(probes), throughput, capped)
+        return MaxRate(None, tuple(probes), served, capped=False)
+    capped = lo > served
+    return MaxRate(served if capped else lo, tuple(probes), served, capped)
 
 
 __all__ = ["MaxRate", "Probe", "ServeOptions", "Server", "TrafficResult",

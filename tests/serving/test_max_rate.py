@@ -1,7 +1,8 @@
 """``archsim serve --find-max-rate`` reports only a rate its runs can show: doubling stops
 at a burst (every request in before the first token), where a rate that still meets the
-SLOs is not determined, and a rate found is capped at the highest throughput a probe
-measured. Iteration times are injected (10 ms each), so every probe is derived by hand."""
+SLOs is not determined, and a rate found is capped at the fastest pace a probe served
+(first tokens as fast as arrivals, or slower). Iteration times are injected (10 ms each),
+so every probe is derived by hand."""
 
 from __future__ import annotations
 
@@ -43,17 +44,20 @@ def test_a_burst_that_meets_the_slos_leaves_the_rate_undetermined() -> None:
     assert all(p.met for p in found.probes) and found.probes[-1].burst
     assert not any(p.burst for p in found.probes[:-1])
     assert found.rate is None
-    assert found.throughput == pytest.approx(2 / 0.020)  # both done 20 ms after the first
+    # first tokens 1/rate apart up to rate 64; at 128 the second waits: 10 ms apart
+    assert [p.served_rate for p in found.probes] == pytest.approx(
+        [2.0 ** k for k in range(7)] + [100.0])
 
 
 def test_a_rate_above_the_measured_throughput_is_capped() -> None:
-    # Four requests served back to back from rate 100 on (finish 10, 20, 30, 40 ms):
-    # throughput 4 / 40 ms = 100/s, and TTFT_k = 10(k+1) - 1000k/rate ms, whose p90
-    # (np.percentile: v2 + 0.7 (v3 - v2)) is 37 - 2700/rate: within 30 ms up to rate
-    # 385.7. Doubling: 256 met, 512 not; bisection: 384 met, 448, 416, 400, 392, 388 not.
+    # Four requests served back to back from rate 100 on (first tokens at 10, 20, 30,
+    # 40 ms: 30 ms for arrivals 3/rate apart, a pace of 100/s), and TTFT_k = 10(k+1) -
+    # 1000k/rate ms, whose p90 (np.percentile: v2 + 0.7 (v3 - v2)) is 37 - 2700/rate:
+    # within 30 ms up to rate 385.7. Doubling: 256 met, 512 not; bisection: 384 met,
+    # 448, 416, 400, 392, 388 not.
     found = find_max_rate(one_at_a_time(), evenly(4), Slo(ttft_ms=30.0))
     assert [p.rate for p in found.probes] == [2.0 ** k for k in range(10)] + [
         384.0, 448.0, 416.0, 400.0, 392.0, 388.0]
     assert [p.rate for p in found.probes if p.met][-1] == 384.0
-    assert found.throughput == pytest.approx(100.0)
-    assert found.capped and found.rate == found.throughput  # not 384: never sustained
+    assert found.served == pytest.approx(100.0)  # below 100: as fast as they arrive
+    assert found.capped and found.rate == found.served  # not 384: its queue grew
