@@ -98,6 +98,16 @@ class ProgramTooLargeError(CapacityError):
     """A compile would emit more commands than the cap (``ARCHSIM_MAX_COMMANDS``)."""
 
 
+class NoChipLinksError(ArchsimError):
+    """A run over several chips (tensor or pipeline parallel) on a hardware description
+    without chip-to-chip links (no ``interconnect:`` section)."""
+
+
+class ModelFileError(ArchsimError):
+    """A model file cannot be loaded: it is not valid Python, or its own code raised while
+    defining the model and its inputs (names the file, the line and the exception)."""
+
+
 class ExportError(ArchsimError):
     """``torch.export`` cannot trace a model into one graph: its forward pass branches on
     a tensor's values (names the line), or torch refused it otherwise (names torch's

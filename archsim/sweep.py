@@ -121,6 +121,15 @@ def expand_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return expanded
 
 
+def check_axes(base: NpuConfig, grid: Mapping[str, Sequence[Any]]) -> None:
+    """Refuse, before any point runs, what would make every point invalid: an axis path
+    that names no field (the ConfigError ``--set`` gives) or a malformed DVFS point.
+    Values a field refuses stay errors of their points (the other points still run)."""
+    for value in grid.get(DVFS_AXIS, ()):
+        expand_overrides({DVFS_AXIS: value})
+    base.check_override_paths(path for path in grid if path != DVFS_AXIS)
+
+
 def point_label(overrides: Mapping[str, Any]) -> str:
     short = [path.rpartition(".")[2] for path in overrides]
     names = [s if short.count(s) == 1 else path for s, path in zip(short, overrides)]
@@ -298,6 +307,7 @@ def sweep(model: str | Program | Workload, config: str | Path | NpuConfig,
     base = config if isinstance(config, NpuConfig) else load_config(str(config))
     if overrides:
         base = base.with_overrides(dict(overrides))
+    check_axes(base, grid)
     if isinstance(model, Workload):
         workload = model
     elif isinstance(model, str):

@@ -95,9 +95,10 @@ def capacity(requests: int) -> None:
     for model, config, tp in CAPACITY:
         start = time.perf_counter()
         server = Server.build(model, load_config(config), Parallelism(tp=tp))
-        rate, probes = find_max_rate(
+        found = find_max_rate(
             server, lambda r: synthetic(r, requests, "sharegpt", "sharegpt", 0), SLO)
-        print(f"| {model} | {config} | {tp} | {rate:.2f} | {len(probes)} | "
+        rate = "not determined" if found.rate is None else f"{found.rate:.2f}"
+        print(f"| {model} | {config} | {tp} | {rate} | {len(found.probes)} | "
               f"{time.perf_counter() - start:.0f} |", flush=True)
 
 

@@ -25,6 +25,7 @@ from reports.critical_path import critical_path, engine_times
 from reports.energy import EnergySummary
 from reports.data import CommandRecord, Description, Region, ReportData, ResultLike, report_data
 from reports.extended import ExtendedSpan
+from reports.json_check import check_document
 from reports.ops import op_rows
 
 FORMAT = "archsim.report"
@@ -107,12 +108,15 @@ def _trace_columns(commands: tuple[CommandRecord, ...]) -> dict[str, list[Any]]:
 def from_json(document: Mapping[str, Any]) -> ReportData:
     """The :class:`ReportData` saved by :func:`to_json` (text reports, figures and the
     Perfetto trace all work from it)."""
+    if not isinstance(document, Mapping):
+        raise ValueError(f"expected a JSON object, got {type(document).__name__}")
     if document.get("format") != FORMAT:
         raise ValueError(f"not an archsim report: format is {document.get('format')!r}, "
                          f"expected {FORMAT!r}")
     if document.get("version") != VERSION:
         raise ValueError(f"archsim report version {document.get('version')!r} is not "
                          f"supported (this archsim reads version {VERSION})")
+    check_document(document, _RUN_FIELDS, _TRACE_FIELDS)  # names a field of a wrong type
     try:
         run = document["run"]
         trace = document["trace"]

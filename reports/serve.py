@@ -5,6 +5,7 @@ the iterations."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -135,8 +136,28 @@ def _pct(probe: Any, key: str) -> float:
     return float(np.percentile(values, pct)) * 1e3
 
 
+def max_rate_line(search: Any, percentile: float) -> str:
+    """What a capacity search (:class:`serving.traffic.MaxRate`) found, on one line: a
+    rate only where its runs could show one, never above the pace a run kept up with."""
+    last = search.probes[-1].result.summary
+    if search.rate is None:
+        return (f"max rate not determined: all {last.requests} requests meet the SLOs at "
+                f"p{percentile:g} even arriving at once (probed up to "
+                f"{search.probes[-1].rate:.3f} requests/s, {last.throughput_requests_per_s:.3f} "
+                f"requests/s served); more --requests would show where a queue breaks them")
+    if not search.rate:
+        return "no probed rate meets the SLOs"
+    line = f"max rate meeting the SLOs at p{percentile:g}: {search.rate:.3f} requests/s"
+    if search.capped:
+        met = max(p.rate for p in search.probes if p.met)
+        line += (f": capped at the fastest pace a probe served (up to {met:.3f} requests/s "
+                 f"met the SLOs over {last.requests} requests while their queue grew; more "
+                 f"--requests would show it breaking them)")
+    return line
+
+
 def serve_json(result: Any, probes: list | None = None,
-               max_rate: float | None = None) -> dict[str, Any]:
+               max_rate: float | None = None, search: Any = None) -> dict[str, Any]:
     s, opt = result.summary, result.options
     data: dict[str, Any] = {
         "model": result.spec.name, "config": result.config.name,
@@ -165,6 +186,10 @@ def serve_json(result: Any, probes: list | None = None,
                            "running", "waiting", "kv_blocks", "tokens_out")}
     if probes is not None:
         data["max_rate"] = max_rate
+    if search is not None:
+        data["max_rate_capped"] = search.capped
+        data["max_rate_served"] = None if math.isinf(search.served) else search.served
+        data["max_rate_text"] = max_rate_line(search, result.slo.percentile)
         data["probes"] = [{"rate": p.rate, "met": p.met,
                            "ttft_ms": _pct(p, "ttft"), "tpot_ms": _pct(p, "tpot")}
                           for p in probes]
@@ -172,9 +197,9 @@ def serve_json(result: Any, probes: list | None = None,
 
 
 def write_serve_json(result: Any, path: str | os.PathLike[str], probes: list | None = None,
-                     max_rate: float | None = None) -> None:
+                     max_rate: float | None = None, search: Any = None) -> None:
     with open(path, "w") as f:
-        json.dump(serve_json(result, probes, max_rate), f, indent=1)
+        json.dump(serve_json(result, probes, max_rate, search), f, indent=1)
 
 
 def serve_trace(result: Any) -> dict[str, Any]:
@@ -207,5 +232,5 @@ def write_serve_trace(result: Any, path: str | os.PathLike[str]) -> None:
         json.dump(serve_trace(result), f)
 
 
-__all__ = ["cheapest_json", "cheapest_table", "serve_json", "serve_table", "serve_trace", "write_serve_json",
-           "write_serve_trace"]
+__all__ = ["cheapest_json", "cheapest_table", "max_rate_line", "serve_json", "serve_table",
+           "serve_trace", "write_serve_json", "write_serve_trace"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from archsim.errors import ModelConfigError
 from serving.engine import EngineResult
 
 PERCENTILES = (50, 90, 99)
@@ -21,6 +22,16 @@ class Slo:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     percentile: float = 90.0
+
+    def __post_init__(self) -> None:
+        """A target no latency can meet (0 or less, NaN) is refused, as ``--rate 0`` is;
+        the flags are named, these being what ``archsim serve`` takes."""
+        for flag, value in (("--slo-ttft", self.ttft_ms), ("--slo-tpot", self.tpot_ms)):
+            if value is not None and not value > 0:
+                raise ModelConfigError(f"{flag} must be > 0 milliseconds, got {value}")
+        if not 0 < self.percentile <= 100:
+            raise ModelConfigError(f"--slo-percentile must be in (0, 100], got "
+                                   f"{self.percentile}")
 
     def met_by(self, ttft_s: float, tpot_s: float) -> bool:
         return ((self.ttft_ms is None or ttft_s * 1e3 <= self.ttft_ms)

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
-from archsim.errors import DeviceMemoryError, ModelConfigError
+from archsim.errors import DeviceMemoryError, ModelConfigError, NoChipLinksError
 from serving.spec import ModelSpec
 
 DTYPE_BYTES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2}
@@ -63,21 +63,29 @@ def weight_format(weights: str, group_size: int | None = None,
                                f"{', '.join(WEIGHT_BYTES)} (int4-gN, int8-a8)")
     if name not in WEIGHT_BYTES:
         raise ModelConfigError(f"--weights {name!r} is not one of {', '.join(WEIGHT_BYTES)}")
-    if group_size is not None and name != "int4":
-        raise ModelConfigError(f"--group-size is for --weights int4 (int4 scales per "
-                               f"group); {name} weights have a scale per output channel")
+    check_weight_options(name, group_size, activations)
     group = DEFAULT_GROUP_SIZE if group_size is None else group_size
     if name == "int4" and group not in INT4_GROUP_SIZES:
         raise ModelConfigError(f"--group-size {group_size} is not one of "
                                f"{', '.join(map(str, INT4_GROUP_SIZES))}")
+    return WeightFormat(name, group if name == "int4" else 0,
+                        "int8" if activations == "int8" else "")
+
+
+def check_weight_options(name: str, group_size: int | None, activations: str | None) -> None:
+    """``--group-size`` and ``--activations`` against ``--weights name`` ("": none given):
+    a ModelConfigError naming the one weight format each applies to, as ``--help``
+    says."""
+    got = f"--weights {name}" if name else "no --weights"
+    if group_size is not None and name != "int4":
+        raise ModelConfigError(f"--group-size applies to --weights int4 (a scale and zero "
+                               f"point per group of inputs), got {got}")
     if activations and activations not in ACTIVATIONS:
         raise ModelConfigError(f"--activations {activations!r} is not one of "
                                f"{', '.join(ACTIVATIONS)}")
     if activations and ACTIVATIONS[activations] != name:
-        raise ModelConfigError(f"--activations {activations} needs --weights "
-                               f"{ACTIVATIONS[activations]}, got --weights {name}")
-    return WeightFormat(name, group if name == "int4" else 0,
-                        "int8" if activations == "int8" else "")
+        raise ModelConfigError(f"--activations {activations} applies to --weights "
+                               f"{ACTIVATIONS[activations]}, got {got}")
 KV_BYTES: dict[str, int] = {**DTYPE_BYTES, "int8": 1, "fp8": 1}
 """Bytes per cached K/V element of each ``--kv-dtype``; int8 and fp8 (e4m3) add one
 scale per token and key/value head, in the activations' dtype
@@ -300,6 +308,17 @@ def memory_per_chip(spec: ModelSpec, request: Request, par: Parallelism,
     return worst
 
 
+def check_links(config: NpuConfig, par: Parallelism) -> None:
+    """Several chips need the links between them: refused before anything is timed."""
+    if par.chips == 1 or config.interconnect is not None:
+        return
+    raise NoChipLinksError(
+        f"{config.name} has no chip-to-chip links (no interconnect: section), so it cannot "
+        f"run on {par.chips} chips (--tp {par.tp} --pp {par.pp}): add an interconnect: "
+        f"section (kind, topology, links_per_chip, link_bandwidth_gb_per_s, "
+        f"latency_cycles) as the shipped presets have, or run on one chip")
+
+
 def check_memory(spec: ModelSpec, request: Request, par: Parallelism, shard: Shard,
                  config: NpuConfig) -> Memory:
     """Memory per chip, or a DeviceMemoryError saying by how much it is over and which
@@ -341,4 +360,5 @@ def gib(nbytes: float) -> str:
 
 __all__ = ["ACTIVATIONS", "DEFAULT_GROUP_SIZE", "DTYPE_BYTES", "INT4_GROUP_SIZES", "KV_BYTES",
            "Memory", "Parallelism", "Request", "Shard", "WEIGHT_BYTES", "WeightFormat",
-           "check", "check_memory", "gib", "memory_per_chip", "suggest_split", "weight_format"]
+           "check", "check_links", "check_memory", "check_weight_options", "gib",
+           "memory_per_chip", "suggest_split", "weight_format"]

@@ -11,7 +11,8 @@ from archsim.cluster import Compute
 from archsim.config.model import NpuConfig
 from serving.breakdown import CATEGORIES, step_breakdown, step_counts
 from serving.compose import Composer, Pipeline
-from serving.plan import Memory, Parallelism, Request, check, check_memory
+from serving.plan import (Memory, Parallelism, Request, check, check_links,
+                          check_memory)
 from serving.roofline import Roofline, peak_flops, roofline
 from serving.spec import ModelSpec, load_model
 
@@ -190,6 +191,7 @@ def serve(model: str | Path | ModelSpec, config: NpuConfig, request: Request,
     par = par or Parallelism()
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     shard = check(spec, request, par)
+    check_links(config, par)
     memory = check_memory(spec, request, par, shard, config)
     timer = Timer(spec, shard, request, request.batch // par.micro_batches, config)
     composer = Composer(spec, request, par, config, timer, algorithm)

@@ -207,7 +207,36 @@ def read_model_config(name_or_path: str | Path) -> tuple[dict[str, Any], str]:
     if not isinstance(data, dict):
         raise ModelConfigError(f"{path}: expected a JSON object (a transformers config), "
                                f"got {type(data).__name__}")
+    check_sizes(data, name)
     return data, name
+
+
+SIZE_KEYS = ("hidden_size", "n_embd", "num_hidden_layers", "n_layer", "num_attention_heads",
+             "n_head", "num_key_value_heads", "num_kv_heads", "head_dim", "intermediate_size",
+             "ffn_hidden_size", "ffn_dim", "n_inner", "vocab_size", "max_position_embeddings",
+             "n_positions")
+"""The size fields of the families' configs (transformers' and GPT-2's names); null
+means "not set" (GPT-2's ``n_inner``), anything else must be a count."""
+
+
+def check_sizes(data: dict[str, Any], name: str) -> None:
+    """Refuse sizes no model has, in one ModelConfigError naming each field: the same
+    check for ``archsim llm``/``serve`` and ``archsim run`` (where torch or transformers
+    would fail inside model building, or a zero would silently become a default)."""
+    problems = [f"{key} is {data[key]!r}: expected an integer >= 1" for key in SIZE_KEYS
+                if data.get(key) is not None and not _is_count(data[key])]
+    hidden = next((key for key in ("hidden_size", "n_embd") if data.get(key)), None)
+    heads = next((key for key in ("num_attention_heads", "n_head") if data.get(key)), None)
+    if (not problems and hidden and heads and data.get("head_dim") is None
+            and data[hidden] % data[heads]):
+        problems.append(f"{hidden} {data[hidden]} is not a multiple of {heads} "
+                        f"{data[heads]}")
+    if problems:
+        raise ModelConfigError(f"{name}: {'; '.join(problems)}")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def spec_from_config(data: dict[str, Any], name: str) -> ModelSpec:
@@ -217,5 +246,5 @@ def spec_from_config(data: dict[str, Any], name: str) -> ModelSpec:
     return read_config(data, name)
 
 
-__all__ = ["ACTIVATIONS", "ModelSpec", "NORMS", "PARALLEL", "bundled_models", "load_model",
-           "read_model_config", "spec_from_config"]
+__all__ = ["ACTIVATIONS", "ModelSpec", "NORMS", "PARALLEL", "SIZE_KEYS", "bundled_models",
+           "check_sizes", "load_model", "read_model_config", "spec_from_config"]

@@ -9,6 +9,7 @@ of :func:`find_max_rate` simulate each shape once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from serving.engine import EngineResult, IterationTime, run_engine
 from serving.iteration import IterationTimer
 from serving.kv_cache import CacheBudget, cache_budget
 from serving.metrics import Slo, Summary, summarize
-from serving.plan import Parallelism, Request, check
+from serving.plan import Parallelism, Request, check, check_links
 from serving.scheduler import SCHEDULERS, Limits
 from serving.spec import ModelSpec, load_model
 from serving.workload import Arrival
@@ -95,6 +96,7 @@ class Server:
         spec = model if isinstance(model, ModelSpec) else load_model(model)
         request = Request(1, 1, 0, options.dtype, options.kv_dtype, options.weights)
         shard = check(spec, request, par)
+        check_links(config, par)
         budget = cache_budget(spec, par, shard, config, options.dtype, options.kv_dtype,
                               options.block_size, options.max_num_batched_tokens,
                               options.gpu_memory_utilization, options.kv_blocks,
@@ -132,14 +134,53 @@ class Probe:
     def met(self) -> bool:
         return bool(self.result.summary.slo_attained)
 
+    @property
+    def burst(self) -> bool:
+        """Every request arrived before the first token of any: the run is the same as
+        all of them arriving at once, and a higher rate shows nothing new."""
+        records = self.result.engine.records
+        return max(r.arrival_s for r in records) <= min(r.first_token_s for r in records)
+
+    @property
+    def served_rate(self) -> float:
+        """The pace the run gave first tokens at, in the units of ``rate``: ``rate`` x
+        (first to last arrival) / (first to last first token). A server that keeps up
+        gives them as the requests come (about ``rate``); one that falls behind, slower
+        (its queue grows, however few requests hide it). inf: no span to tell."""
+        records = self.result.engine.records
+        arrived = max(r.arrival_s for r in records) - min(r.arrival_s for r in records)
+        served = (max(r.first_token_s for r in records)
+                  - min(r.first_token_s for r in records))
+        return self.rate * arrived / served if arrived > 0 and served > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class MaxRate:
+    """What a capacity search found, and what its runs could show."""
+
+    rate: float | None
+    """The highest rate meeting the SLOs (0.0: not even the lowest probe); None: not
+    determined: the SLOs hold even when every request arrives at once."""
+    probes: tuple[Probe, ...]
+    served: float
+    """The fastest pace any probe served its requests at (:attr:`Probe.served_rate`;
+    inf: none showed one): no rate above it is sustained, whatever a run too short for
+    its queue to break the SLOs says."""
+    capped: bool
+    """``rate`` is ``served``: probes above it met the SLOs while falling behind."""
+
 
 def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]],
                   slo: Slo, start: float = 1.0, tolerance: float = 0.02,
-                  max_probes: int = 24) -> tuple[float, list[Probe]]:
+                  max_probes: int = 24) -> MaxRate:
     """The highest request rate whose run meets ``slo`` at its percentile, by doubling
     (or halving) from ``start`` until the SLO's outcome flips, then bisection to within
     ``tolerance`` (relative); each probe a full simulation of ``workload(rate)``.
-    Returns (the rate, 0.0 when even the lowest probe fails; every probe)."""
+
+    A run of a few requests cannot show every rate: doubling stops at a probe whose
+    requests all arrive before the first token (a burst, whatever the rate; the rate is
+    not determined if it meets the SLOs), and the rate found is capped at the fastest
+    pace a probe served its requests at (:attr:`Probe.served_rate`)."""
     if slo.ttft_ms is None and slo.tpot_ms is None:
         raise ModelConfigError("--find-max-rate needs an SLO: --slo-ttft MS and/or "
                                "--slo-tpot MS")
@@ -154,7 +195,7 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
     rate = start
     if probe(rate):
         lo = rate
-        while len(probes) < max_probes:
+        while len(probes) < max_probes and not probes[-1].burst:
             rate *= 2
             if not probe(rate):
                 hi = rate
@@ -174,7 +215,16 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
             lo = mid
         else:
             hi = mid
-    return lo, probes
+    return _max_rate(lo, hi, probes)
 
 
-__all__ = ["Probe", "ServeOptions", "Server", "TrafficResult", "find_max_rate"]
+def _max_rate(lo: float, hi: float, probes: list[Probe]) -> MaxRate:
+    served = max(p.served_rate for p in probes)
+    if lo and not hi and probes[-1].burst:
+        return MaxRate(None, tuple(probes), served, capped=False)
+    capped = lo > served
+    return MaxRate(served if capped else lo, tuple(probes), served, capped)
+
+
+__all__ = ["MaxRate", "Probe", "ServeOptions", "Server", "TrafficResult",
+           "find_max_rate"]

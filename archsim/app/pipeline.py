@@ -64,6 +64,7 @@ def run(workload: Workload, config: str | Path | NpuConfig = "atom", *, mode: st
 
     if mode not in MODES:
         raise ArchsimError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+    _check_options(options)
     npu = config if isinstance(config, NpuConfig) else load_config(str(config))
     settings = Settings(mode, all_layers, options, progress)
     # Python's cyclic collector stays out of export, compile and simulate: they make
@@ -71,6 +72,16 @@ def run(workload: Workload, config: str | Path | NpuConfig = "atom", *, mode: st
     # 190 collections, 1.2 s); nested pauses are fine.
     with paused():
         return _RUNNERS[workload.kind](workload, npu, settings)
+
+
+def _check_options(options: Any) -> None:
+    """``options`` is None or a CompileOptions, refused by type here rather than as an
+    AttributeError deep inside the compiler."""
+    from compiler.options import CompileOptions
+
+    if options is not None and not isinstance(options, CompileOptions):
+        raise TypeError(f"options must be a compiler.CompileOptions (or None), got "
+                        f"{type(options).__name__} {options!r}")
 
 
 # ---------------------------------------------------------------- per kind
@@ -155,12 +166,12 @@ def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> Sim
 
     from serving.spec import read_model_config
 
+    data, name = read_model_config(workload.name)  # its sizes checked, transformers or not
     try:
         import transformers
     except ImportError:
         raise ArchsimError("a transformers config needs transformers: pip install -e "
                            "'.[hf]' (archsim's hf extra) or pip install transformers") from None
-    data, name = read_model_config(workload.name)
     if "model_type" not in data:
         hint = (f"; it is an archsim result: re-render it with 'archsim report "
                 f"{workload.name}'" if data.get("format") == "archsim.report" else "")
@@ -171,9 +182,11 @@ def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> Sim
         fields["num_hidden_layers"] = workload.layers
     try:
         model_config = transformers.AutoConfig.for_model(data.get("model_type", ""), **fields)
-    except (ValueError, KeyError) as exc:
-        # its first line, without the list of every model type transformers knows
-        reason = str(exc).splitlines()[0].split(" Should contain one of")[0]
+    except (ValueError, KeyError, *_config_validation_errors()) as exc:
+        # its first line, without the list of every model type transformers knows (a
+        # validator's error: the validator's cause, e.g. the hidden size and heads)
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        reason = str(cause).splitlines()[0].split(" Should contain one of")[0]
         raise ArchsimError(f"{workload.name}: transformers cannot read this config "
                            f"({reason})") from None
     if s.mode == "functional":
@@ -191,6 +204,16 @@ def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> Sim
                     f"no KV cache)")
     return _run_torch(f"{name} b{batch} s{seq} {dtype_name}", model.eval(), (ids,),
                       {"use_cache": False}, None, config, s, label_weights=False)
+
+
+def _config_validation_errors() -> tuple[type[Exception], ...]:
+    """What transformers' strict config classes raise when a validator refuses a config
+    (huggingface_hub's, not a ValueError; absent before huggingface_hub 1.0)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:
+        return ()
+    return (StrictDataclassError,)
 
 
 _RUNNERS: dict[Kind, Callable[[Workload, NpuConfig, Settings], SimResult]] = {

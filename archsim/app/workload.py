@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import enum
 import runpy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from archsim.app.catalog import BUILTINS, SIZES, check_sizes, examples, family_of
-from archsim.errors import ArchsimError
+from archsim.errors import ArchsimError, ModelFileError
 
 if TYPE_CHECKING:
     from compiler.ir.ops import Program
@@ -74,14 +74,11 @@ class Workload:
                 layers: int | None = None, dtype: str | None = None) -> Workload:
         """A built-in model (:data:`~archsim.app.catalog.BUILTINS`) or a sized workload
         (``gemm_512x512x512``); sizes that the model does not take are refused."""
-        _check_dtype(dtype, integer=True)
         given = {"batch": batch, "seq": seq, "layers": layers}
         entry = BUILTINS.get(name)
+        _check_dtype(dtype, repr(name), integer=True)  # unknown: i8 listed (built-in gemm)
         if dtype in INTEGER_DTYPES and (entry is None or not entry.int8_op):
-            takes = [n for n, e in BUILTINS.items() if e.int8_op]
-            raise ArchsimError(f"--dtype {dtype} runs integer matmuls: built-in "
-                               f"{', '.join(takes)} only, not {name!r} (a model's dtype "
-                               f"is one of {', '.join(DTYPES)})")
+            raise _not_integer(dtype, repr(name))
         if entry is not None:
             _refuse(name, [s for s in SIZES if given[s] is not None and s not in entry.takes],
                     f"it takes {_flags(entry.takes)}")
@@ -100,7 +97,7 @@ class Workload:
              dtype: str | None = None) -> Workload:
         """A ``.py`` file defining ``model`` and ``example_inputs``; ``dtype`` converts
         the model's floating-point weights and inputs."""
-        _check_dtype(dtype)
+        _check_dtype(dtype, "a model file")
         if not Path(path).is_file():
             raise ArchsimError(f"no such model file: {path}")
         return cls(Kind.FILE, str(path), kwargs=MappingProxyType(dict(kwargs or {})),
@@ -120,7 +117,7 @@ class Workload:
                   name: str = "", dtype: str | None = None) -> Workload:
         """``module(*inputs, **kwargs)``: inputs a tensor or a tuple of them (any device,
         ``meta`` for shapes only)."""
-        _check_dtype(dtype)
+        _check_dtype(dtype, "a module")
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         return cls(Kind.MODULE, name, module=module, inputs=inputs,
                    kwargs=MappingProxyType(dict(kwargs or {})), dtype=dtype)
@@ -134,7 +131,7 @@ class Workload:
         ``layers`` replaces the config's layer count."""
         from serving.spec import read_model_config
 
-        _check_dtype(dtype)
+        _check_dtype(dtype, "a transformers config")
         read_model_config(name_or_path)  # refused now if it cannot be read
         return cls(Kind.TRANSFORMERS, str(name_or_path), batch=batch, seq=seq,
                    layers=layers, dtype=dtype)
@@ -220,30 +217,67 @@ def _refuse(model: str, options: list[str], why: str) -> None:
         raise ArchsimError(f"{_flags(options)} cannot apply to {model!r}: {why}")
 
 
-def _check_dtype(dtype: str | None, integer: bool = False) -> None:
+def _check_dtype(dtype: str | None, what: str, integer: bool = False) -> None:
+    """``dtype`` for the workload ``what`` names; ``integer``: the integer dtypes are
+    among its choices (built-in models: ``--help`` lists i8 with the float dtypes)."""
+    if dtype in INTEGER_DTYPES and not integer:
+        raise _not_integer(dtype, what)
     known = DTYPES + INTEGER_DTYPES if integer else DTYPES
     if dtype is not None and dtype not in known:
         raise ArchsimError(f"unknown dtype {dtype!r}: expected one of {', '.join(known)}")
+
+
+def _not_integer(dtype: str, what: str) -> ArchsimError:
+    takes = [n for n, e in BUILTINS.items() if e.int8_op]
+    return ArchsimError(f"--dtype {dtype} runs integer matmuls: built-in "
+                        f"{', '.join(takes)} only, not {what} (a model's dtype is one of "
+                        f"{', '.join(DTYPES)})")
 
 
 def _from_python_file(path: Path) -> tuple[Any, tuple[Any, ...]]:
     try:
         compile(path.read_bytes(), str(path), "exec")
     except SyntaxError as exc:  # also a file that is not UTF-8
-        raise ArchsimError(f"{path}:{exc.lineno}: not valid Python: {exc.msg}") from None
-    # An exception raised by the file's own code keeps its traceback: it points into the
-    # user's model, where the bug is.
-    namespace = runpy.run_path(str(path))
+        raise ModelFileError(f"{path}:{exc.lineno}: not valid Python: {exc.msg}") from None
+    namespace = _call_file_code(path, "while loading the model file", runpy.run_path,
+                                str(path))
     model = namespace.get("model")
     inputs = namespace.get("example_inputs")
     if model is None and callable(namespace.get("get_model")):
-        model = namespace["get_model"]()
+        model = _call_file_code(path, "by get_model()", namespace["get_model"])
     if inputs is None and callable(namespace.get("get_inputs")):
-        inputs = namespace["get_inputs"]()
+        inputs = _call_file_code(path, "by get_inputs()", namespace["get_inputs"])
     if model is None or inputs is None:
         raise ArchsimError(f"{path}: define 'model' (an nn.Module) and 'example_inputs' (a "
                            f"tuple of tensors), or functions get_model() and get_inputs()")
     return model, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+
+def _call_file_code(path: Path, what: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, code of the model file at ``path``: what it raises becomes one
+    line naming the file's line and the exception, as a syntax error does (an
+    ArchsimError it raises, e.g. from archsim's own API, passes as it is)."""
+    try:
+        return call(*args)
+    except ArchsimError:
+        raise
+    except (Exception, SystemExit) as exc:  # SystemExit: sys.exit() while loading
+        line = _line_in(path, exc.__traceback__)
+        where = f"{path}:{line}" if line else str(path)
+        message = str(exc).strip().splitlines()
+        detail = f"{type(exc).__name__}: {message[0]}" if message else type(exc).__name__
+        raise ModelFileError(f"{where}: {detail} (raised {what})") from exc
+
+
+def _line_in(path: Path, tb: TracebackType | None) -> int | None:
+    """The line of the innermost frame of ``tb`` in the file ``path`` (None: none is)."""
+    line = None
+    target = str(path.resolve())
+    while tb is not None:
+        if str(Path(tb.tb_frame.f_code.co_filename).resolve()) == target:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 __all__ = ["DTYPES", "Kind", "Workload"]

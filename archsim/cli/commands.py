@@ -68,6 +68,8 @@ def simulate(args: argparse.Namespace, config: NpuConfig) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     config = resolve_config(args.config, args.overrides)
+    if args.out:
+        output_dir(args.out)  # refused now, not after the simulation
     result = simulate(args, config)
     import reports
 
@@ -112,18 +114,22 @@ def compare(args: argparse.Namespace) -> int:
     import reports
 
     workload_of(args)  # a bad MODEL or option is refused before any config runs
+    out = output_dir(args.out) if args.out else None  # and a bad --out
     results = []
     for name in args.config:
         with paused(exiting=args.exiting):  # as in `run`, config by config
             results.append(simulate(args, resolve_config(name, args.overrides)))
-    print(reports.compare_table(results, labels=args.config))
-    if args.out:
-        out = output_dir(args.out)
+    if args.quiet:  # the summary line of each config, as `run --quiet` prints one
+        print("\n".join(_one_line(result) for result in results))
+    else:
+        print(reports.compare_table(results, labels=args.config))
+    if out is not None:
         figure = reports.pareto_figure(results)
         figure.savefig(out / "pareto.png", dpi=110, bbox_inches="tight")
         for label, result in zip(args.config, results):
             reports.write_json(result, out / f"result-{Path(label).stem}.json")
-        print(f"\nwrote {out}/pareto.png and one result-<config>.json per config")
+        if not args.quiet:
+            print(f"\nwrote {out}/pareto.png and one result-<config>.json per config")
     return 0
 
 
@@ -132,15 +138,17 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def output_dir(path: str | Path) -> Path:
-    """``--out`` as a directory (created), or an ArchsimError saying why it cannot be."""
+def output_dir(path: str | Path, flag: str = "--out") -> Path:
+    """``flag``'s directory (created), or an ArchsimError saying why it cannot be; called
+    before simulating, so a long run is not lost to a path that cannot take its output."""
     out = Path(path)
     if out.exists() and not out.is_dir():
-        raise ArchsimError(f"--out {out}: is a file; give a directory (created if missing)")
+        raise ArchsimError(f"{flag} {out}: is a file; give a directory (created if missing)")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ArchsimError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
+        raise ArchsimError(f"{flag} {out}: cannot create the directory "
+                           f"({exc.strerror})") from None
     return out
 
 
@@ -304,13 +312,15 @@ def report(args: argparse.Namespace) -> int:
         data = reports.read_json(path)
     except (UnicodeDecodeError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
         raise ArchsimError(f"{path}: not an archsim result.json ({_first_line(exc)})") from None
-    print(reports.summary(data))
-    print()
-    print(reports.op_table(data, top=args.top))
-    print()
-    print(reports.critical_path_text(data, max_rows=12))
-    if args.out:
-        out = output_dir(args.out)
+    out = output_dir(args.out) if args.out else None
+    try:
+        text = [reports.summary(data), reports.op_table(data, top=args.top),
+                reports.critical_path_text(data, max_rows=12)]
+    except ValueError as exc:  # e.g. a trace whose timeline an edit broke
+        raise ArchsimError(f"{path}: not a consistent archsim result "
+                           f"({_first_line(exc)})") from None
+    print("\n\n".join(text))
+    if out is not None:
         reports.write_html(data, out / "report.html")
         reports.save_figures(data, out)
         print(f"\nwrote {out}/report.html and figures")

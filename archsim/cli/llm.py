@@ -59,13 +59,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def weight_format_text(args: argparse.Namespace) -> str:
     """The ``Request.weights`` string of ``--weights``, ``--group-size`` and
     ``--activations`` (a ModelConfigError for a combination that cannot run)."""
-    from archsim.errors import ModelConfigError
-    from serving.plan import weight_format
+    from serving.plan import check_weight_options, weight_format
 
     if not args.weights:
-        if args.group_size is not None or args.activations:
-            raise ModelConfigError(f"--{'activations' if args.activations else 'group-size'} "
-                                   f"needs quantized --weights (int8, int4 or fp8)")
+        check_weight_options("", args.group_size, args.activations)
         return ""
     return weight_format(args.weights, args.group_size, args.activations).text
 

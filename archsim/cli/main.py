@@ -92,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="model dtype: built-in models are built in it, a model file's "
                             "weights and inputs are converted to it (default: f32 for "
                             "functional runs, the matrix engine's native dtype for "
-                            "performance-only; a model file as it is); i8 (or int8): "
-                            "gemm as int8 x int8 -> int32, at the arrays' int8 rate")
+                            "performance-only; a model file as it is); i8 (or int8), "
+                            "built-in gemm only: int8 x int8 -> int32, at the arrays' "
+                            "int8 rate")
         p.add_argument("--perf-only", action="store_true",
                        help="performance-only: shapes only, no data (automatic for large "
                             "models)")
@@ -103,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "matmul (default: the first 3 layers or tile panels, the "
                             "others extended from them)")
         p.add_argument("--quiet", "-q", action="store_true",
-                       help="print only the summary line (for scripts)")
+                       help="print only the summary line (compare: one per config), no "
+                            "progress (for scripts)")
         p.add_argument("--kwarg", action="append", default=[], type=kwarg,
                        metavar="NAME=VALUE", dest="kwargs",
                        help="keyword argument for a model file's forward call, typed: "

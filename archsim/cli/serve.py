@@ -162,24 +162,25 @@ def _synthetic_defaults(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from archsim.cli.commands import resolve_config
+    from archsim.cli.commands import output_dir, resolve_config
     from archsim.cli.llm import parallelism, weight_format_text
     from archsim.errors import ModelConfigError
-    from reports.serve import serve_table, write_serve_json, write_serve_trace
+    from reports.serve import (max_rate_line, serve_table, write_serve_json,
+                               write_serve_trace)
     from serving.metrics import Slo
     from serving.traffic import ServeOptions, Server, find_max_rate
     from serving.workload import read_trace, synthetic
 
     _synthetic_defaults(args)
+    if args.figures:
+        output_dir(args.figures, "--figures")  # refused now, not after the simulation
     config = resolve_config(args.config, args.overrides)
     args.batch, args.micro_batches = 1, 1  # what parallelism() reads
     options = ServeOptions(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
                            args.kv_blocks, args.gpu_memory_utilization, args.scheduler,
                            args.dtype, args.kv_dtype or args.dtype, args.collectives,
                            weight_format_text(args))
-    slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_percentile)
-    if not 0 < slo.percentile <= 100:
-        raise ModelConfigError(f"--slo-percentile must be in (0, 100], got {slo.percentile}")
+    slo = Slo(args.slo_ttft, args.slo_tpot, args.slo_percentile)  # checks its targets
     server = Server.build(args.model, config, parallelism(args), options)
 
     def workload(rate: float) -> Any:
@@ -188,23 +189,23 @@ def run(args: argparse.Namespace) -> int:
 
     if args.cheapest:
         return _cheapest(args, options, slo, workload)
-    probes, max_rate = None, None
+    search, probes, max_rate = None, None, None
     if args.find_max_rate:
         if args.trace:
             raise ModelConfigError("--find-max-rate varies the synthetic --rate; it does "
                                    "not take --trace")
-        max_rate, probes = find_max_rate(server, workload, slo, start=args.rate)
-        met = [p for p in probes if p.rate == max_rate]
-        result = (met or probes)[-1].result
+        search = find_max_rate(server, workload, slo, start=args.rate)
+        probes, max_rate = list(search.probes), search.rate
+        met = [p for p in probes if p.met and p.rate <= (max_rate or 0.0)]
+        result = max(met, key=lambda p: p.rate).result if met else probes[-1].result
     else:
         arrivals = read_trace(args.trace) if args.trace else workload(args.rate)
         result = server.run(arrivals, slo)
     print(serve_table(result, probes))
-    if probes is not None:
-        print(f"\nmax rate meeting the SLOs at p{slo.percentile:g}: {max_rate:.3f} "
-              f"requests/s" if max_rate else "\nno probed rate meets the SLOs")
+    if search is not None:
+        print("\n" + max_rate_line(search, slo.percentile))
     if args.json:
-        write_serve_json(result, args.json, probes, max_rate)
+        write_serve_json(result, args.json, probes, max_rate, search)
         print(f"wrote {args.json}", file=sys.stderr)
     if args.perfetto:
         write_serve_trace(result, args.perfetto)

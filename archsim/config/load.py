@@ -9,6 +9,7 @@ dotted path and value.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import types
 import typing
 from dataclasses import fields, is_dataclass
@@ -60,18 +61,9 @@ def load_config(name_or_path: str | Path = DEFAULT_PRESET) -> NpuConfig:
         raise ConfigError([f"not valid YAML{where}: {what}"], source=source) from None
     if not isinstance(data, dict):
         raise ConfigError([f"top level must be a mapping, got {type(data).__name__}"], source)
-    if source.startswith("preset ") and "interconnect" not in data:
-        data["interconnect"] = preset_interconnect(str(name_or_path))
+    # Nothing is merged in: a preset's file is the whole chip, so a copy of it loaded by
+    # path is the same chip as the preset loaded by name.
     return config_from_dict(data, source=source)
-
-
-def preset_interconnect(name: str) -> dict[str, Any] | None:
-    """The chip-to-chip interconnect of a shipped preset (``interconnects.yaml``), for
-    presets whose file has no ``interconnect:`` section."""
-    text = resources.files("archsim.config").joinpath("interconnects.yaml").read_text()
-    table = yaml.safe_load(text)
-    entry = table.get(name)
-    return dict(entry) if entry else None
 
 
 def _read_source(name_or_path: str | Path) -> tuple[str, str]:
@@ -175,13 +167,11 @@ def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
             return None
         return value
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            else:
-                problems.append(f"{path}: expected an integer, got {value!r}")
-                return None
-        return _check_number(value, path, problems)
+        whole = _integer_or_none(value)
+        if whole is None:
+            problems.append(f"{path}: expected an integer, got {value!r}")
+            return None
+        return _check_number(whole, path, problems)
     if hint is float:
         if isinstance(value, str):  # YAML 1.1 reads "1.0e9" (no exponent sign) as a string
             value = _float_or_none(value) if value.strip() else None
@@ -193,6 +183,28 @@ def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
             return None
         return _check_number(float(value), path, problems)
     raise TypeError(f"config field {path} has unsupported type {hint!r}")
+
+
+def _integer_or_none(value: Any) -> int | None:
+    """An integer field's value: an int, or a number that is a whole one written as a
+    float or in exponent form (``1e9``, ``1.2e9``, ``2.0e+9``). YAML 1.1 reads ``1e9``
+    (no dot, no exponent sign) as a string, so --set, --grid and config files would
+    otherwise take ``clock_hz: 1.0e+9`` but not ``clock_hz: 1e9``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if not isinstance(value, str):
+        return None
+    try:  # exactly, as decimal digits: no float rounding of large values
+        number = decimal.Decimal(value.strip())
+    except decimal.InvalidOperation:
+        return None
+    if not number.is_finite() or number != number.to_integral_value():
+        return None
+    return int(number)
 
 
 def _float_or_none(text: str) -> float | None:

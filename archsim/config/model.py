@@ -7,6 +7,7 @@ bytes per cycle) are properties, so there is one source of truth per number.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from archsim.config.energy import EnergyConfig, PowerConfig
@@ -379,6 +380,21 @@ class NpuConfig:
 
             raise ConfigError(problems, source=f"overrides for {self.name!r}")
         return config_from_dict(data, source=f"{self.name} with overrides")
+
+    def check_override_paths(self, paths: Iterable[str]) -> None:
+        """Raise the ConfigError :meth:`with_overrides` would for paths that name no
+        field (or a block), whatever their values: a sweep refuses a misspelled axis
+        before it runs, as ``--set`` does."""
+        from archsim.config.load import config_to_dict
+
+        data = config_to_dict(self)
+        problems: list[str] = []
+        for path in paths:
+            _set_dotted(data, path, None, problems)
+        if problems:
+            from archsim.errors import ConfigError
+
+            raise ConfigError(problems, source=f"overrides for {self.name!r}")
 
 
 def _set_dotted(data: dict[str, Any], path: str, value: Any, problems: list[str]) -> None:

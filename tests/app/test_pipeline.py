@@ -42,6 +42,17 @@ class TestModes:
                                                r"functional, performance$"):
             run(Workload.builtin("gemm", seq=8), "tiny", mode="fast")
 
+    def test_options_of_another_type_are_refused_by_type(self) -> None:
+        # archsim.estimate(m, x, options=5) was an AttributeError ('int' object has no
+        # attribute 'attention_fusion') from inside the compiler
+        import archsim
+
+        with pytest.raises(TypeError, match=r"^options must be a compiler.CompileOptions "
+                                            r"\(or None\), got int 5$"):
+            archsim.estimate(_mlp(torch.float32), torch.randn(4, 64), "tiny", options=5)
+        with pytest.raises(TypeError, match=r"got dict \{'fusion': False\}$"):
+            run(Workload.builtin("gemm", seq=8), "tiny", options={"fusion": False})
+
     def test_functional_needs_data(self) -> None:
         workload = Workload.of_module(_mlp(torch.float32), torch.empty(4, 64, device="meta"))
         with pytest.raises(ArchsimError, match="^a functional run needs data: the inputs "

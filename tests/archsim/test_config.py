@@ -32,6 +32,41 @@ def test_each_preset_states_its_peak_numbers_correctly(name: str) -> None:
     assert config.dram_bandwidth_bytes_per_s / 1e9 == pytest.approx(float(stated.group(2)))
 
 
+@pytest.mark.parametrize("name", preset_names())
+def test_a_copied_preset_file_is_the_same_chip_as_the_preset(name: str, tmp_path) -> None:
+    """`cp presets/tpu-v4.yaml my.yaml; -c my.yaml` must be tpu-v4: nothing (links,
+    energy, area) is merged into a preset loaded by name that its file does not say."""
+    text = resources.files("archsim.config.presets").joinpath(f"{name}.yaml").read_text()
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(text)
+    assert load_config(copy) == load_config(name)
+    assert load_config(copy).interconnect is not None  # every shipped chip has links
+
+
+@pytest.mark.parametrize("text, hz", [("1e9", 1_000_000_000), ("2e9", 2_000_000_000),
+                                      ("1.2e9", 1_200_000_000), ("1.0e+9", 1_000_000_000),
+                                      ("940000000.0", 940_000_000), ("1.05E9", 1_050_000_000)])
+def test_an_integral_clock_in_exponent_form_is_an_integer(text: str, hz: int,
+                                                          tmp_path) -> None:
+    """YAML 1.1 reads 1e9 (no dot or exponent sign) as a string: --set clock_hz=1e9 and
+    a file's clock_hz: 1e9 were 'expected an integer, got '1e9'', while 1.0e+9 passed."""
+    import yaml
+
+    from_set = load_config("tiny").with_overrides({"clock_hz": yaml.safe_load(text)})
+    path = tmp_path / "chip.yaml"
+    path.write_text(resources.files("archsim.config.presets").joinpath("tiny.yaml")
+                    .read_text().replace("clock_hz: 1000000000", f"clock_hz: {text}", 1))
+    for config in (from_set, load_config(path)):
+        assert config.clock_hz == hz and type(config.clock_hz) is int
+
+
+@pytest.mark.parametrize("value", ["1e9.5", "1.5", 1.5, "nan", "inf", "1e9 Hz", True])
+def test_a_clock_that_is_no_whole_number_is_refused(value) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config("tiny").with_overrides({"clock_hz": value})
+    assert info.value.problems == (f"clock_hz: expected an integer, got {value!r}",)
+
+
 def test_public_figures_of_tpu_v3() -> None:
     config = load_config("tpu-v3")
     assert config.peak_flops == pytest.approx(2 * 2 * 128 * 128 * 940e6)

@@ -120,6 +120,28 @@ def test_a_model_file_that_is_not_utf8(tmp_path: Path, capsys) -> None:
                           f"'utf-8' codec can't decode byte 0xff")
 
 
+def test_a_model_file_that_raises_names_file_line_and_exception(tmp_path: Path,
+                                                                 capsys) -> None:
+    # was a 37-line traceback through runpy and archsim.app.workload
+    path = tmp_path / "model.py"
+    path.write_text("import torch\nraise ValueError('boom')\n")
+    err = _error(capsys, "run", str(path))
+    assert err.strip() == (f"archsim: error: {path}:2: ValueError: boom (raised while "
+                           f"loading the model file)")
+
+
+def test_get_inputs_that_raises_names_its_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "model.py"
+    path.write_text("import torch\n"
+                    "def get_model():\n"
+                    "    return torch.nn.Linear(4, 4)\n"
+                    "def get_inputs():\n"
+                    "    return (1 / 0,)\n")
+    err = _error(capsys, "run", str(path))
+    assert err.strip() == (f"archsim: error: {path}:5: ZeroDivisionError: division by zero "
+                           f"(raised by get_inputs())")
+
+
 def test_a_model_that_branches_on_its_data_is_one_line(tmp_path: Path, capsys) -> None:
     """Longformer's forward asks whether any token attends globally (``.item()`` in an
     ``if``): torch.export cannot trace that, and the error names the line."""
@@ -207,3 +229,120 @@ def test_a_transformers_model_without_transformers_says_which_extra(capsys, monk
     err = _error(capsys, "run", "llama-2-7b", "--layers", "1", "--seq", "8")
     assert err == ("archsim: error: a transformers config needs transformers: pip install "
                    "-e '.[hf]' (archsim's hf extra) or pip install transformers\n")
+
+
+_SMALL_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                "num_hidden_layers": 1, "intermediate_size": 128, "vocab_size": 100}
+
+
+@pytest.mark.parametrize("command", ["run", "llm"])
+@pytest.mark.parametrize("change, message", [
+    # run: torch's RuntimeError 'Trying to create tensor with negative dimension -64'
+    ({"hidden_size": -64}, "hidden_size is -64: expected an integer >= 1"),
+    # run: huggingface_hub's StrictDataclassClassValidationError; llm printed numbers
+    ({"num_attention_heads": 5}, "hidden_size 64 is not a multiple of num_attention_heads 5"),
+    # llm: 'config has no num_hidden_layers or n_layer'; run simulated no layers
+    ({"num_hidden_layers": 0}, "num_hidden_layers is 0: expected an integer >= 1"),
+    # both: silently 4 x hidden_size
+    ({"intermediate_size": 0}, "intermediate_size is 0: expected an integer >= 1"),
+    ({"vocab_size": 1.5, "n_head": True},
+     "n_head is True: expected an integer >= 1; vocab_size is 1.5: expected an integer >= 1"),
+])
+def test_a_transformers_config_with_impossible_sizes_is_one_line(
+        tmp_path: Path, capsys, command: str, change: dict, message: str) -> None:
+    import json
+
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps({**_SMALL_LLAMA, **change}))
+    err = _error(capsys, command, str(path))
+    assert err.strip() == f"archsim: error: cfg: {message}"
+
+
+def test_a_config_transformers_validates_is_one_line(tmp_path: Path, capsys) -> None:
+    # hidden 64 over 5 heads of an explicit head_dim: archsim's blocks take it, but
+    # transformers' Llama refuses it (was StrictDataclassClassValidationError's traceback)
+    import json
+
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps({**_SMALL_LLAMA, "num_attention_heads": 5, "head_dim": 16}))
+    err = _error(capsys, "run", str(path))
+    assert err.strip() == (f"archsim: error: {path}: transformers cannot read this config "
+                           f"(The hidden size (64) is not a multiple of the number of "
+                           f"attention heads (5).)")
+
+
+@pytest.mark.parametrize("argv, flag", [
+    # serve: FileExistsError from mkdir after the whole simulation
+    (["serve", "SMALL", "-c", "tiny", "--requests", "2", "--prompt-tokens", "8",
+      "--output-tokens", "2", "--figures"], "--figures"),
+    # run and compare: refused only after simulating
+    (["run", "gemm", "--seq", "16", "-c", "tiny", "--out"], "--out"),
+    (["compare", "gemm", "--seq", "16", "-c", "tiny", "-c", "edge", "--out"], "--out"),
+])
+def test_an_output_directory_that_is_a_file_is_refused_before_simulating(
+        tmp_path: Path, capsys, argv: list[str], flag: str) -> None:
+    import json
+
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps({**_SMALL_LLAMA, "max_position_embeddings": 256}))
+    path = tmp_path / "a_file"
+    path.write_text("x")
+    err = _error(capsys, *[str(small) if a == "SMALL" else a for a in argv], str(path))
+    # one line: no progress ('exporting with torch.export ...') before it
+    assert err == f"archsim: error: {flag} {path}: is a file; give a directory (created " \
+                  f"if missing)\n"
+
+
+@pytest.fixture(scope="module")
+def saved_result(tmp_path_factory) -> dict:
+    import json
+
+    path = tmp_path_factory.mktemp("result") / "result.json"
+    assert main(["run", "gemm", "--seq", "16", "-c", "tiny", "-q", "--json", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("where, value, message", [
+    # was: TypeError: unsupported operand type(s) for /: 'str' and 'int' (reports/data.py)
+    (("run", "total_cycles"), "x", "run.total_cycles is 'x': expected an integer"),
+    (("run", "clock_hz"), 0, "run.clock_hz is 0: expected > 0"),
+    (("run", "functional"), 1, "run.functional is 1: expected true or false"),
+    (("engines", "names"), "core0.vpu", "engines.names is 'core0.vpu': expected a list of "
+                                        "strings"),
+    (("sram", "peak_bytes"), {"sram0": "1k"}, "sram.peak_bytes is {'sram0': '1k'}: expected "
+                                              "an object of integers"),
+    (("trace", "deps"), [["0"]], "trace.deps[0] is ['0']: expected a list of integers"),
+    (("energy", "energy_j"), None, "energy.energy_j is None: expected a number"),
+    (("trace", "start"), None, "trace.start is None: expected a list"),
+])
+def test_a_malformed_result_is_one_line_naming_the_field(
+        tmp_path: Path, capsys, saved_result: dict, where: tuple[str, str], value,
+        message: str) -> None:
+    import copy
+    import json
+
+    data = copy.deepcopy(saved_result)
+    section, field = where
+    data[section][field] = value
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    err = _error(capsys, "report", str(path))
+    assert err == f"archsim: error: {path}: not an archsim result.json ({message})\n"
+
+
+def test_a_result_whose_timeline_was_edited_is_one_line(tmp_path: Path, capsys,
+                                                         saved_result: dict) -> None:
+    import copy
+    import json
+
+    data = copy.deepcopy(saved_result)
+    trace = data["trace"]
+    for i, op in enumerate(trace["op"]):  # each store starts a cycle after its matmul ends
+        if op == "store":
+            for dep in trace["deps"][i]:
+                trace["end"][trace["id"].index(dep)] -= 1
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    err = _error(capsys, "report", str(path))
+    assert err.startswith(f"archsim: error: {path}: not a consistent archsim result (command ")
+    assert len(err.splitlines()) == 1

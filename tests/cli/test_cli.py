@@ -181,10 +181,22 @@ class TestLargeGemm:
 
 class TestCompare:
     def test_side_by_side(self, capsys, program_file: Path) -> None:
-        code, out, _ = run_cli(capsys, "compare", str(program_file), "-q",
+        code, out, _ = run_cli(capsys, "compare", str(program_file),
                                "--config", "tiny", "--config", "atom")
         assert code == 0
-        assert "tiny" in out and "atom" in out
+        header = out.splitlines()[0].split()
+        assert header == ["tiny", "atom"] and "speedup vs tiny" in out
+
+    def test_quiet_prints_the_summary_line_of_each_config(self, capsys, tmp_path: Path,
+                                                          program_file: Path) -> None:
+        # --help: 'print only the summary line'; it printed the whole table
+        code, out, err = run_cli(capsys, "compare", str(program_file), "-q", "--config",
+                                 "tiny", "--config", "atom", "--out", str(tmp_path))
+        assert code == 0 and err == ""
+        tiny, atom = out.splitlines()
+        assert tiny.startswith("exp8 on tiny: 168 cycles, ")
+        assert atom.startswith("exp8 on atom: ")
+        assert (tmp_path / "pareto.png").is_file()
 
 
 class TestWorkloads:

@@ -68,7 +68,9 @@ def test_find_max_rate_prints_probes_and_the_rate(tmp_path, model, capsys) -> No
     assert "capacity search" in text and "max rate meeting the SLOs at p90" in text
     data = json.loads(out.read_text())
     met = [p["rate"] for p in data["probes"] if p["met"]]
-    assert data["max_rate"] == max(met)
+    served = data["max_rate_served"]
+    assert data["max_rate"] == (max(met) if served is None else min(max(met), served))
+    assert data["max_rate_capped"] == (data["max_rate"] < max(met))
     assert all(p["ttft_ms"] <= 0.5 for p in data["probes"] if p["met"])
 
 
@@ -76,6 +78,12 @@ def test_find_max_rate_prints_probes_and_the_rate(tmp_path, model, capsys) -> No
     (["--prompt-tokens", "zipf:1"], "length 'zipf:1' is not one of"),
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1]"),
     (["--find-max-rate"], "--find-max-rate needs an SLO"),
+    # were taken: no request met a negative target, 0 ms met by none either
+    (["--slo-ttft", "-5"], "--slo-ttft must be > 0 milliseconds, got -5.0"),
+    (["--slo-tpot", "0"], "--slo-tpot must be > 0 milliseconds, got 0.0"),
+    (["--slo-ttft", "nan"], "--slo-ttft must be > 0 milliseconds, got nan"),
+    (["--slo-percentile", "0"], "--slo-percentile must be in (0, 100], got 0.0"),
+    (["--rate", "0"], "--rate must be > 0 requests per second, got 0.0"),
     (["--prompt-tokens", "250", "--output-tokens", "10"],
      "request 0: 250 + 10 tokens exceed small's 256 positions"),
 ])
@@ -96,3 +104,42 @@ def test_synthetic_options_with_a_trace_are_refused(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.strip() == (f"archsim: error: --rate shapes synthetic arrivals; --trace "
                            f"{trace} gives the requests (use one or the other)")
+
+
+@pytest.mark.parametrize("command", [["llm", "--prefill", "8", "--decode", "2"],
+                                     ["serve", "--requests", "2"]])
+@pytest.mark.parametrize("split", [["--tp", "2"], ["--pp", "2"]])
+def test_several_chips_of_a_config_without_links_is_one_line(tmp_path, model, capsys,
+                                                              command, split) -> None:
+    # was: AttributeError 'NoneType' object has no attribute 'latency_cycles' (compose.py)
+    import yaml
+
+    from archsim.config import config_to_dict, load_config
+
+    data = config_to_dict(load_config("tiny"))
+    del data["interconnect"]
+    solo = tmp_path / "solo.yaml"
+    solo.write_text(yaml.safe_dump(data))
+    code = main([command[0], model, "--config", str(solo), *command[1:], *split])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("archsim: error: tiny has no chip-to-chip links (no interconnect: "
+                          "section), so it cannot run on 2 chips")
+    assert "add an interconnect: section" in err and len(err.strip().splitlines()) == 1
+
+
+def test_find_max_rate_of_a_burst_says_the_rate_is_not_determined(tmp_path, model,
+                                                                  capsys) -> None:
+    # 2 requests meeting a generous SLO even arriving together: the search printed a
+    # rate of 2**23 requests/s (doubling to its 24th probe) over a 2-request throughput.
+    out = tmp_path / "r.json"
+    code = main(["serve", model, "--config", "tiny", "--requests", "2", "--prompt-tokens",
+                 "8", "--output-tokens", "2", "--slo-ttft", "1000", "--find-max-rate",
+                 "--json", str(out)])
+    assert code == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("max rate not determined: all 2 requests meet the SLOs at p90 "
+                           "even arriving at once (probed up to ")
+    data = json.loads(out.read_text())
+    assert data["max_rate"] is None and data["max_rate_text"] == last
+    assert len(data["probes"]) < 24

@@ -140,10 +140,35 @@ class TestSweepProgram:
         assert points[0].report.total_cycles == 168
         assert points[1].report is None
 
-    def test_unknown_field_is_an_invalid_point(self, exp8: Program) -> None:
-        (point,) = sweep(exp8, "tiny", {"dram.chanels": [2]}, backend="serial")
-        assert point.status == "invalid config"
-        assert point.error.startswith("dram.chanels: no field 'chanels' under dram (fields: ")
+    def test_unknown_field_is_refused_before_any_point_runs(self, exp8: Program) -> None:
+        # was an 'invalid config' row per point: no point can be valid
+        from archsim.errors import ConfigError
+
+        seen: list[SweepPoint] = []
+        with pytest.raises(ConfigError) as info:
+            sweep(exp8, "tiny", {CHANNELS: [1, 2], "dram.chanels": [2]}, backend="serial",
+                  on_point=lambda p, done, total: seen.append(p))
+        assert info.value.source == "overrides for 'tiny'" and not seen
+        (problem,) = info.value.problems
+        assert problem.startswith("dram.chanels: no field 'chanels' under dram (fields: ")
+
+    def test_clocks_in_exponent_form_are_integers(self, exp8: Program) -> None:
+        # --grid clock_hz=1e9,2e9 reads each value as YAML: strings, which were an
+        # 'invalid config' row each ('expected an integer, got '1e9'')
+        from archsim.cli.sweep import grid_axis
+
+        path, values = grid_axis("clock_hz=1e9,2e9,1.2e9")
+        points = sweep(exp8, "tiny", {path: values}, backend="serial")
+        assert [p.status for p in points] == ["ok", "ok", "ok"]
+        assert points[0].report.total_cycles == sweep(exp8, "tiny", {path: [10 ** 9]},
+                                                      backend="serial")[0].report.total_cycles
+
+    def test_malformed_dvfs_point_is_refused_before_any_point_runs(self,
+                                                                   exp8: Program) -> None:
+        from archsim.errors import ConfigError
+
+        with pytest.raises(ConfigError, match=r"dvfs: '1e9' is not CLOCK_HZ:VOLTAGE_V"):
+            sweep(exp8, "tiny", {"dvfs": ["1e9:0.8", "1e9"]}, backend="serial")
 
     def test_argument_errors(self, exp8: Program) -> None:
         with pytest.raises(ArchsimError, match=r"^unknown sweep backend 'threads'; choose one "
@@ -318,6 +343,20 @@ class TestSweepReports:
 # ---------------------------------------------------------------- the command on a model
 
 class TestSweepCommand:
+    @pytest.mark.parametrize("flags, problem", [
+        (("--grid", "core.matrix.rowz=1,2"), "core.matrix.rowz: no field 'rowz' under "
+                                             "core.matrix (fields: "),
+        (("--grid", "core.matrix.rows=4,8", "--dvfs", "1e9"),
+         "dvfs: '1e9' is not CLOCK_HZ:VOLTAGE_V (e.g. 1.2e9:0.85)"),
+    ])
+    def test_a_misspelled_axis_is_the_error_set_gives(self, capsys, flags, problem) -> None:
+        code, out, err = run_cli(capsys, *GEMM, *flags, "--workers", "1")
+        assert code == 1 and out == ""  # no table of invalid points
+        assert err.splitlines()[1].startswith(f"  - {problem}")
+        if "rowz" in problem:  # word for word what --set says
+            assert main(["run", "gemm", "-c", "tiny", "--set", "core.matrix.rowz=1"]) == 1
+            assert capsys.readouterr().err == err
+
     def test_table_matches_archsim_run(self, capsys, tmp_path: Path) -> None:
         code, out, err = run_cli(capsys, *GEMM, "--grid", "core.matrix.rows=4,8,abc",
                                  "--grid", f"{CHANNELS}=2", "--set", "core.dma.engines=2",

@@ -129,19 +129,26 @@ def test_memory_counts_half_a_byte_a_weight_and_a_scale_and_zero_a_group() -> No
 
 @pytest.mark.parametrize("argv,message", [
     (["--weights", "int8", "--group-size", "64"],
-     "--group-size is for --weights int4 (int4 scales per group); int8 weights have a "
-     "scale per output channel"),
+     "--group-size applies to --weights int4 (a scale and zero point per group of inputs), "
+     "got --weights int8"),
     (["--weights", "int4", "--group-size", "48"],
      "--group-size 48 is not one of 32, 64, 128, 256"),
     (["--weights", "int4", "--group-size", "0"],
      "--group-size 0 is not one of 32, 64, 128, 256"),
-    (["--group-size", "64"], "--group-size needs quantized --weights (int8, int4 or fp8)"),
+    # said 'needs quantized --weights (int8, int4 or fp8)', though int8 and fp8 refuse it
+    (["--group-size", "64"], "--group-size applies to --weights int4 (a scale and zero point "
+                             "per group of inputs), got no --weights"),
     (["--weights", "int4", "--group-size", "256", "--tp", "4"],
      "llama-2-7b: --group-size 256 does not divide the intermediate size 2752 (the input "
      "features of a matmul per chip)"),
     (["--weights", "int4", "--activations", "int8"],
-     "--activations int8 needs --weights int8, got --weights int4"),
-    (["--activations", "int8"], "--activations needs quantized --weights (int8, int4 or fp8)"),
+     "--activations int8 applies to --weights int8, got --weights int4"),
+    # said 'needs quantized --weights (int8, int4 or fp8)', though int4 refuses it
+    (["--activations", "int8"], "--activations int8 applies to --weights int8, got no "
+                                "--weights"),
+    (["--activations", "fp8"], "--activations fp8 applies to --weights fp8, got no --weights"),
+    (["--weights", "int8", "--activations", "fp8"],
+     "--activations fp8 applies to --weights fp8, got --weights int8"),
 ])
 def test_impossible_weight_options_are_refused_in_one_line(argv, message, capsys) -> None:
     assert main(["llm", "llama-2-7b", *argv]) != 0

@@ -106,10 +106,21 @@ def test_the_cli_takes_int8_spelled_out(capsys) -> None:
         capsys.readouterr().err
 
 
-def test_int8_is_refused_where_no_integer_workload_exists() -> None:
+def test_int8_is_refused_where_no_integer_workload_exists(tmp_path) -> None:
     with pytest.raises(ArchsimError, match=r"--dtype i8 runs integer matmuls: built-in gemm "
                                            r"only, not 'gpt2'"):
         Workload.parse("gpt2", dtype="i8")
+    # a model file said "unknown dtype 'i8': expected one of f32, f16, bf16", though
+    # --help lists i8
+    model = tmp_path / "mlp.py"
+    model.write_text("import torch\nmodel = torch.nn.Linear(4, 4)\n"
+                     "example_inputs = (torch.ones(2, 4),)\n")
+    with pytest.raises(ArchsimError, match=r"^--dtype i8 runs integer matmuls: built-in "
+                                           r"gemm only, not a model file \(a model's dtype "
+                                           r"is one of f32, f16, bf16\)$"):
+        Workload.parse(str(model), dtype="i8")
+    with pytest.raises(ArchsimError, match=r"not a transformers config \("):
+        Workload.parse("llama-2-7b", dtype="i8")
 
 
 def test_an_int8_run_reads_in_int8_tops_and_survives_json(tmp_path) -> None:

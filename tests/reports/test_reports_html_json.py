@@ -88,7 +88,7 @@ def test_json_files(tmp_path, chain_result):
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.update(format="other"), "not an archsim report: format is 'other'"),
     (lambda d: d.update(version=99), "archsim report version 99 is not supported"),
-    (lambda d: d["run"].pop("clock_hz"), "archsim report is missing field 'clock_hz'"),
+    (lambda d: d["run"].pop("clock_hz"), "run.clock_hz: missing"),
     (lambda d: d["trace"]["start"].pop(), "trace columns have different lengths"),
 ])
 def test_from_json_rejects_bad_documents(chain_result, change, message):

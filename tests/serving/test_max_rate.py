@@ -1,0 +1,63 @@
+"""``archsim serve --find-max-rate`` reports only a rate its runs can show: doubling stops
+at a burst (every request in before the first token), where a rate that still meets the
+SLOs is not determined, and a rate found is capped at the fastest pace a probe served
+(first tokens as fast as arrivals, or slower). Iteration times are injected (10 ms each),
+so every probe is derived by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from archsim.config import load_config
+from serving.metrics import Slo
+from serving.spec import spec_from_config
+from serving.traffic import ServeOptions, Server, find_max_rate
+from serving.workload import Arrival
+
+SMALL = spec_from_config({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                          "num_attention_heads": 4, "num_key_value_heads": 2,
+                          "intermediate_size": 128, "vocab_size": 100,
+                          "max_position_embeddings": 256}, "small")
+
+
+def ten_ms(prefill: int, seqs: int, context: float, chunks: tuple = ()) -> float:
+    return 0.010
+
+
+def one_at_a_time() -> Server:
+    """One sequence an iteration, 10 ms each: 100 one-token requests/s at most."""
+    return Server.build(SMALL, load_config("tiny"), options=ServeOptions(max_num_seqs=1),
+                        timing=ten_ms)
+
+
+def evenly(requests: int):
+    """Request k arrives at k / rate: a 4-token prompt, one token out (its first)."""
+    return lambda rate: [Arrival(k, k / rate, 4, 1) for k in range(requests)]
+
+
+def test_a_burst_that_meets_the_slos_leaves_the_rate_undetermined() -> None:
+    # Two requests; the first one's token comes at 10 ms. From 1/rate <= 10 ms (rate 128
+    # of 1, 2, 4, ...) both are in before it: every higher rate is that same burst,
+    # TTFT 10 and 20 ms, within 100 ms. Was: doubling on to 2**23 requests/s.
+    found = find_max_rate(one_at_a_time(), evenly(2), Slo(ttft_ms=100.0))
+    assert [p.rate for p in found.probes] == [2.0 ** k for k in range(8)]
+    assert all(p.met for p in found.probes) and found.probes[-1].burst
+    assert not any(p.burst for p in found.probes[:-1])
+    assert found.rate is None
+    # first tokens 1/rate apart up to rate 64; at 128 the second waits: 10 ms apart
+    assert [p.served_rate for p in found.probes] == pytest.approx(
+        [2.0 ** k for k in range(7)] + [100.0])
+
+
+def test_a_rate_above_the_measured_throughput_is_capped() -> None:
+    # Four requests served back to back from rate 100 on (first tokens at 10, 20, 30,
+    # 40 ms: 30 ms for arrivals 3/rate apart, a pace of 100/s), and TTFT_k = 10(k+1) -
+    # 1000k/rate ms, whose p90 (np.percentile: v2 + 0.7 (v3 - v2)) is 37 - 2700/rate:
+    # within 30 ms up to rate 385.7. Doubling: 256 met, 512 not; bisection: 384 met,
+    # 448, 416, 400, 392, 388 not.
+    found = find_max_rate(one_at_a_time(), evenly(4), Slo(ttft_ms=30.0))
+    assert [p.rate for p in found.probes] == [2.0 ** k for k in range(10)] + [
+        384.0, 448.0, 416.0, 400.0, 392.0, 388.0]
+    assert [p.rate for p in found.probes if p.met][-1] == 384.0
+    assert found.served == pytest.approx(100.0)  # below 100: as fast as they arrive
+    assert found.capped and found.rate == found.served  # not 384: its queue grew
