@@ -70,11 +70,12 @@ def _conv2d(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride: Any
     oh = _out_size(h, kh, sh, dh, 2 * ph)
     ow = _out_size(wd, kw, sw, dw, 2 * pw)
     narrow = _weight_only(x, w) if groups == 1 else None
-    weights = narrow[0] if narrow is not None else b.cast(w, x.dtype)
+    weights, scale = narrow if narrow is not None else (b.cast(w, x.dtype), None)
+    # scaled after the sums, these stay in the accumulator's f32: unscaled, an f16
+    # result would overflow where torch's (scaled weights) does not
     out = b.add(g.Conv2d((sh, sw), (dh, dw), groups, (ph, pw)), (x, weights),
-                (n, o, oh, ow), x.dtype, "conv")
-    if narrow is not None and narrow[1] is not None:  # a scale per output channel
-        scale = narrow[1]
+                (n, o, oh, ow), x.dtype if scale is None else DType.f32, "conv")
+    if scale is not None:  # a scale per output channel, or one for all
         scale = b.view(scale, (o, 1, 1)) if math.prod(scale.shape) == o else scale
         out = b.cast(b.binary(BinaryKind.mul, out, scale), x.dtype)
     if bias is not None:
@@ -88,11 +89,12 @@ def _weight_only(x: Value, w: Value) -> tuple[Value, Value | None] | None:
     ``w`` is ``w_int8.to(x.dtype)`` or that times a scale of ``[O, 1, 1, 1]`` (or one
     for all): the kernels read the weights at one byte each and the arrays widen them
     on the way in, exactly (every int8 is a bf16), on every preset (with
-    ``core.matrix.dequant: vector`` too: a convolution's weights stay resident over
-    every pixel, so the vector unit's one cast a weight block would not show); the
-    scale then multiplies the
-    result, as the weight-only matmuls do (torch rounds the scaled weights to
-    ``x``'s dtype first: the results agree to that dtype's rounding)."""
+    ``core.matrix.dequant: vector`` too: where a convolution's weights stay resident
+    the vector unit's one cast a weight block would hardly show; on a scratchpad too
+    small to keep them it would, and is not counted); the scale then multiplies the
+    f32 sums, rounded once to ``x``'s dtype, as the weight-only matmuls do (torch
+    rounds the scaled weights to ``x``'s dtype first: the results agree to that
+    rounding)."""
     if not weight_only(x.dtype, DType.i8) or w.dtype is not x.dtype:
         return None
     node, scale = w.producer, None
