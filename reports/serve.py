@@ -143,8 +143,9 @@ def max_rate_line(search: Any, percentile: float) -> str:
     if search.rate is None:
         return (f"max rate not determined: all {last.requests} requests meet the SLOs at "
                 f"p{percentile:g} even arriving at once (probed up to "
-                f"{search.probes[-1].rate:.3f} requests/s, {last.throughput_requests_per_s:.3f} "
-                f"requests/s served); more --requests would show where a queue breaks them")
+                f"{search.probes[-1].rate:.3f} requests/s, a throughput of "
+                f"{last.throughput_requests_per_s:.3f} requests/s); more --requests would "
+                f"show where a queue breaks them")
     if not search.rate:
         return "no probed rate meets the SLOs"
     line = f"max rate meeting the SLOs at p{percentile:g}: {search.rate:.3f} requests/s"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from archsim.config.model import NpuConfig
@@ -136,8 +136,9 @@ class Probe:
 
     @property
     def burst(self) -> bool:
-        """Every request arrived before the first token of any: the run is the same as
-        all of them arriving at once, and a higher rate shows nothing new."""
+        """Every request arrived before the first token of any: a higher rate only
+        moves the arrivals closer to all at once (which :func:`find_max_rate` then
+        probes itself: the gaps may still have shortened the first tokens' waits)."""
         records = self.result.engine.records
         return max(r.arrival_s for r in records) <= min(r.first_token_s for r in records)
 
@@ -164,8 +165,10 @@ class MaxRate:
     probes: tuple[Probe, ...]
     served: float
     """The fastest pace any probe served its requests at (:attr:`Probe.served_rate`;
-    inf: none showed one): no rate above it is sustained, whatever a run too short for
-    its queue to break the SLOs says."""
+    inf: none showed one): a rate above it falls behind, whatever a run too short for
+    its queue to break the SLOs says. Measured on first tokens, which come at iteration
+    boundaries: with few requests it can read up to an iteration over the first-token
+    span below a rate the server keeps up with."""
     capped: bool
     """``rate`` is ``served``: probes above it met the SLOs while falling behind."""
 
@@ -177,10 +180,11 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
     (or halving) from ``start`` until the SLO's outcome flips, then bisection to within
     ``tolerance`` (relative); each probe a full simulation of ``workload(rate)``.
 
-    A run of a few requests cannot show every rate: doubling stops at a probe whose
-    requests all arrive before the first token (a burst, whatever the rate; the rate is
-    not determined if it meets the SLOs), and the rate found is capped at the fastest
-    pace a probe served its requests at (:attr:`Probe.served_rate`)."""
+    A run of a few requests cannot show every rate: when a probe whose requests all
+    arrive before the first token (a burst) meets the SLOs, the same requests all
+    arriving at once are probed; the rate is not determined if they meet the SLOs
+    too, else doubling goes on. The rate found is capped at the fastest pace a probe
+    served its requests at (:attr:`Probe.served_rate`)."""
     if slo.ttft_ms is None and slo.tpot_ms is None:
         raise ModelConfigError("--find-max-rate needs an SLO: --slo-ttft MS and/or "
                                "--slo-tpot MS")
@@ -193,9 +197,14 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
 
     lo, hi = 0.0, 0.0
     rate = start
+    at_once: bool | None = None  # whether the requests all at once meet the SLOs
     if probe(rate):
         lo = rate
-        while len(probes) < max_probes and not probes[-1].burst:
+        while len(probes) < max_probes:
+            if probes[-1].burst and at_once is None:
+                at_once = server.run(_all_at_once(workload(rate)), slo).summary.slo_attained
+                if at_once:
+                    break
             rate *= 2
             if not probe(rate):
                 hi = rate
@@ -215,12 +224,18 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
             lo = mid
         else:
             hi = mid
-    return _max_rate(lo, hi, probes)
+    return _max_rate(lo, hi, probes, bool(at_once))
 
 
-def _max_rate(lo: float, hi: float, probes: list[Probe]) -> MaxRate:
+def _all_at_once(arrivals: Sequence[Arrival]) -> list[Arrival]:
+    """The same requests, every one arriving with the first."""
+    first = min(a.arrival_s for a in arrivals)
+    return [replace(a, arrival_s=first) for a in arrivals]
+
+
+def _max_rate(lo: float, hi: float, probes: list[Probe], at_once: bool) -> MaxRate:
     served = max(p.served_rate for p in probes)
-    if lo and not hi and probes[-1].burst:
+    if lo and not hi and at_once:
         return MaxRate(None, tuple(probes), served, capped=False)
     capped = lo > served
     return MaxRate(served if capped else lo, tuple(probes), served, capped)

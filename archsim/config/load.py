@@ -202,9 +202,15 @@ def _integer_or_none(value: Any) -> int | None:
         number = decimal.Decimal(value.strip())
     except decimal.InvalidOperation:
         return None
-    if not number.is_finite() or number != number.to_integral_value():
-        return None
+    if not number.is_finite() or number.adjusted() > _MAX_DIGITS or \
+            number != number.to_integral_value():
+        return None  # (1e5000 would be 5,001 digits; 1e2000000 takes minutes to build)
     return int(number)
+
+
+_MAX_DIGITS = 30
+"""An integer field's value in exponent form has at most this many digits before the
+point (no field takes one nearly that large; its bounds then name the range)."""
 
 
 def _float_or_none(text: str) -> float | None:

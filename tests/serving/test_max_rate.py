@@ -1,6 +1,7 @@
-"""``archsim serve --find-max-rate`` reports only a rate its runs can show: doubling stops
-at a burst (every request in before the first token), where a rate that still meets the
-SLOs is not determined, and a rate found is capped at the fastest pace a probe served
+"""``archsim serve --find-max-rate`` reports only a rate its runs can show: at a burst
+(every request in before the first token) that meets the SLOs, the same requests all at
+once are tried; if they meet the SLOs too the rate is not determined, else doubling goes
+on; and a rate found is capped at the fastest pace a probe served
 (first tokens as fast as arrivals, or slower). Iteration times are injected (10 ms each),
 so every probe is derived by hand."""
 
@@ -47,6 +48,20 @@ def test_a_burst_that_meets_the_slos_leaves_the_rate_undetermined() -> None:
     # first tokens 1/rate apart up to rate 64; at 128 the second waits: 10 ms apart
     assert [p.served_rate for p in found.probes] == pytest.approx(
         [2.0 ** k for k in range(7)] + [100.0])
+
+
+def test_a_burst_whose_requests_at_once_break_the_slos_goes_on_doubling() -> None:
+    # The same two requests with a 15 ms TTFT: at rate 128 (a burst: the second in at
+    # 7.8 ms, before the first token) TTFTs are 10 and 20 - 1000/128 = 12.19 ms, p90
+    # 11.97: met; all at once they are 10 and 20, p90 19: not, so the rate is
+    # determined (a reviewer's case: it was reported as not determined). Doubling on:
+    # p90 = 10 + 0.9 (10 - 1000/r) <= 15 up to r = 225; 256 breaks it, bisection to 2%
+    # finds ~225, and the served pace (one request every 10 ms: 100/s) caps it.
+    found = find_max_rate(one_at_a_time(), evenly(2), Slo(ttft_ms=15.0))
+    assert [p.rate for p in found.probes][:9] == [2.0 ** k for k in range(9)]
+    assert found.probes[7].burst and found.probes[7].met and not found.probes[8].met
+    assert 220.0 <= max(p.rate for p in found.probes if p.met) <= 225.0
+    assert found.rate == pytest.approx(100.0) and found.capped
 
 
 def test_a_rate_above_the_measured_throughput_is_capped() -> None:
