@@ -6,24 +6,15 @@ the second batch on ("placeholder arg2_1: needs a tensor in meta['val'], got Sym
 
 from __future__ import annotations
 
-import warnings
-
-import pytest
 import torch
 from torch import nn
 from torch.testing import assert_close
 
 import compiler
 import torch_bridge  # noqa: F401 - registers the backend
-from torch_bridge import compile_backend, runtime
+from torch_bridge import runtime
 
-
-@pytest.fixture(autouse=True)
-def _fresh() -> None:
-    torch._dynamo.reset()
-    with runtime.use_config("atom"), warnings.catch_warnings():
-        warnings.simplefilter("error", compile_backend.GraphFallbackWarning)
-        yield
+from compile_fixtures import fresh_on_atom  # noqa: F401 - autouse
 
 
 def _compiled(line: runtime.Timeline) -> list[runtime.Event]:

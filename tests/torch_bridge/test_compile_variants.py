@@ -5,9 +5,6 @@ and each preset's run has that preset's cycles."""
 
 from __future__ import annotations
 
-import warnings
-
-import pytest
 import torch
 from torch import nn
 
@@ -15,13 +12,7 @@ import compiler
 import torch_bridge  # noqa: F401 - registers the backend
 from torch_bridge import compile_backend, runtime
 
-
-@pytest.fixture(autouse=True)
-def _fresh() -> None:
-    torch._dynamo.reset()
-    with runtime.use_config("atom"), warnings.catch_warnings():
-        warnings.simplefilter("error", compile_backend.GraphFallbackWarning)
-        yield
+from compile_fixtures import fresh_on_atom  # noqa: F401 - autouse
 
 
 def _counting(monkeypatch) -> list[tuple[str, tuple[int, ...]]]:
