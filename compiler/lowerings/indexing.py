@@ -89,7 +89,8 @@ def index_rows(b: GraphBuilder, x: Value, given: list[tuple[int, Value]]) -> Val
     cols = 1
     for n in rest:
         cols *= n
-    table = dense(b, x if len(x.shape) == 2 else b.view(x, (rows, cols)))
+    # [rows, cols]: a 2-D tensor indexed on both dims is [numel, 1], not itself
+    table = dense(b, x if x.shape == (rows, cols) else b.view(x, (rows, cols)))
     picked = gather_rows(b, table, flat)
     return b.view(picked, flat.shape + rest)
 
