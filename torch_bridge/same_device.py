@@ -3,9 +3,11 @@
 An op on npu tensors reads its operands from device memory. A CPU tensor among them
 would be read where it lies, free of any host-to-device copy, so a program mixing the
 devices would time work that real hardware cannot do. Torch refuses such calls for CUDA
-("Expected all tensors to be on the same device") and so does the npu, with the same
-exceptions: CPU scalars (0-dim tensors, which TensorIterator takes as numbers), copies
-between the devices, and CPU index tensors in advanced indexing.
+("Expected all tensors to be on the same device") and so does the npu, with CUDA's
+common exceptions: CPU scalars (0-dim tensors, which TensorIterator takes as numbers),
+copies between the devices, and CPU index tensors in advanced indexing. Not exactly
+CUDA's per-op rules (which Python cannot read): a 0-dim CPU tensor passes every op here,
+where CUDA refuses it in a few (``index_select``, ``embedding``).
 """
 
 from __future__ import annotations

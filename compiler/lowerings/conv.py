@@ -15,6 +15,7 @@ from compiler.ir.dtypes import DType
 from compiler.ir.ops import BinaryKind, weight_only
 from compiler.lowerings.conv_nd import add_bias, conv3d, conv_transposed
 from compiler.lowerings.indexing import stored
+from compiler.lowerings.matmul import widened_weights
 from compiler.lowerings.registry import lowering
 from compiler.views import unit_dims_only
 
@@ -95,25 +96,23 @@ def _weight_only(x: Value, w: Value) -> tuple[Value, Value | None] | None:
     f32 sums, rounded once to ``x``'s dtype, as the weight-only matmuls do (torch
     rounds the scaled weights to ``x``'s dtype first: the results agree to that
     rounding)."""
-    if not weight_only(x.dtype, DType.i8) or w.dtype is not x.dtype:
+    if not weight_only(x.dtype, DType.i8):
         return None
-    node, scale = w.producer, None
-    if node is not None and isinstance(node.spec, g.Binary) and \
-            node.spec.kind is BinaryKind.mul:
-        o = w.shape[0]
-        for widened, factor in (node.inputs, node.inputs[::-1]):
-            if isinstance(widened, Value) and isinstance(factor, Value) and \
-                    factor.dtype.is_float and widened.dtype is x.dtype and (
-                        math.prod(factor.shape) == 1 or
-                        factor.shape == (o, 1, 1, 1)):
-                node, scale = widened.producer, factor
-                break
-        else:
-            return None
-    if node is None or not isinstance(node.spec, g.Cast) or \
-            node.inputs[0].dtype is not DType.i8:
+    int8 = widened_weights(x, w)
+    if int8 is not None:
+        return int8, None
+    node = w.producer
+    if node is None or not isinstance(node.spec, g.Binary) or \
+            node.spec.kind is not BinaryKind.mul:
         return None
-    return node.inputs[0], scale
+    for widened, factor in (node.inputs, node.inputs[::-1]):
+        if isinstance(widened, Value) and isinstance(factor, Value) and \
+                factor.dtype.is_float and (math.prod(factor.shape) == 1 or
+                                           factor.shape == (w.shape[0], 1, 1, 1)):
+            int8 = widened_weights(x, widened)
+            if int8 is not None:
+                return int8, factor
+    return None
 
 
 def _conv1d(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride: list[int],

@@ -35,7 +35,7 @@ def _oriented(w: Value) -> tuple[Value, bool]:
     return (source, True) if source is not None else (w, False)
 
 
-def _widened_weights(x: Value, w: Value) -> Value | None:
+def widened_weights(x: Value, w: Value) -> Value | None:
     """If ``w`` is int8 weights cast to ``x``'s float dtype (torchao's weight-only
     layers exported: ``mm(x, w_int8.to(bf16))``, the scale applied after), the int8
     weights: the arrays widen them on the way in (exact), so they are read at one byte
@@ -86,7 +86,7 @@ def _mm(b: GraphBuilder, x: Value, w: Value, out_dtype: DType | None = None) -> 
     scaled = _scaled_weights(x, w) if out_dtype is None and len(x.shape) == 2 else None
     if scaled is not None:
         return _dequantizing(b, x, *scaled)
-    narrow = _widened_weights(x, w) if out_dtype is None else None
+    narrow = widened_weights(x, w) if out_dtype is None else None
     if narrow is not None:
         stored, trans_b = _oriented(narrow)
         return b.matmul(x, stored, trans_b=trans_b, weight_only=True)
