@@ -258,7 +258,7 @@ class _CountedRun(torch.fx.Interpreter):
     """Runs a graph node by node under torch's ``FlopCounterMode``. The counter declines
     higher-order ops it has no rule for (``with_effects``, which wraps the check of
     ``torch.linalg.inv``): it returns ``NotImplemented`` without running them, so such an
-    op runs again outside the counter, its FLOPs uncounted."""
+    op then runs once outside the counter, its FLOPs uncounted."""
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         result = super().call_function(target, args, kwargs)
