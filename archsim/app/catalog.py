@@ -227,7 +227,9 @@ def _bert_layer(size: str, seq: str | None) -> tuple[Any, tuple[Any, ...]]:
 
     from archsim.app.models import BertEncoderLayer
 
-    hidden, heads = {"base": (768, 12), "large": (1024, 16)}[size]
+    # xlarge: hidden 2048 and hidden / 64 heads, ALBERT's xlarge shape (arXiv:1909.11942),
+    # as PyTorchSim's public TPU v3 rows name it
+    hidden, heads = {"base": (768, 12), "large": (1024, 16), "xlarge": (2048, 32)}[size]
     return BertEncoderLayer(hidden, heads), (torch.randn(1, int(seq or 512), hidden),)
 
 
@@ -255,8 +257,9 @@ FAMILIES: tuple[Family, ...] = (
     Family(rf"attention_{_N}x{_N}x{_N}", "attention_16x512x64",
            "attention_HxSxD: softmax(q @ k^T / sqrt(D)) @ v as written, no mask",
            _attention_core),
-    Family(r"bert[_-]?(base|large)(?:_s(\d+))?", "bert_base",
-           "bert_base, bert_large (_sSEQ): one BERT encoder layer, ReLU FFN, seq 512",
+    Family(r"bert[_-]?(base|large|xlarge)(?:_s(\d+))?", "bert_base",
+           "bert_base, bert_large, bert_xlarge (_sSEQ): one BERT encoder layer, ReLU FFN, "
+           "seq 512",
            _bert_layer),
     Family(r"resnet[_-]?(18|34|50|101)(?:_b(\d+))?", "resnet18",
            "resnet18/34/50/101 (_bB): the whole network on 224x224 images", _sized_resnet),

@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "row, the signed error, the roofline bound and the mean absolute "
                     "error. Workload names: gemm_MxKxN, conv_BxHxWxCINxCOUTxKxSTRIDExPAD, "
                     "layernorm_NxD, softmax_NxM, attention_HxSxD, bert_base, bert_large, "
-                    "resnet18, resnet50. A file of LLM serving rows (columns model, "
+                    "bert_xlarge, resnet18, resnet50. A file of LLM serving rows (columns model, "
                     "config, chips, tp, pp, batch, prefill, decode, dtype, kv_dtype, "
                     "metric, measured; metric: ttft_ms, decode_step_ms or tokens_per_s) "
                     "runs each row as archsim llm does, on its config column (or "
@@ -40,8 +40,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                           "core.matrix.f32_precision=high (repeatable)")
     p.add_argument("--workload", "-w", action="append", default=[], metavar="NAME",
                    help="only this row of DATA.csv (repeatable)")
-    p.add_argument("--json", metavar="FILE", type=output_file, help="also write the rows and the mean "
-                                                   "absolute error as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", type=output_file,
+                   help="also write the rows and the mean absolute error as JSON to FILE")
     p.set_defaults(handler=run)
     return p
 

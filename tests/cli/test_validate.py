@@ -55,6 +55,15 @@ class TestWorkloads:
         assert x.shape == (1, 16, 768) and module(x).shape == (1, 16, 768)
         assert module.intermediate.out_features == 3072
 
+    @pytest.mark.parametrize(("name", "hidden", "heads"), [
+        ("bert_large_s8", 1024, 16), ("bert_xlarge_s8", 2048, 32)])
+    def test_larger_bert_layers(self, name: str, hidden: int, heads: int) -> None:
+        # PyTorchSim's public TPU v3 rows: hidden / 64 heads, a 4x ReLU FFN
+        module, (x,) = build_workload(name)
+        assert x.shape == (1, 8, hidden) and module(x).shape == (1, 8, hidden)
+        assert module.attention.heads == heads
+        assert module.intermediate.out_features == 4 * hidden
+
     def test_unknown_names_list_the_accepted_forms(self) -> None:
         with pytest.raises(WorkloadNameError, match=r"unknown workload 'gemm_1x2': expected "
                                                     r"one of the forms gemm_512x512x512, "):
