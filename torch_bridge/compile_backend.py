@@ -26,6 +26,7 @@ already: no host-link transfer is timed for them.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import warnings
 from collections import OrderedDict
@@ -353,9 +354,10 @@ def _attention_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(query.dtype)
     scores = (query * factor) @ (key.transpose(-2, -1) * factor)
-    if attn_mask is not None:
-        scores = scores + attn_mask
-    probs = torch.softmax(scores, dim=-1)
+    if attn_mask is None:
+        probs = torch.softmax(scores, dim=-1)
+    else:  # a row every key of which is masked gives zeros, as ATen's math path
+        probs = torch.ops.aten._safe_softmax.default(scores + attn_mask, -1)
     return probs @ value, probs
 
 
@@ -371,7 +373,7 @@ def _differentiable_attention(query: torch.Tensor, key: torch.Tensor, value: tor
     these ops, autograd differentiates them (the backward saves the probabilities) and
     both graphs run on the device. Dropout keeps torch's own path."""
     if dropout_p:
-        return torch.nn.functional.scaled_dot_product_attention(
+        return torch._C._nn.scaled_dot_product_attention(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
             enable_gqa=enable_gqa)
     return _attention_math(query, key, value, attn_mask, 0.0, is_causal, scale=scale,
@@ -382,19 +384,49 @@ _SDPA = (torch.nn.functional.scaled_dot_product_attention,
          torch._C._nn.scaled_dot_product_attention)
 
 
+def _with_math_attention(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` calling :func:`_differentiable_attention` where it calls SDPA by
+    ``torch.nn.functional``'s module-level name (as ``multi_head_attention_forward``
+    does), while autograd traces it: the name is swapped for the call only. (A torch
+    function mode cannot do this: inside its handler it is off, and on again it
+    would catch ``fn`` itself.)"""
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        functional = torch.nn.functional
+        saved = functional.scaled_dot_product_attention
+        functional.scaled_dot_product_attention = _differentiable_attention
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            functional.scaled_dot_product_attention = saved
+    return call
+
+
+_CALLING_SDPA = (torch.nn.functional.multi_head_attention_forward,)
+"""Functions dynamo leaves whole in its graph that call SDPA inside
+(``nn.MultiheadAttention``, hence ``nn.Transformer*`` layers)."""
+
+
 def _attention_for_training(gm: torch.fx.GraphModule,
                             example_inputs: Sequence[Any]) -> None:
     """When ``aot_autograd`` will differentiate ``gm`` (an input requires grad, as it
-    decides), its SDPA calls become :func:`_differentiable_attention`. Inference graphs
-    keep the call: it is decomposed below autograd, to the same ops."""
+    decides), its SDPA calls, and those inside :data:`_CALLING_SDPA`, become
+    :func:`_differentiable_attention`. Inference graphs keep the call: it is decomposed
+    below autograd, to the same ops."""
     if not torch.is_grad_enabled() or not any(
             isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
         return
     rewritten = False
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in _SDPA:
+        if node.op != "call_function":
+            continue
+        if node.target in _SDPA:
             node.target = _differentiable_attention
-            rewritten = True
+        elif node.target in _CALLING_SDPA:
+            node.target = _with_math_attention(node.target)
+        else:
+            continue
+        rewritten = True
     if rewritten:
         gm.recompile()
 

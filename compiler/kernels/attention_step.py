@@ -36,6 +36,7 @@ from compiler.kernels.vector import load_box, store_box, sub, value_box
 
 F32 = DType.f32
 _LOWEST = float(np.finfo(np.float32).min)
+_TINY = float(np.finfo(np.float32).tiny)
 """The running max's floor under an explicit mask: a row whose first key tile is all
 masked (left padding, a sliding window) starts from it, not -inf, so its scores give
 exp(-inf) = 0 instead of NaN; a causal mask always shows query i key 0."""
@@ -321,6 +322,9 @@ class FlashStep:
         dv = out.shape[-1]
         acc = self.buf("acc", (self.nq, dv), True)
         l_sum = self.buf("l", (self.nq, 1), True)
+        if self.mask is not None:  # a row the mask hides whole summed no key: its zero
+            # output (torch's safe softmax) over the smallest normal, not 0 / 0
+            self.vec(Binary(BinaryKind.max, l_sum, Scalar(_TINY), l_sum))
         self.vec(Binary(BinaryKind.div, acc, l_sum, acc))
         result = acc
         stored = self.node.spec.out_heads_after_seq
