@@ -1,12 +1,15 @@
 """What issue 33 added beyond the torch_openreg cases: LSTM gradients, the "npu"
 compile backend's latency, SDPA's overrideable numbers and autocast's refusal of BCE."""
 
+import warnings
+
 import pytest
 import torch
 import torch._dynamo
 import torch.nn.functional as F
 
 import torch_bridge  # noqa: F401  (registers the npu device)
+from torch_bridge.fallback import HostFallbackWarning
 
 
 def test_lstm_gradients_match_cpu() -> None:
@@ -23,6 +26,38 @@ def test_lstm_gradients_match_cpu() -> None:
     (out.sum() + 2 * h.sum() + c.sum()).backward()
     for got, want in zip([p.grad for p in lstm.parameters()] + [xn.grad], expected):
         torch.testing.assert_close(got.cpu(), want)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_gru_gradients_match_cpu(bias: bool) -> None:
+    """``nn.GRU`` steps with ``_thnn_fused_gru_cell``, which has no CPU kernel: it
+    crashed on npu (a probe's finding) until its equations ran as npu ops."""
+    torch.manual_seed(0)
+    gru = torch.nn.GRU(6, 8, num_layers=2, bias=bias, bidirectional=True)
+    x = torch.randn(3, 2, 6, requires_grad=True)
+    h0 = torch.randn(4, 2, 8, requires_grad=True)
+    out, h = gru(x, h0)
+    (out.pow(2).sum() + 2 * h.sum()).backward()
+    expected = [out.detach(), *(p.grad.clone() for p in gru.parameters()), x.grad, h0.grad]
+    gru.zero_grad()
+    gru.to("npu")
+    xn, hn = (t.detach().to("npu").requires_grad_() for t in (x, h0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HostFallbackWarning)  # every step on the device
+        out, h = gru(xn, hn)
+        (out.pow(2).sum() + 2 * h.sum()).backward()
+    got = [out.detach(), *(p.grad for p in gru.parameters()), xn.grad, hn.grad]
+    for mine, want in zip(got, expected):
+        torch.testing.assert_close(mine.cpu(), want)
+
+
+def test_gru_cell_matches_cpu() -> None:
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(4, 5)
+    x, hx = torch.randn(2, 4), torch.randn(2, 5)
+    expected = cell(x, hx)
+    got = cell.to("npu")(x.to("npu"), hx.to("npu"))
+    torch.testing.assert_close(got.cpu(), expected)
 
 
 def test_npu_backend_is_archsim_under_the_device_name() -> None:
