@@ -9,7 +9,11 @@ npu tensors. The run's cycles go on the device timeline as ``"device"`` work and
 Per call the cost is: a signature (shapes, dtypes, scalar arguments) looked up in this
 module's cache of compiled programs, the first call's timing charged again, the numbers
 computed (:mod:`torch_bridge.numerics`: by the op on CPU once the first call's simulated
-outputs agreed with it, else by replaying the program), and wrapping the outputs. Python
+outputs agreed with it, else by replaying the program), and wrapping the outputs. Every
+call runs the op on CPU as well, so a call torch refuses (an index out of range, an
+integer division by zero) raises torch's own exception before anything is written;
+only a CPU kernel torch lacks (``not implemented for 'Half'``) leaves the program's
+numbers unchecked (:func:`torch_bridge.numerics.cpu_lacks_kernel`). Python
 numbers in tensor positions (``x * 2.5``) are fed as 0-dim tensors, so a new scalar
 value does not compile a new program.
 
@@ -193,6 +197,8 @@ class CompiledOpKernel:
         if entry.cpu_numerics and numerics.mode() == "checked":
             outputs, result = numerics.cpu_results(self.target, host_args, host_kwargs), \
                 entry.timing
+        elif entry.timing is not None:  # the first call's check runs the op on CPU too
+            numerics.cpu_results(self.target, host_args, host_kwargs)  # raises torch's error
         if outputs is None:
             tensors = flat_tensors((*host_args, *host_kwargs.values()))
             try:
