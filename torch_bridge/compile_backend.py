@@ -42,6 +42,7 @@ import torch.fx
 from archsim.errors import HostOpError
 from compiler.frontend import effect_tokens, node_source
 from torch_bridge import runtime, storage
+from torch_bridge.fallback import reason
 from torch_bridge.numerics import UNINITIALIZED, check_close, in_float64, triton_on_cpu
 from torch_bridge.specialize import has_symbolic_sizes, signature, specialize
 
@@ -195,7 +196,7 @@ class GraphRunner:
             gm, layout = _tensor_outputs_only(gm)
             return _Variant(compiler.compile_graph(gm, config), layout, takes)
         except Exception as exc:  # noqa: BLE001 - reported: warned, noted on every run
-            failure = f"compile failed: {type(exc).__name__}: {_first_line(exc)}"
+            failure = f"compile failed: {reason(exc)}"
             warnings.warn(f"{self.label} runs eagerly: {failure}", GraphFallbackWarning,
                           stacklevel=4)
             return _Variant(None, failure=failure)
@@ -210,7 +211,7 @@ class GraphRunner:
             raise exc.error from None
         except Exception as exc:  # noqa: BLE001 - reported: warned, noted on every run
             variant.program = None
-            variant.failure = f"simulation failed: {type(exc).__name__}: {_first_line(exc)}"
+            variant.failure = f"simulation failed: {reason(exc)}"
             warnings.warn(f"{self.label} runs eagerly: {variant.failure}",
                           GraphFallbackWarning, stacklevel=4)
             return self._run_eagerly(variant, inputs)
@@ -303,11 +304,6 @@ def _op_name(target: Any) -> str:
         name = f"{target.namespace}.{target._opname}"
         return name if target._overloadname == "default" else f"{name}.{target._overloadname}"
     return getattr(target, "__name__", str(target))
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 _counter = itertools.count()

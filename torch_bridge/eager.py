@@ -41,7 +41,7 @@ import torch
 from torch_bridge import kernels, numerics, runtime, storage
 from torch_bridge.eager_adapted import ADAPTED, ARGUMENTS
 from torch_bridge.eager_ops import COMPILE_AS, COMPILED_OPS, IN_PLACE, OUT_OF_PLACE, out_names
-from torch_bridge.fallback import CompileFallbackWarning, op_info, run_on_host
+from torch_bridge.fallback import CompileFallbackWarning, op_info, reason, run_on_host
 from torch_bridge.numerics import flat_tensors
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ class CompiledOpKernel:
                 outputs, result = entry.program.run(*tensors, timing=entry.timing)
             except Exception as exc:  # noqa: BLE001 - reported: cached, warned, on the event
                 failure = entries[key] = self._failure((host_args, host_kwargs),
-                                                       f"simulation failed: {_reason(exc)}")
+                                                       f"simulation failed: {reason(exc)}")
                 return self._on_host(args, kwargs, failure)
             if entry.timing is None:
                 entry.cpu_numerics = numerics.check_first_call(
@@ -258,7 +258,7 @@ class CompiledOpKernel:
             program = compiler.compile_op(self.target, host_args, host_kwargs,
                                           runtime.get_config())
         except Exception as exc:  # noqa: BLE001 - reported: cached, warned, on the event
-            return self._failure(call, f"compile failed: {_reason(exc)}")
+            return self._failure(call, f"compile failed: {reason(exc)}")
         if program.fallbacks:
             return self._failure(call, f"no device lowering for these arguments "
                                        f"({', '.join(program.fallbacks)})")
@@ -327,11 +327,6 @@ def _out_dtype(name: str) -> torch.dtype:
     from compiler.torch_types import torch_dtype
 
     return torch_dtype(DType(name))
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 _installed: dict[OpOverload, CompiledOpKernel] = {}

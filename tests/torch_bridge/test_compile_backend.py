@@ -226,3 +226,25 @@ def test_a_graph_drawing_random_numbers_is_not_checked_against_cpu() -> None:
     out = torch.compile(lambda x: torch.nn.functional.dropout(x, 0.5, training=True),
                         backend="archsim")(x)
     assert set(out.unique().tolist()) <= {0.0, 2.0}
+
+
+def test_a_graph_failing_verification_warns_with_the_first_problem() -> None:
+    """The warning says what is invalid, not only that the program is (VerifyError's
+    problems follow its first line)."""
+    f = torch.compile(lambda a: a.sum(0) + 1, backend="archsim")
+    with pytest.warns(compile_backend.GraphFallbackWarning,
+                      match=r"simulation failed: VerifyError: program '\w+' is invalid "
+                            r"\(1 problem\): command \d+ \(.*\): .*out of bounds"):
+        out = f(torch.randn(0, 7))
+    assert torch.equal(out, torch.ones(7))
+
+
+def test_a_fallback_reason_is_one_line_cut_at_its_length() -> None:
+    from archsim.errors import VerifyError
+    from torch_bridge.fallback import REASON_CHARS, reason
+
+    problems = ["command 0: " + "x" * 400, "command 1: never shown"]
+    text = reason(VerifyError(problems, "g"))
+    assert text.startswith("VerifyError: program 'g' is invalid (2 problems): command 0: x")
+    assert "\n" not in text and len(text) == REASON_CHARS and text.endswith("...")
+    assert reason(ValueError("first\nsecond")) == "ValueError: first"
