@@ -7,7 +7,10 @@ graph for the current config (``compiler.compile_graph`` caches), runs the sched
 the simulator in functional mode and returns its outputs on the device the graph
 expects (npu outputs for npu inputs, CPU for CPU). The first run's outputs are checked
 against the graph run by torch on CPU: a disagreement is a ``NumericsError``, not a
-result. The run is recorded on the device timeline as ``"device"`` work named
+result. A graph that computes int64 values is checked so on every run: the simulator's
+integers are exact only up to 2**53, which depends on the data, not the program
+(``a + 1`` of ``2**53 + 1`` is off), so a first run that agreed says nothing of the
+next. The run is recorded on the device timeline as ``"device"`` work named
 ``compiled forward 0`` etc., with its ``SimResult`` for the profiler; ops the compiler
 put on the host inside the graph are in that result. A graph with symbolic sizes
 (dynamo's, once input shapes change) is compiled per call signature, for its concrete
@@ -40,6 +43,7 @@ import torch.fx
 from archsim.errors import HostOpError
 from compiler.frontend import effect_tokens, node_source
 from torch_bridge import runtime, storage
+from torch_bridge.fallback import reason
 from torch_bridge.numerics import UNINITIALIZED, check_close, in_float64, triton_on_cpu
 from torch_bridge.specialize import has_symbolic_sizes, signature, specialize
 
@@ -146,6 +150,10 @@ class GraphRunner:
         """Kernel source (module path and node name) -> aten op, to attribute a run's
         cycles to ops."""
         self._dynamic = has_symbolic_sizes(gm)
+        self._checks_every_run = _computes_int64(gm)
+        """Every run's outputs are checked against torch on CPU, not only the first's
+        (see the module doc)."""
+        self._cpu_gm: torch.fx.GraphModule | None = None
         self._variants: OrderedDict[Hashable, _Variant] = OrderedDict()
         """(config, call signature) -> variant, least recently used first, at most
         :data:`MAX_VARIANTS`."""
@@ -189,7 +197,7 @@ class GraphRunner:
             gm, layout = _tensor_outputs_only(gm)
             return _Variant(compiler.compile_graph(gm, config), layout, takes)
         except Exception as exc:  # noqa: BLE001 - reported: warned, noted on every run
-            failure = f"compile failed: {type(exc).__name__}: {_first_line(exc)}"
+            failure = f"compile failed: {reason(exc)}"
             warnings.warn(f"{self.label} runs eagerly: {failure}", GraphFallbackWarning,
                           stacklevel=4)
             return _Variant(None, failure=failure)
@@ -204,11 +212,11 @@ class GraphRunner:
             raise exc.error from None
         except Exception as exc:  # noqa: BLE001 - reported: warned, noted on every run
             variant.program = None
-            variant.failure = f"simulation failed: {type(exc).__name__}: {_first_line(exc)}"
+            variant.failure = f"simulation failed: {reason(exc)}"
             warnings.warn(f"{self.label} runs eagerly: {variant.failure}",
                           GraphFallbackWarning, stacklevel=4)
             return self._run_eagerly(variant, inputs)
-        if not variant.verified:
+        if not variant.verified or self._checks_every_run:
             self._check_numerics(variant.layout, inputs, outputs)
         variant.verified = True
         note = f"{len(program.fallbacks)} ops on the host" if program.fallbacks else ""
@@ -221,8 +229,8 @@ class GraphRunner:
 
     def _check_numerics(self, layout: tuple[_Output, ...], inputs: list[Any],
                         outputs: tuple[Any, ...]) -> None:
-        """Numbers are a contract: the first run's outputs against the graph run by
-        torch on CPU, a :class:`NumericsError` when they disagree by more than rounding
+        """Numbers are a contract: a run's outputs against the graph run by torch on
+        CPU, a :class:`NumericsError` when they disagree by more than rounding
         (:func:`torch_bridge.numerics.check_close`; not for a graph that
         draws random numbers or reads uninitialized memory: CPU would get others)."""
         if any(isinstance(n.target, torch._ops.OpOverload) and (
@@ -235,9 +243,11 @@ class GraphRunner:
                 flat = _flat(gm(*args))
             return tuple(e for e, o in zip(flat, layout) if o.index is not None)
 
-        host = tuple(_host(a) for a in inputs)
-        check_close(tuple(outputs), run(_on_cpu(self.gm), host),
-                    lambda: run(copy.deepcopy(_on_cpu(self.gm)).double(), in_float64(host)))
+        if self._cpu_gm is None:
+            self._cpu_gm = _on_cpu(self.gm)
+        cpu_gm, host = self._cpu_gm, tuple(_host(a) for a in inputs)
+        check_close(tuple(outputs), run(cpu_gm, host),
+                    lambda: run(copy.deepcopy(cpu_gm).double(), in_float64(host)))
 
     def _run_eagerly(self, variant: _Variant, inputs: list[Any]) -> list[Any]:
         on_npu = any(isinstance(a, torch.Tensor) and a.device.type == "npu" for a in inputs)
@@ -272,6 +282,13 @@ class _CountedRun(torch.fx.Interpreter):
             return target(*args, **kwargs)
 
 
+def _computes_int64(gm: torch.fx.GraphModule) -> bool:
+    """Whether an op of ``gm`` makes an int64 tensor (by its ``meta["val"]``)."""
+    return any(isinstance(v, torch.Tensor) and v.dtype == torch.int64
+               for n in gm.graph.nodes if n.op == "call_function"
+               for v in _flat(n.meta.get("val")))
+
+
 def _on_cpu(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose factory ops and copies make CPU tensors where it makes npu
     ones: the reference run must not run (and record) npu work of its own."""
@@ -288,11 +305,6 @@ def _op_name(target: Any) -> str:
         name = f"{target.namespace}.{target._opname}"
         return name if target._overloadname == "default" else f"{name}.{target._overloadname}"
     return getattr(target, "__name__", str(target))
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 _counter = itertools.count()

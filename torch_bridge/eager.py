@@ -9,7 +9,11 @@ npu tensors. The run's cycles go on the device timeline as ``"device"`` work and
 Per call the cost is: a signature (shapes, dtypes, scalar arguments) looked up in this
 module's cache of compiled programs, the first call's timing charged again, the numbers
 computed (:mod:`torch_bridge.numerics`: by the op on CPU once the first call's simulated
-outputs agreed with it, else by replaying the program), and wrapping the outputs. Python
+outputs agreed with it, else by replaying the program), and wrapping the outputs. Every
+call runs the op on CPU as well, so a call torch refuses (an index out of range, an
+integer division by zero) raises torch's own exception before anything is written;
+only a CPU kernel torch lacks (``not implemented for 'Half'``) leaves the program's
+numbers unchecked (:func:`torch_bridge.numerics.cpu_lacks_kernel`). Python
 numbers in tensor positions (``x * 2.5``) are fed as 0-dim tensors, so a new scalar
 value does not compile a new program.
 
@@ -37,7 +41,7 @@ import torch
 from torch_bridge import kernels, numerics, runtime, storage
 from torch_bridge.eager_adapted import ADAPTED, ARGUMENTS
 from torch_bridge.eager_ops import COMPILE_AS, COMPILED_OPS, IN_PLACE, OUT_OF_PLACE, out_names
-from torch_bridge.fallback import CompileFallbackWarning, op_info, run_on_host
+from torch_bridge.fallback import CompileFallbackWarning, op_info, reason, run_on_host
 from torch_bridge.numerics import flat_tensors
 
 if TYPE_CHECKING:
@@ -193,13 +197,15 @@ class CompiledOpKernel:
         if entry.cpu_numerics and numerics.mode() == "checked":
             outputs, result = numerics.cpu_results(self.target, host_args, host_kwargs), \
                 entry.timing
+        elif entry.timing is not None:  # the first call's check runs the op on CPU too
+            numerics.cpu_results(self.target, host_args, host_kwargs)  # raises torch's error
         if outputs is None:
             tensors = flat_tensors((*host_args, *host_kwargs.values()))
             try:
                 outputs, result = entry.program.run(*tensors, timing=entry.timing)
             except Exception as exc:  # noqa: BLE001 - reported: cached, warned, on the event
                 failure = entries[key] = self._failure((host_args, host_kwargs),
-                                                       f"simulation failed: {_reason(exc)}")
+                                                       f"simulation failed: {reason(exc)}")
                 return self._on_host(args, kwargs, failure)
             if entry.timing is None:
                 entry.cpu_numerics = numerics.check_first_call(
@@ -252,7 +258,7 @@ class CompiledOpKernel:
             program = compiler.compile_op(self.target, host_args, host_kwargs,
                                           runtime.get_config())
         except Exception as exc:  # noqa: BLE001 - reported: cached, warned, on the event
-            return self._failure(call, f"compile failed: {_reason(exc)}")
+            return self._failure(call, f"compile failed: {reason(exc)}")
         if program.fallbacks:
             return self._failure(call, f"no device lowering for these arguments "
                                        f"({', '.join(program.fallbacks)})")
@@ -321,11 +327,6 @@ def _out_dtype(name: str) -> torch.dtype:
     from compiler.torch_types import torch_dtype
 
     return torch_dtype(DType(name))
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 _installed: dict[OpOverload, CompiledOpKernel] = {}

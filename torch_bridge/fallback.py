@@ -292,4 +292,22 @@ def _resync_written(info: OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any],
         storage.cpu_view(npu).copy_(cpu)
 
 
-__all__ = ["CompileFallbackWarning", "HostFallbackWarning", "OpInfo", "op_info", "run_on_host"]
+REASON_CHARS = 240
+"""How long an exception's one-line summary in a fallback warning may be."""
+
+
+def reason(exc: BaseException) -> str:
+    """``exc`` in one line for a fallback's warning and note: its type and first line,
+    and when that line only announces what follows (``VerifyError``'s ``program 'g' is
+    invalid (1 problem):``) the first item after it; cut at :data:`REASON_CHARS`."""
+    lines = [line.strip().removeprefix("- ") for line in str(exc).strip().splitlines()]
+    lines = [line for line in lines if line]
+    text = lines[0] if lines else ""
+    if text.endswith(":") and len(lines) > 1:
+        text = f"{text} {lines[1]}"
+    text = f"{type(exc).__name__}: {text}".rstrip(": ")
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
+
+
+__all__ = ["REASON_CHARS", "CompileFallbackWarning", "HostFallbackWarning", "OpInfo", "op_info",
+           "reason", "run_on_host"]

@@ -224,8 +224,13 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     src_npu = not src.is_cpu
     if (dst_npu and dst.device.type != "npu") or (src_npu and src.device.type != "npu"):
         raise RuntimeError(f"npu copies go to or from cpu; got {src.device} -> {dst.device}")
-    (storage.cpu_view(dst) if dst_npu else dst).copy_(
-        storage.cpu_view(src) if src_npu else src)
+    if dst_npu and src_npu and dst.untyped_storage().data_ptr() \
+            == src.untyped_storage().data_ptr():  # overlapping parts raise, as on CPU
+        dst_view, src_view = storage.cpu_views_of_one_storage(dst, src)
+        dst_view.copy_(src_view)
+    else:
+        (storage.cpu_view(dst) if dst_npu else dst).copy_(
+            storage.cpu_view(src) if src_npu else src)
     nbytes = storage.nbytes_of(dst)
     if dst_npu and src_npu:
         runtime.record_device_memory_op("aten.copy_", storage.nbytes_of(src), nbytes)

@@ -59,21 +59,43 @@ def mode() -> str:
 def cpu_results(op: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> tuple[torch.Tensor, ...] | None:
     """``op`` on CPU arguments, as fresh tensors (a result sharing an argument's bytes
-    is copied); ``None`` if it raises or returns something other than tensors, and for
-    an op that draws random numbers or writes into an argument (running it again on CPU
-    would advance the generator or update the argument twice)."""
+    is copied); ``None`` if it returns something other than tensors, if CPU has no
+    kernel for it (:func:`cpu_lacks_kernel`: then the program's own numbers are used),
+    and for an op that draws random numbers or writes into an argument (running it
+    again on CPU would advance the generator or update the argument twice).
+
+    Any other exception is torch's verdict on the call's data (an index out of range,
+    an integer division by zero) and is raised as torch raised it: the device does not
+    return numbers for a call torch refuses."""
     if not _repeatable(op):
         return None
     try:
         out = op(*args, **kwargs)
-    except Exception:  # noqa: BLE001 - then the program's own numbers are used
-        return None
+    except Exception as exc:
+        if cpu_lacks_kernel(exc):
+            return None
+        raise
     results = tuple(out) if isinstance(out, (tuple, list)) else (out,)
     if not all(isinstance(r, torch.Tensor) for r in results):
         return None
     inputs = {a.untyped_storage().data_ptr() for a in flat_tensors((*args, *kwargs.values()))}
     return tuple(r.clone() if r.untyped_storage().data_ptr() in inputs else r
                  for r in results)
+
+
+CPU_MISSING_DTYPES = ("Half", "BFloat16", "ComplexHalf")
+"""Dtypes torch's CPU kernels often lack where other devices have them
+(``"erfcx_cpu" not implemented for 'Half'``)."""
+
+
+def cpu_lacks_kernel(exc: Exception) -> bool:
+    """Whether torch on CPU failed for want of a kernel (no CPU kernel at all, or none
+    for a reduced-precision dtype), not because of the call's arguments: then the
+    device's numbers have no CPU reference, and they stand."""
+    if isinstance(exc, NotImplementedError):
+        return True
+    text = str(exc)
+    return any(f"not implemented for '{name}'" in text for name in CPU_MISSING_DTYPES)
 
 
 def compare_outputs(outputs: tuple[Any, ...], expected: tuple[Any, ...],
@@ -271,6 +293,7 @@ def flat_tensors(values: Any) -> list[torch.Tensor]:
     return out
 
 
-__all__ = ["MODES", "ORDER_SLACK", "TOLERANCE", "UNINITIALIZED", "agrees", "check_close",
-           "check_first_call", "compare_outputs", "cpu_results", "flat_tensors", "in_float64",
+__all__ = ["CPU_MISSING_DTYPES", "MODES", "ORDER_SLACK", "TOLERANCE", "UNINITIALIZED",
+           "agrees", "check_close", "check_first_call", "compare_outputs", "cpu_lacks_kernel",
+           "cpu_results", "flat_tensors", "in_float64",
            "mode", "set_mode", "triton_on_cpu"]

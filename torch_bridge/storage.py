@@ -135,14 +135,29 @@ def cpu_view(tensor: torch.Tensor) -> torch.Tensor:
     cached = tensor.__dict__.get("_npu_cpu_view")
     if cached is not None and cached[0] == key:
         return cached[1]
-    view = torch.empty(0, dtype=tensor.dtype).set_(
-        cpu_storage(tensor.untyped_storage()), tensor.storage_offset(), key[1], key[2])
+    view = _view_over(cpu_storage(tensor.untyped_storage()), tensor)
+    tensor.__dict__["_npu_cpu_view"] = (key, view)
+    return view
+
+
+def _view_over(cpu: torch.UntypedStorage, tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor over ``cpu`` with npu ``tensor``'s sizes, strides and offset."""
+    view = torch.empty(0, dtype=tensor.dtype).set_(cpu, tensor.storage_offset(),
+                                                   tensor.size(), tensor.stride())
     if tensor.is_complex() and tensor.is_conj():  # torch's lazy bits live on the tensor,
         view = view.conj()                        # not in its bytes: carry them over
     if tensor.is_neg():
         view = view._neg_view()
-    tensor.__dict__["_npu_cpu_view"] = (key, view)
     return view
+
+
+def cpu_views_of_one_storage(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """CPU views of npu ``tensors`` that share one storage, built over one CPU storage
+    object: torch's overlap checks then see that they share memory (``a[1:].copy_(a[:-1])``
+    raises as on CPU). Views from :func:`cpu_view` each get their own storage object,
+    which those checks take for separate memory."""
+    shared = cpu_storage(tensors[0].untyped_storage())
+    return tuple(_view_over(shared, t) for t in tensors)
 
 
 def wrap_cpu(cpu: torch.Tensor) -> torch.Tensor:
@@ -187,7 +202,8 @@ def nbytes_of(tensor: torch.Tensor) -> int:
 
 __all__ = [
     "Allocator", "DEVICE", "alias_like", "allocate", "allocator", "cpu_storage",
-    "cpu_view", "empty_strided", "nbytes_of", "set_geometry", "tensor_on", "wrap_cpu",
+    "cpu_view", "cpu_views_of_one_storage", "empty_strided", "nbytes_of", "set_geometry",
+    "tensor_on", "wrap_cpu",
 ]
 
 

@@ -169,6 +169,36 @@ def test_a_compiled_graph_that_disagrees_with_torch_is_an_error(monkeypatch) -> 
         f(torch.randn(4, 8))
 
 
+def test_int64_beyond_2_53_on_a_later_call_is_an_error_not_a_wrong_number() -> None:
+    """The simulator's int64 arithmetic is exact up to 2**53: a graph computing int64
+    values is checked against torch on CPU on every call, so a second call with larger
+    values raises instead of returning [2**53, 2**53, 2] for a + 1."""
+    from archsim.errors import NumericsError
+
+    g = torch.compile(lambda a: (a + 1, a * 3, a.cumsum(0), a // 7), backend="archsim")
+    g(torch.ones(3, dtype=torch.long))
+    with pytest.raises(NumericsError, match=r"output 0: torch\.int64 values differ"):
+        g(torch.tensor([2**53 + 1, 2**53 + 1, 1]))
+    small = torch.tensor([5, 6, 7])
+    for got, want in zip(g(small), (small + 1, small * 3, small.cumsum(0), small // 7)):
+        assert torch.equal(got, want)  # the program stays: exact values still run
+
+
+def test_a_float_graph_is_checked_on_its_first_call_only(monkeypatch) -> None:
+    checks: list[int] = []
+    real = compile_backend.GraphRunner._check_numerics
+
+    def counted(self, *args):
+        checks.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(compile_backend.GraphRunner, "_check_numerics", counted)
+    f = torch.compile(lambda x: torch.relu(x) * 2, backend="archsim")
+    for _ in range(3):
+        f(torch.randn(4, 8))
+    assert len(checks) == 1
+
+
 def test_a_compiled_sum_in_another_order_is_not_an_error(monkeypatch) -> None:
     """A schedule whose 4,096-term sum lands 4x the output-scaled tolerance from torch's
     (the terms added smallest first) is as close to the float64 sum as torch's own:
@@ -196,3 +226,25 @@ def test_a_graph_drawing_random_numbers_is_not_checked_against_cpu() -> None:
     out = torch.compile(lambda x: torch.nn.functional.dropout(x, 0.5, training=True),
                         backend="archsim")(x)
     assert set(out.unique().tolist()) <= {0.0, 2.0}
+
+
+def test_a_graph_failing_verification_warns_with_the_first_problem() -> None:
+    """The warning says what is invalid, not only that the program is (VerifyError's
+    problems follow its first line)."""
+    f = torch.compile(lambda a: a.sum(0) + 1, backend="archsim")
+    with pytest.warns(compile_backend.GraphFallbackWarning,
+                      match=r"simulation failed: VerifyError: program '\w+' is invalid "
+                            r"\(1 problem\): command \d+ \(.*\): .*out of bounds"):
+        out = f(torch.randn(0, 7))
+    assert torch.equal(out, torch.ones(7))
+
+
+def test_a_fallback_reason_is_one_line_cut_at_its_length() -> None:
+    from archsim.errors import VerifyError
+    from torch_bridge.fallback import REASON_CHARS, reason
+
+    problems = ["command 0: " + "x" * 400, "command 1: never shown"]
+    text = reason(VerifyError(problems, "g"))
+    assert text.startswith("VerifyError: program 'g' is invalid (2 problems): command 0: x")
+    assert "\n" not in text and len(text) == REASON_CHARS and text.endswith("...")
+    assert reason(ValueError("first\nsecond")) == "ValueError: first"
