@@ -44,7 +44,7 @@ from archsim.errors import HostOpError
 from compiler.frontend import effect_tokens, node_source
 from torch_bridge import runtime, storage
 from torch_bridge.fallback import reason
-from torch_bridge.numerics import UNINITIALIZED, check_close, in_float64, triton_on_cpu
+from torch_bridge.numerics import check_close, in_float64, triton_on_cpu, unrepeatable_ops
 from torch_bridge.specialize import has_symbolic_sizes, signature, specialize
 
 if TYPE_CHECKING:
@@ -233,9 +233,7 @@ class GraphRunner:
         CPU, a :class:`NumericsError` when they disagree by more than rounding
         (:func:`torch_bridge.numerics.check_close`; not for a graph that
         draws random numbers or reads uninitialized memory: CPU would get others)."""
-        if any(isinstance(n.target, torch._ops.OpOverload) and (
-                torch.Tag.nondeterministic_seeded in n.target.tags
-                or n.target._opname in UNINITIALIZED) for n in self.gm.graph.nodes):
+        if unrepeatable_ops(self.gm.graph):
             return
 
         def run(gm: torch.fx.GraphModule, args: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -170,6 +170,19 @@ UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
 """Ops whose results are whatever memory held (``torch.empty``): no reference for them."""
 
 
+def unrepeatable_ops(graph: torch.fx.Graph) -> tuple[str, ...]:
+    """The ops of ``graph`` whose numbers another run (torch's on CPU) would not
+    reproduce: they draw random numbers or read uninitialized memory. A graph with any
+    has no reference to check its outputs against."""
+    names = []
+    for node in graph.nodes:
+        op = node.target
+        if isinstance(op, torch._ops.OpOverload) and (
+                torch.Tag.nondeterministic_seeded in op.tags or op._opname in UNINITIALIZED):
+            names.append(f"aten.{op._opname}")
+    return tuple(dict.fromkeys(names))
+
+
 def check_first_call(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                      device: tuple[torch.Tensor, ...]) -> bool:
     """Whether a signature's first simulated outputs are ``op``'s on CPU closely enough
@@ -296,4 +309,4 @@ def flat_tensors(values: Any) -> list[torch.Tensor]:
 __all__ = ["CPU_MISSING_DTYPES", "MODES", "ORDER_SLACK", "TOLERANCE", "UNINITIALIZED",
            "agrees", "check_close", "check_first_call", "compare_outputs", "cpu_lacks_kernel",
            "cpu_results", "flat_tensors", "in_float64",
-           "mode", "set_mode", "triton_on_cpu"]
+           "mode", "set_mode", "triton_on_cpu", "unrepeatable_ops"]

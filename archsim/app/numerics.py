@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from archsim.app.progress import Progress
-from torch_bridge.numerics import check_close, in_float64, triton_on_cpu
+from torch_bridge.numerics import check_close, in_float64, triton_on_cpu, unrepeatable_ops
 
 
 def split_outputs(exported: Any, outputs: tuple[Any, ...]
@@ -52,15 +52,25 @@ def input_values(exported: Any, tensors: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def check_numerics(module: Any, tensors: tuple[Any, ...], outputs: tuple[Any, ...],
-                   progress: Progress, mutated: tuple[tuple[int, Any], ...] = ()) -> float:
+                   progress: Progress, mutated: tuple[tuple[int, Any], ...] = (),
+                   graph: Any = None) -> float:
     """The largest difference between the schedule's outputs and the model run by torch
     on CPU; a :class:`NumericsError` when an output is off by more than its dtype's
     tolerance (torch.testing's, with the absolute part scaled to the output's size:
     a long chain of roundings in a model is not a wrong number) and farther from the
     model run in float64 than torch's own result is, give or take
     :data:`torch_bridge.numerics.ORDER_SLACK`. ``mutated`` inputs
-    (index, new contents) are checked against the inputs after the CPU run."""
+    (index, new contents) are checked against the inputs after the CPU run. A model
+    whose exported ``graph`` draws random numbers (dropout in training mode,
+    ``rand_like``) has no reference: it is said so, and NaN returned."""
     import torch
+
+    unrepeatable = unrepeatable_ops(graph) if graph is not None else ()
+    if unrepeatable:
+        progress.note(f"numerics: not compared with torch: the model draws random numbers "
+                      f"or reads uninitialized memory ({', '.join(unrepeatable)}), so "
+                      f"another run gets other numbers")
+        return float("nan")
 
     def run(model: Any, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
         with torch.no_grad(), triton_on_cpu():

@@ -327,7 +327,7 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     with s.progress.step(steps + " (functional)"):
         outputs, result = compiled.run(*tensors)
     own, mutated = split_outputs(exported, outputs)
-    check_numerics(module, tensors, own, s.progress, mutated)
+    check_numerics(module, tensors, own, s.progress, mutated, exported.graph)
     return dataclasses.replace(result, kernels=kernels, choices=compiled.choices)
 
 

@@ -71,6 +71,24 @@ class TestModes:
         assert notes.notes[-1].startswith("numerics: max |npu - torch cpu| = ")
         assert notes.notes[-1].endswith(" over 1 output(s)")
 
+    @pytest.mark.parametrize(("layer", "op"), [
+        (torch.nn.Dropout(0.5), "aten.native_dropout"), (lambda x: x + torch.rand_like(x),
+                                                         "aten.rand_like")])
+    def test_a_model_drawing_random_numbers_says_it_was_not_compared(self, layer,
+                                                                     op: str) -> None:
+        # its outputs used to pass the check by the float64 reference's own noise
+        # ("numerics: max |npu - torch cpu| = 2", exit 0): nothing was compared
+        class Model(torch.nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return layer(x * 2)
+
+        notes = Notes()
+        run(Workload.of_module(Model().train(), torch.randn(4, 8), name="random"), "tiny",
+            mode="functional", progress=notes)
+        assert notes.notes[-1] == (
+            f"numerics: not compared with torch: the model draws random numbers or reads "
+            f"uninitialized memory ({op}), so another run gets other numbers")
+
 
 class TestDtype:
     def test_a_file_model_is_converted_and_says_so(self, tmp_path: Path) -> None:
