@@ -178,9 +178,19 @@ def unrepeatable_ops(graph: torch.fx.Graph) -> tuple[str, ...]:
     for node in graph.nodes:
         op = node.target
         if isinstance(op, torch._ops.OpOverload) and (
-                torch.Tag.nondeterministic_seeded in op.tags or op._opname in UNINITIALIZED):
+                op._opname in UNINITIALIZED or torch.Tag.nondeterministic_seeded in op.tags
+                and not _draws_nothing(op, node.args, node.kwargs)):
             names.append(f"aten.{op._opname}")
     return tuple(dict.fromkeys(names))
+
+
+def _draws_nothing(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call of a random op draws nothing: a dropout of probability 0 or out
+    of training (SDPA carries the tag for its ``dropout_p``)."""
+    values = {a.name: (args[i] if i < len(args) else kwargs.get(a.name, a.default_value))
+              for i, a in enumerate(op._schema.arguments)}
+    return values.get("train") is False or any(
+        values.get(name, None) == 0 for name in ("p", "dropout_p"))
 
 
 def check_first_call(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any],

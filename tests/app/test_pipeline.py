@@ -167,3 +167,19 @@ class TestNumerics:
         with pytest.raises(NumericsError, match=r"^output 0: shape \(4, 31\), torch on CPU "
                                                 r"\(4, 32\)$"):
             check_numerics(model, (x,), (expected[:, :31],), Notes())
+
+
+def test_unrepeatable_ops_are_the_random_draws_that_draw() -> None:
+    """SDPA carries the random tag for its dropout: at dropout_p 0 (every inference
+    graph with attention) it draws nothing and its graph is compared."""
+    import torch.nn.functional as F
+
+    from torch_bridge.numerics import unrepeatable_ops
+
+    class Model(torch.nn.Module):
+        def forward(self, q, k, v):
+            return (F.scaled_dot_product_attention(q, k, v), F.dropout(q, 0.3, False),
+                    F.dropout(k, 0.0, True), torch.empty_like(v), F.dropout(v, 0.3, True))
+
+    graph = torch.export.export(Model(), tuple(torch.randn(1, 2, 4, 8) for _ in range(3))).graph
+    assert unrepeatable_ops(graph) == ("aten.empty_like", "aten.dropout")
