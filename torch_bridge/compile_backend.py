@@ -7,10 +7,11 @@ graph for the current config (``compiler.compile_graph`` caches), runs the sched
 the simulator in functional mode and returns its outputs on the device the graph
 expects (npu outputs for npu inputs, CPU for CPU). The first run's outputs are checked
 against the graph run by torch on CPU: a disagreement is a ``NumericsError``, not a
-result. A graph that computes int64 values is checked so on every run: the simulator's
-integers are exact only up to 2**53, which depends on the data, not the program
-(``a + 1`` of ``2**53 + 1`` is off), so a first run that agreed says nothing of the
-next. The run is recorded on the device timeline as ``"device"`` work named
+result. A graph that computes int64 values is checked so again on any run whose int64
+inputs or outputs reach 2**53: the simulator's integers are exact only up to there,
+which depends on the data, not the program (``a + 1`` of ``2**53 + 1`` is off), so a
+first run that agreed says nothing of such a run (an intermediate value alone beyond
+2**53 goes unseen). The run is recorded on the device timeline as ``"device"`` work named
 ``compiled forward 0`` etc., with its ``SimResult`` for the profiler; ops the compiler
 put on the host inside the graph are in that result. A graph with symbolic sizes
 (dynamo's, once input shapes change) is compiled per call signature, for its concrete
@@ -29,7 +30,6 @@ already: no host-link transfer is timed for them.
 from __future__ import annotations
 
 import copy
-import functools
 import itertools
 import warnings
 from collections import OrderedDict
@@ -151,8 +151,8 @@ class GraphRunner:
         cycles to ops."""
         self._dynamic = has_symbolic_sizes(gm)
         self._checks_every_run = _computes_int64(gm)
-        """Every run's outputs are checked against torch on CPU, not only the first's
-        (see the module doc)."""
+        """A run with int64 values beyond 2**53 is checked against torch on CPU, not
+        only the first run (see the module doc)."""
         self._cpu_gm: torch.fx.GraphModule | None = None
         self._variants: OrderedDict[Hashable, _Variant] = OrderedDict()
         """(config, call signature) -> variant, least recently used first, at most
@@ -216,7 +216,8 @@ class GraphRunner:
             warnings.warn(f"{self.label} runs eagerly: {variant.failure}",
                           GraphFallbackWarning, stacklevel=4)
             return self._run_eagerly(variant, inputs)
-        if not variant.verified or self._checks_every_run:
+        if not variant.verified or self._checks_every_run and _beyond_exact_ints(
+                (*inputs, *outputs)):
             self._check_numerics(variant.layout, inputs, outputs)
         variant.verified = True
         note = f"{len(program.fallbacks)} ops on the host" if program.fallbacks else ""
@@ -285,6 +286,19 @@ def _computes_int64(gm: torch.fx.GraphModule) -> bool:
     return any(isinstance(v, torch.Tensor) and v.dtype == torch.int64
                for n in gm.graph.nodes if n.op == "call_function"
                for v in _flat(n.meta.get("val")))
+
+
+EXACT_INTS = 2 ** 53
+"""The simulator's int64 arithmetic is exact below this magnitude (float64's)."""
+
+
+def _beyond_exact_ints(values: Sequence[Any]) -> bool:
+    """Whether an int64 tensor among ``values`` holds a magnitude of :data:`EXACT_INTS`
+    or more (a cheap look at the run's inputs and outputs; CPU's check of the whole
+    graph each run would double a language model's call and demand CPU's order of
+    ``topk``'s ties)."""
+    return any(isinstance(v, torch.Tensor) and v.dtype == torch.int64 and v.numel()
+               and int(v.abs().max()) >= EXACT_INTS for v in values)
 
 
 def _on_cpu(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -400,8 +414,8 @@ def _with_math_attention(fn: Callable[..., Any]) -> Callable[..., Any]:
     does), while autograd traces it: the name is swapped for the call only. (A torch
     function mode cannot do this: inside its handler it is off, and on again it
     would catch ``fn`` itself.)"""
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:  # (not functools.wraps: FX would
+        # write the call as torch's own function, by its module and name)
         functional = torch.nn.functional
         saved = functional.scaled_dot_product_attention
         functional.scaled_dot_product_attention = _differentiable_attention

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from archsim.app.progress import Progress
@@ -73,7 +75,7 @@ def check_numerics(module: Any, tensors: tuple[Any, ...], outputs: tuple[Any, ..
         return float("nan")
 
     def run(model: Any, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-        with torch.no_grad(), triton_on_cpu():
+        with torch.no_grad(), triton_on_cpu(), _mha_as_exported():
             out = model(*inputs)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
@@ -93,6 +95,22 @@ def check_numerics(module: Any, tensors: tuple[Any, ...], outputs: tuple[Any, ..
     progress.note(f"numerics: max |npu - torch cpu| = {worst:.3g} over {len(outputs)} "
                   f"output(s)")
     return worst
+
+
+@contextlib.contextmanager
+def _mha_as_exported() -> Iterator[None]:
+    """``nn.MultiheadAttention`` (and ``nn.Transformer*`` layers) under no_grad in eval
+    mode take torch's native fast path, which gives a fully padded item NaN; torch.export
+    traces the math path the program runs, which gives it zeros: the reference takes
+    that path too."""
+    import torch
+
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
 
 
 __all__ = ["check_numerics", "input_values", "split_outputs"]

@@ -36,10 +36,11 @@ from compiler.kernels.vector import load_box, store_box, sub, value_box
 
 F32 = DType.f32
 _LOWEST = float(np.finfo(np.float32).min)
-_TINY = float(np.finfo(np.float32).tiny)
 """The running max's floor under an explicit mask: a row whose first key tile is all
 masked (left padding, a sliding window) starts from it, not -inf, so its scores give
 exp(-inf) = 0 instead of NaN; a causal mask always shows query i key 0."""
+_TINY = float(np.finfo(np.float32).tiny)
+"""The row sum's floor under an explicit mask: a row it hides whole sums to 0."""
 
 
 class FlashStep:

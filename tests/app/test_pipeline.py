@@ -183,3 +183,27 @@ def test_unrepeatable_ops_are_the_random_draws_that_draw() -> None:
 
     graph = torch.export.export(Model(), tuple(torch.randn(1, 2, 4, 8) for _ in range(3))).graph
     assert unrepeatable_ops(graph) == ("aten.empty_like", "aten.dropout")
+
+
+def test_a_fully_padded_item_is_compared_with_the_path_torch_export_traced() -> None:
+    """Under no_grad in eval mode nn.TransformerEncoderLayer takes torch's native fast
+    path, which gives a fully padded item NaN; the exported (math) path the device runs
+    gives it zeros, as the reference now does (a review's finding: the run failed)."""
+    torch.manual_seed(0)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0,
+                                                          batch_first=True)
+
+        def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+            return self.layer(x, src_key_padding_mask=pad)
+
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1] = True
+    notes = Notes()
+    run(Workload.of_module(Model().eval(), (torch.randn(2, 6, 16), pad), name="padded"),
+        "tiny", mode="functional", progress=notes)
+    assert notes.notes[-1].startswith("numerics: max |npu - torch cpu| = ")
+    assert torch.backends.mha.get_fastpath_enabled()  # restored

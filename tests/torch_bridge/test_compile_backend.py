@@ -171,8 +171,9 @@ def test_a_compiled_graph_that_disagrees_with_torch_is_an_error(monkeypatch) -> 
 
 def test_int64_beyond_2_53_on_a_later_call_is_an_error_not_a_wrong_number() -> None:
     """The simulator's int64 arithmetic is exact up to 2**53: a graph computing int64
-    values is checked against torch on CPU on every call, so a second call with larger
-    values raises instead of returning [2**53, 2**53, 2] for a + 1."""
+    values is checked against torch on CPU again on a call whose int64 values reach it,
+    so a second call with larger values raises instead of returning [2**53, 2**53, 2]
+    for a + 1."""
     from archsim.errors import NumericsError
 
     g = torch.compile(lambda a: (a + 1, a * 3, a.cumsum(0), a // 7), backend="archsim")
@@ -182,6 +183,26 @@ def test_int64_beyond_2_53_on_a_later_call_is_an_error_not_a_wrong_number() -> N
     small = torch.tensor([5, 6, 7])
     for got, want in zip(g(small), (small + 1, small * 3, small.cumsum(0), small // 7)):
         assert torch.equal(got, want)  # the program stays: exact values still run
+
+
+def test_topk_ties_on_a_later_call_are_not_checked_against_cpus_order(monkeypatch) -> None:
+    """A later call of an int64 graph with small values is not run on CPU again: a
+    review found topk's indices of tied values raising against CPU's order (both are
+    valid), and a language model's graph (int64 position ids) running on CPU twice."""
+    checks: list[int] = []
+    real = compile_backend.GraphRunner._check_numerics
+
+    def counted(self, *args):
+        checks.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(compile_backend.GraphRunner, "_check_numerics", counted)
+    g = torch.compile(lambda x: x.topk(2, -1).indices, backend="archsim")
+    g(torch.randn(4, 16))
+    tied = torch.zeros(4, 16)
+    tied[:, 3] = tied[:, 9] = 1
+    assert sorted(g(tied)[0].tolist()) == [3, 9]
+    assert len(checks) == 1
 
 
 def test_a_float_graph_is_checked_on_its_first_call_only(monkeypatch) -> None:
