@@ -146,6 +146,8 @@ def max_rate_line(search: Any, percentile: float) -> str:
                 f"{search.probes[-1].rate:.3f} requests/s, a throughput of "
                 f"{last.throughput_requests_per_s:.3f} requests/s); more --requests would "
                 f"show where a queue breaks them")
+    if search.unreachable:
+        return "no rate meets the SLOs: " + _lowest_load_misses(search.alone)
     if not search.rate:
         return "no probed rate meets the SLOs"
     line = f"max rate meeting the SLOs at p{percentile:g}: {search.rate:.3f} requests/s"
@@ -155,6 +157,20 @@ def max_rate_line(search: Any, percentile: float) -> str:
                  f"met the SLOs over {last.requests} requests while their queue grew; more "
                  f"--requests would show it breaking them)")
     return line
+
+
+def _lowest_load_misses(alone: Any) -> str:
+    """Which SLOs the lowest-load probe (each request alone) misses, with its figures:
+    ``TTFT p90 11.9 ms at the lowest load (each of 10 requests alone) > --slo-ttft 1 ms``."""
+    slo, records = alone.result.slo, alone.result.engine.records
+    pct = f"p{slo.percentile:g}"
+    misses = []
+    if slo.ttft_ms is not None and _pct(alone, "ttft") > slo.ttft_ms:
+        misses.append(f"TTFT {pct} {_pct(alone, 'ttft'):.3g} ms > --slo-ttft {slo.ttft_ms:g} ms")
+    if slo.tpot_ms is not None and _pct(alone, "tpot") > slo.tpot_ms:
+        misses.append(f"TPOT {pct} {_pct(alone, 'tpot'):.3g} ms > --slo-tpot {slo.tpot_ms:g} ms")
+    return (f"{' and '.join(misses)} at the lowest load (each of {len(records)} "
+            f"request{'s' if len(records) != 1 else ''} alone)")
 
 
 def serve_json(result: Any, probes: list | None = None,
@@ -191,6 +207,10 @@ def serve_json(result: Any, probes: list | None = None,
         data["max_rate_capped"] = search.capped
         data["max_rate_served"] = None if math.isinf(search.served) else search.served
         data["max_rate_text"] = max_rate_line(search, result.slo.percentile)
+        if search.alone is not None:
+            data["lowest_load"] = {"met": search.alone.met,
+                                   "ttft_ms": _pct(search.alone, "ttft"),
+                                   "tpot_ms": _pct(search.alone, "tpot")}
         data["probes"] = [{"rate": p.rate, "met": p.met,
                            "ttft_ms": _pct(p, "ttft"), "tpot_ms": _pct(p, "tpot")}
                           for p in probes]

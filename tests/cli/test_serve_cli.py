@@ -74,6 +74,27 @@ def test_find_max_rate_prints_probes_and_the_rate(tmp_path, model, capsys) -> No
     assert all(p["ttft_ms"] <= 0.5 for p in data["probes"] if p["met"])
 
 
+def test_find_max_rate_with_slos_out_of_reach_says_so_at_once(tmp_path, model,
+                                                             capsys) -> None:
+    # A TTFT no request alone reaches: the search stops after the first probe and the
+    # lowest load, naming the SLO and the best TTFT (was: halving to "0.000" req/s rows
+    # and a last probe over years as the headline).
+    out = tmp_path / "r.json"
+    code = main(["serve", model, "--config", "tiny", "--requests", "5",
+                 "--prompt-tokens", "16", "--output-tokens", "4", "--slo-ttft", "0.0001",
+                 "--find-max-rate", "--json", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    line = text.strip().splitlines()[-1]
+    assert line.startswith("no rate meets the SLOs: TTFT p90 ")
+    assert line.endswith("> --slo-ttft 0.0001 ms at the lowest load (each of 5 requests "
+                         "alone)")
+    data = json.loads(out.read_text())
+    assert [p["rate"] for p in data["probes"]] == [1.0] and data["max_rate"] == 0.0
+    assert not data["lowest_load"]["met"]
+    assert f"TTFT p90 {data['lowest_load']['ttft_ms']:.3g} ms" in line
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--prompt-tokens", "zipf:1"], "length 'zipf:1' is not one of"),
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1]"),
