@@ -92,11 +92,11 @@ def serve_table(result: Any, probes: list | None = None) -> str:
     return "\n".join(lines)
 
 
-def cheapest_table(found: Any, tried: list, cost: str, unit: str) -> str:
+def cheapest_table(found: Any, tried: list, cost: str, unit: str, slo: Any) -> str:
     """``archsim serve --cheapest``: every candidate in cost order, what it achieved at
-    the SLOs' percentile, and the cheapest that meets them."""
-    slo = next((c.result.slo for c in tried if c.result is not None), None)
-    pct = f"p{slo.percentile:g}" if slo else "p?"
+    the SLOs' (:class:`serving.metrics.Slo`) percentile, and the cheapest that meets
+    them."""
+    pct = f"p{slo.percentile:g}"
     lines = [f"Cheapest hardware meeting the SLOs at {pct} (cost: {cost}, each candidate a "
              f"full simulation of the same arrivals, cheapest first)",
              f"  {'config':<16}{'chips':>6}{'cost ' + unit:>14}{f'TTFT {pct} ms':>16}"
@@ -107,8 +107,13 @@ def cheapest_table(found: Any, tried: list, cost: str, unit: str) -> str:
         lines.append(f"  {c.config.name:<16}{c.chips:>6}{c.cost:>14,.1f}{ttft:>16}{tpot:>16}"
                      f"  {c.status}")
     lines.append("")
-    lines.append(f"cheapest: {found.config.name} x {found.chips} ({found.cost:,.1f} {unit})"
-                 if found else "no candidate meets the SLOs")
+    if found:
+        lines.append(f"cheapest: {found.config.name} x {found.chips} ({found.cost:,.1f} {unit})")
+    elif all(c.result is None for c in tried):
+        lines.append("no candidate meets the SLOs: none could serve the model, so none was "
+                     "simulated (each one's reason above)")
+    else:
+        lines.append("no candidate meets the SLOs")
     return "\n".join(lines)
 
 

@@ -133,7 +133,7 @@ def _cheapest(args: argparse.Namespace, options: Any, slo: Any, workload: Any) -
     found, tried = cheapest(args.model, configs, args.search_chips, arrivals, slo, options,
                             args.cost)
     unit = COSTS[args.cost][0]
-    print(cheapest_table(found, tried, args.cost, unit))
+    print(cheapest_table(found, tried, args.cost, unit, slo))
     if args.json:
         Path(args.json).write_text(json.dumps(cheapest_json(found, tried, args.cost, unit),
                                               indent=1) + "\n")
