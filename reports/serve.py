@@ -35,8 +35,13 @@ def serve_table(result: Any, probes: list | None = None) -> str:
         "",
         f"  {'latency (ms)':16}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
     ]
+    decoded = _decoded(result)
     for key, name in _LATENCY_NAMES.items():
         row = s.latency_s[key]
+        if key in ("tpot", "itl") and not decoded:
+            lines.append(f"  {name:16}" + f"{'n/a':>10}" * 4 + "  (no decode step: one "
+                         "output token a request)")
+            continue
         lines.append(f"  {name:16}" + "".join(f"{_ms(row[k]):>10}"
                                               for k in ("mean", "p50", "p90", "p99")))
     lines += [
@@ -87,9 +92,16 @@ def serve_table(result: Any, probes: list | None = None) -> str:
                   f"  {'rate (req/s)':>14}{'TTFT ms':>10}{'TPOT ms':>10}  SLO at "
                   f"p{result.slo.percentile:g}"]
         for probe in probes:
-            lines.append(f"  {probe.rate:>14.3f}{_pct(probe, 'ttft'):>10.1f}"
-                         f"{_pct(probe, 'tpot'):>10.1f}  {'met' if probe.met else 'not met'}")
+            tpot = _fmt(_pct(probe, "tpot"), ".1f")
+            lines.append(f"  {probe.rate:>14.3f}{_pct(probe, 'ttft'):>10.1f}{tpot:>10}  "
+                         f"{'met' if probe.met else 'not met'}")
     return "\n".join(lines)
+
+
+def _decoded(result: Any) -> bool:
+    """Whether any request of a run had a decode step (more than one output token): TPOT
+    and inter-token latency are not defined otherwise."""
+    return any(r.output_tokens > 1 for r in result.engine.records)
 
 
 def cheapest_table(found: Any, tried: list, cost: str, unit: str, slo: Any) -> str:
@@ -103,7 +115,7 @@ def cheapest_table(found: Any, tried: list, cost: str, unit: str, slo: Any) -> s
              f"{f'TPOT {pct} ms':>16}  outcome"]
     for c in tried:
         ttft = f"{_pct(c, 'ttft'):.3g}" if c.result is not None else "-"
-        tpot = f"{_pct(c, 'tpot'):.3g}" if c.result is not None else "-"
+        tpot = _fmt(_pct(c, "tpot"), ".3g") if c.result is not None else "-"
         lines.append(f"  {c.config.name:<16}{c.chips:>6}{c.cost:>14,.1f}{ttft:>16}{tpot:>16}"
                      f"  {c.status}")
     lines.append("")
@@ -128,8 +140,9 @@ def cheapest_json(found: Any, tried: list, cost: str, unit: str) -> dict[str, An
             "cheapest": one(found) if found else None}
 
 
-def _pct(probe: Any, key: str) -> float:
-    """A probe's (or a candidate's) latency at the SLO's percentile, in ms."""
+def _pct(probe: Any, key: str) -> float | None:
+    """A probe's (or a candidate's) latency at the SLO's percentile, in ms; TPOT is None
+    when no request had a decode step (one output token each)."""
     import numpy as np
 
     recs = probe.result.engine.records
@@ -137,8 +150,15 @@ def _pct(probe: Any, key: str) -> float:
     if key == "ttft":
         values = [r.ttft_s for r in recs]
     else:
-        values = [r.tpot_s for r in recs if r.output_tokens > 1] or [0.0]
+        values = [r.tpot_s for r in recs if r.output_tokens > 1]
+        if not values:
+            return None
     return float(np.percentile(values, pct)) * 1e3
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    """``value`` in the format ``spec``; ``n/a`` for None."""
+    return "n/a" if value is None else format(value, spec)
 
 
 def max_rate_line(search: Any, percentile: float) -> str:
@@ -172,8 +192,9 @@ def _lowest_load_misses(alone: Any) -> str:
     misses = []
     if slo.ttft_ms is not None and _pct(alone, "ttft") > slo.ttft_ms:
         misses.append(f"TTFT {pct} {_pct(alone, 'ttft'):.3g} ms > --slo-ttft {slo.ttft_ms:g} ms")
-    if slo.tpot_ms is not None and _pct(alone, "tpot") > slo.tpot_ms:
-        misses.append(f"TPOT {pct} {_pct(alone, 'tpot'):.3g} ms > --slo-tpot {slo.tpot_ms:g} ms")
+    tpot = _pct(alone, "tpot")
+    if slo.tpot_ms is not None and tpot is not None and tpot > slo.tpot_ms:
+        misses.append(f"TPOT {pct} {tpot:.3g} ms > --slo-tpot {slo.tpot_ms:g} ms")
     return (f"{' and '.join(misses)} at the lowest load (each of {len(records)} "
             f"request{'s' if len(records) != 1 else ''} alone)")
 
@@ -196,7 +217,8 @@ def serve_json(result: Any, probes: list | None = None,
         "peak_kv_use": s.peak_kv_use, "mean_in_system": s.mean_in_system,
         "slo": {"ttft_ms": result.slo.ttft_ms, "tpot_ms": result.slo.tpot_ms,
                 "percentile": result.slo.percentile, "attained": s.slo_attained},
-        **{f"{k}_s": v for k, v in s.latency_s.items()},
+        **{f"{k}_s": (v if k not in ("tpot", "itl") or _decoded(result) else None)
+           for k, v in s.latency_s.items()},
         "requests": [{"id": r.id, "arrival_s": r.arrival_s, "first_token_s": r.first_token_s,
                       "finish_s": r.finish_s, "prompt_tokens": r.prompt_tokens,
                       "output_tokens": r.output_tokens, "preemptions": r.preemptions}

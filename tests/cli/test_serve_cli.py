@@ -164,3 +164,19 @@ def test_find_max_rate_of_a_burst_says_the_rate_is_not_determined(tmp_path, mode
     data = json.loads(out.read_text())
     assert data["max_rate"] is None and data["max_rate_text"] == last
     assert len(data["probes"]) < 24
+
+
+def test_one_output_token_has_no_tpot_or_inter_token_latency(tmp_path, model,
+                                                             capsys) -> None:
+    # --output-tokens 1: TPOT and inter-token percentiles read 0 (no decode step).
+    out = tmp_path / "r.json"
+    assert main(["serve", model, "--config", "tiny", "--requests", "3", "--prompt-tokens",
+                 "8", "--output-tokens", "1", "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in ("TPOT", "inter-token"):
+        row = next(line for line in lines if line.strip().startswith(name))
+        assert row.count("n/a") == 4, row
+        assert "(no decode step" in row
+    data = json.loads(out.read_text())
+    assert data["tpot_s"] is None and data["itl_s"] is None
+    assert data["ttft_s"]["p50"] > 0

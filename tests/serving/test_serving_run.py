@@ -147,3 +147,17 @@ def test_the_note_counts_the_layers_really_simulated(one_chip) -> None:
     deep = dataclasses.replace(one_chip, spec=dataclasses.replace(SMALL, layers=8))
     assert "of 8 identical layers the first 3 simulated, the others extended" in " ".join(
         deep.notes())
+
+
+def test_without_a_decode_step_tpot_is_not_applicable(tmp_path) -> None:
+    # --decode 0 read "TPOT 0 ns 0 ns 0.00x" and tokens/s 0.0: there is no decode step.
+    from reports.llm import llm_json, llm_table
+
+    result = serve(SMALL, TINY, Request(batch=1, prefill=16, decode=0))
+    table = llm_table(result)
+    tpot = next(line for line in table.splitlines() if "TPOT" in line)
+    assert tpot.count("n/a") == 3 and tpot.endswith("(no decode step)")
+    assert "0.00x" not in tpot
+    assert "energy, decode" not in table and "no decode" in table
+    data = llm_json(result)
+    assert data["tpot_s"] is None and data["tokens_per_s"] is None
