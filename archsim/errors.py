@@ -86,7 +86,19 @@ class DeviceMismatchError(ArchsimError, RuntimeError):
 
 
 class DeviceMemoryError(CapacityError):
-    """A model's weights, KV cache and activations do not fit in a chip's DRAM."""
+    """A model's weights, KV cache and activations do not fit in a chip's DRAM.
+    ``program`` is the name the message gives the program (the compiler's
+    ``graph_<hash>``), for a caller that knows the model's own name to put in."""
+
+    def __init__(self, message: str, program: str = "") -> None:
+        super().__init__(message)
+        self.program = program
+
+    def renamed(self, name: str) -> DeviceMemoryError:
+        """The same error naming the program ``name`` (the model a user gave)."""
+        if not self.program or not name:
+            return self
+        return DeviceMemoryError(str(self).replace(self.program, name, 1), name)
 
 
 class HostMemoryError(CapacityError):

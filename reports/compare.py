@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from reports.critical_path import critical_path
-from reports.data import ReportData, ResultLike, report_data
+from reports.data import ReportData, ResultLike, busy_cycles, report_data
 from reports.energy import format_joules
 from reports.text import format_bytes, format_cycles, format_si, format_table, format_us, percent
 
@@ -30,7 +30,8 @@ def _path_leader(data: ReportData) -> str:
 
 
 def _host_cycles(data: ReportData) -> int:
-    return sum(c.cycles for c in data.commands if c.kind in ("host", "hdma"))
+    """Cycles the host CPU or its DMA is busy (overlapping commands counted once)."""
+    return busy_cycles(c for c in data.commands if c.kind in ("host", "hdma"))
 
 
 _METRICS: tuple[tuple[str, Callable[[ReportData], str]], ...] = (

@@ -406,7 +406,19 @@ def _regions(op: Op, write: bool) -> tuple[Region, ...]:
     return tuple(Region(r.space, r.offset, r.nbytes) for r in refs)
 
 
+def busy_cycles(commands: Iterable[CommandRecord]) -> int:
+    """Cycles at least one of ``commands`` runs: the union of their [start, end), so
+    host-DMA transfers running beside host ops count once (their sum could exceed the
+    run)."""
+    busy, reach = 0, 0
+    for c in sorted(commands, key=lambda c: c.start):
+        busy += max(0, c.end - max(c.start, reach))
+        reach = max(reach, c.end)
+    return busy
+
+
 __all__ = [
     "COMPUTE_KINDS", "CommandRecord", "Description", "DMA_KINDS", "Region", "ReportData", "ResultLike",
-    "UNATTRIBUTED", "from_sim_result", "operand_text", "report_data", "uncontended_cycles",
+    "UNATTRIBUTED", "busy_cycles", "from_sim_result", "operand_text", "report_data",
+    "uncontended_cycles",
 ]

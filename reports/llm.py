@@ -35,18 +35,16 @@ def llm_table(result: Any) -> str:
         "",
         f"  {'':24}{'simulated':>14}{'roofline':>14}{'ratio':>8}",
         _row("TTFT (prefill)", result.ttft_s, roof.prefill_s),
-        _row("TPOT (mean decode step)", result.tpot_s, roof.tpot_s),
-        f"  {'tokens/s (decode)':24}{result.tokens_per_s:>14.1f}"
-        f"{(req.batch / roof.tpot_s if roof.tpot_s else 0):>14.1f}",
+        *_decode_rows(result),
         f"  {'end to end':24}{_ms(result.e2e_s):>14}",
         "",
         f"  memory per chip   {_gib(mem.total)} of {_gib(cfg.dram.capacity_bytes)} "
         f"(weights {_gib(mem.weights)}, KV cache {_gib(mem.kv_cache)}, activations "
         f"{_gib(mem.activations)} est.)",
         f"  matrix units      {util['matrix_prefill']:.1%} busy in prefill, "
-        f"{util['matrix_decode']:.1%} in decode",
+        + (f"{util['matrix_decode']:.1%} in decode" if req.decode else "no decode"),
         f"  HBM bandwidth     {util['hbm_prefill']:.1%} used in prefill, "
-        f"{util['hbm_decode']:.1%} in decode",
+        + (f"{util['hbm_decode']:.1%} in decode" if req.decode else "no decode"),
     ]
     lines += _energy_lines(result)
     if par.chips > 1:
@@ -61,6 +59,19 @@ def llm_table(result: Any) -> str:
                  "weight's unpacking and multiply-adds); over all chips")
     lines += [f"  note: {n}" for n in result.notes()]
     return "\n".join(lines)
+
+
+def _decode_rows(result: Any) -> list[str]:
+    """The TPOT and decode tokens/s rows; n/a without a decode step (``--decode 0``),
+    where they read 0 ns at a ratio of 0.00x."""
+    req, roof = result.request, result.roofline
+    if not req.decode:
+        na = "n/a"
+        return [f"  {'TPOT (mean decode step)':24}{na:>14}{na:>14}{na:>8}  (no decode step)",
+                f"  {'tokens/s (decode)':24}{na:>14}{na:>14}"]
+    return [_row("TPOT (mean decode step)", result.tpot_s, roof.tpot_s),
+            f"  {'tokens/s (decode)':24}{result.tokens_per_s:>14.1f}"
+            f"{(req.batch / roof.tpot_s if roof.tpot_s else 0):>14.1f}"]
 
 
 def _runtime_lines(result: Any) -> list[str]:
@@ -95,7 +106,7 @@ def _runtime_lines(result: Any) -> list[str]:
 def _energy_lines(result: Any) -> list[str]:
     """Energy per token and average power per chip of each phase."""
     lines = []
-    for phase in ("prefill", "decode"):
+    for phase in ("prefill", "decode") if result.request.decode else ("prefill",):
         energy = result.energy(phase)
         label = f"energy, {phase}"
         lines.append(f"  {label:18}{energy['energy_per_token_j'] * 1e3:.3f} mJ per token, "
@@ -120,8 +131,8 @@ def llm_json(result: Any) -> dict[str, Any]:
         "batch": req.batch, "prefill": req.prefill, "decode": req.decode,
         "dtype": req.dtype, "kv_dtype": req.kv_dtype, "weights": req.weights or req.dtype,
         "chips": par.chips, "tp": par.tp, "pp": par.pp, "micro_batches": par.micro_batches,
-        "ttft_s": result.ttft_s, "tpot_s": result.tpot_s,
-        "tokens_per_s": result.tokens_per_s, "e2e_s": result.e2e_s,
+        "ttft_s": result.ttft_s, "tpot_s": result.tpot_s if req.decode else None,
+        "tokens_per_s": result.tokens_per_s if req.decode else None, "e2e_s": result.e2e_s,
         "memory_bytes": mem.total,
         "memory": {"weights_bytes": mem.weights, "kv_cache_bytes": mem.kv_cache,
                    "activations_bytes": mem.activations,

@@ -35,8 +35,13 @@ def serve_table(result: Any, probes: list | None = None) -> str:
         "",
         f"  {'latency (ms)':16}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
     ]
+    decoded = _decoded(result)
     for key, name in _LATENCY_NAMES.items():
         row = s.latency_s[key]
+        if key in ("tpot", "itl") and not decoded:
+            lines.append(f"  {name:16}" + f"{'n/a':>10}" * 4 + "  (no decode step: one "
+                         "output token a request)")
+            continue
         lines.append(f"  {name:16}" + "".join(f"{_ms(row[k]):>10}"
                                               for k in ("mean", "p50", "p90", "p99")))
     lines += [
@@ -87,28 +92,40 @@ def serve_table(result: Any, probes: list | None = None) -> str:
                   f"  {'rate (req/s)':>14}{'TTFT ms':>10}{'TPOT ms':>10}  SLO at "
                   f"p{result.slo.percentile:g}"]
         for probe in probes:
-            lines.append(f"  {probe.rate:>14.3f}{_pct(probe, 'ttft'):>10.1f}"
-                         f"{_pct(probe, 'tpot'):>10.1f}  {'met' if probe.met else 'not met'}")
+            tpot = _fmt(_pct(probe, "tpot"), ".1f")
+            lines.append(f"  {probe.rate:>14.3f}{_pct(probe, 'ttft'):>10.1f}{tpot:>10}  "
+                         f"{'met' if probe.met else 'not met'}")
     return "\n".join(lines)
 
 
-def cheapest_table(found: Any, tried: list, cost: str, unit: str) -> str:
+def _decoded(result: Any) -> bool:
+    """Whether any request of a run had a decode step (more than one output token): TPOT
+    and inter-token latency are not defined otherwise."""
+    return any(r.output_tokens > 1 for r in result.engine.records)
+
+
+def cheapest_table(found: Any, tried: list, cost: str, unit: str, slo: Any) -> str:
     """``archsim serve --cheapest``: every candidate in cost order, what it achieved at
-    the SLOs' percentile, and the cheapest that meets them."""
-    slo = next((c.result.slo for c in tried if c.result is not None), None)
-    pct = f"p{slo.percentile:g}" if slo else "p?"
+    the SLOs' (:class:`serving.metrics.Slo`) percentile, and the cheapest that meets
+    them."""
+    pct = f"p{slo.percentile:g}"
     lines = [f"Cheapest hardware meeting the SLOs at {pct} (cost: {cost}, each candidate a "
              f"full simulation of the same arrivals, cheapest first)",
              f"  {'config':<16}{'chips':>6}{'cost ' + unit:>14}{f'TTFT {pct} ms':>16}"
              f"{f'TPOT {pct} ms':>16}  outcome"]
     for c in tried:
         ttft = f"{_pct(c, 'ttft'):.3g}" if c.result is not None else "-"
-        tpot = f"{_pct(c, 'tpot'):.3g}" if c.result is not None else "-"
+        tpot = _fmt(_pct(c, "tpot"), ".3g") if c.result is not None else "-"
         lines.append(f"  {c.config.name:<16}{c.chips:>6}{c.cost:>14,.1f}{ttft:>16}{tpot:>16}"
                      f"  {c.status}")
     lines.append("")
-    lines.append(f"cheapest: {found.config.name} x {found.chips} ({found.cost:,.1f} {unit})"
-                 if found else "no candidate meets the SLOs")
+    if found:
+        lines.append(f"cheapest: {found.config.name} x {found.chips} ({found.cost:,.1f} {unit})")
+    elif all(c.result is None for c in tried):
+        lines.append("no candidate meets the SLOs: none could serve the model, so none was "
+                     "simulated (each one's reason above)")
+    else:
+        lines.append("no candidate meets the SLOs")
     return "\n".join(lines)
 
 
@@ -123,8 +140,9 @@ def cheapest_json(found: Any, tried: list, cost: str, unit: str) -> dict[str, An
             "cheapest": one(found) if found else None}
 
 
-def _pct(probe: Any, key: str) -> float:
-    """A probe's (or a candidate's) latency at the SLO's percentile, in ms."""
+def _pct(probe: Any, key: str) -> float | None:
+    """A probe's (or a candidate's) latency at the SLO's percentile, in ms; TPOT is None
+    when no request had a decode step (one output token each)."""
     import numpy as np
 
     recs = probe.result.engine.records
@@ -132,8 +150,15 @@ def _pct(probe: Any, key: str) -> float:
     if key == "ttft":
         values = [r.ttft_s for r in recs]
     else:
-        values = [r.tpot_s for r in recs if r.output_tokens > 1] or [0.0]
+        values = [r.tpot_s for r in recs if r.output_tokens > 1]
+        if not values:
+            return None
     return float(np.percentile(values, pct)) * 1e3
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    """``value`` in the format ``spec``; ``n/a`` for None."""
+    return "n/a" if value is None else format(value, spec)
 
 
 def max_rate_line(search: Any, percentile: float) -> str:
@@ -146,6 +171,8 @@ def max_rate_line(search: Any, percentile: float) -> str:
                 f"{search.probes[-1].rate:.3f} requests/s, a throughput of "
                 f"{last.throughput_requests_per_s:.3f} requests/s); more --requests would "
                 f"show where a queue breaks them")
+    if search.unreachable:
+        return "no rate meets the SLOs: " + _lowest_load_misses(search.alone)
     if not search.rate:
         return "no probed rate meets the SLOs"
     line = f"max rate meeting the SLOs at p{percentile:g}: {search.rate:.3f} requests/s"
@@ -155,6 +182,21 @@ def max_rate_line(search: Any, percentile: float) -> str:
                  f"met the SLOs over {last.requests} requests while their queue grew; more "
                  f"--requests would show it breaking them)")
     return line
+
+
+def _lowest_load_misses(alone: Any) -> str:
+    """Which SLOs the lowest-load probe (each request alone) misses, with its figures:
+    ``TTFT p90 11.9 ms at the lowest load (each of 10 requests alone) > --slo-ttft 1 ms``."""
+    slo, records = alone.result.slo, alone.result.engine.records
+    pct = f"p{slo.percentile:g}"
+    misses = []
+    if slo.ttft_ms is not None and _pct(alone, "ttft") > slo.ttft_ms:
+        misses.append(f"TTFT {pct} {_pct(alone, 'ttft'):.3g} ms > --slo-ttft {slo.ttft_ms:g} ms")
+    tpot = _pct(alone, "tpot")
+    if slo.tpot_ms is not None and tpot is not None and tpot > slo.tpot_ms:
+        misses.append(f"TPOT {pct} {tpot:.3g} ms > --slo-tpot {slo.tpot_ms:g} ms")
+    return (f"{' and '.join(misses)} at the lowest load (each of {len(records)} "
+            f"request{'s' if len(records) != 1 else ''} alone)")
 
 
 def serve_json(result: Any, probes: list | None = None,
@@ -175,7 +217,8 @@ def serve_json(result: Any, probes: list | None = None,
         "peak_kv_use": s.peak_kv_use, "mean_in_system": s.mean_in_system,
         "slo": {"ttft_ms": result.slo.ttft_ms, "tpot_ms": result.slo.tpot_ms,
                 "percentile": result.slo.percentile, "attained": s.slo_attained},
-        **{f"{k}_s": v for k, v in s.latency_s.items()},
+        **{f"{k}_s": (v if k not in ("tpot", "itl") or _decoded(result) else None)
+           for k, v in s.latency_s.items()},
         "requests": [{"id": r.id, "arrival_s": r.arrival_s, "first_token_s": r.first_token_s,
                       "finish_s": r.finish_s, "prompt_tokens": r.prompt_tokens,
                       "output_tokens": r.output_tokens, "preemptions": r.preemptions}
@@ -191,6 +234,10 @@ def serve_json(result: Any, probes: list | None = None,
         data["max_rate_capped"] = search.capped
         data["max_rate_served"] = None if math.isinf(search.served) else search.served
         data["max_rate_text"] = max_rate_line(search, result.slo.percentile)
+        if search.alone is not None:
+            data["lowest_load"] = {"met": search.alone.met,
+                                   "ttft_ms": _pct(search.alone, "ttft"),
+                                   "tpot_ms": _pct(search.alone, "tpot")}
         data["probes"] = [{"rate": p.rate, "met": p.met,
                            "ttft_ms": _pct(p, "ttft"), "tpot_ms": _pct(p, "tpot")}
                           for p in probes]

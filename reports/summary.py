@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from reports.energy import format_energy
-from reports.data import ReportData, ResultLike, report_data
+from reports.data import ReportData, ResultLike, busy_cycles, report_data
 from reports.text import (
     format_bytes,
     format_count,
@@ -196,13 +196,17 @@ def _host_work(data: ReportData) -> str:
     host = [c for c in data.commands if c.kind in HOST_KINDS]
     if not host:
         return "Host work: none (everything ran on the NPU)"
-    total = sum(c.cycles for c in host)
+    busy = busy_cycles(host)
+    summed = sum(c.cycles for c in host)
     rows = [(str(c.id), c.engine, c.op, c.source or "<unattributed>", format_cycles(c.cycles),
              f"{data.cycles_to_us(c.cycles):.2f}", format_bytes(c.bytes) if c.bytes else "-")
             for c in host[:_MAX_HOST_ROWS]]
     more = f"\n  ... {len(host) - _MAX_HOST_ROWS} more" if len(host) > _MAX_HOST_ROWS else ""
-    return (f"Host work: {len(host)} commands, {format_cycles(total)} cycles "
-            f"({percent(total, data.total_cycles)} of the run, may overlap NPU work)\n"
+    overlap = (f"; its commands' cycles sum to {format_cycles(summed)} as some overlap"
+               if summed != busy else "")
+    return (f"Host work: {len(host)} commands, busy {format_cycles(busy)} cycles "
+            f"({percent(busy, data.total_cycles)} of the run, may overlap NPU work"
+            f"{overlap})\n"
             + format_table(("cmd", "engine", "op", "source", "cycles", "us", "bytes"), rows,
                            align="rlllrrr") + more)
 

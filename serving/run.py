@@ -129,9 +129,14 @@ class ServeResult:
         blocks = ", ".join(f"{k}({t}{f', ctx {c}' if c else ''})" for k, t, c in self.simulated)
         notes = [f"simulated once per distinct shape on one chip: {blocks}"]
         if par.tp == 1:
+            from torch_bridge.layer_stack import KEEP_LAYERS, MIN_LAYERS
+
+            part = (f"of {spec.layers} identical layers the first {KEEP_LAYERS} simulated, "
+                    f"the others extended" if spec.layers >= MIN_LAYERS else
+                    f"its {spec.layers} layer{'s' if spec.layers != 1 else ''} all simulated "
+                    f"(a stack of fewer than {MIN_LAYERS} is not extended)")
             notes.append(f"each stage compiled and simulated as one program, as archsim."
-                         f"estimate runs a model: of {spec.layers} identical layers the "
-                         f"first 3 simulated, the others extended")
+                         f"estimate runs a model: {part}")
         else:
             notes.append(f"{spec.layers} identical layers composed from one simulated layer "
                          f"per shape (exact: each layer ends with every chip of its group "

@@ -4,7 +4,8 @@
 turn the prompt and the reply after it the output, as vLLM's serving benchmark samples
 ShareGPT. There is no tokenizer: tokens are estimated as ceil(characters / 4), the
 usual rule of thumb for English text with BPE tokenizers (an estimate; pass
-``--chars-per-token`` for another). Arrivals are Poisson at ``--rate`` (0: all at once).
+``--chars-per-token`` for another). Arrivals are Poisson at ``--rate`` (requests per
+second, > 0, as ``archsim serve --rate``; without it all at once).
 
 Run: ``python -m serving.sharegpt sharegpt.json trace.csv --rate 2 --seed 0
 [--max-requests N]``.
@@ -23,10 +24,13 @@ import numpy as np
 from serving.workload import Arrival, WorkloadError, write_trace
 
 
-def convert(data: object, rate: float = 0.0, seed: int = 0, chars_per_token: float = 4.0,
-            max_requests: int | None = None) -> list[Arrival]:
+def convert(data: object, rate: float | None = None, seed: int = 0,
+            chars_per_token: float = 4.0, max_requests: int | None = None) -> list[Arrival]:
     """The requests of a ShareGPT-style list (conversations without a human turn
-    followed by a reply are skipped)."""
+    followed by a reply are skipped), Poisson at ``rate`` per second or, with None, all
+    at time 0."""
+    if rate is not None and not rate > 0:  # archsim serve --rate's refusal
+        raise WorkloadError(f"--rate must be > 0 requests per second, got {rate}")
     if not isinstance(data, list):
         raise WorkloadError("ShareGPT JSON: expected a list of conversations")
     pairs: list[tuple[int, int]] = []
@@ -43,7 +47,7 @@ def convert(data: object, rate: float = 0.0, seed: int = 0, chars_per_token: flo
             break
     rng = np.random.default_rng(seed)
     times = (np.cumsum(np.r_[0.0, rng.exponential(1.0 / rate, len(pairs) - 1)])
-             if rate > 0 and pairs else np.zeros(len(pairs)))
+             if rate is not None and pairs else np.zeros(len(pairs)))
     return [Arrival(i, float(t), p, o) for i, (t, (p, o)) in enumerate(zip(times, pairs))]
 
 
@@ -51,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", help="ShareGPT-style JSON file")
     parser.add_argument("out", help="trace CSV to write")
-    parser.add_argument("--rate", type=float, default=0.0,
-                        help="Poisson arrivals per second (default 0: all at time 0)")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="Poisson arrivals per second, > 0 (default: all at time 0)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chars-per-token", type=float, default=4.0)
     parser.add_argument("--max-requests", type=int, default=None)

@@ -171,6 +171,16 @@ class MaxRate:
     span below a rate the server keeps up with."""
     capped: bool
     """``rate`` is ``served``: probes above it met the SLOs while falling behind."""
+    alone: Probe | None = None
+    """The lowest load, probed when the first probe misses the SLOs: the same requests,
+    each arriving once the one before has finished (``rate``: one over that spacing).
+    When it misses them too no rate can meet them, and the search stops there
+    (``rate`` 0.0)."""
+
+    @property
+    def unreachable(self) -> bool:
+        """No rate meets the SLOs: even each request alone misses them."""
+        return self.alone is not None and not self.alone.met
 
 
 def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]],
@@ -184,7 +194,11 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
     arrive before the first token (a burst) meets the SLOs, the same requests all
     arriving at once are probed; the rate is not determined if they meet the SLOs
     too, else doubling goes on. The rate found is capped at the fastest pace a probe
-    served its requests at (:attr:`Probe.served_rate`)."""
+    served its requests at (:attr:`Probe.served_rate`).
+
+    When the first probe misses the SLOs, the lowest load is probed before halving
+    (:attr:`MaxRate.alone`): if each request alone misses them no rate meets them, and
+    the search ends with ``rate`` 0.0 rather than halving towards zero."""
     if slo.ttft_ms is None and slo.tpot_ms is None:
         raise ModelConfigError("--find-max-rate needs an SLO: --slo-ttft MS and/or "
                                "--slo-tpot MS")
@@ -198,6 +212,7 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
     lo, hi = 0.0, 0.0
     rate = start
     at_once: bool | None = None  # whether the requests all at once meet the SLOs
+    alone: Probe | None = None
     if probe(rate):
         lo = rate
         while len(probes) < max_probes:
@@ -212,6 +227,10 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
             lo = rate
     else:
         hi = rate
+        alone = _alone(server, workload(rate), slo, probes[0])
+        if not alone.met:
+            return MaxRate(0.0, tuple(probes), max(p.served_rate for p in probes),
+                           capped=False, alone=alone)
         while len(probes) < max_probes:
             rate /= 2
             if probe(rate):
@@ -224,7 +243,24 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
             lo = mid
         else:
             hi = mid
-    return _max_rate(lo, hi, probes, bool(at_once))
+    return replace(_max_rate(lo, hi, probes, bool(at_once)), alone=alone)
+
+
+def _alone(server: Server, arrivals: Sequence[Arrival], slo: Slo, loaded: Probe,
+           tries: int = 8) -> Probe:
+    """The requests of ``arrivals`` each alone: evenly spaced by a gap that doubles until
+    none arrives before the one before has finished, from the longest end-to-end time of
+    the ``loaded`` probe (a queue only lengthens it)."""
+    ordered = sorted(arrivals, key=lambda a: a.arrival_s)
+    gap = max(r.finish_s - r.arrival_s for r in loaded.result.engine.records)
+    for _ in range(tries):
+        spaced = [replace(a, arrival_s=i * gap) for i, a in enumerate(ordered)]
+        result = server.run(spaced, slo)
+        records = sorted(result.engine.records, key=lambda r: r.arrival_s)
+        if all(b.arrival_s >= a.finish_s for a, b in zip(records, records[1:])):
+            break
+        gap *= 2
+    return Probe(1.0 / gap, result)
 
 
 def _all_at_once(arrivals: Sequence[Arrival]) -> list[Arrival]:

@@ -28,7 +28,7 @@ from archsim.app.progress import SILENT, Progress
 from archsim.app.workload import Kind, Workload
 from archsim.config import NpuConfig, load_config
 from archsim.app.numerics import check_numerics, input_values, split_outputs
-from archsim.errors import ArchsimError
+from archsim.errors import ArchsimError, DeviceMemoryError
 
 if TYPE_CHECKING:
     from archsim.result import SimResult
@@ -302,6 +302,7 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
         else:
             module, tensors = bind_arguments(model, inputs, kwargs)
             exported = compiler.export_model(module, tensors)
+    model_name = name
     if name and stack:
         name += (f", {layers or stack.total} layers ({KEEP_LAYERS} simulated, "
                  f"{stack.total - KEEP_LAYERS} extended)")
@@ -313,7 +314,10 @@ def _run_module(name: str, model: Any, inputs: tuple[Any, ...], kwargs: dict[str
     examples = contextlib.nullcontext() if perf_only else \
         example_inputs(input_values(exported, tensors))
     with s.progress.step(f"compiling for {config.name}"), examples:
-        compiled = compiler.compile_graph(exported, config, options)
+        try:
+            compiled = compiler.compile_graph(exported, config, options)
+        except DeviceMemoryError as exc:  # named by the model, not the graph's hash
+            raise exc.renamed(model_name) from None
     if name:
         compiled = dataclasses.replace(
             compiled, program=dataclasses.replace(compiled.program, name=name))

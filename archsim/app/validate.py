@@ -106,11 +106,16 @@ def roofline_cycles(module: Any, inputs: tuple[Any, ...], config: NpuConfig) -> 
     """A hard lower bound, from the workload alone (not the schedule): the larger of its
     matmul/conv FLOPs (torch's FLOP counter) at the matrix engine's peak for the
     precision policy, and its compulsory DRAM traffic (inputs, weights, outputs read or
-    written once) at full bandwidth."""
+    written once) at full bandwidth. An f32 workload pays the passes the arrays really
+    take for f32 (:func:`archsim.matrix.passes`): one on arrays whose input dtype is f32
+    (tiny), ``f32_precision``'s on 16-bit arrays."""
     import copy
 
     import torch
     from torch.utils.flop_counter import FlopCounterMode
+
+    from archsim.matrix import passes as matrix_passes
+    from compiler.ir.dtypes import DType
 
     meta = copy.deepcopy(module).to("meta")
     args = tuple(t.to("meta") for t in inputs)
@@ -118,8 +123,8 @@ def roofline_cycles(module: Any, inputs: tuple[Any, ...], config: NpuConfig) -> 
         out = meta(*args)
     outs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     tensors = [*args, *meta.parameters(), *meta.buffers(), *outs]
-    passes = config.core.matrix.f32_passes if any(
-        t.dtype == torch.float32 for t in tensors) else 1
+    has_f32 = any(t.dtype == torch.float32 for t in tensors)
+    passes = matrix_passes(DType.f32, config.core.matrix) if has_f32 else 1
     flops_per_cycle = config.peak_flops / config.clock_hz / passes
     dram_bytes = sum(t.numel() * t.element_size() for t in tensors)
     return int(max(counter.get_total_flops() / flops_per_cycle,

@@ -114,11 +114,12 @@ def compare(args: argparse.Namespace) -> int:
     import reports
 
     workload_of(args)  # a bad MODEL or option is refused before any config runs
+    configs = [resolve_config(name, args.overrides) for name in args.config]  # a bad -c
     out = output_dir(args.out) if args.out else None  # and a bad --out
     results = []
-    for name in args.config:
+    for config in configs:
         with paused(exiting=args.exiting):  # as in `run`, config by config
-            results.append(simulate(args, resolve_config(name, args.overrides)))
+            results.append(simulate(args, config))
     if args.quiet:  # the summary line of each config, as `run --quiet` prints one
         print("\n".join(_one_line(result) for result in results))
     else:

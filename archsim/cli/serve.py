@@ -79,7 +79,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="percentile at which the SLOs must hold (default 90)")
     o.add_argument("--find-max-rate", action="store_true",
                    help="bisect the synthetic --rate for the highest rate meeting the SLOs "
-                        "at --slo-percentile (each probe a full simulation)")
+                        "at --slo-percentile (each probe a full simulation); says no "
+                        "rate meets them when each request alone misses them")
     o.add_argument("--cheapest", action="store_true",
                    help="find the cheapest hardware meeting the SLOs on this workload: "
                         "every --search-configs preset at every --search-chips count "
@@ -132,7 +133,7 @@ def _cheapest(args: argparse.Namespace, options: Any, slo: Any, workload: Any) -
     found, tried = cheapest(args.model, configs, args.search_chips, arrivals, slo, options,
                             args.cost)
     unit = COSTS[args.cost][0]
-    print(cheapest_table(found, tried, args.cost, unit))
+    print(cheapest_table(found, tried, args.cost, unit, slo))
     if args.json:
         Path(args.json).write_text(json.dumps(cheapest_json(found, tried, args.cost, unit),
                                               indent=1) + "\n")

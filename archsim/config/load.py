@@ -174,10 +174,11 @@ def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
         return _check_number(whole, path, problems)
     if hint is float:
         if isinstance(value, str):  # YAML 1.1 reads "1.0e9" (no exponent sign) as a string
-            value = _float_or_none(value) if value.strip() else None
-            if value is None:
+            number = _float_or_none(value) if value.strip() else None
+            if number is None:  # the text as typed, not the None it parsed to
                 problems.append(f"{path}: expected a number, got {value!r}")
                 return None
+            value = number
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             problems.append(f"{path}: expected a number, got {value!r}")
             return None

@@ -70,11 +70,13 @@ def check_dram_capacity(program: Program, config: NpuConfig, extra_bytes: int = 
         return
     where = program.commands[at].source if program.commands else ""
     also = f"; {extra}" if extra else ""
+    need, have = _sizes(peak, capacity)
     raise DeviceMemoryError(
-        f"{program.name} needs {_gib(peak)} of DRAM at once (at command {at}"
-        f"{f', {where}' if where else ''}{also}) but {config.name} has {_gib(capacity)} "
+        f"{program.name} needs {need} of DRAM at once (at command {at}"
+        f"{f', {where}' if where else ''}{also}) but {config.name} has {have} "
         f"(dram.capacity_bytes): use a smaller model or batch, a preset with more DRAM, "
-        f"--set dram.capacity_bytes=..., or split it over chips (archsim llm --tp/--pp)")
+        f"--set dram.capacity_bytes=..., or split it over chips (archsim llm --tp/--pp)",
+        program.name)
 
 
 def check_inputs_fit(name: str, input_bytes: int, config: NpuConfig) -> None:
@@ -83,12 +85,25 @@ def check_inputs_fit(name: str, input_bytes: int, config: NpuConfig) -> None:
     not that some kernel's tile does not fit a small scratchpad first."""
     capacity = config.dram.capacity_bytes
     if input_bytes > capacity:
+        need, have = _sizes(input_bytes, capacity)
         raise DeviceMemoryError(
-            f"{name} needs {_gib(input_bytes)} of DRAM for its inputs and weights alone "
-            f"but {config.name} has {_gib(capacity)} (dram.capacity_bytes): use a smaller "
+            f"{name} needs {need} of DRAM for its inputs and weights alone "
+            f"but {config.name} has {have} (dram.capacity_bytes): use a smaller "
             f"model or batch, a preset with more DRAM, --set dram.capacity_bytes=..., or "
-            f"split it over chips (archsim llm --tp/--pp)")
+            f"split it over chips (archsim llm --tp/--pp)", name)
 
 
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2 ** 30:.2f} GiB"
+def _sizes(needed: int, capacity: int) -> tuple[str, str]:
+    """Both sizes in the unit that fits each (1000 B had read 0.00 GiB), exact bytes
+    where the rounded figures would read the same."""
+    need, have = _size(needed), _size(capacity)
+    if need == have:
+        need, have = f"{need} ({needed:,} B)", f"{have} ({capacity:,} B)"
+    return need, have
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes:,} B"

@@ -69,6 +69,23 @@ def test_a_clock_that_is_no_whole_number_is_refused(value) -> None:
     assert info.value.problems == (f"clock_hz: expected an integer, got {value!r}",)
 
 
+@pytest.mark.parametrize("value", ["abc", "", "0.5 GB"])
+def test_a_float_field_that_is_no_number_echoes_the_text(value: str, tmp_path) -> None:
+    """--set dram.efficiency=abc (and the same in a file) read 'expected a number, got
+    None': the text parsed to None was echoed instead of the text typed."""
+    with pytest.raises(ConfigError) as info:
+        load_config("tiny").with_overrides({"dram.efficiency": value})
+    assert info.value.problems == (f"dram.efficiency: expected a number, got {value!r}",)
+    path = tmp_path / "chip.yaml"
+    text = resources.files("archsim.config.presets").joinpath("tiny.yaml").read_text()
+    path.write_text(re.sub(r"channel_bandwidth_gb_per_s: [\d.]+",
+                           "channel_bandwidth_gb_per_s: abc", text, count=1))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == (
+        "dram.channel_bandwidth_gb_per_s: expected a number, got 'abc'",)
+
+
 def test_public_figures_of_tpu_v3() -> None:
     config = load_config("tpu-v3")
     assert config.peak_flops == pytest.approx(2 * 2 * 128 * 128 * 940e6)

@@ -293,6 +293,14 @@ def test_an_output_directory_that_is_a_file_is_refused_before_simulating(
                   f"if missing)\n"
 
 
+def test_compare_refuses_a_bad_config_before_simulating_any(capsys) -> None:
+    # `-c tiny -c nope` simulated tiny (its progress and numerics printed) first.
+    err = _error(capsys, "compare", "gemm", "--seq", "16", "-c", "tiny", "-c", "nope")
+    assert err.startswith("archsim: error: nope: 1 problem:\n  - unknown preset 'nope'; "
+                          "presets: atom")
+    assert "exporting" not in err and "numerics" not in err
+
+
 @pytest.fixture(scope="module")
 def saved_result(tmp_path_factory) -> dict:
     import json

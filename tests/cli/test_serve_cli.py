@@ -74,6 +74,27 @@ def test_find_max_rate_prints_probes_and_the_rate(tmp_path, model, capsys) -> No
     assert all(p["ttft_ms"] <= 0.5 for p in data["probes"] if p["met"])
 
 
+def test_find_max_rate_with_slos_out_of_reach_says_so_at_once(tmp_path, model,
+                                                             capsys) -> None:
+    # A TTFT no request alone reaches: the search stops after the first probe and the
+    # lowest load, naming the SLO and the best TTFT (was: halving to "0.000" req/s rows
+    # and a last probe over years as the headline).
+    out = tmp_path / "r.json"
+    code = main(["serve", model, "--config", "tiny", "--requests", "5",
+                 "--prompt-tokens", "16", "--output-tokens", "4", "--slo-ttft", "0.0001",
+                 "--find-max-rate", "--json", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    line = text.strip().splitlines()[-1]
+    assert line.startswith("no rate meets the SLOs: TTFT p90 ")
+    assert line.endswith("> --slo-ttft 0.0001 ms at the lowest load (each of 5 requests "
+                         "alone)")
+    data = json.loads(out.read_text())
+    assert [p["rate"] for p in data["probes"]] == [1.0] and data["max_rate"] == 0.0
+    assert not data["lowest_load"]["met"]
+    assert f"TTFT p90 {data['lowest_load']['ttft_ms']:.3g} ms" in line
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--prompt-tokens", "zipf:1"], "length 'zipf:1' is not one of"),
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1]"),
@@ -143,3 +164,19 @@ def test_find_max_rate_of_a_burst_says_the_rate_is_not_determined(tmp_path, mode
     data = json.loads(out.read_text())
     assert data["max_rate"] is None and data["max_rate_text"] == last
     assert len(data["probes"]) < 24
+
+
+def test_one_output_token_has_no_tpot_or_inter_token_latency(tmp_path, model,
+                                                             capsys) -> None:
+    # --output-tokens 1: TPOT and inter-token percentiles read 0 (no decode step).
+    out = tmp_path / "r.json"
+    assert main(["serve", model, "--config", "tiny", "--requests", "3", "--prompt-tokens",
+                 "8", "--output-tokens", "1", "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in ("TPOT", "inter-token"):
+        row = next(line for line in lines if line.strip().startswith(name))
+        assert row.count("n/a") == 4, row
+        assert "(no decode step" in row
+    data = json.loads(out.read_text())
+    assert data["tpot_s"] is None and data["itl_s"] is None
+    assert data["ttft_s"]["p50"] > 0

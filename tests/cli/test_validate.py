@@ -13,7 +13,7 @@ from archsim.cli.main import main
 from archsim.config import load_config
 from archsim.app.catalog import WorkloadNameError, build_workload
 from archsim.app.validate import (ValidationDataError, read_measurements, roofline_cycles,
-                                  validate)
+                                  simulate_workload, validate)
 
 SMALL = {"gemm_128x256x64": 5000.0, "layernorm_64x768": 2000.0, "softmax_64x128": 900.0,
          "attention_2x64x32": 1500.0, "conv_2x8x8x16x32x3x1x1": 4000.0}
@@ -110,6 +110,19 @@ class TestValidate:
             want = max(2 * m * k * n / flops_per_cycle, 4 * (m * k + k * n + m * n) /
                        bytes_per_cycle)
             assert roofline_cycles(module, inputs, config) == int(want)
+
+    @pytest.mark.parametrize("preset", ["tiny", "atom", "tpu-v3"])
+    def test_roofline_is_a_lower_bound_of_a_small_gemm(self, preset: str) -> None:
+        # tiny's arrays take f32 natively: its roofline had divided the peak by the
+        # f32_passes of a 16-bit array (3) and stood 2.3x above the simulated time.
+        simulated, roofline = simulate_workload("gemm_64x64x64", load_config(preset))
+        assert 0 < roofline <= simulated
+
+    def test_roofline_of_an_f32_array_takes_one_pass(self) -> None:
+        # tiny: 2 cores x one 4x4 f32 array = 32 MACs = 64 FLOP per cycle, 16 B/cycle
+        # DRAM. 2*64^3 / 64 = 8192 cycles of compute over 3*64*64*4 / 16 = 3072 of DRAM.
+        module, inputs = build_workload("gemm_64x64x64")
+        assert roofline_cycles(module, inputs, load_config("tiny")) == 8192
 
     def test_precision_policy_changes_the_f32_gemm(self, small_csv: Path) -> None:
         config = load_config("tpu-v3")

@@ -63,11 +63,27 @@ def test_a_program_whose_tensors_alive_together_overflow_is_refused_at_its_peak(
     program = parse_program(CHAIN)
     config = archsim.load_config("tiny").with_overrides({"dram.capacity_bytes": 8192})
     check_inputs_fit("p", 4096, config)
-    with pytest.raises(DeviceMemoryError, match=r"p needs 0.00 GiB of DRAM at once \(at "
-                                                r"command 0"):
+    with pytest.raises(DeviceMemoryError, match=r"p needs 12.00 KiB of DRAM at once \(at "
+                                                r"command 0.* but tiny has 8.00 KiB "):
         check_dram_capacity(program, config)
-    with pytest.raises(DeviceMemoryError, match=r"p needs 0.00 GiB of DRAM for its inputs"):
+    # sizes that round alike are given in bytes too (they read "0.00 GiB" both)
+    with pytest.raises(DeviceMemoryError, match=r"p needs 8.00 KiB \(8,193 B\) of DRAM for "
+                                                r"its inputs and weights alone but tiny has "
+                                                r"8.00 KiB \(8,192 B\)"):
         check_inputs_fit("p", 8193, config)
+
+
+def test_the_cli_names_the_model_not_the_graph_and_a_size_that_reads(capsys) -> None:
+    # It read "graph_b6ff8e77 needs 0.00 GiB ... but atom has 0.00 GiB".
+    from archsim.cli import main
+
+    assert main(["run", "gemm_64x64x64", "-c", "atom", "--perf-only",
+                 "--set", "dram.capacity_bytes=1000"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    # its inputs: two 64 x 64 f32 matrices, 32 KiB
+    assert err.startswith("archsim: error: gemm_64x64x64 needs 32.00 KiB of DRAM for its "
+                          "inputs and weights alone but atom has 1,000 B "
+                          "(dram.capacity_bytes)"), err
 
 
 def test_the_peak_counts_tensors_alive_together() -> None:

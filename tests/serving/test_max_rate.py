@@ -76,3 +76,25 @@ def test_a_rate_above_the_measured_throughput_is_capped() -> None:
     assert [p.rate for p in found.probes if p.met][-1] == 384.0
     assert found.served == pytest.approx(100.0)  # below 100: as fast as they arrive
     assert found.capped and found.rate == found.served  # not 384: its queue grew
+
+
+def test_slos_the_lowest_load_misses_stop_the_search_at_once() -> None:
+    # Each request alone takes 10 ms to its first token: a 5 ms TTFT is out of reach at
+    # any rate. The first probe (rate 1) misses; so does the lowest load (the two
+    # requests 10 ms apart, the longest end to end time of that probe: 100/s), and the
+    # search stops. Was: halving 23 times towards 0 requests/s.
+    found = find_max_rate(one_at_a_time(), evenly(2), Slo(ttft_ms=5.0))
+    assert [p.rate for p in found.probes] == [1.0]
+    assert found.unreachable and found.rate == 0.0
+    assert found.alone.rate == pytest.approx(100.0) and not found.alone.met
+    records = found.alone.result.engine.records
+    assert [r.first_token_s - r.arrival_s for r in records] == pytest.approx([0.01, 0.01])
+
+
+def test_slos_the_lowest_load_meets_go_on_halving() -> None:
+    # Four requests at rate 1000 queue up (p90 TTFT 37 - 2700/rate = 34.3 ms > 15); alone
+    # each takes 10 ms, so halving goes on: 500, 250, 125 (15.4 ms) miss, 62.5 meets.
+    found = find_max_rate(one_at_a_time(), evenly(4), Slo(ttft_ms=15.0), start=1000.0)
+    assert [p.rate for p in found.probes][:5] == [1000.0, 500.0, 250.0, 125.0, 62.5]
+    assert found.alone.met and not found.unreachable
+    assert 62.5 <= found.rate <= 125.0

@@ -86,3 +86,19 @@ def test_cli_prints_the_search_and_writes_json(tmp_path, capsys) -> None:
     assert "cheapest: tiny x 1 (1.0 chips)" in text
     data = json.loads(out.read_text())
     assert data["cheapest"]["config"] == "tiny" and data["candidates"][0]["status"] == "meets"
+
+
+def test_cli_with_no_candidate_simulated_says_so(tmp_path, capsys) -> None:
+    # Only a chip count the model cannot split: the table named the percentile "p?"
+    # (taken from a simulated candidate) and ended "no candidate meets the SLOs".
+    model = tmp_path / "small"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(SMALL_CONFIG))
+    code = main(["serve", str(model), "--config", "tiny", "--requests", "2",
+                 "--prompt-tokens", "8", "--output-tokens", "2", "--slo-tpot", "1000",
+                 "--cheapest", "--search-chips", "3"])
+    assert code == 1
+    text = capsys.readouterr().out
+    assert "p?" not in text and "meeting the SLOs at p90" in text and "TPOT p90 ms" in text
+    assert text.rstrip().endswith("no candidate meets the SLOs: none could serve the "
+                                  "model, so none was simulated (each one's reason above)")

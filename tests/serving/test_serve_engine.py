@@ -181,3 +181,19 @@ def test_sharegpt_conversion_round_trips_through_a_trace(tmp_path) -> None:
     assert main([str(source), str(out)]) == 0
     # 40 chars -> 10 tokens, 9 -> 3 (rounded up), 1 -> 1, 400 -> 100; all at time 0
     assert read_trace(out) == (Arrival(0, 0.0, 10, 3), Arrival(1, 0.0, 1, 100))
+
+
+@pytest.mark.parametrize("rate", ["0", "-3", "nan"])
+def test_sharegpt_conversion_refuses_a_rate_serve_refuses(tmp_path, capsys, rate) -> None:
+    # --rate 0 (or -3) wrote all-zero arrivals while `archsim serve --rate 0` is an
+    # error; all at once is what leaving --rate out gives (the round trip above).
+    from serving.sharegpt import main
+
+    source = tmp_path / "share.json"
+    source.write_text(json.dumps([{"conversations": [{"from": "human", "value": "q"},
+                                                     {"from": "gpt", "value": "a"}]}]))
+    out = tmp_path / "trace.csv"
+    assert main([str(source), str(out), "--rate", rate]) == 1
+    assert capsys.readouterr().err == (f"error: --rate must be > 0 requests per second, "
+                                       f"got {float(rate)}\n")
+    assert not out.exists()

@@ -134,3 +134,30 @@ def test_interpolated_decode_steps_match_a_simulated_one() -> None:
     exact = composer.stage(0, 1, 40)  # step 7, interpolated above
     assert steps[7][0].cycles == pytest.approx(exact.cycles, rel=0.01)
     assert steps[7][0].cycles != exact.cycles  # it was interpolated, not simulated
+
+
+def test_the_note_counts_the_layers_really_simulated(one_chip) -> None:
+    # Two layers are simulated whole; it read "of 2 identical layers the first 3
+    # simulated". A stack of 4 or more is simulated in its first 3 and extended.
+    import dataclasses
+
+    notes = " ".join(one_chip.notes())
+    assert "its 2 layers all simulated (a stack of fewer than 4 is not extended)" in notes
+    assert "first 3" not in notes
+    deep = dataclasses.replace(one_chip, spec=dataclasses.replace(SMALL, layers=8))
+    assert "of 8 identical layers the first 3 simulated, the others extended" in " ".join(
+        deep.notes())
+
+
+def test_without_a_decode_step_tpot_is_not_applicable(tmp_path) -> None:
+    # --decode 0 read "TPOT 0 ns 0 ns 0.00x" and tokens/s 0.0: there is no decode step.
+    from reports.llm import llm_json, llm_table
+
+    result = serve(SMALL, TINY, Request(batch=1, prefill=16, decode=0))
+    table = llm_table(result)
+    tpot = next(line for line in table.splitlines() if "TPOT" in line)
+    assert tpot.count("n/a") == 3 and tpot.endswith("(no decode step)")
+    assert "0.00x" not in tpot
+    assert "energy, decode" not in table and "no decode" in table
+    data = llm_json(result)
+    assert data["tpot_s"] is None and data["tokens_per_s"] is None
