@@ -8,7 +8,8 @@ Two kinds of names:
 - **sized workloads** (:data:`FAMILIES`): a family and its sizes in the name, e.g.
   ``gemm_2048x2048x2048`` or ``conv_1x56x56x64x64x3x1x1`` (the names of
   ``../shared/data``'s measurement files, PyTorchSim's validation set), float32
-  inputs from ``torch.randn``, batch 1 unless named.
+  inputs from ``torch.randn``, batch 1 unless named (built on ``meta``, shapes only,
+  when too large for the host: ``archsim.app.pipeline.sized_workload``).
 
 Every entry builds ``(module, example inputs)`` with plain ``torch.nn``
 (:mod:`archsim.app.models`): random weights, shapes of the public models.
@@ -16,6 +17,7 @@ Every entry builds ``(module, example inputs)`` with plain ``torch.nn``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections.abc import Callable
@@ -296,8 +298,10 @@ def check_sizes(name: str) -> None:
                                 + (" (the padding may be 0)" if family.may_be_zero else ""))
 
 
-def build_workload(name: str) -> tuple[Any, tuple[Any, ...]]:
-    """``(module, example_inputs)`` for a sized workload name (float32, random values)."""
+def build_workload(name: str, *, meta: bool = False) -> tuple[Any, tuple[Any, ...]]:
+    """``(module, example_inputs)`` for a sized workload name (float32, random values);
+    ``meta``: shapes only, on the ``meta`` device (nothing allocated: the size check
+    before any run, a run too large for the host)."""
     import torch
 
     found = family_of(name)
@@ -307,7 +311,8 @@ def build_workload(name: str) -> tuple[Any, tuple[Any, ...]]:
     family, sizes = found
     check_sizes(name)
     torch.manual_seed(0)
-    module, inputs = family.build(*sizes)
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        module, inputs = family.build(*sizes)
     return module.eval(), inputs
 
 
