@@ -119,6 +119,12 @@ class ModelConfigError(ArchsimError):
     fit the requested parallelism."""
 
 
+class SequenceTooLongError(ModelConfigError):
+    """More tokens than a language model's positions (``archsim llm``'s prompt and
+    generated tokens, ``archsim run``'s ``--seq``): a learned position table has no row
+    for them (torch raises IndexError), a rotary model was not trained past them."""
+
+
 class NumericsError(ArchsimError):
     """A functional run's outputs disagree with the same model run by torch on CPU:
     numbers are a contract, never a printed diff."""

@@ -65,10 +65,15 @@ class Builtin:
     """Always shapes only (a 7B model's weights would not fit a host)."""
     int8_op: str = ""
     """The aten op the workload is in int8 (``_int_mm``), if it takes ``--dtype i8``."""
+    positions: int = 0
+    """Rows of the model's learned position table, the longest ``--seq`` it takes
+    (0: none; a rotary model computes any position)."""
 
     @property
     def description(self) -> str:
-        flags = ", ".join(f"--{size} ({getattr(self.defaults, size)})" for size in self.takes)
+        flags = ", ".join(f"--{size} ({getattr(self.defaults, size)}"
+                          + (f", at most {self.positions}" if size == "seq" and self.positions
+                             else "") + ")" for size in self.takes)
         return f"{self.summary}; {flags}" if flags else self.summary
 
 
@@ -147,9 +152,9 @@ def _attention(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
 _LANGUAGE = ("batch", "seq", "layers")
 BUILTINS: dict[str, Builtin] = {
     "gpt2": Builtin("GPT-2 small (hidden 768, 12 heads)", _gpt2, Sizes(layers=12),
-                    _LANGUAGE, model_layers=12),
+                    _LANGUAGE, model_layers=12, positions=1024),  # models.GPT2's wpe
     "bert-base": Builtin("BERT-base encoder (hidden 768, 12 heads)", _bert, Sizes(layers=12),
-                         _LANGUAGE, model_layers=12),
+                         _LANGUAGE, model_layers=12, positions=512),
     "llama-7b": Builtin("Llama-2-7B (hidden 4096, SwiGLU 11008): token ids in, the last "
                         "token's logits out, as a prefill; 3 layers simulated, the others "
                         "extended; performance-only", _llama(), Sizes(seq=2048, layers=32),

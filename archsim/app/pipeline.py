@@ -198,7 +198,7 @@ def _run_given(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
 def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
     import torch
 
-    from serving.spec import read_model_config
+    from serving.spec import check_positions, read_model_config
 
     data, name = read_model_config(workload.name)  # its sizes checked, transformers or not
     try:
@@ -228,6 +228,9 @@ def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> Sim
                            f"performance-only")
     dtype_name = workload.dtype or native_dtype(config)
     batch, seq = workload.batch or 1, workload.seq or 128
+    positions = getattr(model_config, "max_position_embeddings", None)  # GPT-2: n_positions
+    if isinstance(positions, int) and positions > 0:
+        check_positions(name, (seq,), positions, "--seq")
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
             model_config, dtype=torch_dtype(dtype_name), attn_implementation="sdpa")

@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "configs; refused elsewhere)")
         p.add_argument("--seq", type=positive, default=None,
                        help="sequence length (built-in language models, transformers "
-                            "configs; refused elsewhere)")
+                            "configs; refused elsewhere), at most the model's positions "
+                            "(see 'archsim workloads')")
         p.add_argument("--layers", type=positive, default=None,
                        help="number of layers (built-in transformer models, transformers "
                             "configs; refused elsewhere)")
