@@ -29,10 +29,11 @@ from archsim.app.progress import SILENT, Progress
 from archsim.app.workload import Kind, Workload
 from archsim.config import NpuConfig, load_config
 from archsim.app.numerics import check_numerics, input_values, split_outputs
-from archsim.errors import ArchsimError, HostMemoryError
+from archsim.errors import ArchsimError, HostMemoryError, ProgramConfigError, VerifyError
 
 if TYPE_CHECKING:
     from archsim.result import SimResult
+    from compiler.ir.ops import Program
 
 MODES = ("auto", "functional", "performance")
 
@@ -96,7 +97,34 @@ def _run_program(workload: Workload, config: NpuConfig, s: Settings) -> SimResul
                          else "loading the program"):
         program = workload.load_program()
     with s.progress.step(f"simulating {len(program.commands)} commands on {config.name}"):
-        return Simulator(config).run(program)
+        try:
+            return Simulator(config).run(program)
+        except VerifyError as exc:
+            raise program_config_error(program, config, exc.problems) from None
+
+
+def program_target(program: Program) -> str | None:
+    """The preset a program was compiled for (its header's ``target=``), if it names
+    one of :func:`~archsim.config.preset_names`; None otherwise."""
+    from archsim.config import preset_names
+
+    return program.target if program.target in preset_names() else None
+
+
+def program_config_error(program: Program, config: NpuConfig,
+                         problems: tuple[str, ...]) -> ProgramConfigError:
+    """The one-line error of a program invalid on ``config``, naming the preset it was
+    compiled for when ``config`` is another one or that preset changed (hundreds of
+    problems, one per command, said nothing the target does not)."""
+    target = program_target(program)
+    hint = ""
+    if target is not None and target != config.name:
+        hint = (f"; it was compiled for {target}: run it there (a saved program's default "
+                f"config) or recompile the model for {config.name}")
+    elif target is not None and config != load_config(target):
+        hint = (f"; it was compiled for {target} as the preset is: run it without the "
+                f"changes (--set) or recompile the model with them")
+    return ProgramConfigError(problems, program.name, config.name, hint)
 
 
 def _run_builtin(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
@@ -434,4 +462,5 @@ def _converted(module: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any], dty
 
 
 __all__ = ["FUNCTIONAL_BYTES_LIMIT", "FUNCTIONAL_PARAMETER_LIMIT", "MODES", "Settings",
-           "native_dtype", "run", "sized_workload", "torch_dtype"]
+           "native_dtype", "program_config_error", "program_target", "run", "sized_workload",
+           "torch_dtype"]
