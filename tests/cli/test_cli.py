@@ -19,6 +19,17 @@ def program_file(tmp_path: Path, exp8) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, Path]:
+    """gemm --seq 16 saved from tiny and from tpu-v4 (target=tiny, target=tpu-v4)."""
+    paths = {}
+    for preset in ("tiny", "tpu-v4"):
+        paths[preset] = tmp_path_factory.mktemp(preset) / "gemm.rbln"
+        assert main(["run", "gemm", "--seq", "16", "-c", preset, "-q",
+                     "--save-program", str(paths[preset])]) == 0
+    return paths
+
+
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -136,16 +147,6 @@ class TestRun:
             in err
         code, again, _ = run_cli(capsys, "run", str(path), "-c", "tiny", "-q")
         assert code == 0 and "[saved (the simulated part only: 3 of 4 simulated" in again
-
-    @pytest.fixture(scope="class")
-    def saved(self, tmp_path_factory) -> dict[str, Path]:
-        """gemm --seq 16 saved from tiny and from tpu-v4 (target=tiny, target=tpu-v4)."""
-        paths = {}
-        for preset in ("tiny", "tpu-v4"):
-            paths[preset] = tmp_path_factory.mktemp(preset) / "gemm.rbln"
-            assert main(["run", "gemm", "--seq", "16", "-c", preset, "-q",
-                         "--save-program", str(paths[preset])]) == 0
-        return paths
 
     def test_a_saved_program_runs_on_its_target_by_default(self, capsys, saved) -> None:
         # was atom, silently (22,144 cycles for a tiny program of 10,555); a tpu-v4
