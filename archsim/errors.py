@@ -49,6 +49,22 @@ class VerifyError(ArchsimError):
         super().__init__(f"program {program!r} is invalid ({count} {noun}):\n{lines}")
 
 
+class ProgramConfigError(VerifyError):
+    """A saved program is not valid on the config it was given (another preset than the
+    one it was compiled for, or that preset changed by overrides): one line with the
+    count, the first problem and the preset it was compiled for; ``problems`` holds
+    them all."""
+
+    def __init__(self, problems: Sequence[str], program: str, config: str,
+                 hint: str = "") -> None:
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        noun = "problem" if count == 1 else "problems"
+        first = f"; first: {self.problems[0]}" if self.problems else ""
+        ArchsimError.__init__(self, f"program {program!r} is invalid on {config} ({count} "
+                                    f"{noun}{first}){hint}")
+
+
 class CapacityError(ArchsimError):
     """Something does not fit: SRAM, DRAM, or device memory."""
 
@@ -129,6 +145,12 @@ class ExportError(ArchsimError):
 class ModelConfigError(ArchsimError):
     """A language-model description (config.json) is missing, unreadable or does not
     fit the requested parallelism."""
+
+
+class SequenceTooLongError(ModelConfigError):
+    """More tokens than a language model's positions (``archsim llm``'s prompt and
+    generated tokens, ``archsim run``'s ``--seq``): a learned position table has no row
+    for them (torch raises IndexError), a rotary model was not trained past them."""
 
 
 class NumericsError(ArchsimError):

@@ -80,7 +80,8 @@ def export_model(module: Any, args: tuple[Any, ...],
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
     try:
-        return _export_decomposed_or_public(module, tuple(args), dict(kwargs or {}))
+        with _quiet_loggers():
+            return _export_decomposed_or_public(module, tuple(args), dict(kwargs or {}))
     except GuardOnDataDependentSymNode as exc:
         raise ExportError(_data_dependent_message(module, exc)) from None
     except ArchsimError:
@@ -107,6 +108,29 @@ def _export_decomposed_or_public(module: Any, args: tuple[Any, ...],
         except Exception:  # noqa: BLE001
             exported = torch.export.export(module, args, kwargs)
             return exported.run_decompositions(table, decompose_custom_triton_ops=True)
+
+
+QUIET_DURING_EXPORT = ("torch._subclasses.fake_tensor",)
+"""Loggers silenced while a model exports: torch's fake tensors log every op that fails
+on its shapes (a Linear(4, 4) given 5 features) with its whole traceback, ~220 lines on
+stderr, then raise the error :func:`export_model` makes one line of."""
+
+
+@contextlib.contextmanager
+def _quiet_loggers() -> Iterator[None]:
+    """:data:`QUIET_DURING_EXPORT` at CRITICAL for the export, their levels restored
+    after (a caller's own logging setup is left as it was)."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in QUIET_DURING_EXPORT]
+    before = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, before):
+            logger.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from archsim.config.model import NpuConfig
 from archsim.errors import DeviceMemoryError, ModelConfigError, NoChipLinksError
-from serving.spec import ModelSpec
+from serving.spec import ModelSpec, check_positions
 
 DTYPE_BYTES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2}
 WEIGHT_BYTES: dict[str, float] = {"int8": 1.0, "fp8": 1.0, "int4": 0.5}
@@ -238,9 +238,7 @@ def check(spec: ModelSpec, request: Request, par: Parallelism) -> Shard:
     if request.batch % par.micro_batches:
         raise ModelConfigError(f"--micro-batches {par.micro_batches} does not divide "
                                f"--batch {request.batch}")
-    if request.prefill + request.decode > spec.max_positions:
-        raise ModelConfigError(f"{spec.name}: {request.prefill} + {request.decode} tokens "
-                               f"exceed its {spec.max_positions} positions")
+    check_positions(spec.name, (request.prefill, request.decode), spec.max_positions)
     return Shard(heads=spec.heads // par.tp, kv_heads=max(1, spec.kv_heads // par.tp),
                  intermediate=math.ceil(spec.intermediate / par.tp),
                  vocab=math.ceil(spec.vocab / par.tp))

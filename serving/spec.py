@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from archsim.errors import ModelConfigError
+from archsim.errors import ModelConfigError, SequenceTooLongError
 
 _PACKAGE = "serving.models"
 
@@ -235,6 +235,18 @@ def check_sizes(data: dict[str, Any], name: str) -> None:
         raise ModelConfigError(f"{name}: {'; '.join(problems)}")
 
 
+def check_positions(name: str, tokens: tuple[int, ...], positions: int,
+                    option: str = "") -> None:
+    """Refuse more ``tokens`` (their parts: prompt and generated) than the model's
+    ``positions``, in one SequenceTooLongError: the same check for ``archsim llm`` and
+    ``archsim run`` (``option``, e.g. ``--seq``: the one option that sets them)."""
+    if sum(tokens) <= positions:
+        return
+    hint = f"; give {option} {positions} or fewer" if option else ""
+    raise SequenceTooLongError(f"{name}: {' + '.join(map(str, tokens))} tokens exceed its "
+                               f"{positions} positions{hint}")
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
@@ -247,4 +259,4 @@ def spec_from_config(data: dict[str, Any], name: str) -> ModelSpec:
 
 
 __all__ = ["ACTIVATIONS", "ModelSpec", "NORMS", "PARALLEL", "SIZE_KEYS", "bundled_models",
-           "check_sizes", "load_model", "read_model_config", "spec_from_config"]
+           "check_positions", "check_sizes", "load_model", "read_model_config", "spec_from_config"]

@@ -8,7 +8,8 @@ Two kinds of names:
 - **sized workloads** (:data:`FAMILIES`): a family and its sizes in the name, e.g.
   ``gemm_2048x2048x2048`` or ``conv_1x56x56x64x64x3x1x1`` (the names of
   ``../shared/data``'s measurement files, PyTorchSim's validation set), float32
-  inputs from ``torch.randn``, batch 1 unless named.
+  inputs from ``torch.randn``, batch 1 unless named (built on ``meta``, shapes only,
+  when too large for the host: ``archsim.app.pipeline.sized_workload``).
 
 Every entry builds ``(module, example inputs)`` with plain ``torch.nn``
 (:mod:`archsim.app.models`): random weights, shapes of the public models.
@@ -16,6 +17,7 @@ Every entry builds ``(module, example inputs)`` with plain ``torch.nn``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections.abc import Callable
@@ -63,10 +65,15 @@ class Builtin:
     """Always shapes only (a 7B model's weights would not fit a host)."""
     int8_op: str = ""
     """The aten op the workload is in int8 (``_int_mm``), if it takes ``--dtype i8``."""
+    positions: int = 0
+    """Rows of the model's learned position table, the longest ``--seq`` it takes
+    (0: none; a rotary model computes any position)."""
 
     @property
     def description(self) -> str:
-        flags = ", ".join(f"--{size} ({getattr(self.defaults, size)})" for size in self.takes)
+        flags = ", ".join(f"--{size} ({getattr(self.defaults, size)}"
+                          + (f", at most {self.positions}" if size == "seq" and self.positions
+                             else "") + ")" for size in self.takes)
         return f"{self.summary}; {flags}" if flags else self.summary
 
 
@@ -145,9 +152,9 @@ def _attention(sizes: Sizes, dtype: Any) -> tuple[Any, tuple[Any, ...]]:
 _LANGUAGE = ("batch", "seq", "layers")
 BUILTINS: dict[str, Builtin] = {
     "gpt2": Builtin("GPT-2 small (hidden 768, 12 heads)", _gpt2, Sizes(layers=12),
-                    _LANGUAGE, model_layers=12),
+                    _LANGUAGE, model_layers=12, positions=1024),  # models.GPT2's wpe
     "bert-base": Builtin("BERT-base encoder (hidden 768, 12 heads)", _bert, Sizes(layers=12),
-                         _LANGUAGE, model_layers=12),
+                         _LANGUAGE, model_layers=12, positions=512),
     "llama-7b": Builtin("Llama-2-7B (hidden 4096, SwiGLU 11008): token ids in, the last "
                         "token's logits out, as a prefill; 3 layers simulated, the others "
                         "extended; performance-only", _llama(), Sizes(seq=2048, layers=32),
@@ -296,8 +303,10 @@ def check_sizes(name: str) -> None:
                                 + (" (the padding may be 0)" if family.may_be_zero else ""))
 
 
-def build_workload(name: str) -> tuple[Any, tuple[Any, ...]]:
-    """``(module, example_inputs)`` for a sized workload name (float32, random values)."""
+def build_workload(name: str, *, meta: bool = False) -> tuple[Any, tuple[Any, ...]]:
+    """``(module, example_inputs)`` for a sized workload name (float32, random values);
+    ``meta``: shapes only, on the ``meta`` device (nothing allocated: the size check
+    before any run, a run too large for the host)."""
     import torch
 
     found = family_of(name)
@@ -307,7 +316,8 @@ def build_workload(name: str) -> tuple[Any, tuple[Any, ...]]:
     family, sizes = found
     check_sizes(name)
     torch.manual_seed(0)
-    module, inputs = family.build(*sizes)
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        module, inputs = family.build(*sizes)
     return module.eval(), inputs
 
 

@@ -10,7 +10,8 @@ to the whole stack, a large final matmul is compiled in its first panels
 and checks them against the same model on CPU: a disagreement is a
 :class:`~archsim.errors.NumericsError`, never a printed diff.
 
-``mode="auto"`` runs a model functionally unless it is given on ``meta`` or is too large
+``mode="auto"`` runs a model functionally unless it is given on ``meta`` or (a built-in
+model or sized workload, sized on ``meta`` before anything is allocated) is too large
 for the host (:data:`FUNCTIONAL_PARAMETER_LIMIT`, :data:`FUNCTIONAL_BYTES_LIMIT`).
 """
 
@@ -28,19 +29,22 @@ from archsim.app.progress import SILENT, Progress
 from archsim.app.workload import Kind, Workload
 from archsim.config import NpuConfig, load_config
 from archsim.app.numerics import check_numerics, input_values, split_outputs
-from archsim.errors import ArchsimError, DeviceMemoryError
+from archsim.errors import (ArchsimError, DeviceMemoryError, HostMemoryError,
+                            ProgramConfigError, VerifyError)
 
 if TYPE_CHECKING:
     from archsim.result import SimResult
+    from compiler.ir.ops import Program
 
 MODES = ("auto", "functional", "performance")
 
 FUNCTIONAL_PARAMETER_LIMIT = 30_000_000
-"""Built-in models with more parameters than this run performance-only unless asked
-otherwise."""
+"""Built-in models and sized workloads with more parameters than this run
+performance-only unless asked otherwise."""
 FUNCTIONAL_BYTES_LIMIT = 1 << 30
-"""Built-in models whose weights and inputs take more host memory than this run
-performance-only (``gemm --seq 100000`` would allocate 80 GB of inputs on the host)."""
+"""Built-in models and sized workloads whose weights and inputs take more host memory
+than this run performance-only (``gemm --seq 100000`` would allocate 80 GB of inputs on
+the host)."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,34 @@ def _run_program(workload: Workload, config: NpuConfig, s: Settings) -> SimResul
                          else "loading the program"):
         program = workload.load_program()
     with s.progress.step(f"simulating {len(program.commands)} commands on {config.name}"):
-        return Simulator(config).run(program)
+        try:
+            return Simulator(config).run(program)
+        except VerifyError as exc:
+            raise program_config_error(program, config, exc.problems) from None
+
+
+def program_target(program: Program) -> str | None:
+    """The preset a program was compiled for (its header's ``target=``), if it names
+    one of :func:`~archsim.config.preset_names`; None otherwise."""
+    from archsim.config import preset_names
+
+    return program.target if program.target in preset_names() else None
+
+
+def program_config_error(program: Program, config: NpuConfig,
+                         problems: tuple[str, ...]) -> ProgramConfigError:
+    """The one-line error of a program invalid on ``config``, naming the preset it was
+    compiled for when ``config`` is another one or that preset changed (hundreds of
+    problems, one per command, said nothing the target does not)."""
+    target = program_target(program)
+    hint = ""
+    if target is not None and target != config.name:
+        hint = (f"; it was compiled for {target}: run it there (a saved program's default "
+                f"config) or recompile the model for {config.name}")
+    elif target is not None and config != load_config(target):
+        hint = (f"; it was compiled for {target} as the preset is: run it without the "
+                f"changes (--set) or recompile the model with them")
+    return ProgramConfigError(problems, program.name, config.name, hint)
 
 
 def _run_builtin(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
@@ -107,15 +138,8 @@ def _run_builtin(workload: Workload, config: NpuConfig, s: Settings) -> SimResul
     with torch.device("meta"):
         module, meta_inputs = entry.build(sizes, torch_dtype(workload.dtype or "f32"))
     parameters = sum(p.numel() for p in module.parameters())
-    data_bytes = sum(t.numel() * t.element_size() for t in (*module.parameters(), *meta_inputs)
-                     if isinstance(t, torch.Tensor))
-    too_large = (entry.performance_only or parameters > FUNCTIONAL_PARAMETER_LIMIT
-                 or data_bytes > FUNCTIONAL_BYTES_LIMIT)
-    if s.mode == "functional" and too_large:
-        raise ArchsimError(f"{name} cannot run functionally: {parameters / 1e6:.0f}M "
-                           f"parameters, {data_bytes / 2**30:.1f} GiB of weights and inputs "
-                           f"on the host; run it performance-only")
-    perf_only = s.mode == "performance" or too_large
+    perf_only = s.mode == "performance" or _too_large(name, module, meta_inputs, s.mode,
+                                                      entry.performance_only)
     # Functional runs default to f32 so numbers compare with torch exactly; estimates
     # default to the matrix engine's native precision, as a deployment would use.
     dtype_name = workload.dtype or (native_dtype(config) if perf_only else "f32")
@@ -146,8 +170,47 @@ def _run_builtin(workload: Workload, config: NpuConfig, s: Settings) -> SimResul
 
 
 def _run_sized(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
-    module, inputs = build_workload(workload.name)
+    module, inputs = sized_workload(workload.name, s.mode, s.progress)
     return _run_torch(workload.name, module, inputs, {}, workload.dtype, config, s)
+
+
+def sized_workload(name: str, mode: str = "auto", progress: Progress = SILENT
+                   ) -> tuple[Any, tuple[Any, ...]]:
+    """A sized workload's ``(module, inputs)`` for a run in ``mode``, sized on ``meta``
+    first, as a built-in model is: one too large for the host stays on ``meta`` (shapes
+    only, performance-only; ``gemm_100000x100000x100000``'s inputs are 80 GB), or is a
+    :class:`HostMemoryError` when ``mode`` is functional. One that fits is built on the
+    CPU even performance-only: its schedule follows the CPU's layouts (a channels_last
+    convolution's output is channels_last on the CPU, contiguous on ``meta``)."""
+    module, inputs = build_workload(name, meta=True)
+    if not _too_large(name, module, inputs, mode):
+        return build_workload(name)
+    progress.note(f"{name}: performance-only, shapes only (> "
+                  f"{FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M parameters or > "
+                  f"{FUNCTIONAL_BYTES_LIMIT >> 30} GiB of weights and inputs)")
+    return module, inputs
+
+
+def _too_large(name: str, module: Any, meta_inputs: tuple[Any, ...], mode: str,
+               always: bool = False) -> bool:
+    """Whether a catalog workload, built on ``meta``, is ``always`` performance-only or
+    too large for the host (:data:`FUNCTIONAL_PARAMETER_LIMIT`,
+    :data:`FUNCTIONAL_BYTES_LIMIT`); a functional run of one is a
+    :class:`HostMemoryError` before anything is allocated."""
+    import torch
+
+    parameters = sum(p.numel() for p in module.parameters())
+    data_bytes = sum(t.numel() * t.element_size() for t in (*module.parameters(), *meta_inputs)
+                     if isinstance(t, torch.Tensor))
+    too_large = (always or parameters > FUNCTIONAL_PARAMETER_LIMIT
+                 or data_bytes > FUNCTIONAL_BYTES_LIMIT)
+    if mode == "functional" and too_large:
+        raise HostMemoryError(f"{name} cannot run functionally: {parameters / 1e6:.0f}M "
+                              f"parameters, {data_bytes / 2**30:.1f} GiB of weights and "
+                              f"inputs on the host (functional runs take at most "
+                              f"{FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M parameters and "
+                              f"{FUNCTIONAL_BYTES_LIMIT >> 30} GiB); run it performance-only")
+    return too_large
 
 
 def _run_file(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
@@ -164,7 +227,7 @@ def _run_given(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
 def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> SimResult:
     import torch
 
-    from serving.spec import read_model_config
+    from serving.spec import check_positions, read_model_config
 
     data, name = read_model_config(workload.name)  # its sizes checked, transformers or not
     try:
@@ -194,6 +257,9 @@ def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> Sim
                            f"performance-only")
     dtype_name = workload.dtype or native_dtype(config)
     batch, seq = workload.batch or 1, workload.seq or 128
+    positions = getattr(model_config, "max_position_embeddings", None)  # GPT-2: n_positions
+    if isinstance(positions, int) and positions > 0:
+        check_positions(name, (seq,), positions, "--seq")
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
             model_config, dtype=torch_dtype(dtype_name), attn_implementation="sdpa")
@@ -401,4 +467,5 @@ def _converted(module: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any], dty
 
 
 __all__ = ["FUNCTIONAL_BYTES_LIMIT", "FUNCTIONAL_PARAMETER_LIMIT", "MODES", "Settings",
-           "native_dtype", "run", "torch_dtype"]
+           "native_dtype", "program_config_error", "program_target", "run", "sized_workload",
+           "torch_dtype"]

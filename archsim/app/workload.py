@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from archsim.app.catalog import BUILTINS, SIZES, check_sizes, examples, family_of
 from archsim.errors import ArchsimError, ModelFileError
+from serving.spec import check_positions
 
 if TYPE_CHECKING:
     from compiler.ir.ops import Program
@@ -82,6 +83,8 @@ class Workload:
         if entry is not None:
             _refuse(name, [s for s in SIZES if given[s] is not None and s not in entry.takes],
                     f"it takes {_flags(entry.takes)}")
+            if seq is not None and entry.positions:
+                check_positions(name, (seq,), entry.positions, "--seq")
             return cls(Kind.BUILTIN, name, batch=batch, seq=seq, layers=layers, dtype=dtype)
         if family_of(name) is not None:
             _refuse(name, [s for s in SIZES if given[s] is not None],

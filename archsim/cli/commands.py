@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from archsim.config import DEFAULT_PRESET, NpuConfig, load_config, preset_names
-from archsim.errors import ArchsimError, ConfigError
+from archsim.errors import ArchsimError, ConfigError, VerifyError
 
 
 def resolve_config(name: str, overrides: list[str]) -> NpuConfig:
@@ -57,20 +57,46 @@ def workload_of(args: argparse.Namespace) -> Any:
                           dtype=args.dtype, kwargs=dict(args.kwargs or ()))
 
 
-def simulate(args: argparse.Namespace, config: NpuConfig) -> Any:
-    """``archsim run``'s workload on ``config`` through the one pipeline."""
+def simulate(args: argparse.Namespace, config: NpuConfig, workload: Any = None) -> Any:
+    """``archsim run``'s workload (parsed from ``args`` unless given) on ``config``
+    through the one pipeline."""
     from archsim.app.pipeline import run
     from archsim.app.progress import StderrProgress
 
-    return run(workload_of(args), config, mode="performance" if args.perf_only else "auto",
+    return run(workload or workload_of(args), config,
+               mode="performance" if args.perf_only else "auto",
                all_layers=args.all_layers, progress=StderrProgress(args.quiet))
 
 
+def program_config(args: argparse.Namespace, program: Any, path: str) -> NpuConfig:
+    """``--config`` with its overrides; without it, the preset a saved program was
+    compiled for (its header's ``target=``), said on stderr unless quiet, else the
+    default preset."""
+    from archsim.app.pipeline import program_target
+
+    target = program_target(program)
+    if args.config is None and target is not None:
+        if not getattr(args, "quiet", True):
+            print(f"{path}: on {target}, the preset it was compiled for "
+                  f"(--config to choose another)", file=sys.stderr)
+        return resolve_config(target, args.overrides)
+    return resolve_config(args.config or DEFAULT_PRESET, args.overrides)
+
+
 def _run(args: argparse.Namespace) -> int:
-    config = resolve_config(args.config, args.overrides)
+    from dataclasses import replace
+
+    from archsim.app.workload import Kind
+
+    workload = workload_of(args)
+    if workload.kind is Kind.PROGRAM:  # parsed once, here: its target is the default
+        workload = replace(workload, program=workload.load_program())
+        config = program_config(args, workload.program, args.model)
+    else:
+        config = resolve_config(args.config or DEFAULT_PRESET, args.overrides)
     if args.out:
         output_dir(args.out)  # refused now, not after the simulation
-    result = simulate(args, config)
+    result = simulate(args, config, workload)
     import reports
 
     if args.quiet:
@@ -293,10 +319,14 @@ def show(args: argparse.Namespace) -> int:
     program = load_program(path)
     # A program compiled for one preset is checked against that preset unless the
     # user names another: 'valid for atom' about a tiny program would be wrong.
-    name = args.config or program.target or DEFAULT_PRESET
-    config = resolve_config(name, args.overrides)
+    config = program_config(args, program, args.program)
     print(print_program(program), end="")
-    verify(program, config)
+    try:
+        verify(program, config)
+    except VerifyError as exc:
+        from archsim.app.pipeline import program_config_error
+
+        raise program_config_error(program, config, exc.problems) from None
     engines = sorted({c.engine for c in program.commands})
     print(f"\n# {len(program.commands)} commands on {len(engines)} engines, "
           f"{len(program.tensors)} DRAM tensors; valid for {config.name}")

@@ -64,10 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
         if many:
             p.add_argument("--config", "-c", action="append", required=True, metavar="NAME",
                            help="preset name or YAML file; repeat to compare")
-        else:
-            p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
-                           help=f"preset name or YAML file (default: {DEFAULT_PRESET}; "
-                                f"see 'archsim configs')")
+        else:  # None: a saved program's target, else the default preset (commands.py)
+            p.add_argument("--config", "-c", default=None, metavar="NAME",
+                           help=f"preset name or YAML file (default: a .rbln program's "
+                                f"target, the preset it was compiled for; else "
+                                f"{DEFAULT_PRESET}; see 'archsim configs')")
         p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                        dest="overrides",
                        help="override a config field by dotted path, e.g. "
@@ -83,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "configs; refused elsewhere)")
         p.add_argument("--seq", type=positive, default=None,
                        help="sequence length (built-in language models, transformers "
-                            "configs; refused elsewhere)")
+                            "configs; refused elsewhere), at most the model's positions "
+                            "(see 'archsim workloads')")
         p.add_argument("--layers", type=positive, default=None,
                        help="number of layers (built-in transformer models, transformers "
                             "configs; refused elsewhere)")
@@ -161,8 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print and verify a saved .rbln program")
     show.add_argument("program", metavar="PROGRAM.rbln")
     config_args(show)
-    # Default: the target named in the program's header (then the default preset).
-    show.set_defaults(handler=commands.show, config=None)
+    show.set_defaults(handler=commands.show)
 
     report = sub.add_parser("report", help="re-render the report of a saved result.json")
     report.add_argument("result", metavar="RESULT.json")

@@ -354,3 +354,96 @@ def test_a_result_whose_timeline_was_edited_is_one_line(tmp_path: Path, capsys,
     err = _error(capsys, "report", str(path))
     assert err.startswith(f"archsim: error: {path}: not a consistent archsim result (command ")
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    # torch raised IndexError on each (wpe has 1024 rows); the run reported cycles
+    (["gpt2", "--seq", "1500", "--layers", "1"],
+     "gpt2: 1500 tokens exceed its 1024 positions; give --seq 1024 or fewer"),
+    (["bert-base", "--seq", "600"],
+     "bert-base: 600 tokens exceed its 512 positions; give --seq 512 or fewer"),
+])
+def test_a_seq_past_a_built_in_models_positions(argv: list[str], message: str,
+                                                 capsys) -> None:
+    from archsim.app.workload import Workload
+    from archsim.errors import SequenceTooLongError
+
+    err = _error(capsys, "run", *argv, "-q")
+    assert err == f"archsim: error: {message}\n"
+    with pytest.raises(SequenceTooLongError):
+        Workload.parse(argv[0], seq=int(argv[2]))
+    assert Workload.parse(argv[0], seq=int(message.split()[-3])).seq  # exactly: fine
+
+
+@pytest.mark.parametrize("seq, message", [
+    (["--seq", "100"], "g2: 100 tokens exceed its 64 positions; give --seq 64 or fewer"),
+    ([], "g2: 128 tokens exceed its 64 positions; give --seq 64 or fewer"),  # the default
+])
+def test_a_seq_past_a_transformers_configs_positions(tmp_path: Path, capsys, seq: list[str],
+                                                      message: str) -> None:
+    # GPT-2's n_positions (transformers' max_position_embeddings), the check archsim llm
+    # makes of its prompt and generated tokens
+    import json
+
+    path = tmp_path / "g2.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 1,
+                                "n_head": 4, "vocab_size": 500, "n_positions": 64,
+                                "bos_token_id": 0, "eos_token_id": 0}))
+    err = _error(capsys, "run", str(path), *seq, "-q")
+    assert err == f"archsim: error: {message}\n"
+
+
+_WRONG_FEATURES = ("import torch\nmodel = torch.nn.Linear(4, 4)\n"
+                   "example_inputs = (torch.randn(2, 5),)\n")
+_WRONG_FEATURES_ERROR = ("archsim: error: torch.export cannot trace Linear into one graph: "
+                         "RuntimeError: a and b must have same reduction dim, but got "
+                         "[2, 5] X [4, 4].")
+
+
+def test_an_export_error_is_one_line_on_stderr(tmp_path: Path) -> None:
+    # torch's fake tensors logged ~220 lines (the failing op's traceback) before the
+    # one-line ExportError; a subprocess, as torch's log handler writes to the real stderr
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "m4.py"
+    path.write_text(_WRONG_FEATURES)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", "import sys; from archsim.cli import "
+                           "console; sys.exit(console())", "run", str(path), "-q"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr == _WRONG_FEATURES_ERROR + "\n"
+
+
+def test_export_silences_torchs_fake_tensor_log_and_restores_it() -> None:
+    # archsim.estimate logged the same; a handler on the logger itself, as torch's
+    # loggers do not propagate to the root (caplog's)
+    import logging
+
+    import torch
+
+    import archsim
+    from archsim.errors import ExportError
+
+    class Records(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.records: list[logging.LogRecord] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.records.append(record)
+
+    logger, records = logging.getLogger("torch._subclasses.fake_tensor"), Records()
+    before = logger.level
+    logger.addHandler(records)
+    try:
+        with pytest.raises(ExportError):
+            archsim.estimate(torch.nn.Linear(4, 4), torch.randn(2, 5), "tiny")
+        assert logger.level == before  # restored
+    finally:
+        logger.removeHandler(records)
+    assert records.records == []

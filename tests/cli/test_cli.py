@@ -19,6 +19,17 @@ def program_file(tmp_path: Path, exp8) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, Path]:
+    """gemm --seq 16 saved from tiny and from tpu-v4 (target=tiny, target=tpu-v4)."""
+    paths = {}
+    for preset in ("tiny", "tpu-v4"):
+        paths[preset] = tmp_path_factory.mktemp(preset) / "gemm.rbln"
+        assert main(["run", "gemm", "--seq", "16", "-c", preset, "-q",
+                     "--save-program", str(paths[preset])]) == 0
+    return paths
+
+
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -136,6 +147,47 @@ class TestRun:
             in err
         code, again, _ = run_cli(capsys, "run", str(path), "-c", "tiny", "-q")
         assert code == 0 and "[saved (the simulated part only: 3 of 4 simulated" in again
+
+    def test_a_saved_program_runs_on_its_target_by_default(self, capsys, saved) -> None:
+        # was atom, silently (22,144 cycles for a tiny program of 10,555); a tpu-v4
+        # program failed with 44 problems
+        for preset, path in saved.items():
+            code, on_target, _ = run_cli(capsys, "run", str(path), "-c", preset, "-q")
+            assert code == 0
+            code, default, err = run_cli(capsys, "run", str(path), "-q")
+            assert (code, err) == (0, "")
+            assert default == on_target and f" on {preset}: " in default
+        code, _, err = run_cli(capsys, "run", str(saved["tiny"]))
+        assert code == 0
+        assert err.startswith(f"{saved['tiny']}: on tiny, the preset it was compiled for "
+                              f"(--config to choose another)\n")
+
+    def test_show_verifies_on_the_target_by_default(self, capsys, saved) -> None:
+        code, out, _ = run_cli(capsys, "show", str(saved["tpu-v4"]))
+        assert code == 0 and out.rstrip().endswith("valid for tpu-v4")
+        with pytest.raises(SystemExit):
+            main(["show", "--help"])
+        assert "default: a .rbln program's target" in " ".join(capsys.readouterr().out.split())
+
+    @pytest.mark.parametrize("command", ["run", "show"])
+    def test_another_preset_is_one_line_naming_the_target(self, capsys, saved,
+                                                          command: str) -> None:
+        quiet = ["-q"] if command == "run" else []  # no progress lines
+        code, _, err = run_cli(capsys, command, str(saved["tpu-v4"]), "-c", "atom", *quiet)
+        assert code == 1
+        assert re.fullmatch(r"archsim: error: program 'gemm s16 f32' is invalid on atom "
+                            r"\(\d+ problems; first: command \d+ .*\); it was compiled for "
+                            r"tpu-v4: run it there \(a saved program's default config\) or "
+                            r"recompile the model for atom\n", err), err
+
+    def test_overrides_the_program_does_not_fit_are_one_line(self, capsys, saved) -> None:
+        # was 280 lines, one per command
+        code, _, err = run_cli(capsys, "run", str(saved["tiny"]), "-c", "tiny", "--set",
+                               "core.scratchpad.size_bytes=512", "-q")
+        assert code == 1 and len(err.splitlines()) == 1
+        assert err.startswith("archsim: error: program 'gemm s16 f32' is invalid on tiny (")
+        assert err.endswith("; it was compiled for tiny as the preset is: run it without "
+                            "the changes (--set) or recompile the model with them\n")
 
     def test_overrides_change_the_machine(self, capsys, program_file: Path) -> None:
         code, out, _ = run_cli(capsys, "run", str(program_file), "--config", "tiny", "-q",

@@ -150,6 +150,101 @@ class TestValidate:
         assert err == f"archsim: error: no such measurements file: {tmp_path / 'none.csv'}\n"
 
 
+HUGE = "gemm_100000x100000x100000"  # 80 GB of inputs; allocating them was a traceback
+
+
+@pytest.fixture
+def no_allocation(monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
+    """The pipeline's builds of sized workloads, refusing any off ``meta``."""
+    import archsim.app.pipeline
+
+    made: list[torch.Tensor] = []
+
+    def on_meta_only(name: str, *, meta: bool = False):
+        assert meta, f"{name} built with data"
+        module, inputs = build_workload(name, meta=True)
+        made.extend(inputs)
+        return module, inputs
+
+    monkeypatch.setattr(archsim.app.pipeline, "build_workload", on_meta_only)
+    return made
+
+
+class TestTooLargeForTheHost:
+    """A sized workload is sized on ``meta`` first, as a built-in model is."""
+
+    def test_performance_only_is_built_from_shapes(self, no_allocation) -> None:
+        from archsim.app.pipeline import run
+        from archsim.app.workload import Workload
+        from archsim.errors import DeviceMemoryError
+
+        with pytest.raises(DeviceMemoryError, match=r"needs 74.51 GiB of DRAM for its "
+                                                    r"inputs and weights alone but atom "):
+            run(Workload.builtin(HUGE), "atom", mode="performance")
+        assert [tuple(t.shape) for t in no_allocation] == [(100000, 100000)] * 2
+
+    def test_functional_is_refused_before_anything_is_allocated(self, no_allocation) -> None:
+        from archsim.app.pipeline import run
+        from archsim.app.workload import Workload
+        from archsim.errors import HostMemoryError
+
+        with pytest.raises(HostMemoryError, match=rf"^{HUGE} cannot run functionally: 0M "
+                                                  r"parameters, 74.5 GiB of weights and "
+                                                  r"inputs on the host \(functional runs "):
+            run(Workload.builtin(HUGE), "atom", mode="functional")
+
+    def test_auto_runs_one_too_large_performance_only_and_says_so(self, no_allocation
+                                                                  ) -> None:
+        from archsim.app.pipeline import run
+        from archsim.app.workload import Workload
+
+        notes = []
+
+        class Notes:
+            def step(self, text: str):
+                import contextlib
+                return contextlib.nullcontext()
+
+            def note(self, text: str) -> None:
+                notes.append(text)
+
+        name = "gemm_20000x20000x8"  # 1.5 GiB of inputs, few commands
+        result = run(Workload.builtin(name), "atom", progress=Notes())
+        assert result.total_cycles > 0
+        assert notes[0] == (f"{name}: performance-only, shapes only (> 30M parameters or "
+                            f"> 1 GiB of weights and inputs)")
+
+    def test_cli_says_it_in_one_line(self, capsys) -> None:
+        assert main(["run", HUGE, "--perf-only", "-q"]) == 1
+        _, err = capsys.readouterr()
+        assert err.startswith("archsim: error: ") and "74.51 GiB of DRAM" in err
+        assert err.count("\n") == 1, err
+
+    def test_a_sweep_says_it_in_its_points_status(self, capsys) -> None:
+        # non-zero: no point ran
+        assert main(["sweep", HUGE, "-g", "core.matrix.rows=64", "-j", "1", "-q"]) == 1
+        out, err = capsys.readouterr()
+        assert "does not fit: graph_" in out and "74.51 GiB of DRAM" in out
+        assert "Traceback" not in out + err
+
+    def test_a_validate_row_says_it_in_one_line(self, tmp_path: Path, capsys) -> None:
+        path = tmp_path / "huge.csv"
+        path.write_text(f"workload,npu_cycles\n{HUGE},1000\n")
+        assert main(["validate", str(path)]) == 1
+        _, err = capsys.readouterr()
+        assert err.startswith("archsim: error: ") and "74.51 GiB of DRAM" in err
+        assert err.count("\n") == 1, err
+
+    @pytest.mark.parametrize(("name", "cycles"), [("gemm_256x128x64", 3960),
+                                                  ("conv_1x16x16x8x8x3x1x1", 2162)])
+    def test_small_rows_keep_their_cycles(self, name: str, cycles: int) -> None:
+        # the numbers before sizing on meta (a workload that fits is still built on the
+        # CPU: a channels_last convolution's output is contiguous on meta, 2261 cycles)
+        from archsim.app.validate import simulate_workload
+
+        assert simulate_workload(name, load_config("atom"))[0] == cycles
+
+
 LLM_HEADER = "model,config,chips,tp,pp,batch,prefill,decode,dtype,kv_dtype,metric,measured\n"
 SMALL_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
                "num_attention_heads": 4, "num_key_value_heads": 2,
