@@ -224,7 +224,7 @@ class TestTooLargeForTheHost:
         # non-zero: no point ran
         assert main(["sweep", HUGE, "-g", "core.matrix.rows=64", "-j", "1", "-q"]) == 1
         out, err = capsys.readouterr()
-        assert "does not fit: graph_" in out and "74.51 GiB of DRAM" in out
+        assert f"does not fit: {HUGE} needs 74.51 GiB of DRAM" in out
         assert "Traceback" not in out + err
 
     def test_a_validate_row_says_it_in_one_line(self, tmp_path: Path, capsys) -> None:
