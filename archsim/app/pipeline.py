@@ -113,18 +113,23 @@ def program_target(program: Program) -> str | None:
 
 
 def program_config_error(program: Program, config: NpuConfig,
-                         problems: tuple[str, ...]) -> ProgramConfigError:
-    """The one-line error of a program invalid on ``config``, naming the preset it was
+                         problems: tuple[str, ...]) -> VerifyError:
+    """The error of a program invalid on ``config``: one line naming the preset it was
     compiled for when ``config`` is another one or that preset changed (hundreds of
-    problems, one per command, said nothing the target does not)."""
+    problems, one per command, said nothing the target does not); else every problem,
+    as :func:`~archsim.verify` gives them (a program broken on its own target)."""
     target = program_target(program)
-    hint = ""
     if target is not None and target != config.name:
-        hint = (f"; it was compiled for {target}: run it there (a saved program's default "
-                f"config) or recompile the model for {config.name}")
+        hint = (f"; it was compiled for {target}: run it without --config to use that "
+                f"preset, or recompile the model for {config.name}")
     elif target is not None and config != load_config(target):
         hint = (f"; it was compiled for {target} as the preset is: run it without the "
                 f"changes (--set) or recompile the model with them")
+    elif program.target and target is None:
+        hint = (f"; it was compiled for {program.target}, not a preset as it is: give "
+                f"--config (and --set) as when it was saved")
+    else:
+        return VerifyError(problems, program.name)
     return ProgramConfigError(problems, program.name, config.name, hint)
 
 

@@ -75,11 +75,16 @@ def program_config(args: argparse.Namespace, program: Any, path: str) -> NpuConf
     from archsim.app.pipeline import program_target
 
     target = program_target(program)
+    quiet = getattr(args, "quiet", True)
     if args.config is None and target is not None:
-        if not getattr(args, "quiet", True):
+        if not quiet:
             print(f"{path}: on {target}, the preset it was compiled for "
                   f"(--config to choose another)", file=sys.stderr)
         return resolve_config(target, args.overrides)
+    if args.config is None and program.target and not quiet:
+        print(f"{path}: compiled for {program.target}, not a preset as it is; on "
+              f"{DEFAULT_PRESET} (give --config and --set as when it was saved)",
+              file=sys.stderr)
     return resolve_config(args.config or DEFAULT_PRESET, args.overrides)
 
 
@@ -124,6 +129,10 @@ def _save_program(result: Any, path: str) -> None:
     from compiler.ir.text import save_program
 
     program = result.program
+    if program.target in preset_names() and result.config != load_config(program.target):
+        # compiled with --set or from a YAML file of a preset's name: re-running it on
+        # the preset as it is would announce another machine as its own
+        program = replace(program, target=f"{program.target} (changed)")
     partial = [part.describe() for part in (result.layers, result.tiles)
                if part is not None and part.simulated < part.total]
     note = ""

@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from archsim.config import DEFAULT_PRESET
+
 if TYPE_CHECKING:
+    from archsim.config import NpuConfig
     from archsim.sweep import SweepPoint
 
 GRID_SYNTAX = "expected PATH=V1,V2,... (e.g. core.matrix.rows=64,128,256)"
@@ -44,8 +47,6 @@ parser does not import matplotlib (a test keeps the two equal)."""
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``sweep`` on the subparsers of ``archsim``."""
     from archsim.cli.main import positive
-    from archsim.config import DEFAULT_PRESET
-
     p = sub.add_parser(
         "sweep", help="simulate one model on a grid of hardware configs",
         description="Simulate MODEL on every combination of the --grid values applied to "
@@ -62,8 +63,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="what 'archsim run' takes: a built-in or sized workload (see "
                         "'archsim workloads'), a .py file, a .rbln program or a "
                         "transformers config.json")
-    p.add_argument("--config", "-c", default=DEFAULT_PRESET, metavar="NAME",
-                   help=f"base preset name or YAML file (default: {DEFAULT_PRESET})")
+    p.add_argument("--config", "-c", default=None, metavar="NAME",
+                   help=f"base preset name or YAML file (default: a saved program's own "
+                        f"preset, else {DEFAULT_PRESET})")
     p.add_argument("--grid", "-g", action="append", default=[], type=grid_axis,
                    metavar="PATH=V1,V2,...",
                    help="a swept config field and its values, e.g. core.matrix.rows=64,128 "
@@ -110,8 +112,21 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _base_config(args: argparse.Namespace) -> NpuConfig:
+    """``--config`` with its overrides; without it, a saved program's own preset (as
+    ``archsim run`` takes it), else the default."""
+    from archsim.cli.commands import program_config, resolve_config
+
+    path = Path(args.model)
+    if args.config is None and path.suffix == ".rbln" and path.is_file():
+        from compiler.ir.text import load_program
+
+        return program_config(args, load_program(path), args.model)
+    return resolve_config(args.config or DEFAULT_PRESET, args.overrides)
+
+
 def run(args: argparse.Namespace) -> int:
-    from archsim.cli.commands import output_dir, resolve_config
+    from archsim.cli.commands import output_dir
     from archsim.sweep import DVFS_AXIS, sweep
 
     import reports
@@ -134,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     if fixed:
         return _usage(f"argument --set: {fixed[0].partition('=')[0].strip()} is also swept "
                       f"by --grid; drop one")
-    base = resolve_config(args.config, args.overrides)
+    base = _base_config(args)
     out = output_dir(args.out) if args.out else None  # refused now, not after the sweep
 
     def report(point: SweepPoint, done: int, total: int) -> None:
@@ -150,15 +165,15 @@ def run(args: argparse.Namespace) -> int:
                    dtype=args.dtype, perf_only=args.perf_only, on_point=report)
     print(reports.sweep_table(points, cost=args.cost))
     if out is not None:
-        _write(points, args, grid, out)
+        _write(points, args, grid, out, base.name)
     return 0 if any(p.ok for p in points) else 1
 
 
 def _write(points: Sequence[SweepPoint], args: argparse.Namespace, grid: dict[str, tuple[Any, ...]],
-           out: Path) -> None:
+           out: Path, config: str) -> None:
     import reports
 
-    meta = {"model": args.model, "config": args.config,
+    meta = {"model": args.model, "config": args.config or config,
             "fixed_overrides": {path.strip(): yaml.safe_load(value) for path, _, value
                                 in (item.partition("=") for item in args.overrides)},
             "grid": {path: list(values) for path, values in grid.items()},

@@ -177,8 +177,40 @@ class TestRun:
         assert code == 1
         assert re.fullmatch(r"archsim: error: program 'gemm s16 f32' is invalid on atom "
                             r"\(\d+ problems; first: command \d+ .*\); it was compiled for "
-                            r"tpu-v4: run it there \(a saved program's default config\) or "
+                            r"tpu-v4: run it without --config to use that preset, or "
                             r"recompile the model for atom\n", err), err
+
+    def test_a_program_broken_on_its_own_target_lists_every_problem(
+            self, capsys, saved, tmp_path: Path) -> None:
+        # a review's finding: every verify failure had been cut to its first problem
+        broken = tmp_path / "broken.rbln"
+        broken.write_text(saved["tiny"].read_text().replace("core1.dma0", "core7.dma0"))
+        code, _, err = run_cli(capsys, "show", str(broken))
+        problems = [line for line in err.splitlines() if line.startswith("  - command ")]
+        assert code == 1 and len(problems) > 1
+        assert all("unknown engine 'core7.dma0'" in line for line in problems)
+
+    def test_a_program_saved_from_a_changed_preset_is_not_announced_as_it(
+            self, capsys, tmp_path: Path) -> None:
+        # a review's finding: saved with --set, its target read plain 'tiny', and a
+        # re-run said 'on tiny, the preset it was compiled for' over another machine
+        path = tmp_path / "p8.rbln"
+        changes = ["--set", "core.matrix.rows=8", "--set", "core.matrix.cols=8"]
+        code, out, _ = run_cli(capsys, "run", "gemm", "--seq", "64", "-c", "tiny", *changes,
+                               "--save-program", str(path), "-q")
+        assert code == 0 and path.read_text().splitlines()[0].endswith(
+            'target="tiny (changed)"')
+        code, _, err = run_cli(capsys, "run", str(path))
+        assert err.splitlines()[0] == (f"{path}: compiled for tiny (changed), not a preset as "
+                                      f"it is; on atom (give --config and --set as when it "
+                                      f"was saved)")
+        code, again, _ = run_cli(capsys, "run", str(path), "-c", "tiny", *changes, "-q")
+        assert code == 0 and again == out
+
+    def test_a_sweep_starts_from_the_programs_own_preset(self, capsys, saved) -> None:
+        code, out, _ = run_cli(capsys, "sweep", str(saved["tiny"]), "-g",
+                               "dram.channels=1,2", "-q")
+        assert code == 0 and out.count(" ok") == 2
 
     def test_overrides_the_program_does_not_fit_are_one_line(self, capsys, saved) -> None:
         # was 280 lines, one per command
