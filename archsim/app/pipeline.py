@@ -262,8 +262,11 @@ def _run_transformers(workload: Workload, config: NpuConfig, s: Settings) -> Sim
                            f"performance-only")
     dtype_name = workload.dtype or native_dtype(config)
     batch, seq = workload.batch or 1, workload.seq or 128
-    positions = getattr(model_config, "max_position_embeddings", None)  # GPT-2: n_positions
-    if isinstance(positions, int) and positions > 0:
+    # the limit the config states (GPT-2's n_positions); a class default (Qwen2's 32768,
+    # Llama's 2048) is no statement about a rotary model, which computes any position
+    stated = "max_position_embeddings" in data or "n_positions" in data
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if stated and isinstance(positions, int) and positions > 0:
         check_positions(name, (seq,), positions, "--seq")
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(

@@ -393,6 +393,18 @@ def test_a_seq_past_a_transformers_configs_positions(tmp_path: Path, capsys, seq
     assert err == f"archsim: error: {message}\n"
 
 
+def test_a_rotary_config_stating_no_limit_runs_past_its_class_default(tmp_path: Path,
+                                                                     capsys) -> None:
+    # a review's finding: Llama's class default (2048) refused --seq 4096 for a config
+    # that states no limit, which ran before (a rotary model computes any position)
+    import json
+
+    path = tmp_path / "nomax.json"
+    path.write_text(json.dumps(_SMALL_LLAMA))
+    assert main(["run", str(path), "--seq", "2100", "-q"]) == 0
+    assert "2100" not in capsys.readouterr().err
+
+
 _WRONG_FEATURES = ("import torch\nmodel = torch.nn.Linear(4, 4)\n"
                    "example_inputs = (torch.randn(2, 5),)\n")
 _WRONG_FEATURES_ERROR = ("archsim: error: torch.export cannot trace Linear into one graph: "
