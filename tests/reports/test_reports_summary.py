@@ -125,3 +125,19 @@ def test_summary_states_the_matrix_precision(mm_result):
     assert matrix_precision(config) == ("bf16 arrays; f32 matmuls at 'highest' precision "
                                         "(6 bf16 passes)")
     assert matrix_precision(load_config("tpu-v3")).endswith("'default' precision (1 bf16 pass)")
+
+
+def test_compares_host_work_row_counts_overlap_once(mm_result):
+    # the compare table's row follows the summary's rule (a plain sum survived there)
+    import dataclasses
+
+    from reports.compare import _host_cycles
+    from reports.data import report_data
+
+    data = report_data(mm_result)
+    host = [c for c in data.commands if c.kind in ("host", "hdma")]
+    run = data.total_cycles
+    overlapping = [dataclasses.replace(c, start=0, end=run) for c in host]
+    others = [c for c in data.commands if c.kind not in ("host", "hdma")]
+    assert len(overlapping) > 1
+    assert _host_cycles(dataclasses.replace(data, commands=tuple(others + overlapping))) == run
