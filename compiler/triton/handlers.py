@@ -254,8 +254,53 @@ def reduce(p: P, index: int, op: TraceOp) -> None:
         p.logical[op.out] = shape
 
 
+_SCAN = {"sum": BinaryKind.add, "prod": BinaryKind.mul}
+
+
+def scan(p: P, index: int, op: TraceOp) -> None:
+    """``tl.cumsum``/``tl.cumprod``: a log-step (Hillis-Steele) scan along the axis, as
+    torch's cumsum lowers (:mod:`compiler.lowerings.cumulative`): step ``s`` combines
+    each element with the one ``s`` before it (after it, reversed), between two tiles,
+    so the last step writes the result's."""
+    src = p.dense(op.args[0])
+    if src.dtype != op.dtype:
+        wide = p.alloc(src.shape, op.dtype)
+        p.pending_free.append(wide[1])
+        p.emit(p.vpu, Cast(src, wide[0]))
+        src = wide[0]
+    shape = src.shape
+    axis = op.attrs["axis"] % len(shape)
+    n = shape[axis]
+    out = p.new(op.out, op.shape, op.dtype)
+    out = SramRef(out.space, out.offset, shape, out.dtype)
+    steps = max(0, (n - 1).bit_length())
+    if steps == 0:
+        p.emit(p.vpu, VCopy(src, out))
+        return
+    spare = p.alloc(shape, op.dtype)
+    p.pending_free.append(spare[1])
+    kind, reverse = _SCAN[op.attrs["scan"]], op.attrs["reverse"]
+
+    def part(tile: SramRef, lo: int, hi: int) -> SramRef:
+        box = tuple((lo, hi) if d == axis else (0, size) for d, size in enumerate(shape))
+        return p.sub_view(tile, box, None)
+
+    x = src
+    for j in range(steps):
+        s = 1 << j
+        dst = out if (steps - 1 - j) % 2 == 0 else spare[0]
+        if reverse:  # x[i] op x[i + s]; the last s are done
+            p.emit(p.vpu, Binary(kind, part(x, 0, n - s), part(x, s, n), part(dst, 0, n - s)))
+            p.emit(p.vpu, VCopy(part(x, n - s, n), part(dst, n - s, n)))
+        else:
+            p.emit(p.vpu, Binary(kind, part(x, s, n), part(x, 0, n - s), part(dst, s, n)))
+            p.emit(p.vpu, VCopy(part(x, 0, s), part(dst, 0, s)))
+        x = dst
+
+
 HANDLERS: dict[str, Callable[[P, int, TraceOp], None]] = {
     "load": load, "store": store, "dot": dot, "binary": binary, "unary": unary,
     "cast": cast, "reshape": reshape, "broadcast": broadcast, "trans": trans,
-    "select": select, "fma": fma, "clamp": clamp, "reduce": reduce, "opaque": opaque,
+    "select": select, "fma": fma, "clamp": clamp, "reduce": reduce, "scan": scan,
+    "opaque": opaque,
 }
