@@ -98,10 +98,7 @@ def dot(p: P, index: int, op: TraceOp) -> None:
     a, b = p.dense(a_arg), p.dense(b_arg)
     if a.dtype != b.dtype:
         p.refuse(f"tl.dot of {a.dtype} and {b.dtype} (cast both to one dtype)")
-    accumulator = p.o.config.core.matrix.accumulator_dtype
-    if op.dtype.value != accumulator:
-        p.refuse(f"tl.dot into {op.dtype} (the matrix arrays accumulate in {accumulator}; "
-                 f"use out_dtype=tl.{'float32' if accumulator == 'f32' else 'int32'})")
+    _check_dot_dtypes(p, a.dtype, op.dtype)
     fold = p.plan.accumulate.get(index)
     if fold is not None:
         acc_vid, out = fold
@@ -115,6 +112,22 @@ def dot(p: P, index: int, op: TraceOp) -> None:
     acc = p.new(op.out, op.shape, op.dtype)
     p.emit(p.vpu, VCopy(p.dense(d, op.dtype), acc))
     _matmuls(p, a, b, acc, True)
+
+
+def _check_dot_dtypes(p: P, inputs: DType, out: DType) -> None:
+    """int8 inputs accumulate in i32 (as Triton types them; any array multiplies them,
+    a float one widening them on the way in); float inputs in the arrays' f32."""
+    if inputs.is_int8:
+        if out is not DType.i32:
+            p.refuse(f"tl.dot of {inputs} into {out} (int8 products accumulate in i32)")
+        return
+    accumulator = p.o.config.core.matrix.accumulator_dtype
+    if accumulator != "f32":
+        p.refuse(f"tl.dot of {inputs} on {accumulator}-accumulating (integer) matrix "
+                 f"arrays (they multiply int8 only)")
+    if out.value != accumulator:
+        p.refuse(f"tl.dot of {inputs} into {out} (the matrix arrays accumulate floats in "
+                 f"f32; use out_dtype=tl.float32)")
 
 
 def _matmuls(p: P, a: SramRef, b: SramRef, out: SramRef, accumulate: bool) -> None:
