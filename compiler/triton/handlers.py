@@ -98,10 +98,7 @@ def dot(p: P, index: int, op: TraceOp) -> None:
     a, b = p.dense(a_arg), p.dense(b_arg)
     if a.dtype != b.dtype:
         p.refuse(f"tl.dot of {a.dtype} and {b.dtype} (cast both to one dtype)")
-    accumulator = p.o.config.core.matrix.accumulator_dtype
-    if op.dtype.value != accumulator:
-        p.refuse(f"tl.dot into {op.dtype} (the matrix arrays accumulate in {accumulator}; "
-                 f"use out_dtype=tl.{'float32' if accumulator == 'f32' else 'int32'})")
+    _check_dot_dtypes(p, a.dtype, op.dtype)
     fold = p.plan.accumulate.get(index)
     if fold is not None:
         acc_vid, out = fold
@@ -115,6 +112,22 @@ def dot(p: P, index: int, op: TraceOp) -> None:
     acc = p.new(op.out, op.shape, op.dtype)
     p.emit(p.vpu, VCopy(p.dense(d, op.dtype), acc))
     _matmuls(p, a, b, acc, True)
+
+
+def _check_dot_dtypes(p: P, inputs: DType, out: DType) -> None:
+    """int8 inputs accumulate in i32 (as Triton types them; any array multiplies them,
+    a float one widening them on the way in); float inputs in the arrays' f32."""
+    if inputs.is_int8:
+        if out is not DType.i32:
+            p.refuse(f"tl.dot of {inputs} into {out} (int8 products accumulate in i32)")
+        return
+    accumulator = p.o.config.core.matrix.accumulator_dtype
+    if accumulator != "f32":
+        p.refuse(f"tl.dot of {inputs} on {accumulator}-accumulating (integer) matrix "
+                 f"arrays (they multiply int8 only)")
+    if out.value != accumulator:
+        p.refuse(f"tl.dot of {inputs} into {out} (the matrix arrays accumulate floats in "
+                 f"f32; use out_dtype=tl.float32)")
 
 
 def _matmuls(p: P, a: SramRef, b: SramRef, out: SramRef, accumulate: bool) -> None:
@@ -144,14 +157,39 @@ def binary(p: P, index: int, op: TraceOp) -> None:
                 p.logical[keep] == (op.shape or (1,)) and p.refs[keep].dtype == op.dtype:
             p.alias(op.out, keep, p.refs[keep], op.shape)
             return
+    operand_dtype = _operand_dtype(p, op)
+    if kind in _IGNORING_NAN:
+        if operand_dtype.is_float:
+            _ignoring_nan(p, _IGNORING_NAN[kind], op, operand_dtype)
+            return
+        kind = _IGNORING_NAN[kind].value
     if kind not in _BINARY:
         p.refuse(f"binary operation {kind}")
-    operand_dtype = _operand_dtype(p, op)
     if kind in ("and", "or") and operand_dtype is not DType.bool:
         p.refuse(f"bitwise {kind} on {operand_dtype} data")
     dst = p.new(op.out, op.shape, op.dtype)
     p.emit(p.vpu, Binary(_BINARY[kind], p.vector_operand(a, operand_dtype),
                          p.vector_operand(b, operand_dtype), dst))
+
+
+_IGNORING_NAN = {"maxnum": BinaryKind.max, "minnum": BinaryKind.min}
+"""tl.maximum/tl.minimum as Triton compiles them by default (``propagate_nan=NONE``,
+LLVM's maxnum): where one operand is NaN, the other."""
+
+
+def _ignoring_nan(p: P, kind: BinaryKind, op: TraceOp, dtype: DType) -> None:
+    """``max(x, y)``, then ``x`` where ``y`` is NaN and ``y`` where ``x`` is (as torch's
+    fmax lowers); a constant operand that is not NaN needs no select of its own."""
+    x, y = (p.vector_operand(arg, dtype) for arg in op.args)
+    dst = p.new(op.out, op.shape, op.dtype)
+    p.emit(p.vpu, Binary(kind, x, y, dst))
+    for arg, value, other in ((op.args[1], y, x), (op.args[0], x, y)):
+        if isinstance(arg, Const) and not np.isnan(arg.array).any():
+            continue
+        nan, block = p.alloc(op.shape, DType.bool)
+        p.pending_free.append(block)
+        p.emit(p.vpu, Binary(BinaryKind.ne, value, value, nan))
+        p.emit(p.vpu, Select(nan, other, dst, dst))
 
 
 def _operand_dtype(p: P, op: TraceOp) -> DType:
@@ -245,6 +283,8 @@ def reduce(p: P, index: int, op: TraceOp) -> None:
         p.pending_free.append(wide[1])
         p.emit(p.vpu, Cast(src, wide[0]))
         src = wide[0]
+    if op.attrs["reduce"] in ("max", "min") and src.dtype.is_float:
+        src = _nan_as_identity(p, src, op.attrs["reduce"])
     kept = src.shape[:axis] + (1,) + src.shape[axis + 1:]
     dst = p.new(op.out, kept, op.dtype)
     p.emit(p.vpu, Reduce(_REDUCE[op.attrs["reduce"]], src, dst, axis))
@@ -254,8 +294,66 @@ def reduce(p: P, index: int, op: TraceOp) -> None:
         p.logical[op.out] = shape
 
 
+def _nan_as_identity(p: P, src: SramRef, kind: str) -> SramRef:
+    """tl.max/tl.min combine with tl.maximum/tl.minimum, which ignore NaN: NaN reads as
+    -inf for a max, +inf for a min (a row of NaN only then gives -inf/+inf, not NaN)."""
+    nan, block = p.alloc(src.shape, DType.bool)
+    p.pending_free.append(block)
+    clean = p.alloc(src.shape, src.dtype)
+    p.pending_free.append(clean[1])
+    p.emit(p.vpu, Binary(BinaryKind.ne, src, src, nan))
+    identity = -math.inf if kind == "max" else math.inf
+    p.emit(p.vpu, Select(nan, Scalar(identity), src, clean[0]))
+    return clean[0]
+
+
+_SCAN = {"sum": BinaryKind.add, "prod": BinaryKind.mul}
+
+
+def scan(p: P, index: int, op: TraceOp) -> None:
+    """``tl.cumsum``/``tl.cumprod``: a log-step (Hillis-Steele) scan along the axis, as
+    torch's cumsum lowers (:mod:`compiler.lowerings.cumulative`): step ``s`` combines
+    each element with the one ``s`` before it (after it, reversed), between two tiles,
+    so the last step writes the result's."""
+    src = p.dense(op.args[0])
+    if src.dtype != op.dtype:
+        wide = p.alloc(src.shape, op.dtype)
+        p.pending_free.append(wide[1])
+        p.emit(p.vpu, Cast(src, wide[0]))
+        src = wide[0]
+    shape = src.shape
+    axis = op.attrs["axis"] % len(shape)
+    n = shape[axis]
+    out = p.new(op.out, op.shape, op.dtype)
+    out = SramRef(out.space, out.offset, shape, out.dtype)
+    steps = max(0, (n - 1).bit_length())
+    if steps == 0:
+        p.emit(p.vpu, VCopy(src, out))
+        return
+    spare = p.alloc(shape, op.dtype)
+    p.pending_free.append(spare[1])
+    kind, reverse = _SCAN[op.attrs["scan"]], op.attrs["reverse"]
+
+    def part(tile: SramRef, lo: int, hi: int) -> SramRef:
+        box = tuple((lo, hi) if d == axis else (0, size) for d, size in enumerate(shape))
+        return p.sub_view(tile, box, None)
+
+    x = src
+    for j in range(steps):
+        s = 1 << j
+        dst = out if (steps - 1 - j) % 2 == 0 else spare[0]
+        if reverse:  # x[i] op x[i + s]; the last s are done
+            p.emit(p.vpu, Binary(kind, part(x, 0, n - s), part(x, s, n), part(dst, 0, n - s)))
+            p.emit(p.vpu, VCopy(part(x, n - s, n), part(dst, n - s, n)))
+        else:
+            p.emit(p.vpu, Binary(kind, part(x, s, n), part(x, 0, n - s), part(dst, s, n)))
+            p.emit(p.vpu, VCopy(part(x, 0, s), part(dst, 0, s)))
+        x = dst
+
+
 HANDLERS: dict[str, Callable[[P, int, TraceOp], None]] = {
     "load": load, "store": store, "dot": dot, "binary": binary, "unary": unary,
     "cast": cast, "reshape": reshape, "broadcast": broadcast, "trans": trans,
-    "select": select, "fma": fma, "clamp": clamp, "reduce": reduce, "opaque": opaque,
+    "select": select, "fma": fma, "clamp": clamp, "reduce": reduce, "scan": scan,
+    "opaque": opaque,
 }

@@ -252,6 +252,7 @@ def tracing(itp: Any, recorder: Recorder) -> Iterator[None]:
                 if name.startswith("create_") or name in ("set_grid_idx",):
                     patch(builder, name, recorder.wrap(name, getattr(builder, name), itp))
             patch(itp.ReduceOps, "apply", recorder.wrap_reduce(itp.ReduceOps.apply))
+            patch(itp.ScanOps, "apply", recorder.wrap_scan(itp.ScanOps.apply))
             _nested_calls(itp, patch, recorder.helpers)
             patch(itp, "_patch_lang_tensor",
                   _tensor_patcher(itp._patch_lang_tensor, recorder, itp))

@@ -29,8 +29,8 @@ _COMPARE = {"LT": "lt", "LE": "le", "GT": "gt", "GE": "ge", "EQ": "eq", "NE": "n
 BINARY: dict[str, str] = {
     "create_fadd": "add", "create_add": "add", "create_fsub": "sub", "create_sub": "sub",
     "create_fmul": "mul", "create_mul": "mul", "create_fdiv": "div",
-    "create_precise_divf": "div", "create_maxnumf": "max", "create_maximumf": "max",
-    "create_maxsi": "max", "create_maxui": "max", "create_minnumf": "min",
+    "create_precise_divf": "div", "create_maxnumf": "maxnum", "create_maximumf": "max",
+    "create_maxsi": "max", "create_maxui": "max", "create_minnumf": "minnum",
     "create_minimumf": "min", "create_minsi": "min", "create_minui": "min",
     "create_and": "and", "create_or": "or",
     **{f"create_{p}cmp{s}{c}": k for p in ("i", "f") for s in ("S", "U", "O") for c, k in
@@ -54,6 +54,8 @@ REFUSED_BEFORE_CALL = {
     "create_descriptor_scatter": "a tensor-descriptor scatter",
 }
 REDUCTIONS = {"_sum_combine": "sum", "_elementwise_max": "max", "_elementwise_min": "min"}
+SCANS = {"_sum_combine": "sum", "_prod_combine": "prod"}
+"""``tl.associative_scan`` combine functions with a lowering (tl.cumsum, tl.cumprod)."""
 
 
 PLAIN = {"and": "a bitwise and (&) of integers", "or": "a bitwise or (|) of integers",
@@ -210,7 +212,8 @@ class Recorder:
     def wrap_reduce(self, apply: Callable[..., Any]) -> Callable[..., Any]:
         def reduce(op: Any, inputs: Any) -> Any:
             result = apply(op, inputs)  # calls back with a tuple: record only that call
-            if not isinstance(inputs, tuple) or not self.is_data(inputs[0].handle):
+            if not isinstance(inputs, tuple) or \
+                    not any(self.is_data(x.handle) for x in inputs):
                 return result
             first = inputs[0]
             combine = getattr(op.combine_fn, "fn", op.combine_fn)
@@ -225,6 +228,28 @@ class Recorder:
                        axis=op.axis, keep_dims=op.keep_dims)
             return result
         return reduce
+
+    def wrap_scan(self, apply: Callable[..., Any]) -> Callable[..., Any]:
+        """``tl.cumsum``/``tl.cumprod`` on data are recorded; any other scan of data is
+        refused (the interpreter computes scans in numpy, outside the builder: unhooked,
+        a scan of loaded values would be kept as the constant it had on stand-in data)."""
+        def scan(op: Any, inputs: Any) -> Any:
+            if not isinstance(inputs, tuple) or \
+                    not any(self.is_data(x.handle) for x in inputs):
+                return apply(op, inputs)  # calls back with a tuple: record only that call
+            combine = getattr(op.combine_fn, "fn", op.combine_fn)
+            name = getattr(combine, "__name__", str(combine))
+            kind = SCANS.get(name)
+            if kind is None or len(inputs) > 1:
+                self.refuse(f"tl.associative_scan with combine function {name!r} "
+                            f"(tl.cumsum and tl.cumprod are supported)")
+            first = inputs[0]
+            result = apply(op, inputs)
+            self._emit("scan", result[0].handle, (self._operand(first.handle),),
+                       self.sources(first.handle), scan=kind, axis=op.axis,
+                       reverse=bool(op.reverse))
+            return result
+        return scan
 
     def on_call(self, name: str, args: tuple[Any, ...], result: Any) -> None:
         handles = [a for a in args if hasattr(a, "data") and hasattr(a, "dtype")]

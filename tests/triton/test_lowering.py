@@ -3,12 +3,16 @@ masked edges, transposed loads, and shape-only traces."""
 
 import math
 
+import pytest
 import torch
+import triton
+import triton.language as tl
 
 import flash_attention
 import matmul
 import vector_add
 from archsim.config import load_config
+from archsim.errors import TritonError
 from compiler.ir.operands import Scalar
 from compiler.ir.ops import Binary, Load, MatMul, Store
 from compiler.triton import compile_launch
@@ -94,7 +98,59 @@ def test_causal_mask_is_only_applied_on_the_diagonal_block():
     _, _, program = simulate(flash_attention.flash_attention_naive_prefill_kernel,
                              (q, k, v, torch.empty_like(q), 0.125, 128),
                              {"BM": 64, "BN": 64, "D": 64}, (2, 1))
-    selects = [c for c in program.program.commands if c.op.__class__.__name__ == "Select"]
+    # the mask's selects are tl.where(mask, qk, -inf); the others keep tl.max and
+    # tl.maximum from NaN (they choose between tiles)
+    selects = [c for c in program.program.commands if c.op.__class__.__name__ == "Select"
+               and isinstance(c.op.b, Scalar)]
     # query block 0 sees key block 0 (diagonal); block 1 sees 0 (all kept) and 1 (diagonal)
     assert len(selects) == 2
     assert len(program.constants) == 1  # one 64 x 64 lower-triangular mask, shared
+
+
+@triton.jit
+def int8_matmul_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr,
+                       K: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((M, N), dtype=tl.int32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+@triton.jit
+def f16_dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    a = tl.load(a_ptr + r[:, None] * N + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * N + r[None, :])
+    tl.store(c_ptr + r[:, None] * N + r[None, :], tl.dot(a, b, out_dtype=tl.float16))
+
+
+def test_int8_dot_accumulates_in_i32_bit_exact():
+    """Triton types int8 x int8 as i32 (extremes included: -128 * -128 * 64 overflows
+    no i32): the arrays multiply them and accumulate across the K loop."""
+    torch.manual_seed(8)
+    a = torch.randint(-128, 128, (32, 64), dtype=torch.int8)
+    b = torch.randint(-128, 128, (64, 16), dtype=torch.int8)
+    a[0, :] = -128
+    b[:, 0] = -128
+    sim, _, program = simulate(int8_matmul_kernel,
+                               (a, b, torch.empty(32, 16, dtype=torch.int32)),
+                               {"M": 32, "N": 16, "K": 64, "BK": 32}, (1,))
+    assert torch.equal(sim["c_ptr"], torch._int_mm(a, b))
+    matmuls = [c.op for c in program.program.commands if isinstance(c.op, MatMul)]
+    assert len(matmuls) == 2
+    assert {(m.a.dtype.value, m.out.dtype.value) for m in matmuls} == {("i8", "i32")}
+
+
+def test_a_float_dot_into_f16_is_refused_with_what_works():
+    args = (torch.randn(16, 16, dtype=torch.float16),
+            torch.randn(16, 16, dtype=torch.float16),
+            torch.empty(16, 16, dtype=torch.float16))
+    with pytest.raises(TritonError, match=r"f16_dot_kernel .*:\d+\): tl.dot of f16 into f16 "
+                       r"\(the matrix arrays accumulate floats in f32; use "
+                       r"out_dtype=tl.float32\) cannot be lowered to the NPU"):
+        compile_launch(f16_dot_kernel, args, {"N": 16}, (1,), load_config("atom"))
