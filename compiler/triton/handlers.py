@@ -157,39 +157,14 @@ def binary(p: P, index: int, op: TraceOp) -> None:
                 p.logical[keep] == (op.shape or (1,)) and p.refs[keep].dtype == op.dtype:
             p.alias(op.out, keep, p.refs[keep], op.shape)
             return
-    operand_dtype = _operand_dtype(p, op)
-    if kind in _IGNORING_NAN:
-        if operand_dtype.is_float:
-            _ignoring_nan(p, _IGNORING_NAN[kind], op, operand_dtype)
-            return
-        kind = _IGNORING_NAN[kind].value
     if kind not in _BINARY:
         p.refuse(f"binary operation {kind}")
+    operand_dtype = _operand_dtype(p, op)
     if kind in ("and", "or") and operand_dtype is not DType.bool:
         p.refuse(f"bitwise {kind} on {operand_dtype} data")
     dst = p.new(op.out, op.shape, op.dtype)
     p.emit(p.vpu, Binary(_BINARY[kind], p.vector_operand(a, operand_dtype),
                          p.vector_operand(b, operand_dtype), dst))
-
-
-_IGNORING_NAN = {"maxnum": BinaryKind.max, "minnum": BinaryKind.min}
-"""tl.maximum/tl.minimum as Triton compiles them by default (``propagate_nan=NONE``,
-LLVM's maxnum): where one operand is NaN, the other."""
-
-
-def _ignoring_nan(p: P, kind: BinaryKind, op: TraceOp, dtype: DType) -> None:
-    """``max(x, y)``, then ``x`` where ``y`` is NaN and ``y`` where ``x`` is (as torch's
-    fmax lowers); a constant operand that is not NaN needs no select of its own."""
-    x, y = (p.vector_operand(arg, dtype) for arg in op.args)
-    dst = p.new(op.out, op.shape, op.dtype)
-    p.emit(p.vpu, Binary(kind, x, y, dst))
-    for arg, value, other in ((op.args[1], y, x), (op.args[0], x, y)):
-        if isinstance(arg, Const) and not np.isnan(arg.array).any():
-            continue
-        nan, block = p.alloc(op.shape, DType.bool)
-        p.pending_free.append(block)
-        p.emit(p.vpu, Binary(BinaryKind.ne, value, value, nan))
-        p.emit(p.vpu, Select(nan, other, dst, dst))
 
 
 def _operand_dtype(p: P, op: TraceOp) -> DType:
@@ -283,8 +258,6 @@ def reduce(p: P, index: int, op: TraceOp) -> None:
         p.pending_free.append(wide[1])
         p.emit(p.vpu, Cast(src, wide[0]))
         src = wide[0]
-    if op.attrs["reduce"] in ("max", "min") and src.dtype.is_float:
-        src = _nan_as_identity(p, src, op.attrs["reduce"])
     kept = src.shape[:axis] + (1,) + src.shape[axis + 1:]
     dst = p.new(op.out, kept, op.dtype)
     p.emit(p.vpu, Reduce(_REDUCE[op.attrs["reduce"]], src, dst, axis))
@@ -292,19 +265,6 @@ def reduce(p: P, index: int, op: TraceOp) -> None:
     if shape != kept:
         p.refs[op.out] = SramRef(dst.space, dst.offset, shape, dst.dtype)
         p.logical[op.out] = shape
-
-
-def _nan_as_identity(p: P, src: SramRef, kind: str) -> SramRef:
-    """tl.max/tl.min combine with tl.maximum/tl.minimum, which ignore NaN: NaN reads as
-    -inf for a max, +inf for a min (a row of NaN only then gives -inf/+inf, not NaN)."""
-    nan, block = p.alloc(src.shape, DType.bool)
-    p.pending_free.append(block)
-    clean = p.alloc(src.shape, src.dtype)
-    p.pending_free.append(clean[1])
-    p.emit(p.vpu, Binary(BinaryKind.ne, src, src, nan))
-    identity = -math.inf if kind == "max" else math.inf
-    p.emit(p.vpu, Select(nan, Scalar(identity), src, clean[0]))
-    return clean[0]
 
 
 _SCAN = {"sum": BinaryKind.add, "prod": BinaryKind.mul}

@@ -29,8 +29,8 @@ _COMPARE = {"LT": "lt", "LE": "le", "GT": "gt", "GE": "ge", "EQ": "eq", "NE": "n
 BINARY: dict[str, str] = {
     "create_fadd": "add", "create_add": "add", "create_fsub": "sub", "create_sub": "sub",
     "create_fmul": "mul", "create_mul": "mul", "create_fdiv": "div",
-    "create_precise_divf": "div", "create_maxnumf": "maxnum", "create_maximumf": "max",
-    "create_maxsi": "max", "create_maxui": "max", "create_minnumf": "minnum",
+    "create_precise_divf": "div", "create_maxnumf": "max", "create_maximumf": "max",
+    "create_maxsi": "max", "create_maxui": "max", "create_minnumf": "min",
     "create_minimumf": "min", "create_minsi": "min", "create_minui": "min",
     "create_and": "and", "create_or": "or",
     **{f"create_{p}cmp{s}{c}": k for p in ("i", "f") for s in ("S", "U", "O") for c, k in
