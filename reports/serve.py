@@ -94,7 +94,7 @@ def serve_table(result: Any, probes: list | None = None) -> str:
         for probe in probes:
             tpot = _fmt(_pct(probe, "tpot"), ".1f")
             lines.append(f"  {probe.rate:>14.3f}{_pct(probe, 'ttft'):>10.1f}{tpot:>10}  "
-                         f"{'met' if probe.met else 'not met'}")
+                         f"{_verdict(probe)}")
     return "\n".join(lines)
 
 
@@ -161,6 +161,16 @@ def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def _verdict(probe: Any) -> str:
+    """``met``, ``not met``, or ``met, fell behind`` (with the pace it completed
+    requests at): the SLOs met by a run too short for its growing queue to break them."""
+    if not probe.met:
+        return "not met"
+    if probe.kept_up:
+        return "met"
+    return f"met, fell behind (completed {probe.served_rate:.3f}/s)"
+
+
 def max_rate_line(search: Any, percentile: float) -> str:
     """What a capacity search (:class:`serving.traffic.MaxRate`) found, on one line: a
     rate only where its runs could show one, never above the pace a run kept up with."""
@@ -178,9 +188,10 @@ def max_rate_line(search: Any, percentile: float) -> str:
     line = f"max rate meeting the SLOs at p{percentile:g}: {search.rate:.3f} requests/s"
     if search.capped:
         met = max(p.rate for p in search.probes if p.met)
-        line += (f": capped at the fastest pace a probe served (up to {met:.3f} requests/s "
-                 f"met the SLOs over {last.requests} requests while their queue grew; more "
-                 f"--requests would show it breaking them)")
+        line += (f": capped where the probes kept up (up to {met:.3f} requests/s met the "
+                 f"SLOs over {last.requests} requests while completing them slower than "
+                 f"they came, at most {search.served:.3f}/s; more --requests would show "
+                 f"the queue breaking them)")
     return line
 
 
@@ -238,7 +249,9 @@ def serve_json(result: Any, probes: list | None = None,
             data["lowest_load"] = {"met": search.alone.met,
                                    "ttft_ms": _pct(search.alone, "ttft"),
                                    "tpot_ms": _pct(search.alone, "tpot")}
-        data["probes"] = [{"rate": p.rate, "met": p.met,
+        data["probes"] = [{"rate": p.rate, "met": p.met, "kept_up": p.kept_up,
+                           "served_rate": None if math.isinf(p.served_rate)
+                           else p.served_rate,
                            "ttft_ms": _pct(p, "ttft"), "tpot_ms": _pct(p, "tpot")}
                           for p in probes]
     return data

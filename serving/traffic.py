@@ -144,15 +144,47 @@ class Probe:
 
     @property
     def served_rate(self) -> float:
-        """The pace the run gave first tokens at, in the units of ``rate``: ``rate`` x
-        (first to last arrival) / (first to last first token). A server that keeps up
-        gives them as the requests come (about ``rate``); one that falls behind, slower
-        (its queue grows, however few requests hide it). inf: no span to tell."""
+        """The pace the run completed its requests at, in the units of ``rate``: ``rate``
+        x (first to last arrival) / (first arrival to last finish, less the median end
+        to end time of the earlier half of the arrivals, before any queue: the lag a
+        server that keeps up still has). A server that keeps up
+        finishes requests as they come (about ``rate``); one that falls behind, slower,
+        even while its first tokens keep pace (prefill is scheduled first: decoding,
+        the KV cache, preemptions fall behind). Never above the pace of the first tokens
+        (first to last): a short overloaded run's lag grows within its earlier half.
+        inf: no span to tell."""
         records = self.result.engine.records
-        arrived = max(r.arrival_s for r in records) - min(r.arrival_s for r in records)
-        served = (max(r.first_token_s for r in records)
+        start = min(r.arrival_s for r in records)
+        arrived = max(r.arrival_s for r in records) - start
+        early = sorted(records, key=lambda r: r.arrival_s)[:(len(records) + 1) // 2]
+        lag = sorted(r.e2e_s for r in early)[(len(early) - 1) // 2]
+        served = max(r.finish_s for r in records) - start - lag
+        firsts = (max(r.first_token_s for r in records)
                   - min(r.first_token_s for r in records))
-        return self.rate * arrived / served if arrived > 0 and served > 0 else math.inf
+        if arrived <= 0 or served <= 0 or firsts <= 0:
+            return math.inf
+        return self.rate * arrived / max(served, firsts)
+
+    @property
+    def kept_up(self) -> bool:
+        """The run completed its requests at ``rate`` within :data:`KEEP_UP_SLACK`: met
+        SLOs above that pace last only until the queue shows (a longer run breaks
+        them). A run whose requests all arrive before any finishes cannot tell (a
+        burst: :func:`find_max_rate` probes it all at once)."""
+        records = self.result.engine.records
+        if max(r.arrival_s for r in records) <= min(r.finish_s for r in records):
+            return True
+        return self.served_rate >= self.rate * (1 - KEEP_UP_SLACK)
+
+    @property
+    def sustained(self) -> bool:
+        """Met the SLOs and kept up: what the capacity search counts as a rate met."""
+        return self.met and self.kept_up
+
+
+KEEP_UP_SLACK = 0.05
+"""How far below ``rate`` a probe's completion pace may read and still count as keeping
+up (Poisson arrivals, a finite run)."""
 
 
 @dataclass(frozen=True)
@@ -164,13 +196,11 @@ class MaxRate:
     determined: the SLOs hold even when every request arrives at once."""
     probes: tuple[Probe, ...]
     served: float
-    """The fastest pace any probe served its requests at (:attr:`Probe.served_rate`;
-    inf: none showed one): a rate above it falls behind, whatever a run too short for
-    its queue to break the SLOs says. Measured on first tokens, which come at iteration
-    boundaries: with few requests it can read up to an iteration over the first-token
-    span below a rate the server keeps up with."""
+    """The fastest pace any probe completed its requests at (:attr:`Probe.served_rate`;
+    inf: none showed one): ``rate`` is never above it."""
     capped: bool
-    """``rate`` is ``served``: probes above it met the SLOs while falling behind."""
+    """Probes above ``rate`` met the SLOs while falling behind (not
+    :attr:`Probe.kept_up`): their runs too short for the queue to break the SLOs."""
     alone: Probe | None = None
     """The lowest load, probed when the first probe misses the SLOs: the same requests,
     each arriving once the one before has finished (``rate``: one over that spacing).
@@ -193,8 +223,10 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
     A run of a few requests cannot show every rate: when a probe whose requests all
     arrive before the first token (a burst) meets the SLOs, the same requests all
     arriving at once are probed; the rate is not determined if they meet the SLOs
-    too, else doubling goes on. The rate found is capped at the fastest pace a probe
-    served its requests at (:attr:`Probe.served_rate`).
+    too, else doubling goes on. A probe that meets the SLOs while falling behind (its
+    requests completed slower than they came, :attr:`Probe.kept_up`) counts as a miss,
+    and the rate found is never above the fastest pace a probe completed its requests
+    at (:attr:`Probe.served_rate`).
 
     When the first probe misses the SLOs, the lowest load is probed before halving
     (:attr:`MaxRate.alone`): if each request alone misses them no rate meets them, and
@@ -207,7 +239,7 @@ def find_max_rate(server: Server, workload: Callable[[float], Sequence[Arrival]]
     def probe(rate: float) -> bool:
         p = Probe(rate, server.run(workload(rate), slo))
         probes.append(p)
-        return p.met
+        return p.sustained
 
     lo, hi = 0.0, 0.0
     rate = start
@@ -273,9 +305,10 @@ def _max_rate(lo: float, hi: float, probes: list[Probe], at_once: bool) -> MaxRa
     served = max(p.served_rate for p in probes)
     if lo and not hi and at_once:
         return MaxRate(None, tuple(probes), served, capped=False)
-    capped = lo > served
-    return MaxRate(served if capped else lo, tuple(probes), served, capped)
+    behind = any(p.met and not p.kept_up and p.rate > lo for p in probes)
+    rate = min(lo, served)
+    return MaxRate(rate, tuple(probes), served, behind or rate < lo)
 
 
-__all__ = ["MaxRate", "Probe", "ServeOptions", "Server", "TrafficResult",
+__all__ = ["KEEP_UP_SLACK", "MaxRate", "Probe", "ServeOptions", "Server", "TrafficResult",
            "find_max_rate"]

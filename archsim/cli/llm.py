@@ -118,6 +118,10 @@ def parallelism(args: argparse.Namespace) -> Any:
     tp, pp = 1 if tp is None else tp, 1 if pp is None else pp
     if chips is not None and tp * pp != chips:
         raise ModelConfigError(f"--chips {chips} is not --tp {tp} x --pp {pp} = {tp * pp}")
+    if args.micro_batches is not None and args.micro_batches > 1 and pp == 1:
+        raise ModelConfigError(f"--micro-batches {args.micro_batches} needs --pp > 1 (they "
+                               f"overlap pipeline stages; on one stage they only split "
+                               f"the batch into slower steps)")
     micro = args.micro_batches if args.micro_batches is not None else min(args.batch, pp)
     return Parallelism(tp, pp, micro)
 

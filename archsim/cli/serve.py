@@ -79,7 +79,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="percentile at which the SLOs must hold (default 90)")
     o.add_argument("--find-max-rate", action="store_true",
                    help="bisect the synthetic --rate for the highest rate meeting the SLOs "
-                        "at --slo-percentile (each probe a full simulation); says no "
+                        "at --slo-percentile (each probe a full simulation) while the "
+                        "server completes requests as fast as they come; says no "
                         "rate meets them when each request alone misses them")
     o.add_argument("--cheapest", action="store_true",
                    help="find the cheapest hardware meeting the SLOs on this workload: "
@@ -197,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
                                    "not take --trace")
         search = find_max_rate(server, workload, slo, start=args.rate)
         probes, max_rate = list(search.probes), search.rate
-        met = [p for p in probes if p.met and p.rate <= (max_rate or 0.0)]
+        met = [p for p in probes if p.sustained and p.rate <= (max_rate or 0.0)]
         result = max(met, key=lambda p: p.rate).result if met else probes[-1].result
     else:
         arrivals = read_trace(args.trace) if args.trace else workload(args.rate)

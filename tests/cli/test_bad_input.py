@@ -86,7 +86,10 @@ def test_llm_counts_must_be_positive(flag: str, value: str, capsys) -> None:
     # it said "--chips 4 is not --tp 1 x --pp 3 = 3", blaming a --tp nobody gave
     (("--chips", "4", "--pp", "3"), "--chips 4 is not a multiple of --pp 3"),
     (("--chips", "6", "--tp", "4"), "--chips 6 is not a multiple of --tp 4"),
-    (("--chips", "8", "--tp", "2", "--pp", "2"), "--chips 8 is not --tp 2 x --pp 2 = 4")])
+    (("--chips", "8", "--tp", "2", "--pp", "2"), "--chips 8 is not --tp 2 x --pp 2 = 4"),
+    # on one stage it was taken and the batch split into slower steps (TPOT 11.4 -> 23.3 ms)
+    (("--micro-batches", "2"), "--micro-batches 2 needs --pp > 1 (they overlap pipeline "
+     "stages; on one stage they only split the batch into slower steps)")])
 def test_llm_chips_that_do_not_split(flags: tuple[str, ...], message: str, capsys) -> None:
     err = _error(capsys, "llm", "llama-2-7b", *flags)
     assert err.strip() == f"archsim: error: {message}"

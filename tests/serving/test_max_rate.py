@@ -1,9 +1,9 @@
 """``archsim serve --find-max-rate`` reports only a rate its runs can show: at a burst
 (every request in before the first token) that meets the SLOs, the same requests all at
 once are tried; if they meet the SLOs too the rate is not determined, else doubling goes
-on; and a rate found is capped at the fastest pace a probe served
-(first tokens as fast as arrivals, or slower). Iteration times are injected (10 ms each),
-so every probe is derived by hand."""
+on; and a probe that meets the SLOs while completing its requests slower than they
+arrive counts as a miss (its run too short for the queue to break them). Iteration
+times are injected (10 ms each), so every probe is derived by hand (the last test's, per token, by the run)."""
 
 from __future__ import annotations
 
@@ -64,18 +64,46 @@ def test_a_burst_whose_requests_at_once_break_the_slos_goes_on_doubling() -> Non
     assert found.rate == pytest.approx(100.0) and found.capped
 
 
-def test_a_rate_above_the_measured_throughput_is_capped() -> None:
-    # Four requests served back to back from rate 100 on (first tokens at 10, 20, 30,
-    # 40 ms: 30 ms for arrivals 3/rate apart, a pace of 100/s), and TTFT_k = 10(k+1) -
-    # 1000k/rate ms, whose p90 (np.percentile: v2 + 0.7 (v3 - v2)) is 37 - 2700/rate:
-    # within 30 ms up to rate 385.7. Doubling: 256 met, 512 not; bisection: 384 met,
-    # 448, 416, 400, 392, 388 not.
+def test_a_rate_the_server_falls_behind_at_counts_as_missed() -> None:
+    # Four requests, TTFT_k = 10(k+1) - 1000k/rate ms once they queue (rate > 100): p90
+    # 37 - 2700/rate, within 30 ms up to rate 385.7, so first-token SLOs alone would
+    # let doubling reach 256. But from 100/s on the requests complete at 100/s: finishes
+    # at 10, 20, 30, 40 ms, less the lag of the earlier half (its median end to end,
+    # 10 ms), against arrivals 3/rate apart. At 128 that is 128 x 23.4 / 30 = 100 < 95%
+    # of 128: fell behind, a miss. Bisection: 96 kept up (no queue), 112 not, 104
+    # (104 x 28.85 / 30 = 100, 96% of 104) kept up, 108 (92.6%) and 106 (94.3%) not:
+    # 104, 2% from 106, then capped at the fastest pace any probe completed at, 100.
     found = find_max_rate(one_at_a_time(), evenly(4), Slo(ttft_ms=30.0))
-    assert [p.rate for p in found.probes] == [2.0 ** k for k in range(10)] + [
-        384.0, 448.0, 416.0, 400.0, 392.0, 388.0]
-    assert [p.rate for p in found.probes if p.met][-1] == 384.0
-    assert found.served == pytest.approx(100.0)  # below 100: as fast as they arrive
-    assert found.capped and found.rate == found.served  # not 384: its queue grew
+    assert [p.rate for p in found.probes] == [2.0 ** k for k in range(8)] + [
+        96.0, 112.0, 104.0, 108.0, 106.0]
+    assert all(p.met for p in found.probes)
+    assert [p.kept_up for p in found.probes[7:]] == [False, True, False, True, False, False]
+    assert found.probes[7].served_rate == pytest.approx(100.0)
+    assert found.served == pytest.approx(100.0)
+    assert found.rate == pytest.approx(100.0) and found.capped  # 128 met the SLOs while falling behind
+
+
+def test_first_tokens_keeping_pace_while_completions_fall_behind_is_a_miss() -> None:
+    # Prefill goes first, so every request gets its first token in the iteration after
+    # it arrives; but an iteration takes 1 ms a token computed, and each request needs
+    # 4 + 19 of them: about 43 requests/s at most. At 128/s the 40 requests meet a 100 ms
+    # TTFT, their first tokens at 99/s; the old cap (the fastest first-token pace of
+    # any probe) let the search report far above 43. Completions are what fall behind:
+    # 64/s is a miss (59/s completed, 92% of it) and the search ends near the
+    # capacity (a 40-request run's reading), not at 64 or above.
+    def per_token(prefill: int, seqs: int, context: float, chunks: tuple = ()) -> float:
+        return 0.001 * (prefill + seqs)
+
+    server = Server.build(SMALL, load_config("tiny"), timing=per_token)
+    workload = lambda rate: [Arrival(k, k / rate, 4, 20) for k in range(40)]  # noqa: E731
+    found = find_max_rate(server, workload, Slo(ttft_ms=100.0))
+    at_64 = next(p for p in found.probes if p.rate == 64.0)
+    records = at_64.result.engine.records
+    first_tokens = max(r.first_token_s for r in records) - min(r.first_token_s for r in records)
+    assert 39 / first_tokens == pytest.approx(60.1, abs=0.1)
+    assert at_64.met and not at_64.kept_up
+    assert at_64.served_rate == pytest.approx(59.2, abs=0.1)
+    assert found.capped and 43.0 <= found.rate <= 50.0
 
 
 def test_slos_the_lowest_load_misses_stop_the_search_at_once() -> None:
