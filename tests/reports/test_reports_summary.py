@@ -50,19 +50,27 @@ def test_busy_cycles_count_overlapping_commands_once() -> None:
     assert busy_cycles([]) == 0
 
 
-def test_host_work_share_never_exceeds_the_run(mm_result):
-    # A host-DMA transfer beside a host op: their sum (118.5% of a run, a probe's
-    # finding) is not what the share is of, their union is.
+def _host_work_over_the_whole_run(result):
+    """The run's report data with each host and host-DMA command spanning the whole
+    run (they overlap), and the run's cycles."""
     import dataclasses
 
     from reports.data import report_data
 
-    data = report_data(mm_result)
-    host = [c for c in data.commands if c.kind in ("host", "hdma")]
+    data = report_data(result)
     run = data.total_cycles
-    overlapping = [dataclasses.replace(c, start=0, end=run) for c in host]
+    host = [dataclasses.replace(c, start=0, end=run) for c in data.commands
+            if c.kind in ("host", "hdma")]
+    assert len(host) > 1
     others = [c for c in data.commands if c.kind not in ("host", "hdma")]
-    text = summary(dataclasses.replace(data, commands=tuple(others + overlapping)))
+    return dataclasses.replace(data, commands=tuple(others + host)), run
+
+
+def test_host_work_share_never_exceeds_the_run(mm_result):
+    # A host-DMA transfer beside a host op: their sum (118.5% of a run, a probe's
+    # finding) is not what the share is of, their union is.
+    data, run = _host_work_over_the_whole_run(mm_result)
+    text = summary(data)
     line = next(line for line in text.splitlines() if line.startswith("Host work:"))
     assert f"busy {run:,} cycles (100.0% of the run" in line
     assert f"its commands' cycles sum to {2 * run:,} as some overlap" in line
@@ -129,15 +137,7 @@ def test_summary_states_the_matrix_precision(mm_result):
 
 def test_compares_host_work_row_counts_overlap_once(mm_result):
     # the compare table's row follows the summary's rule (a plain sum survived there)
-    import dataclasses
-
     from reports.compare import _host_cycles
-    from reports.data import report_data
 
-    data = report_data(mm_result)
-    host = [c for c in data.commands if c.kind in ("host", "hdma")]
-    run = data.total_cycles
-    overlapping = [dataclasses.replace(c, start=0, end=run) for c in host]
-    others = [c for c in data.commands if c.kind not in ("host", "hdma")]
-    assert len(overlapping) > 1
-    assert _host_cycles(dataclasses.replace(data, commands=tuple(others + overlapping))) == run
+    data, run = _host_work_over_the_whole_run(mm_result)
+    assert _host_cycles(data) == run

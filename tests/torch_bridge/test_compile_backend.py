@@ -185,10 +185,8 @@ def test_int64_beyond_2_53_on_a_later_call_is_an_error_not_a_wrong_number() -> N
         assert torch.equal(got, want)  # the program stays: exact values still run
 
 
-def test_topk_ties_on_a_later_call_are_not_checked_against_cpus_order(monkeypatch) -> None:
-    """A later call of an int64 graph with small values is not run on CPU again: a
-    review found topk's indices of tied values raising against CPU's order (both are
-    valid), and a language model's graph (int64 position ids) running on CPU twice."""
+def _counted_checks(monkeypatch) -> list[int]:
+    """A list that grows by one at each numerics check of a compiled graph."""
     checks: list[int] = []
     real = compile_backend.GraphRunner._check_numerics
 
@@ -197,6 +195,14 @@ def test_topk_ties_on_a_later_call_are_not_checked_against_cpus_order(monkeypatc
         return real(self, *args)
 
     monkeypatch.setattr(compile_backend.GraphRunner, "_check_numerics", counted)
+    return checks
+
+
+def test_topk_ties_on_a_later_call_are_not_checked_against_cpus_order(monkeypatch) -> None:
+    """A later call of an int64 graph with small values is not run on CPU again: a
+    review found topk's indices of tied values raising against CPU's order (both are
+    valid), and a language model's graph (int64 position ids) running on CPU twice."""
+    checks = _counted_checks(monkeypatch)
     g = torch.compile(lambda x: x.topk(2, -1).indices, backend="archsim")
     g(torch.randn(4, 16))
     tied = torch.zeros(4, 16)
@@ -206,14 +212,7 @@ def test_topk_ties_on_a_later_call_are_not_checked_against_cpus_order(monkeypatc
 
 
 def test_a_float_graph_is_checked_on_its_first_call_only(monkeypatch) -> None:
-    checks: list[int] = []
-    real = compile_backend.GraphRunner._check_numerics
-
-    def counted(self, *args):
-        checks.append(1)
-        return real(self, *args)
-
-    monkeypatch.setattr(compile_backend.GraphRunner, "_check_numerics", counted)
+    checks = _counted_checks(monkeypatch)
     f = torch.compile(lambda x: torch.relu(x) * 2, backend="archsim")
     for _ in range(3):
         f(torch.randn(4, 8))
