@@ -144,26 +144,31 @@ class Probe:
 
     @property
     def served_rate(self) -> float:
-        """The pace the run completed its requests at, in the units of ``rate``: ``rate``
-        x (first to last arrival) / (first arrival to last finish, less the median end
-        to end time of the earlier half of the arrivals, before any queue: the lag a
-        server that keeps up still has). A server that keeps up
-        finishes requests as they come (about ``rate``); one that falls behind, slower,
-        even while its first tokens keep pace (prefill is scheduled first: decoding,
-        the KV cache, preemptions fall behind). Never above the pace of the first tokens
-        (first to last): a short overloaded run's lag grows within its earlier half.
-        inf: no span to tell."""
+        """The pace the run completed its requests at in steady state, in the units of
+        ``rate``: ``rate`` x the requests finished within (first arrival + lag, last
+        arrival) over those that arrived within (first arrival, last arrival - lag), two
+        windows of one length, ``lag`` the median end to end time of the earlier half of
+        the arrivals (before any queue: the lag a server that keeps up still has). A
+        server that keeps up finishes requests as they come (about ``rate``) whatever
+        its longest outputs (they finish after the window); one that falls behind,
+        slower, even while its first tokens keep pace (prefill is scheduled first:
+        decoding, the KV cache, preemptions fall behind). Never above the pace of the
+        first tokens. inf: no window to tell (the run is shorter than its lag)."""
         records = self.result.engine.records
         start = min(r.arrival_s for r in records)
-        arrived = max(r.arrival_s for r in records) - start
+        last = max(r.arrival_s for r in records)
         early = sorted(records, key=lambda r: r.arrival_s)[:(len(records) + 1) // 2]
         lag = sorted(r.e2e_s for r in early)[(len(early) - 1) // 2]
-        served = max(r.finish_s for r in records) - start - lag
+        arrived = sum(r.arrival_s <= last - lag for r in records)
+        done = sum(start + lag <= r.finish_s <= last for r in records)
         firsts = (max(r.first_token_s for r in records)
                   - min(r.first_token_s for r in records))
-        if arrived <= 0 or served <= 0 or firsts <= 0:
+        if last - start <= 0 or firsts <= 0:
             return math.inf
-        return self.rate * arrived / max(served, firsts)
+        first_pace = (last - start) / firsts
+        if arrived < STEADY_REQUESTS:  # too few to count in steady state: first tokens
+            return self.rate * first_pace
+        return self.rate * min(done / arrived, first_pace)
 
     @property
     def kept_up(self) -> bool:
@@ -181,6 +186,10 @@ class Probe:
         """Met the SLOs and kept up: what the capacity search counts as a rate met."""
         return self.met and self.kept_up
 
+
+STEADY_REQUESTS = 20
+"""Arrivals a probe's steady-state window must hold for its completions to be counted
+(:attr:`Probe.served_rate`); fewer, and the first tokens' pace stands for it."""
 
 KEEP_UP_SLACK = 0.05
 """How far below ``rate`` a probe's completion pace may read and still count as keeping
