@@ -150,6 +150,8 @@ class Recorder:
         dtype = ir_dtype(handle.dtype.scalar) if handle is not None else None
         if handle is not None and handle.data.dtype == np.bool_:
             dtype = DType.bool  # the interpreter types comparisons as their operands
+        elif handle is not None and dtype is None:  # unsigned: the IR has none
+            self.refuse(f"a value of type {handle.dtype.scalar}")
         self.programs[-1].ops.append(TraceOp(kind, out, args, shape, dtype, attrs,
                                              self.line(), self.where()))
 

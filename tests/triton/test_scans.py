@@ -113,3 +113,16 @@ def test_a_scan_with_another_combine_function_is_refused_at_its_line():
         f"kernel running_max_kernel ({__file__}:{line}): tl.associative_scan with combine "
         f"function '_max_combine' (tl.cumsum and tl.cumprod are supported) cannot be "
         f"lowered to the NPU")
+
+
+def test_an_unsigned_load_is_refused_at_its_line():
+    # a review's finding: a uint8 load crashed ('NoneType' object has no attribute
+    # 'itemsize'); the IR has no unsigned types
+    x = torch.full((8,), 200, dtype=torch.uint8)
+    out = torch.zeros(8, dtype=torch.int32, device="npu")
+    lines, first = inspect.getsourcelines(cumsum_1d_kernel.fn)
+    line = first + next(i for i, text in enumerate(lines) if "tl.load" in text)
+    with pytest.raises(TritonError) as error:
+        cumsum_1d_kernel[(1,)](x.to("npu"), out, BN=8)
+    assert str(error.value) == (f"kernel cumsum_1d_kernel ({__file__}:{line}): a value of "
+                                f"type uint8 cannot be lowered to the NPU")
