@@ -294,14 +294,16 @@ def _alone(server: Server, arrivals: Sequence[Arrival], slo: Slo, loaded: Probe,
     the ``loaded`` probe (a queue only lengthens it)."""
     ordered = sorted(arrivals, key=lambda a: a.arrival_s)
     gap = max(r.finish_s - r.arrival_s for r in loaded.result.engine.records)
-    for _ in range(tries):
+    for attempt in range(tries):
         spaced = [replace(a, arrival_s=i * gap) for i, a in enumerate(ordered)]
         result = server.run(spaced, slo)
         records = sorted(result.engine.records, key=lambda r: r.arrival_s)
-        if all(b.arrival_s >= a.finish_s for a, b in zip(records, records[1:])):
+        if attempt == tries - 1 or all(
+                b.arrival_s >= a.finish_s for a, b in zip(records, records[1:])):
             break
         gap *= 2
-    return Probe(1.0 / gap, result)
+    return Probe(1.0 / gap, result)  # the spacing run last (a reviewer: out of tries,
+    # it was reported at half of it)
 
 
 def _all_at_once(arrivals: Sequence[Arrival]) -> list[Arrival]:

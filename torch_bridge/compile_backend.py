@@ -150,6 +150,9 @@ class GraphRunner:
         """Kernel source (module path and node name) -> aten op, to attribute a run's
         cycles to ops."""
         self._dynamic = has_symbolic_sizes(gm)
+        self._no_reference = bool(unrepeatable_ops(gm.graph))
+        """The graph draws random numbers or reads uninitialized memory: torch on CPU
+        would get other numbers, so none are compared."""
         self._checks_every_run = _computes_int64(gm)
         """A run with int64 values beyond 2**53 is checked against torch on CPU, not
         only the first run (see the module doc)."""
@@ -234,7 +237,7 @@ class GraphRunner:
         CPU, a :class:`NumericsError` when they disagree by more than rounding
         (:func:`torch_bridge.numerics.check_close`; not for a graph that
         draws random numbers or reads uninitialized memory: CPU would get others)."""
-        if unrepeatable_ops(self.gm.graph):
+        if self._no_reference:
             return
 
         def run(gm: torch.fx.GraphModule, args: tuple[Any, ...]) -> tuple[Any, ...]:

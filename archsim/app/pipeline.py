@@ -45,6 +45,9 @@ FUNCTIONAL_BYTES_LIMIT = 1 << 30
 """Built-in models and sized workloads whose weights and inputs take more host memory
 than this run performance-only (``gemm --seq 100000`` would allocate 80 GB of inputs on
 the host)."""
+_LIMITS = (f"> {FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M parameters or > "
+           f"{FUNCTIONAL_BYTES_LIMIT >> 30} GiB of weights and inputs")
+"""The two limits, as the notes of a run past them say them."""
 
 
 @dataclass(frozen=True)
@@ -155,9 +158,7 @@ def _run_builtin(workload: Workload, config: NpuConfig, s: Settings) -> SimResul
         inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
                        else t for t in meta_inputs)
         s.progress.note(f"{name}: {parameters / 1e6:.1f}M parameters, {dtype_name}, "
-                        f"performance-only (shapes only; --perf-only, > "
-                        f"{FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M parameters or > "
-                        f"{FUNCTIONAL_BYTES_LIMIT >> 30} GiB of weights and inputs)")
+                        f"performance-only (shapes only; --perf-only, {_LIMITS})")
     else:
         with torch.device("cpu"):
             module, inputs = entry.build(sizes, dtype)
@@ -190,9 +191,7 @@ def sized_workload(name: str, mode: str = "auto", progress: Progress = SILENT
     module, inputs = build_workload(name, meta=True)
     if not _too_large(name, module, inputs, mode):
         return build_workload(name)
-    progress.note(f"{name}: performance-only, shapes only (> "
-                  f"{FUNCTIONAL_PARAMETER_LIMIT / 1e6:.0f}M parameters or > "
-                  f"{FUNCTIONAL_BYTES_LIMIT >> 30} GiB of weights and inputs)")
+    progress.note(f"{name}: performance-only, shapes only ({_LIMITS})")
     return module, inputs
 
 
